@@ -1,0 +1,262 @@
+/*
+ * kvtier: a hierarchical KV-cache engine for LLM serving.
+ *
+ * One engine handle owns the device KV pool, its slot allocator, the request pool
+ * (req_to_token) and the radix prefix cache. It is used from one owner thread, like an
+ * LMDB transaction or a SQLite connection: calls on one handle must not overlap.
+ *
+ * Conventions
+ * - Every function that can fail returns int: 0 on success, a negated errno value or a
+ *   KVT_E* code on failure. errno is never set. kvt_strerror() names every code.
+ * - A call that fails with -EINVAL or -ENOMEM leaves the engine as it was.
+ * - Slots are int32 indices of token rows in the device KV pool. Slot 0 .. page_size-1
+ *   (page 0) is reserved for padding writes and is never handed out.
+ * - Pages are page_size consecutive slots starting at a multiple of page_size. Keys given
+ *   to the prefix cache are matched and inserted in whole pages.
+ * - Nodes of the prefix cache are named by kvt_node_ref values, not pointers. A stale or
+ *   forged ref is detected and rejected with -EINVAL.
+ */
+#ifndef KVTIER_H
+#define KVTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVT_VERSION_MAJOR 0
+#define KVT_VERSION_MINOR 1
+
+/* kvtier-specific error codes, below the errno range. */
+enum {
+    KVT_ENOBACKEND = -20001, /* the requested backend is not built in or has no device */
+    KVT_EBACKEND = -20002,   /* the backend (CUDA runtime) reported a failure */
+};
+
+enum kvt_backend {
+    KVT_BACKEND_AUTO = 0, /* cuda when built with CUDA and a GPU is visible, else sim */
+    KVT_BACKEND_SIM = 1,  /* host memory standing in for the GPU */
+    KVT_BACKEND_CUDA = 2, /* cudaMalloc on the current CUDA device */
+};
+
+enum kvt_attention {
+    KVT_ATTN_MHA = 0, /* K and V buffers per layer of kv_heads x head_dim (v_head_dim for V) */
+    KVT_ATTN_MLA = 1, /* one buffer per layer of kv_lora_rank + qk_rope_head_dim */
+};
+
+enum kvt_evict_policy {
+    KVT_EVICT_LRU = 0,      /* least recently used first */
+    KVT_EVICT_LFU = 1,      /* fewest hits first, then least recently used */
+    KVT_EVICT_FIFO = 2,     /* oldest insertion first */
+    KVT_EVICT_MRU = 3,      /* most recently used first */
+    KVT_EVICT_FILO = 4,     /* newest insertion first */
+    KVT_EVICT_PRIORITY = 5, /* lowest priority first, then least recently used */
+};
+
+struct kvt_geometry {
+    uint32_t attention;        /* enum kvt_attention */
+    uint32_t layers;           /* number of layers held by this engine (this TP rank) */
+    uint32_t kv_heads;         /* MHA: KV heads on this rank */
+    uint32_t head_dim;         /* MHA: K head dimension */
+    uint32_t v_head_dim;       /* MHA: V head dimension; 0 means head_dim */
+    uint32_t kv_lora_rank;     /* MLA: latent dimension */
+    uint32_t qk_rope_head_dim; /* MLA: rope dimension */
+    uint32_t dtype_bytes;      /* element size: 1, 2 or 4 */
+};
+
+struct kvt_options {
+    size_t size; /* sizeof(struct kvt_options) as the caller was compiled; set by init */
+    struct kvt_geometry geometry;
+    uint32_t page_size;     /* tokens per page, a power of two; default 16 */
+    uint32_t backend;       /* enum kvt_backend; default KVT_BACKEND_AUTO */
+    uint64_t device_tokens; /* KV slots on the device; 0: derive from device_bytes */
+    uint64_t device_bytes;  /* KV pool budget used when device_tokens is 0 */
+    uint32_t max_requests;  /* request slots; default 256 */
+    uint32_t max_context;   /* tokens per request in req_to_token; default 32768 */
+    uint32_t evict_policy;  /* enum kvt_evict_policy; default KVT_EVICT_LRU */
+    uint32_t hash_pages;    /* 1 (default): keep a chained SHA256 per page; 0: none */
+    const char *model_id;   /* fingerprint input, copied at open; NULL means "" */
+    uint32_t tp_rank;       /* fingerprint input; default 0 */
+    uint32_t tp_size;       /* fingerprint input; default 1 */
+};
+
+/* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
+ * different namespaces never share a node. The engine copies what it keeps; the caller's
+ * arrays need to live only for the call. */
+struct kvt_key {
+    const uint32_t *tokens;
+    size_t len;
+    const void *ns; /* namespace bytes; NULL or ns_len 0 is the default namespace */
+    size_t ns_len;  /* at most KVT_NS_MAX */
+};
+#define KVT_NS_MAX 256
+
+/* Names a prefix-cache node. 0 is never a valid ref. A ref stays valid while the node is
+ * locked; an unlocked node may be split, merged into a new parent or evicted by any later
+ * call that inserts, matches or evicts, after which its ref is rejected with -EINVAL. */
+typedef uint64_t kvt_node_ref;
+
+struct kvt_match {
+    size_t device_len;      /* tokens of the longest cached prefix, a multiple of page_size */
+    kvt_node_ref last_node; /* node ending that prefix (the root when device_len is 0) */
+};
+
+/* The state a serving engine keeps per running request. Filled by kvt_req_begin, updated
+ * by kvt_req_cache_unfinished, consumed by kvt_req_cache_finished. */
+struct kvt_req {
+    int32_t pool_idx;       /* row of req_to_token owned by this request; -1: none */
+    size_t protected_len;   /* leading tokens whose slots belong to the prefix cache */
+    kvt_node_ref last_node; /* locked node ending the protected prefix */
+};
+
+struct kvt_stats {
+    size_t size;                 /* set by the caller to sizeof(struct kvt_stats) */
+    uint32_t backend;            /* enum kvt_backend actually in use */
+    uint32_t page_size;          /* tokens per page */
+    uint64_t device_tokens;      /* usable KV slots (excluding the padding page) */
+    uint64_t device_free_tokens; /* slots the allocator can hand out */
+    uint64_t kv_pool_bytes;      /* bytes of KV buffers on the device */
+    uint64_t cached_tokens;      /* tokens held by the prefix cache */
+    uint64_t evictable_tokens;   /* cached tokens in unlocked nodes */
+    uint64_t protected_tokens;   /* cached tokens in locked nodes */
+    uint64_t nodes;              /* prefix-cache nodes, root excluded */
+    uint64_t tree_bytes;         /* heap bytes of prefix-cache metadata */
+    uint64_t req_slots_free;     /* free request slots */
+    uint64_t match_calls;        /* kvt_match and kvt_req_begin calls */
+    uint64_t match_query_tokens; /* page-aligned tokens asked for by those calls */
+    uint64_t match_hit_tokens;   /* tokens they found cached */
+    uint64_t inserted_tokens;    /* tokens newly added to the prefix cache */
+    uint64_t evicted_tokens;     /* tokens dropped from the prefix cache by eviction */
+};
+
+typedef struct kvt_engine kvt_engine;
+
+/* Fill *opts with defaults. size must be sizeof(struct kvt_options). */
+void kvt_options_init(struct kvt_options *opts, size_t size);
+
+/* Open an engine: allocate the KV pool, allocator, request pool and prefix cache. On success
+ * *out owns them until kvt_close. Options are validated: a zero or inconsistent geometry, a
+ * page_size that is not a power of two, an unknown enum value, or non-zero bytes past the end
+ * of the options this library knows give -EINVAL. */
+int kvt_open(const struct kvt_options *opts, kvt_engine **out);
+
+/* Free everything the engine owns. NULL is a no-op. */
+void kvt_close(kvt_engine *e);
+
+/* A static string naming err (an errno value, negated or not, or a KVT_E* code). */
+const char *kvt_strerror(int err);
+
+/* Tokens of KV a budget of bytes holds for geometry g with page_size, after the padding
+ * page, aligned down to page_size. 0 when the budget is too small or the input invalid. */
+uint64_t kvt_max_tokens(const struct kvt_geometry *g, uint32_t page_size, uint64_t bytes);
+
+/* KV bytes per token for geometry g over all its layers; 0 for an invalid geometry. */
+uint64_t kvt_cell_bytes(const struct kvt_geometry *g);
+
+/* Copy the engine's 32-byte fingerprint (model id, geometry, page size, TP, hash version). */
+void kvt_fingerprint(const kvt_engine *e, uint8_t out[32]);
+
+/* Fill *st (st->size must be set). */
+int kvt_stats(const kvt_engine *e, struct kvt_stats *st);
+
+/* ---- prefix cache ---- */
+
+/* Find the longest cached prefix of key, in whole pages. When slots is not NULL it receives
+ * the device slots of that prefix (it must hold key->len entries). May split a node so the
+ * prefix ends on a node boundary; refreshes access times and hit counts on the path. */
+int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m);
+
+/* Insert key (key->len a multiple of page_size) with the device slots of its tokens. The
+ * part already cached is left as it is and its length is stored in *prefix_len: the caller
+ * still owns its own slots for that part and frees those it allocated. Slots past the cached
+ * part pass to the prefix cache; they must be allocated, not cached, page-aligned runs. */
+int kvt_insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, int32_t priority,
+               size_t *prefix_len);
+
+/* Lock a node and its ancestors against eviction (lock refs are counted). */
+int kvt_lock(kvt_engine *e, kvt_node_ref node);
+
+/* Drop one lock ref from node and its ancestors; -EINVAL if node is not locked. */
+int kvt_unlock(kvt_engine *e, kvt_node_ref node);
+
+/* Evict at least tokens tokens of unlocked leaves by the eviction policy (fewer if not
+ * enough are evictable), freeing their slots. *evicted (may be NULL) gets the count. */
+int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted);
+
+/* ---- device slot allocator ---- */
+
+/* Allocate n slots (n a multiple of page_size) as whole pages; -ENOMEM changes nothing. */
+int kvt_alloc(kvt_engine *e, size_t n, int32_t *slots);
+
+/* Free slots the caller allocated: each page named returns once. Slots of pages that are
+ * free, cached or out of range give -EINVAL and nothing is freed. Inside a free group the
+ * pages are held back until kvt_free_group_end. */
+int kvt_free(kvt_engine *e, const int32_t *slots, size_t n);
+int kvt_free_group_begin(kvt_engine *e);
+int kvt_free_group_end(kvt_engine *e);
+
+/* Slots for extending batch requests from prefix_lens[i] to seq_lens[i] tokens. last_locs[i]
+ * is the slot of token prefix_lens[i]-1 (-1 when the prefix is empty). out receives, request
+ * after request, the slots of the new tokens: the rest of the last partial page, then whole
+ * new pages, then a new partial page. out_len must be the sum of the extensions. */
+int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
+                     const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
+                     size_t out_len);
+
+/* One slot per request for decoding token seq_lens[i]-1: last_locs[i]+1 inside a page, the
+ * first slot of a new page at a page boundary. */
+int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
+                     const int32_t *last_locs, int32_t *out);
+
+/* Slots the allocator can hand out now (pages held in a free group are not counted). */
+size_t kvt_available(const kvt_engine *e);
+
+/* ---- KV data ---- */
+
+/* Copy n token rows of layer between the pool and host buffers. For MHA, k and v hold n rows
+ * of kv_heads x head_dim (v: v_head_dim) elements; for MLA, k holds n rows of kv_lora_rank +
+ * qk_rope_head_dim elements and v must be NULL. */
+int kvt_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
+                 const void *v);
+int kvt_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v);
+
+/* The device address of a layer's K (which 0) or V (which 1; MHA only) buffer and its row
+ * size in bytes, for the caller's attention kernels. Valid until kvt_close. */
+int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *row_bytes);
+
+/* ---- requests ---- */
+
+/* Start a request: take a request slot, match key, lock the match and write its slots into
+ * the request's req_to_token row. *req is filled; the cached prefix length is
+ * req->protected_len. -ENOMEM when no request slot is free. */
+int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req);
+
+/* Write n slots into the request's req_to_token row from position start. */
+int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const int32_t *slots,
+                  size_t n);
+
+/* Read n slots of the request's req_to_token row from position start. */
+int kvt_req_read(const kvt_engine *e, const struct kvt_req *req, size_t start, size_t n,
+                 int32_t *out);
+
+/* Chunked prefill boundary: insert the whole pages of key (the tokens filled so far, whose
+ * slots are in req_to_token), free the request's duplicates of pages the cache already had,
+ * re-match, point req_to_token at the cached slots, and move the lock to the new last node. */
+int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key);
+
+/* Finish a request: insert the whole pages of key (its committed tokens) with priority, free
+ * duplicates and the partial tail page, unlock, and release the request slot. With insert 0
+ * nothing is inserted and every slot past the protected prefix is freed. */
+int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key,
+                           int32_t priority, int insert);
+
+/* Request slots free now. */
+size_t kvt_req_available(const kvt_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTIER_H */

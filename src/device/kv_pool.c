@@ -1,0 +1,145 @@
+#include "kv_pool.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kv_geometry_check(const struct kvt_geometry *g)
+{
+    if (!g || g->layers == 0 || (g->dtype_bytes != 1 && g->dtype_bytes != 2 && g->dtype_bytes != 4))
+        return -EINVAL;
+    if (g->attention == KVT_ATTN_MHA)
+        return g->kv_heads && g->head_dim ? 0 : -EINVAL;
+    if (g->attention == KVT_ATTN_MLA)
+        return g->kv_lora_rank + (uint64_t)g->qk_rope_head_dim ? 0 : -EINVAL;
+    return -EINVAL;
+}
+
+size_t kv_row_bytes(const struct kvt_geometry *g, int which)
+{
+    if (g->attention == KVT_ATTN_MLA)
+        return which ? 0 : ((size_t)g->kv_lora_rank + g->qk_rope_head_dim) * g->dtype_bytes;
+    size_t dim = which && g->v_head_dim ? g->v_head_dim : g->head_dim;
+    return (size_t)g->kv_heads * dim * g->dtype_bytes;
+}
+
+int kv_pool_init(struct kv_pool *p, const struct dev_backend *be, const struct kvt_geometry *g,
+                 uint64_t rows)
+{
+    int rc = kv_geometry_check(g);
+
+    memset(p, 0, sizeof(*p));
+    if (rc)
+        return rc;
+    p->be = be;
+    p->geo = *g;
+    p->rows = rows;
+    for (int w = 0; w < 2; w++) {
+        p->row_bytes[w] = kv_row_bytes(g, w);
+        if (!p->row_bytes[w])
+            continue;
+        if (rows > SIZE_MAX / p->row_bytes[w]) {
+            kv_pool_finish(p);
+            return -ENOMEM;
+        }
+        p->buf[w] = calloc(g->layers, sizeof(void *));
+        if (!p->buf[w]) {
+            kv_pool_finish(p);
+            return -ENOMEM;
+        }
+        for (uint32_t l = 0; l < g->layers; l++) {
+            rc = be->alloc(rows * p->row_bytes[w], &p->buf[w][l]);
+            if (rc) {
+                kv_pool_finish(p);
+                return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+void kv_pool_finish(struct kv_pool *p)
+{
+    for (int w = 0; w < 2; w++) {
+        for (uint32_t l = 0; p->buf[w] && l < p->geo.layers; l++)
+            p->be->free(p->buf[w][l], p->rows * p->row_bytes[w]);
+        free(p->buf[w]);
+        p->buf[w] = NULL;
+    }
+}
+
+uint64_t kv_pool_bytes(const struct kv_pool *p)
+{
+    return p->rows * (p->row_bytes[0] + p->row_bytes[1]) * p->geo.layers;
+}
+
+static int check_rows(const struct kv_pool *p, uint32_t layer, const int32_t *slots, size_t n)
+{
+    if (layer >= p->geo.layers || (n && !slots))
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (slots[i] < 0 || (uint64_t)slots[i] >= p->rows)
+            return -EINVAL;
+    return 0;
+}
+
+/* Length of the run of consecutive slots starting at slots[i]. */
+static size_t run_len(const int32_t *slots, size_t n, size_t i)
+{
+    size_t r = 1;
+
+    while (i + r < n && slots[i + r] == slots[i] + (int32_t)r)
+        r++;
+    return r;
+}
+
+static int move(const struct kv_pool *p, uint32_t layer, int w, const int32_t *slots, size_t n,
+                void *host, int to_device)
+{
+    size_t rb = p->row_bytes[w];
+    uint8_t *dev = p->buf[w][layer], *h = host;
+
+    for (size_t i = 0; i < n;) {
+        size_t r = run_len(slots, n, i);
+        uint8_t *d = dev + (size_t)slots[i] * rb;
+        int rc = to_device ? p->be->to_device(d, h + i * rb, r * rb)
+                           : p->be->to_host(h + i * rb, d, r * rb);
+        if (rc)
+            return rc;
+        i += r;
+    }
+    return 0;
+}
+
+static int check_buffers(const struct kv_pool *p, const void *k, const void *v)
+{
+    if (!k)
+        return -EINVAL;
+    return (p->row_bytes[1] != 0) == (v != NULL) ? 0 : -EINVAL;
+}
+
+int kv_pool_write(struct kv_pool *p, uint32_t layer, const int32_t *slots, size_t n, const void *k,
+                  const void *v)
+{
+    int rc = check_rows(p, layer, slots, n);
+
+    if (rc || (rc = check_buffers(p, k, v)))
+        return rc;
+    rc = move(p, layer, 0, slots, n, (void *)k, 1);
+    if (rc == 0 && v)
+        rc = move(p, layer, 1, slots, n, (void *)v, 1);
+    return rc;
+}
+
+int kv_pool_read(const struct kv_pool *p, uint32_t layer, const int32_t *slots, size_t n, void *k,
+                 void *v)
+{
+    int rc = check_rows(p, layer, slots, n);
+
+    if (rc || (rc = check_buffers(p, k, v)))
+        return rc;
+    rc = move(p, layer, 0, slots, n, k, 0);
+    if (rc == 0 && v)
+        rc = move(p, layer, 1, slots, n, v, 0);
+    return rc;
+}

@@ -1,0 +1,634 @@
+/*
+ * The engine: the one place where the prefix cache and the device tier meet. Every public
+ * call validates all of its input before it changes anything, so a rejected call leaves the
+ * engine as it was.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- options ---- */
+
+void kvt_options_init(struct kvt_options *o, size_t size)
+{
+    if (!o || size < sizeof(*o))
+        return;
+    memset(o, 0, size);
+    o->size = sizeof(*o);
+    o->page_size = 16;
+    o->backend = KVT_BACKEND_AUTO;
+    o->max_requests = 256;
+    o->max_context = 32768;
+    o->evict_policy = KVT_EVICT_LRU;
+    o->hash_pages = 1;
+    o->tp_size = 1;
+}
+
+/* Copy the caller's options; bytes past the struct this library knows must be zero, so a
+ * newer caller's option is never silently ignored. */
+static int copy_options(const struct kvt_options *in, struct kvt_options *o)
+{
+    if (!in || in->size < sizeof(*o))
+        return -EINVAL;
+    for (size_t i = sizeof(*o); i < in->size; i++)
+        if (((const uint8_t *)in)[i])
+            return -EINVAL;
+    *o = *in;
+    o->size = sizeof(*o);
+    return 0;
+}
+
+static int check_options(const struct kvt_options *o)
+{
+    uint32_t ps = o->page_size;
+
+    if (ps == 0 || (ps & (ps - 1)) || ps > KVT_PAGE_SIZE_MAX)
+        return -EINVAL;
+    if (o->backend > KVT_BACKEND_CUDA || o->evict_policy > KVT_EVICT_PRIORITY || o->hash_pages > 1)
+        return -EINVAL;
+    if (o->tp_size == 0 || o->tp_rank >= o->tp_size)
+        return -EINVAL;
+    if (o->max_requests == 0 || o->max_context == 0 || o->max_requests > INT32_MAX)
+        return -EINVAL;
+    if (kv_geometry_check(&o->geometry))
+        return -EINVAL;
+    return 0;
+}
+
+static int device_tokens(const struct kvt_options *o, uint64_t *tokens)
+{
+    uint64_t t = o->device_tokens;
+
+    if (t == 0)
+        t = kvt_max_tokens(&o->geometry, o->page_size, o->device_bytes);
+    t = t / o->page_size * o->page_size;
+    if (t == 0 || t / o->page_size >= INT32_MAX / o->page_size)
+        return -EINVAL;
+    *tokens = t;
+    return 0;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+/* SHA256 over everything that makes KV bytes interchangeable, in a fixed byte order. */
+static int make_fingerprint(kvt_engine *e)
+{
+    const struct kvt_geometry *g = &e->opts.geometry;
+    uint32_t v[] = {g->attention,
+                    g->layers,
+                    g->kv_heads,
+                    g->head_dim,
+                    g->v_head_dim ? g->v_head_dim : g->head_dim,
+                    g->kv_lora_rank,
+                    g->qk_rope_head_dim,
+                    g->dtype_bytes,
+                    e->opts.page_size,
+                    e->opts.tp_rank,
+                    e->opts.tp_size,
+                    KVT_HASH_VERSION};
+    uint8_t tail[sizeof(v)];
+    struct page_hasher h;
+    int rc = page_hasher_init(&h);
+
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        put_u32(tail + 4 * i, v[i]);
+    /* The model id is NUL-terminated in the input so "ab"+fields and "a"+"b..." differ. */
+    rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, sizeof(tail),
+                             e->fingerprint);
+    page_hasher_finish(&h);
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+static void release_cached_pages(void *ctx, const uint32_t *pages, size_t n)
+{
+    kvt_engine *e = ctx;
+
+    slot_release_cached(&e->alloc, pages, n);
+    e->count.evicted_tokens += n * e->opts.page_size;
+}
+
+static int open_tree(kvt_engine *e)
+{
+    struct rdx_config cfg = {
+        .page_size = e->opts.page_size,
+        .policy = e->opts.evict_policy,
+        .hash_pages = (int)e->opts.hash_pages,
+        .free_pages = release_cached_pages,
+        .ctx = e,
+    };
+
+    memcpy(cfg.fingerprint, e->fingerprint, KVT_HASH_LEN);
+    return rdx_create(&cfg, &e->tree);
+}
+
+static int open_parts(kvt_engine *e)
+{
+    uint64_t tokens;
+    int rc;
+
+    if ((rc = device_tokens(&e->opts, &tokens)))
+        return rc;
+    if ((rc = dev_backend_select(e->opts.backend, &e->be)))
+        return rc;
+    if ((rc = make_fingerprint(e)))
+        return rc;
+    if ((rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)))
+        return rc;
+    if ((rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context)))
+        return rc;
+    e->pages = malloc((e->opts.max_context / e->opts.page_size + 1) * sizeof(uint32_t));
+    if (!e->pages)
+        return -ENOMEM;
+    if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)))
+        return rc;
+    return open_tree(e);
+}
+
+int kvt_open(const struct kvt_options *opts, kvt_engine **out)
+{
+    kvt_engine *e;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    e = calloc(1, sizeof(*e));
+    if (!e)
+        return -ENOMEM;
+    if ((rc = copy_options(opts, &e->opts)) || (rc = check_options(&e->opts)))
+        goto fail;
+    e->model_id = strdup(e->opts.model_id ? e->opts.model_id : "");
+    if (!e->model_id) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    e->opts.model_id = e->model_id;
+    if ((rc = open_parts(e)))
+        goto fail;
+    *out = e;
+    return 0;
+fail:
+    kvt_close(e);
+    return rc;
+}
+
+void kvt_close(kvt_engine *e)
+{
+    if (!e)
+        return;
+    /* The tree goes first: it hands its pages back through the allocator. */
+    rdx_destroy(e->tree);
+    if (e->be)
+        kv_pool_finish(&e->kv);
+    free(e->pages);
+    req_pool_finish(&e->reqs);
+    slot_alloc_finish(&e->alloc);
+    free(e->model_id);
+    free(e);
+}
+
+void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])
+{
+    memcpy(out, e->fingerprint, KVT_HASH_LEN);
+}
+
+const char *kvt_strerror(int err)
+{
+    if (err > 0)
+        err = -err;
+    switch (err) {
+    case 0:
+        return "success";
+    case KVT_ENOBACKEND:
+        return "backend not available (not built in, or no GPU visible)";
+    case KVT_EBACKEND:
+        return "the device backend reported a failure";
+    default: {
+        const char *s = strerrordesc_np(-err);
+        return s ? s : "unknown error";
+    }
+    }
+}
+
+int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
+{
+    struct rdx_sizes s;
+    uint32_t ps;
+
+    if (!e || !st || st->size < sizeof(*st))
+        return -EINVAL;
+    ps = e->opts.page_size;
+    rdx_sizes(e->tree, &s);
+    memset(st, 0, st->size);
+    st->size = sizeof(*st);
+    st->backend = e->be->kind;
+    st->page_size = ps;
+    st->device_tokens = (uint64_t)e->alloc.npages * ps;
+    st->device_free_tokens = slot_available(&e->alloc);
+    st->kv_pool_bytes = kv_pool_bytes(&e->kv);
+    st->cached_tokens = s.cached_pages * ps;
+    st->evictable_tokens = s.evictable_pages * ps;
+    st->protected_tokens = s.protected_pages * ps;
+    st->nodes = s.nodes;
+    st->tree_bytes = s.bytes;
+    st->req_slots_free = e->reqs.nfree;
+    st->match_calls = e->count.match_calls;
+    st->match_query_tokens = e->count.match_query_tokens;
+    st->match_hit_tokens = e->count.match_hit_tokens;
+    st->inserted_tokens = e->count.inserted_tokens;
+    st->evicted_tokens = e->count.evicted_tokens;
+    return 0;
+}
+
+/* ---- prefix cache ---- */
+
+static int check_key(const kvt_engine *e, const struct kvt_key *key)
+{
+    if (!e || !key || key->len == 0 || key->len > e->opts.max_context || !key->tokens)
+        return -EINVAL;
+    if (key->ns && key->ns_len > KVT_NS_MAX)
+        return -EINVAL;
+    return 0;
+}
+
+static void pages_to_slots(const kvt_engine *e, const uint32_t *pages, size_t np, int32_t *slots)
+{
+    uint32_t ps = e->opts.page_size;
+
+    for (size_t i = 0; i < np; i++)
+        for (uint32_t j = 0; j < ps; j++)
+            slots[i * ps + j] = (int32_t)(pages[i] * ps + j);
+}
+
+/* Match without validation; slots may be NULL. */
+static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
+{
+    size_t np = 0;
+    int rc = rdx_match(e->tree, key, e->pages, &np, &m->last_node);
+
+    if (rc)
+        return rc;
+    m->device_len = np * e->opts.page_size;
+    if (slots)
+        pages_to_slots(e, e->pages, np, slots);
+    e->count.match_calls++;
+    e->count.match_query_tokens += key->len / e->opts.page_size * e->opts.page_size;
+    e->count.match_hit_tokens += m->device_len;
+    return 0;
+}
+
+int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
+{
+    int rc = check_key(e, key);
+
+    if (rc || !m)
+        return rc ? rc : -EINVAL;
+    return match(e, key, slots, m);
+}
+
+/* Insert a validated key: the pages past the cached prefix must be the caller's, and pass to
+ * the tree only if the insert succeeds. */
+static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, int32_t prio,
+                  size_t *prefix_len)
+{
+    uint32_t ps = e->opts.page_size;
+    size_t np = key->len / ps, cached, got = 0;
+    int rc;
+
+    if (key->len % ps || !slots)
+        return -EINVAL;
+    if ((rc = slot_pages_of(&e->alloc, slots, key->len, e->pages)))
+        return rc;
+    cached = rdx_cached_pages(e->tree, key);
+    if ((rc = slot_claim(&e->alloc, e->pages + cached, np - cached)))
+        return rc;
+    rc = rdx_insert(e->tree, key, e->pages, prio, &got);
+    if (rc == 0 && got != cached)
+        rc = -EUCLEAN; /* cannot happen: the two walks see the same tree */
+    if (rc) {
+        slot_unclaim(&e->alloc, e->pages + cached, np - cached);
+        return rc;
+    }
+    e->count.inserted_tokens += (np - cached) * ps;
+    *prefix_len = cached * ps;
+    return 0;
+}
+
+int kvt_insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, int32_t priority,
+               size_t *prefix_len)
+{
+    int rc = check_key(e, key);
+
+    if (rc || !prefix_len)
+        return rc ? rc : -EINVAL;
+    return insert(e, key, slots, priority, prefix_len);
+}
+
+int kvt_lock(kvt_engine *e, kvt_node_ref node)
+{
+    return e ? rdx_lock(e->tree, node) : -EINVAL;
+}
+
+int kvt_unlock(kvt_engine *e, kvt_node_ref node)
+{
+    return e ? rdx_unlock(e->tree, node) : -EINVAL;
+}
+
+int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted)
+{
+    size_t pages;
+
+    if (!e)
+        return -EINVAL;
+    pages = tokens / e->opts.page_size + (tokens % e->opts.page_size != 0);
+    pages = rdx_evict(e->tree, pages);
+    if (evicted)
+        *evicted = pages * e->opts.page_size;
+    return 0;
+}
+
+/* ---- allocator ---- */
+
+int kvt_alloc(kvt_engine *e, size_t n, int32_t *slots)
+{
+    return e ? slot_alloc(&e->alloc, n, slots) : -EINVAL;
+}
+
+int kvt_free(kvt_engine *e, const int32_t *slots, size_t n)
+{
+    return e ? slot_free(&e->alloc, slots, n) : -EINVAL;
+}
+
+int kvt_free_group_begin(kvt_engine *e)
+{
+    return e ? slot_free_group_begin(&e->alloc) : -EINVAL;
+}
+
+int kvt_free_group_end(kvt_engine *e)
+{
+    return e ? slot_free_group_end(&e->alloc) : -EINVAL;
+}
+
+int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
+                     const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
+                     size_t out_len)
+{
+    if (!e)
+        return -EINVAL;
+    for (size_t i = 0; seq_lens && i < batch; i++)
+        if (seq_lens[i] > e->opts.max_context)
+            return -EINVAL;
+    return slot_alloc_extend(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len);
+}
+
+int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
+                     const int32_t *last_locs, int32_t *out)
+{
+    if (!e)
+        return -EINVAL;
+    for (size_t i = 0; seq_lens && i < batch; i++)
+        if (seq_lens[i] > e->opts.max_context)
+            return -EINVAL;
+    return slot_alloc_decode(&e->alloc, batch, seq_lens, last_locs, out);
+}
+
+size_t kvt_available(const kvt_engine *e)
+{
+    return e ? slot_available(&e->alloc) : 0;
+}
+
+/* ---- KV data ---- */
+
+int kvt_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
+                 const void *v)
+{
+    return e ? kv_pool_write(&e->kv, layer, slots, n, k, v) : -EINVAL;
+}
+
+int kvt_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v)
+{
+    return e ? kv_pool_read(&e->kv, layer, slots, n, k, v) : -EINVAL;
+}
+
+int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *row_bytes)
+{
+    if (!e || !ptr || !row_bytes || layer >= e->kv.geo.layers || which < 0 || which > 1 ||
+        !e->kv.buf[which])
+        return -EINVAL;
+    *ptr = e->kv.buf[which][layer];
+    *row_bytes = e->kv.row_bytes[which];
+    return 0;
+}
+
+/* ---- requests ---- */
+
+int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
+{
+    struct kvt_match m;
+    int32_t idx;
+    int rc = check_key(e, key);
+
+    if (rc || !req)
+        return rc ? rc : -EINVAL;
+    if ((rc = req_pool_alloc(&e->reqs, &idx)))
+        return rc;
+    /* The match writes its slots straight into the request's row. */
+    rc = match(e, key, e->reqs.map + (size_t)idx * e->reqs.max_context, &m);
+    if (rc == 0)
+        rc = rdx_lock(e->tree, m.last_node);
+    if (rc) {
+        req_pool_free(&e->reqs, idx);
+        return rc;
+    }
+    req->pool_idx = idx;
+    req->protected_len = m.device_len;
+    req->last_node = m.last_node;
+    return 0;
+}
+
+int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const int32_t *slots,
+                  size_t n)
+{
+    if (!e || !req)
+        return -EINVAL;
+    return req_pool_write(&e->reqs, req->pool_idx, start, slots, n);
+}
+
+int kvt_req_read(const kvt_engine *e, const struct kvt_req *req, size_t start, size_t n,
+                 int32_t *out)
+{
+    if (!e || !req)
+        return -EINVAL;
+    return req_pool_read(&e->reqs, req->pool_idx, start, n, out);
+}
+
+size_t kvt_req_available(const kvt_engine *e)
+{
+    return e ? e->reqs.nfree : 0;
+}
+
+/* A request the caller hands back must be live and its tokens past the protected prefix
+ * must sit in slots the caller holds; then nothing below can fail halfway. */
+static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_key *key)
+{
+    const int32_t *row;
+    int rc = check_key(e, key);
+
+    if (rc || !req)
+        return rc ? rc : -EINVAL;
+    if (!req_pool_in_use(&e->reqs, req->pool_idx) || key->len < req->protected_len ||
+        req->protected_len % e->opts.page_size || rdx_is_locked(e->tree, req->last_node) != 1)
+        return -EINVAL;
+    row = req_pool_row(&e->reqs, req->pool_idx);
+    if (!slot_all_in_state(&e->alloc, row + req->protected_len, key->len - req->protected_len,
+                           PAGE_USED))
+        return -EINVAL;
+    return 0;
+}
+
+static struct kvt_key aligned_key(const kvt_engine *e, const struct kvt_key *key)
+{
+    struct kvt_key k = *key;
+
+    k.len = key->len / e->opts.page_size * e->opts.page_size;
+    return k;
+}
+
+int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key)
+{
+    struct kvt_match m;
+    size_t cached = 0;
+    int rc = check_req(e, req, key);
+
+    if (rc)
+        return rc;
+    struct kvt_key k = aligned_key(e, key);
+    int32_t *row = e->reqs.map + (size_t)req->pool_idx * e->reqs.max_context;
+    if (k.len > req->protected_len) {
+        if ((rc = insert(e, &k, row, 0, &cached)))
+            return rc;
+        slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
+        /* Point the row at the cached slots: ours for the part the tree already had are
+         * free now. */
+        if ((rc = match(e, &k, row, &m)))
+            return rc;
+        if (m.device_len != k.len)
+            return -EUCLEAN;
+        rdx_lock(e->tree, m.last_node);
+        rdx_unlock(e->tree, req->last_node);
+        req->last_node = m.last_node;
+        req->protected_len = k.len;
+    }
+    return 0;
+}
+
+int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key,
+                           int32_t priority, int insert_pages)
+{
+    size_t cached;
+    int rc = check_req(e, req, key);
+
+    if (rc)
+        return rc;
+    struct kvt_key k = aligned_key(e, key);
+    const int32_t *row = req_pool_row(&e->reqs, req->pool_idx);
+    cached = k.len;
+    if (insert_pages && k.len > req->protected_len && (rc = insert(e, &k, row, priority, &cached)))
+        return rc;
+    if (!insert_pages)
+        cached = k.len;
+    /* Duplicates of what the tree had (or everything, without insert), then the tail. */
+    slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
+    slot_free(&e->alloc, row + k.len, key->len - k.len);
+    rdx_unlock(e->tree, req->last_node);
+    req_pool_free(&e->reqs, req->pool_idx);
+    req->pool_idx = -1;
+    req->protected_len = 0;
+    req->last_node = 0;
+    return 0;
+}
+
+/* ---- invariants, for tests ---- */
+
+struct owner_count {
+    uint8_t *count;
+    uint32_t npages;
+    int bad;
+};
+
+static void count_page(void *ctx, uint32_t page)
+{
+    struct owner_count *oc = ctx;
+
+    if (page == 0 || page > oc->npages || oc->count[page]++ != 0)
+        oc->bad = 1;
+}
+
+static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why, size_t len)
+{
+    for (uint32_t i = 0; i < a->nfree; i++) {
+        uint32_t p = a->ring[(a->head + i) % a->npages];
+        if (p == 0 || p > a->npages || a->state[p] != PAGE_FREE || seen[p]++) {
+            snprintf(why, len, "free list holds page %u that is not free or twice", p);
+            return -EUCLEAN;
+        }
+    }
+    return 0;
+}
+
+static int check_ownership(const kvt_engine *e, const struct owner_count *oc, char *why, size_t len)
+{
+    const struct slot_alloc *a = &e->alloc;
+    uint32_t nfree = 0;
+
+    for (uint32_t p = 1; p <= a->npages; p++) {
+        int cached = a->state[p] == PAGE_CACHED;
+        if (cached != (oc->count[p] == 1)) {
+            snprintf(why, len, "page %u: allocator state %d, held by %u nodes", p, a->state[p],
+                     oc->count[p]);
+            return -EUCLEAN;
+        }
+        nfree += a->state[p] == PAGE_FREE;
+    }
+    if (nfree != a->nfree) {
+        snprintf(why, len, "%u pages free, free list holds %u", nfree, a->nfree);
+        return -EUCLEAN;
+    }
+    return 0;
+}
+
+int kvt_engine_check(const kvt_engine *e, char *why, size_t why_len)
+{
+    struct owner_count oc = {.npages = e->alloc.npages};
+    int rc;
+
+    oc.count = calloc(e->alloc.npages + 1, 1);
+    if (!oc.count)
+        return -ENOMEM;
+    rc = rdx_check(e->tree, count_page, &oc, why, why_len);
+    if (rc == 0 && oc.bad) {
+        snprintf(why, why_len, "a page is held by two nodes or is out of range");
+        rc = -EUCLEAN;
+    }
+    if (rc == 0)
+        rc = check_ownership(e, &oc, why, why_len);
+    if (rc == 0) {
+        memset(oc.count, 0, e->alloc.npages + 1);
+        rc = check_free_list(&e->alloc, oc.count, why, why_len);
+    }
+    free(oc.count);
+    return rc;
+}

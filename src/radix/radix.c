@@ -1,0 +1,1176 @@
+/*
+ * Radix prefix cache.
+ *
+ * Nodes live behind an id table (index + generation), so the refs handed out through the API
+ * can be checked instead of trusted. Edges are one open-addressing table for the whole tree,
+ * keyed by (parent, namespace, first page of the child): a node needs no child container, and
+ * a lookup is one probe sequence plus one page compare. Time is a logical clock that ticks
+ * once per match or insert, which makes every eviction order reproducible.
+ */
+#include "radix.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+#define ROOT 0u
+
+struct rdx_node {
+    uint32_t parent;
+    uint32_t ns;
+    uint32_t npages;
+    uint32_t nchildren;
+    uint32_t lock_ref;
+    uint32_t hit_count;
+    int32_t priority;
+    uint32_t edge_hash;
+    uint32_t leaf_prev, leaf_next; /* evictable-leaf list; NONE at the ends */
+    uint64_t last_access;
+    uint64_t created;
+    /* One block: npages device pages, npages * page_size tokens, npages hashes. */
+    uint32_t *pages;
+    uint32_t *tokens;
+    uint8_t (*hash)[KVT_HASH_LEN];
+};
+
+struct ns_entry {
+    uint8_t *bytes;
+    size_t len;
+    uint64_t key; /* cheap hash of bytes, compared before the bytes */
+    uint64_t nodes;
+    bool used;
+    uint8_t root_hash[KVT_HASH_LEN];
+};
+
+struct rdx_tree {
+    struct rdx_config cfg;
+    struct page_hasher hasher;
+
+    struct rdx_node **nodes; /* by index; NULL when free */
+    uint32_t *gens;          /* generation per index, bumped when the index is freed */
+    uint32_t *free_ids;
+    uint32_t cap, nfree, used_ids;
+
+    uint32_t *edges; /* node index or NONE */
+    uint32_t edge_mask, nedges;
+
+    uint32_t leaf_head;
+    uint32_t nleaves;
+
+    struct ns_entry *ns;
+    uint32_t nns;
+
+    uint64_t clock;
+    struct rdx_sizes sz;
+};
+
+/* ---- memory accounting ---- */
+
+static void *tree_alloc(struct rdx_tree *t, size_t n)
+{
+    void *p = malloc(n);
+
+    if (p)
+        t->sz.bytes += malloc_usable_size(p) + sizeof(size_t);
+    return p;
+}
+
+static void tree_free(struct rdx_tree *t, void *p)
+{
+    if (!p)
+        return;
+    t->sz.bytes -= malloc_usable_size(p) + sizeof(size_t);
+    free(p);
+}
+
+static void *tree_realloc(struct rdx_tree *t, void *p, size_t n)
+{
+    size_t before = p ? malloc_usable_size(p) + sizeof(size_t) : 0;
+    void *q = realloc(p, n);
+
+    if (!q)
+        return NULL;
+    t->sz.bytes += malloc_usable_size(q) + sizeof(size_t) - before;
+    return q;
+}
+
+/* ---- node ids ---- */
+
+static struct rdx_node *node_at(const struct rdx_tree *t, uint32_t idx)
+{
+    return t->nodes[idx];
+}
+
+static kvt_node_ref make_ref(const struct rdx_tree *t, uint32_t idx)
+{
+    return ((uint64_t)t->gens[idx] << 32) | idx;
+}
+
+static int resolve(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *idx)
+{
+    uint32_t i = (uint32_t)ref, gen = (uint32_t)(ref >> 32);
+
+    if (i >= t->cap || !t->nodes[i] || t->gens[i] != gen || gen == 0)
+        return -EINVAL;
+    *idx = i;
+    return 0;
+}
+
+static int grow_ids(struct rdx_tree *t)
+{
+    uint32_t ncap = t->cap ? t->cap * 2 : 1024;
+    struct rdx_node **nodes;
+    uint32_t *gens, *free_ids;
+
+    nodes = tree_realloc(t, t->nodes, ncap * sizeof(*nodes));
+    if (!nodes)
+        return -ENOMEM;
+    t->nodes = nodes;
+    gens = tree_realloc(t, t->gens, ncap * sizeof(*gens));
+    if (!gens)
+        return -ENOMEM;
+    t->gens = gens;
+    free_ids = tree_realloc(t, t->free_ids, ncap * sizeof(*free_ids));
+    if (!free_ids)
+        return -ENOMEM;
+    t->free_ids = free_ids;
+    for (uint32_t i = t->cap; i < ncap; i++) {
+        t->nodes[i] = NULL;
+        t->gens[i] = 1;
+    }
+    /* Hand out low indices first so small trees dump in a stable order. */
+    for (uint32_t i = ncap; i > t->cap; i--)
+        t->free_ids[t->nfree++] = i - 1;
+    t->cap = ncap;
+    return 0;
+}
+
+static int reserve_ids(struct rdx_tree *t, uint32_t n)
+{
+    while (t->nfree < n) {
+        int rc = grow_ids(t);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static uint32_t take_id(struct rdx_tree *t, struct rdx_node *n)
+{
+    uint32_t idx = t->free_ids[--t->nfree];
+
+    t->nodes[idx] = n;
+    t->used_ids++;
+    return idx;
+}
+
+static void drop_id(struct rdx_tree *t, uint32_t idx)
+{
+    t->nodes[idx] = NULL;
+    if (++t->gens[idx] == 0)
+        t->gens[idx] = 1;
+    t->free_ids[t->nfree++] = idx;
+    t->used_ids--;
+}
+
+/* ---- edges ---- */
+
+static uint32_t edge_hash(uint32_t parent, uint32_t ns, const uint32_t *page, uint32_t ps)
+{
+    uint64_t h = ((uint64_t)parent << 32 | ns) * 0x9E3779B97F4A7C15ull;
+
+    for (uint32_t i = 0; i < ps; i++) {
+        h ^= page[i];
+        h *= 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+    }
+    return (uint32_t)(h ^ (h >> 29));
+}
+
+static bool edge_is(const struct rdx_tree *t, const struct rdx_node *c, uint32_t parent,
+                    uint32_t ns, const uint32_t *page)
+{
+    return c->parent == parent && c->ns == ns &&
+           memcmp(c->tokens, page, (size_t)t->cfg.page_size * sizeof(uint32_t)) == 0;
+}
+
+static uint32_t edge_find(const struct rdx_tree *t, uint32_t parent, uint32_t ns,
+                          const uint32_t *page)
+{
+    uint32_t h = edge_hash(parent, ns, page, t->cfg.page_size);
+
+    for (uint32_t i = h & t->edge_mask;; i = (i + 1) & t->edge_mask) {
+        uint32_t c = t->edges[i];
+        if (c == NONE)
+            return NONE;
+        struct rdx_node *n = node_at(t, c);
+        if (n->edge_hash == h && edge_is(t, n, parent, ns, page))
+            return c;
+    }
+}
+
+static void edge_put(struct rdx_tree *t, uint32_t child)
+{
+    struct rdx_node *n = node_at(t, child);
+    uint32_t i = n->edge_hash & t->edge_mask;
+
+    while (t->edges[i] != NONE)
+        i = (i + 1) & t->edge_mask;
+    t->edges[i] = child;
+    t->nedges++;
+}
+
+static int edge_reserve(struct rdx_tree *t, uint32_t more)
+{
+    uint32_t cap = t->edge_mask + 1;
+
+    if ((uint64_t)(t->nedges + more) * 2 <= cap)
+        return 0;
+    uint32_t ncap = cap;
+    while ((uint64_t)(t->nedges + more) * 2 > ncap)
+        ncap *= 2;
+    uint32_t *old = t->edges, oldcap = cap;
+    uint32_t *edges = tree_alloc(t, (size_t)ncap * sizeof(*edges));
+    if (!edges)
+        return -ENOMEM;
+    memset(edges, 0xff, (size_t)ncap * sizeof(*edges));
+    t->edges = edges;
+    t->edge_mask = ncap - 1;
+    t->nedges = 0;
+    for (uint32_t i = 0; i < oldcap; i++)
+        if (old[i] != NONE)
+            edge_put(t, old[i]);
+    tree_free(t, old);
+    return 0;
+}
+
+static uint32_t edge_slot(const struct rdx_tree *t, uint32_t child)
+{
+    uint32_t i = node_at(t, child)->edge_hash & t->edge_mask;
+
+    while (t->edges[i] != child)
+        i = (i + 1) & t->edge_mask;
+    return i;
+}
+
+/* Backward-shift deletion keeps probe sequences unbroken without tombstones. */
+static void edge_del(struct rdx_tree *t, uint32_t child)
+{
+    uint32_t hole = edge_slot(t, child), i = hole;
+
+    for (;;) {
+        i = (i + 1) & t->edge_mask;
+        uint32_t c = t->edges[i];
+        if (c == NONE)
+            break;
+        uint32_t home = node_at(t, c)->edge_hash & t->edge_mask;
+        /* c may fill the hole when its home is not in (hole, i]. */
+        if (((i - home) & t->edge_mask) >= ((i - hole) & t->edge_mask)) {
+            t->edges[hole] = c;
+            hole = i;
+        }
+    }
+    t->edges[hole] = NONE;
+    t->nedges--;
+}
+
+/* ---- evictable leaves ---- */
+
+static bool is_evictable_leaf(const struct rdx_node *n, uint32_t idx)
+{
+    return idx != ROOT && n->lock_ref == 0 && n->nchildren == 0;
+}
+
+static bool in_leaf_list(const struct rdx_tree *t, uint32_t idx)
+{
+    const struct rdx_node *n = node_at(t, idx);
+    return n->leaf_prev != NONE || t->leaf_head == idx;
+}
+
+static void leaf_add(struct rdx_tree *t, uint32_t idx)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    n->leaf_prev = NONE;
+    n->leaf_next = t->leaf_head;
+    if (t->leaf_head != NONE)
+        node_at(t, t->leaf_head)->leaf_prev = idx;
+    t->leaf_head = idx;
+    t->nleaves++;
+}
+
+static void leaf_remove(struct rdx_tree *t, uint32_t idx)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    if (n->leaf_prev != NONE)
+        node_at(t, n->leaf_prev)->leaf_next = n->leaf_next;
+    else
+        t->leaf_head = n->leaf_next;
+    if (n->leaf_next != NONE)
+        node_at(t, n->leaf_next)->leaf_prev = n->leaf_prev;
+    n->leaf_prev = n->leaf_next = NONE;
+    t->nleaves--;
+}
+
+static void update_leaf(struct rdx_tree *t, uint32_t idx)
+{
+    bool want = is_evictable_leaf(node_at(t, idx), idx);
+    bool have = in_leaf_list(t, idx);
+
+    if (want && !have)
+        leaf_add(t, idx);
+    else if (!want && have)
+        leaf_remove(t, idx);
+}
+
+/* ---- namespaces ---- */
+
+static uint64_t ns_key(const void *bytes, size_t len)
+{
+    const uint8_t *p = bytes;
+    uint64_t h = 0xCBF29CE484222325ull ^ len;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+static size_t key_ns_len(const struct kvt_key *key)
+{
+    return key->ns ? key->ns_len : 0;
+}
+
+static uint32_t ns_find(const struct rdx_tree *t, const struct kvt_key *key)
+{
+    size_t len = key_ns_len(key);
+    uint64_t k;
+
+    if (len == 0)
+        return 0;
+    k = ns_key(key->ns, len);
+    for (uint32_t i = 1; i < t->nns; i++) {
+        const struct ns_entry *e = &t->ns[i];
+        if (e->used && e->key == k && e->len == len && memcmp(e->bytes, key->ns, len) == 0)
+            return i;
+    }
+    return NONE;
+}
+
+static int ns_fill(struct rdx_tree *t, struct ns_entry *e, const void *bytes, size_t len)
+{
+    int rc = 0;
+
+    e->bytes = NULL;
+    if (len) {
+        e->bytes = tree_alloc(t, len);
+        if (!e->bytes)
+            return -ENOMEM;
+        memcpy(e->bytes, bytes, len);
+    }
+    e->len = len;
+    e->key = ns_key(bytes, len);
+    e->nodes = 0;
+    e->used = true;
+    if (t->cfg.hash_pages)
+        rc = page_hash_root(&t->hasher, t->cfg.fingerprint, bytes, len, e->root_hash);
+    if (rc) {
+        tree_free(t, e->bytes);
+        e->used = false;
+    }
+    return rc;
+}
+
+/* The namespace of key, created when absent. */
+static int ns_intern(struct rdx_tree *t, const struct kvt_key *key, uint32_t *id)
+{
+    uint32_t i = ns_find(t, key);
+
+    if (i != NONE) {
+        *id = i;
+        return 0;
+    }
+    for (i = 1; i < t->nns && t->ns[i].used; i++)
+        ;
+    if (i == t->nns) {
+        struct ns_entry *ns = tree_realloc(t, t->ns, (t->nns + 1) * sizeof(*ns));
+        if (!ns)
+            return -ENOMEM;
+        t->ns = ns;
+        t->ns[t->nns++].used = false;
+    }
+    int rc = ns_fill(t, &t->ns[i], key->ns, key_ns_len(key));
+    if (rc == 0)
+        *id = i;
+    return rc;
+}
+
+/* Namespaces other than the default live only while they have nodes. */
+static void ns_drop_if_empty(struct rdx_tree *t, uint32_t id)
+{
+    struct ns_entry *e = &t->ns[id];
+
+    if (id != 0 && e->nodes == 0) {
+        tree_free(t, e->bytes);
+        e->bytes = NULL;
+        e->used = false;
+    }
+}
+
+static void ns_unref(struct rdx_tree *t, uint32_t id)
+{
+    t->ns[id].nodes--;
+    ns_drop_if_empty(t, id);
+}
+
+/* ---- nodes ---- */
+
+static size_t block_bytes(const struct rdx_tree *t, uint32_t npages)
+{
+    size_t per = sizeof(uint32_t) * (1 + (size_t)t->cfg.page_size);
+
+    if (t->cfg.hash_pages)
+        per += KVT_HASH_LEN;
+    return per * npages;
+}
+
+static int node_set_block(struct rdx_tree *t, struct rdx_node *n, uint32_t npages)
+{
+    uint8_t *b = tree_alloc(t, block_bytes(t, npages));
+
+    if (!b)
+        return -ENOMEM;
+    n->npages = npages;
+    n->pages = (uint32_t *)b;
+    n->tokens = n->pages + npages;
+    n->hash = NULL;
+    if (t->cfg.hash_pages)
+        n->hash = (uint8_t(*)[KVT_HASH_LEN])(n->tokens + (size_t)npages * t->cfg.page_size);
+    return 0;
+}
+
+/* Copy pages [from, from + n) of src into the fresh block of dst. */
+static void node_copy_pages(const struct rdx_tree *t, struct rdx_node *dst,
+                            const struct rdx_node *src, uint32_t from, uint32_t n)
+{
+    size_t ps = t->cfg.page_size;
+
+    memcpy(dst->pages, src->pages + from, n * sizeof(uint32_t));
+    memcpy(dst->tokens, src->tokens + from * ps, n * ps * sizeof(uint32_t));
+    if (t->cfg.hash_pages)
+        memcpy(dst->hash, src->hash + from, (size_t)n * KVT_HASH_LEN);
+}
+
+static struct rdx_node *node_new(struct rdx_tree *t, uint32_t npages)
+{
+    struct rdx_node *n = tree_alloc(t, sizeof(*n));
+
+    if (!n)
+        return NULL;
+    memset(n, 0, sizeof(*n));
+    n->leaf_prev = n->leaf_next = NONE;
+    n->parent = NONE;
+    if (node_set_block(t, n, npages)) {
+        tree_free(t, n);
+        return NULL;
+    }
+    return n;
+}
+
+static void node_free(struct rdx_tree *t, struct rdx_node *n)
+{
+    tree_free(t, n->pages);
+    tree_free(t, n);
+}
+
+/* Whole pages at the start of node n equal to tokens (at most max pages). */
+static uint32_t common_pages(const struct rdx_tree *t, const struct rdx_node *n,
+                             const uint32_t *tokens, size_t max)
+{
+    size_t ps = t->cfg.page_size;
+    uint32_t i = 0;
+
+    while (i < n->npages && i < max &&
+           memcmp(n->tokens + i * ps, tokens + i * ps, ps * sizeof(uint32_t)) == 0)
+        i++;
+    return i;
+}
+
+static const uint8_t *last_hash(const struct rdx_tree *t, uint32_t idx, uint32_t ns)
+{
+    const struct rdx_node *n = node_at(t, idx);
+
+    return idx == ROOT ? t->ns[ns].root_hash : n->hash[n->npages - 1];
+}
+
+/* Split node idx after its first m pages: a new node takes those pages and idx's place
+ * under the parent; idx keeps the rest as the new node's only child. */
+static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
+{
+    struct rdx_node *c = node_at(t, idx), *n;
+    struct rdx_node rest = {0};
+    int rc;
+
+    if ((rc = reserve_ids(t, 1)) || (rc = edge_reserve(t, 1)))
+        return rc;
+    n = node_new(t, m);
+    if (!n)
+        return -ENOMEM;
+    if (node_set_block(t, &rest, c->npages - m)) {
+        node_free(t, n);
+        return -ENOMEM;
+    }
+    node_copy_pages(t, n, c, 0, m);
+    node_copy_pages(t, &rest, c, m, c->npages - m);
+
+    n->parent = c->parent;
+    n->ns = c->ns;
+    n->lock_ref = c->lock_ref;
+    n->hit_count = c->hit_count;
+    n->priority = c->priority;
+    n->last_access = c->last_access;
+    n->created = c->created;
+    n->edge_hash = c->edge_hash;
+    n->nchildren = 1;
+
+    uint32_t nidx = take_id(t, n);
+    t->edges[edge_slot(t, idx)] = nidx; /* same key: the parent's edge now leads to n */
+    t->ns[c->ns].nodes++;
+
+    tree_free(t, c->pages);
+    c->npages = rest.npages;
+    c->pages = rest.pages;
+    c->tokens = rest.tokens;
+    c->hash = rest.hash;
+    c->parent = nidx;
+    c->edge_hash = edge_hash(nidx, c->ns, c->tokens, t->cfg.page_size);
+    edge_put(t, idx);
+    t->sz.nodes++;
+    *out = nidx;
+    return 0;
+}
+
+/* ---- eviction order ---- */
+
+struct evict_key {
+    int64_t a;
+    uint64_t b;
+};
+
+static struct evict_key evict_key(const struct rdx_tree *t, const struct rdx_node *n)
+{
+    switch (t->cfg.policy) {
+    case KVT_EVICT_LFU:
+        return (struct evict_key){n->hit_count, n->last_access};
+    case KVT_EVICT_FIFO:
+        return (struct evict_key){(int64_t)n->created, 0};
+    case KVT_EVICT_MRU:
+        return (struct evict_key){-(int64_t)n->last_access, 0};
+    case KVT_EVICT_FILO:
+        return (struct evict_key){-(int64_t)n->created, 0};
+    case KVT_EVICT_PRIORITY:
+        return (struct evict_key){n->priority, n->last_access};
+    default:
+        return (struct evict_key){(int64_t)n->last_access, 0};
+    }
+}
+
+static bool evict_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
+{
+    struct evict_key kx = evict_key(t, node_at(t, x)), ky = evict_key(t, node_at(t, y));
+
+    if (kx.a != ky.a)
+        return kx.a < ky.a;
+    if (kx.b != ky.b)
+        return kx.b < ky.b;
+    return x < y;
+}
+
+struct heap {
+    uint32_t *v;
+    size_t n;
+};
+
+static void heap_sift_down(const struct rdx_tree *t, struct heap *h, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && evict_before(t, h->v[l], h->v[m]))
+            m = l;
+        if (r < h->n && evict_before(t, h->v[r], h->v[m]))
+            m = r;
+        if (m == i)
+            return;
+        uint32_t tmp = h->v[i];
+        h->v[i] = h->v[m];
+        h->v[m] = tmp;
+        i = m;
+    }
+}
+
+static void heap_push(const struct rdx_tree *t, struct heap *h, uint32_t x)
+{
+    size_t i = h->n++;
+
+    h->v[i] = x;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!evict_before(t, h->v[i], h->v[p]))
+            return;
+        uint32_t tmp = h->v[i];
+        h->v[i] = h->v[p];
+        h->v[p] = tmp;
+        i = p;
+    }
+}
+
+static uint32_t heap_pop(const struct rdx_tree *t, struct heap *h)
+{
+    uint32_t top = h->v[0];
+
+    h->v[0] = h->v[--h->n];
+    heap_sift_down(t, h, 0);
+    return top;
+}
+
+/* Remove an unlocked childless node and give its pages back. */
+static void delete_leaf(struct rdx_tree *t, uint32_t idx)
+{
+    struct rdx_node *n = node_at(t, idx);
+    uint32_t parent = n->parent;
+
+    if (t->cfg.free_pages)
+        t->cfg.free_pages(t->cfg.ctx, n->pages, n->npages);
+    leaf_remove(t, idx);
+    edge_del(t, idx);
+    t->sz.evictable_pages -= n->npages;
+    t->sz.cached_pages -= n->npages;
+    t->sz.nodes--;
+    ns_unref(t, n->ns);
+    node_free(t, n);
+    drop_id(t, idx);
+    node_at(t, parent)->nchildren--;
+    update_leaf(t, parent);
+}
+
+size_t rdx_evict(struct rdx_tree *t, size_t pages)
+{
+    struct heap h = {0};
+    size_t done = 0;
+
+    if (pages == 0 || t->nleaves == 0)
+        return 0;
+    /* Every leaf can be pushed once more when its parent becomes a leaf: the heap never
+     * holds more than the current leaves plus the nodes, so t->used_ids bounds it. */
+    h.v = malloc((size_t)t->used_ids * sizeof(*h.v));
+    if (!h.v)
+        return 0;
+    for (uint32_t i = t->leaf_head; i != NONE; i = node_at(t, i)->leaf_next)
+        h.v[h.n++] = i;
+    for (size_t i = h.n / 2; i-- > 0;)
+        heap_sift_down(t, &h, i);
+
+    while (done < pages && h.n) {
+        uint32_t x = heap_pop(t, &h);
+        uint32_t parent = node_at(t, x)->parent;
+        done += node_at(t, x)->npages;
+        delete_leaf(t, x);
+        if (in_leaf_list(t, parent))
+            heap_push(t, &h, parent);
+    }
+    free(h.v);
+    return done;
+}
+
+/* ---- public operations ---- */
+
+static int check_key(const struct rdx_tree *t, const struct kvt_key *key)
+{
+    if (!key || (key->len && !key->tokens) || key_ns_len(key) > KVT_NS_MAX)
+        return -EINVAL;
+    return t ? 0 : -EINVAL;
+}
+
+int rdx_match(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages, size_t *npages,
+              kvt_node_ref *last)
+{
+    size_t ps, np, i = 0;
+    uint32_t node = ROOT, ns;
+    int rc = check_key(t, key);
+
+    if (rc)
+        return rc;
+    ps = t->cfg.page_size;
+    np = key->len / ps;
+    ns = ns_find(t, key);
+    uint64_t now = ++t->clock;
+    node_at(t, ROOT)->last_access = now;
+    while (ns != NONE && i < np) {
+        uint32_t c = edge_find(t, node, ns, key->tokens + i * ps);
+        if (c == NONE)
+            break;
+        struct rdx_node *n = node_at(t, c);
+        uint32_t m = common_pages(t, n, key->tokens + i * ps, np - i);
+        if (m < n->npages && (rc = split(t, c, m, &c)))
+            break;
+        n = node_at(t, c);
+        n->last_access = now;
+        n->hit_count++;
+        if (pages)
+            memcpy(pages + i, n->pages, m * sizeof(uint32_t));
+        i += m;
+        node = c;
+        if (m < n->npages)
+            break;
+    }
+    /* A failed split leaves the tree as it was; report the prefix found before it. */
+    *npages = i;
+    *last = make_ref(t, node);
+    return 0;
+}
+
+size_t rdx_cached_pages(const struct rdx_tree *t, const struct kvt_key *key)
+{
+    size_t ps, np, i = 0;
+    uint32_t node = ROOT, ns;
+
+    if (check_key(t, key))
+        return 0;
+    ps = t->cfg.page_size;
+    np = key->len / ps;
+    ns = ns_find(t, key);
+    while (ns != NONE && i < np) {
+        uint32_t c = edge_find(t, node, ns, key->tokens + i * ps);
+        if (c == NONE)
+            break;
+        uint32_t m = common_pages(t, node_at(t, c), key->tokens + i * ps, np - i);
+        i += m;
+        if (m < node_at(t, c)->npages)
+            break;
+        node = c;
+    }
+    return i;
+}
+
+static int fill_hashes(struct rdx_tree *t, struct rdx_node *n, const uint8_t *prev)
+{
+    uint32_t ps = t->cfg.page_size;
+
+    for (uint32_t i = 0; i < n->npages; i++) {
+        int rc = page_hash_next(&t->hasher, prev, n->tokens + (size_t)i * ps, ps, n->hash[i]);
+        if (rc)
+            return rc;
+        prev = n->hash[i];
+    }
+    return 0;
+}
+
+/* A new leaf under parent holding np pages of tokens and pages. */
+static int add_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, const uint32_t *tokens,
+                    const uint32_t *pages, uint32_t np, int32_t priority, uint64_t now)
+{
+    struct rdx_node *n;
+    int rc;
+
+    if ((rc = reserve_ids(t, 1)) || (rc = edge_reserve(t, 1)))
+        return rc;
+    n = node_new(t, np);
+    if (!n)
+        return -ENOMEM;
+    memcpy(n->pages, pages, np * sizeof(uint32_t));
+    memcpy(n->tokens, tokens, (size_t)np * t->cfg.page_size * sizeof(uint32_t));
+    if (t->cfg.hash_pages && (rc = fill_hashes(t, n, last_hash(t, parent, ns)))) {
+        node_free(t, n);
+        return rc;
+    }
+    n->parent = parent;
+    n->ns = ns;
+    n->priority = priority;
+    n->last_access = n->created = now;
+    n->edge_hash = edge_hash(parent, ns, n->tokens, t->cfg.page_size);
+    uint32_t idx = take_id(t, n);
+    edge_put(t, idx);
+    t->ns[ns].nodes++;
+    node_at(t, parent)->nchildren++;
+    t->sz.nodes++;
+    t->sz.cached_pages += np;
+    t->sz.evictable_pages += np;
+    update_leaf(t, parent);
+    update_leaf(t, idx);
+    return 0;
+}
+
+int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
+               int32_t priority, size_t *prefix_pages)
+{
+    size_t ps, np, i = 0;
+    uint32_t node = ROOT, ns;
+    int rc = check_key(t, key);
+
+    if (rc)
+        return rc;
+    ps = t->cfg.page_size;
+    if (key->len % ps || key->len / ps > UINT32_MAX || (key->len && !pages))
+        return -EINVAL;
+    np = key->len / ps;
+    if ((rc = ns_intern(t, key, &ns)))
+        return rc;
+    uint64_t now = ++t->clock;
+    if (priority > node_at(t, ROOT)->priority)
+        node_at(t, ROOT)->priority = priority;
+    while (i < np) {
+        uint32_t c = edge_find(t, node, ns, key->tokens + i * ps);
+        if (c == NONE)
+            break;
+        struct rdx_node *n = node_at(t, c);
+        uint32_t m = common_pages(t, n, key->tokens + i * ps, np - i);
+        if (m < n->npages && (rc = split(t, c, m, &c)))
+            goto out;
+        n = node_at(t, c);
+        n->last_access = now;
+        if (priority > n->priority)
+            n->priority = priority;
+        i += m;
+        node = c;
+        if (m < n->npages)
+            break;
+    }
+    if (i < np)
+        rc = add_leaf(t, node, ns, key->tokens + i * ps, pages + i, (uint32_t)(np - i), priority,
+                      now);
+out:
+    ns_drop_if_empty(t, ns);
+    if (rc == 0)
+        *prefix_pages = i;
+    return rc;
+}
+
+static int lock_delta(struct rdx_tree *t, kvt_node_ref ref, int d)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    if (idx == ROOT)
+        return 0;
+    if (d < 0 && node_at(t, idx)->lock_ref == 0)
+        return -EINVAL;
+    for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent) {
+        struct rdx_node *n = node_at(t, i);
+        if (d > 0 && n->lock_ref++ == 0) {
+            t->sz.evictable_pages -= n->npages;
+            t->sz.protected_pages += n->npages;
+        } else if (d < 0 && --n->lock_ref == 0) {
+            t->sz.evictable_pages += n->npages;
+            t->sz.protected_pages -= n->npages;
+        }
+        update_leaf(t, i);
+    }
+    return 0;
+}
+
+int rdx_lock(struct rdx_tree *t, kvt_node_ref ref)
+{
+    return t ? lock_delta(t, ref, 1) : -EINVAL;
+}
+
+int rdx_unlock(struct rdx_tree *t, kvt_node_ref ref)
+{
+    return t ? lock_delta(t, ref, -1) : -EINVAL;
+}
+
+int rdx_is_locked(const struct rdx_tree *t, kvt_node_ref ref)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    return idx == ROOT || node_at(t, idx)->lock_ref > 0;
+}
+
+kvt_node_ref rdx_root(const struct rdx_tree *t)
+{
+    return make_ref(t, ROOT);
+}
+
+void rdx_sizes(const struct rdx_tree *t, struct rdx_sizes *s)
+{
+    *s = t->sz;
+}
+
+/* ---- lifetime ---- */
+
+int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out)
+{
+    struct rdx_tree *t;
+    struct rdx_node *root;
+    int rc;
+
+    if (!cfg || !out || cfg->page_size == 0 || (cfg->page_size & (cfg->page_size - 1)) ||
+        cfg->policy > KVT_EVICT_PRIORITY)
+        return -EINVAL;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->cfg = *cfg;
+    t->leaf_head = NONE;
+    if (cfg->hash_pages && (rc = page_hasher_init(&t->hasher)))
+        goto fail;
+    rc = -ENOMEM;
+    t->edges = tree_alloc(t, 64 * sizeof(*t->edges));
+    t->ns = tree_alloc(t, sizeof(*t->ns));
+    if (!t->edges || !t->ns || reserve_ids(t, 1))
+        goto fail;
+    memset(t->edges, 0xff, 64 * sizeof(*t->edges));
+    t->edge_mask = 63;
+    t->nns = 1;
+    if ((rc = ns_fill(t, &t->ns[0], NULL, 0)))
+        goto fail;
+    rc = -ENOMEM;
+    root = node_new(t, 0);
+    if (!root)
+        goto fail;
+    root->lock_ref = 1; /* the root is never evicted */
+    root->priority = INT32_MIN;
+    take_id(t, root);
+    *out = t;
+    return 0;
+fail:
+    rdx_destroy(t);
+    return rc;
+}
+
+void rdx_destroy(struct rdx_tree *t)
+{
+    if (!t)
+        return;
+    for (uint32_t i = 0; i < t->cap; i++)
+        if (t->nodes[i])
+            node_free(t, t->nodes[i]);
+    for (uint32_t i = 0; i < t->nns; i++)
+        if (t->ns[i].used)
+            tree_free(t, t->ns[i].bytes);
+    free(t->ns);
+    free(t->edges);
+    free(t->nodes);
+    free(t->gens);
+    free(t->free_ids);
+    if (t->hasher.md)
+        page_hasher_finish(&t->hasher);
+    free(t);
+}
+
+/* ---- checks and dumps, for tests and tools ---- */
+
+struct checker {
+    const struct rdx_tree *t;
+    struct page_hasher hasher;
+    uint32_t *kids;
+    struct rdx_sizes sz;
+    char *why;
+    size_t why_len;
+};
+
+static int fail(struct checker *c, uint32_t idx, const char *what)
+{
+    if (c->why_len)
+        snprintf(c->why, c->why_len, "node %u: %s", idx, what);
+    return -EUCLEAN;
+}
+
+static int check_hashes(struct checker *c, uint32_t idx, const struct rdx_node *n)
+{
+    const struct rdx_tree *t = c->t;
+    const uint8_t *prev = last_hash(t, n->parent, n->ns);
+    uint8_t h[KVT_HASH_LEN];
+
+    for (uint32_t i = 0; i < n->npages; i++) {
+        if (page_hash_next(&c->hasher, prev, n->tokens + (size_t)i * t->cfg.page_size,
+                           t->cfg.page_size, h) ||
+            memcmp(h, n->hash[i], KVT_HASH_LEN) != 0)
+            return fail(c, idx, "page hash does not chain from its parent");
+        prev = n->hash[i];
+    }
+    return 0;
+}
+
+static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
+{
+    const struct rdx_tree *t = c->t;
+
+    if (n->parent >= t->cap || !t->nodes[n->parent])
+        return fail(c, idx, "parent is not a node");
+    if (n->npages == 0)
+        return fail(c, idx, "empty node");
+    if (n->parent != ROOT && node_at(t, n->parent)->lock_ref < n->lock_ref)
+        return fail(c, idx, "parent holds fewer lock refs than its child");
+    if (n->ns >= t->nns || !t->ns[n->ns].used)
+        return fail(c, idx, "namespace is not live");
+    if (n->edge_hash != edge_hash(n->parent, n->ns, n->tokens, t->cfg.page_size) ||
+        edge_find(t, n->parent, n->ns, n->tokens) != idx)
+        return fail(c, idx, "edge from parent does not lead here");
+    if (t->cfg.hash_pages && check_hashes(c, idx, n))
+        return -EUCLEAN;
+    c->kids[n->parent]++;
+    c->sz.nodes++;
+    c->sz.cached_pages += n->npages;
+    if (n->lock_ref)
+        c->sz.protected_pages += n->npages;
+    else
+        c->sz.evictable_pages += n->npages;
+    return 0;
+}
+
+static int check_shape(struct checker *c)
+{
+    const struct rdx_tree *t = c->t;
+    uint32_t leaves = 0;
+
+    for (uint32_t i = 0; i < t->cap; i++) {
+        const struct rdx_node *n = t->nodes[i];
+        if (!n)
+            continue;
+        if (c->kids[i] != n->nchildren)
+            return fail(c, i, "child count is wrong");
+        if (in_leaf_list(t, i) != is_evictable_leaf(n, i))
+            return fail(c, i, "evictable-leaf set is wrong");
+    }
+    for (uint32_t i = t->leaf_head; i != NONE; i = node_at(t, i)->leaf_next)
+        if (++leaves > t->nleaves)
+            return fail(c, i, "leaf list is longer than its count");
+    if (leaves != t->nleaves)
+        return fail(c, ROOT, "leaf count is wrong");
+    if (t->nedges != c->sz.nodes)
+        return fail(c, ROOT, "edge count differs from node count");
+    if (c->sz.nodes != t->sz.nodes || c->sz.cached_pages != t->sz.cached_pages ||
+        c->sz.evictable_pages != t->sz.evictable_pages ||
+        c->sz.protected_pages != t->sz.protected_pages)
+        return fail(c, ROOT, "evictable/protected/cached sizes differ from the nodes");
+    return 0;
+}
+
+int rdx_check(const struct rdx_tree *t, void (*page_fn)(void *ctx, uint32_t page), void *ctx,
+              char *why, size_t why_len)
+{
+    struct checker c = {.t = t, .why = why, .why_len = why_len};
+    int rc = 0;
+
+    if (why_len)
+        why[0] = '\0';
+    c.kids = calloc(t->cap, sizeof(*c.kids));
+    if (!c.kids || (t->cfg.hash_pages && page_hasher_init(&c.hasher))) {
+        free(c.kids);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 1; i < t->cap && rc == 0; i++) {
+        const struct rdx_node *n = t->nodes[i];
+        if (!n)
+            continue;
+        rc = check_node(&c, i, n);
+        for (uint32_t p = 0; rc == 0 && page_fn && p < n->npages; p++)
+            page_fn(ctx, n->pages[p]);
+    }
+    if (rc == 0)
+        rc = check_shape(&c);
+    if (t->cfg.hash_pages)
+        page_hasher_finish(&c.hasher);
+    free(c.kids);
+    return rc;
+}
+
+struct dumper {
+    char *buf;
+    size_t cap, len;
+};
+
+static void emit(struct dumper *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void emit(struct dumper *d, const char *fmt, ...)
+{
+    va_list ap;
+    size_t room = d->len < d->cap ? d->cap - d->len : 0;
+
+    va_start(ap, fmt);
+    int n = vsnprintf(room ? d->buf + d->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        d->len += (size_t)n;
+}
+
+static bool sorts_before(const struct rdx_tree *t, const struct rdx_node *a,
+                         const struct rdx_node *b)
+{
+    if (a->ns != b->ns)
+        return a->ns < b->ns;
+    for (uint32_t i = 0; i < t->cfg.page_size; i++)
+        if (a->tokens[i] != b->tokens[i])
+            return a->tokens[i] < b->tokens[i];
+    return false;
+}
+
+static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, int depth)
+{
+    const struct rdx_node *n = node_at(t, idx);
+    size_t ntok = (size_t)n->npages * t->cfg.page_size;
+
+    if (idx != ROOT) {
+        emit(d, "%*s[", depth * 2, "");
+        for (size_t i = 0; i < ntok; i++)
+            emit(d, i ? ",%u" : "%u", n->tokens[i]);
+        emit(d, "] pages=[");
+        for (uint32_t i = 0; i < n->npages; i++)
+            emit(d, i ? ",%u" : "%u", n->pages[i]);
+        emit(d, "] lock=%u\n", n->lock_ref);
+    }
+    /* Visit children smallest first; quadratic, which is fine at the sizes tests dump. */
+    uint32_t prev = NONE;
+    for (uint32_t k = 0; k < n->nchildren; k++) {
+        uint32_t best = NONE;
+        for (uint32_t i = 1; i < t->cap; i++) {
+            const struct rdx_node *c = t->nodes[i];
+            if (!c || c->parent != idx)
+                continue;
+            if (prev != NONE && !sorts_before(t, node_at(t, prev), c))
+                continue;
+            if (best == NONE || sorts_before(t, c, node_at(t, best)))
+                best = i;
+        }
+        if (best == NONE)
+            break;
+        dump_node(t, d, best, idx == ROOT ? 0 : depth + 1);
+        prev = best;
+    }
+}
+
+size_t rdx_dump(const struct rdx_tree *t, char *buf, size_t cap)
+{
+    struct dumper d = {.buf = buf, .cap = cap};
+
+    if (cap)
+        buf[0] = '\0';
+    dump_node(t, &d, ROOT, 0);
+    return d.len;
+}
+
+int rdx_node_hashes(const struct rdx_tree *t, kvt_node_ref ref, uint8_t (*out)[KVT_HASH_LEN],
+                    size_t max, size_t *n)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    if (!t->cfg.hash_pages)
+        return -ENODATA;
+    const struct rdx_node *node = node_at(t, idx);
+    *n = node->npages < max ? node->npages : max;
+    memcpy(out, node->hash, *n * KVT_HASH_LEN);
+    return 0;
+}
