@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# kvtier's two commands:
+#   ./run.sh demo   build and run the demo
+#   ./run.sh test   build and run every suite this machine can run, then the unit suite
+#                   again under ASan+UBSan
+# Each installs the Debian packages it is missing (apt-get, only when missing), configures
+# and builds on its own. Binaries land in build/tools/.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PACKAGES=(gcc libc6-dev meson ninja-build pkg-config python3 libssl-dev liburing-dev liblmdb-dev
+          libcmocka-dev libxxhash-dev)
+
+install_missing() {
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "run.sh: installing ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+}
+
+# The CUDA toolkit is not a Debian package here; use it when it is installed.
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
+
+build() {
+    local dir=$1
+    shift
+    [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@" >/dev/null
+    ninja -C "$dir" >/dev/null
+}
+
+# One plain closing line over every meson test run in this invocation.
+summary() {
+    python3 - "$@" <<'PY'
+import json, sys
+passed = failed = skipped = 0
+for log in sys.argv[1:]:
+    for line in open(log):
+        r = json.loads(line)["result"]
+        if r in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif r == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+}
+
+cmd_demo() {
+    install_missing
+    build build
+    ./build/tools/kvtier-demo
+}
+
+cmd_test() {
+    install_missing
+    local rc=0
+    build build
+    meson test -C build --print-errorlogs || rc=1
+    # Sanitizers: the sim backend only, so the CUDA runtime stays out of ASan's way.
+    build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
+    ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        meson test -C build-asan --suite unit --print-errorlogs || rc=1
+    summary build/meson-logs/testlog.json build-asan/meson-logs/testlog.json
+    return $rc
+}
+
+case "${1:-}" in
+demo) cmd_demo ;;
+test) cmd_test ;;
+*)
+    echo "usage: $0 demo|test" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,492 @@
+/* The public API: options, bad input, and the request lifecycle across cache and allocator. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+
+static void base_options(struct kvt_options *o)
+{
+    kvt_options_init(o, sizeof(*o));
+    o->geometry = (struct kvt_geometry){
+        .attention = KVT_ATTN_MHA, .layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2};
+    o->backend = KVT_BACKEND_SIM;
+    o->page_size = 4;
+    o->device_tokens = 64;
+    o->max_requests = 4;
+    o->max_context = 64;
+}
+
+static kvt_engine *open_engine(void)
+{
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    base_options(&o);
+    assert_int_equal(kvt_open(&o, &e), 0);
+    return e;
+}
+
+static void check(const kvt_engine *e)
+{
+    char why[200];
+
+    if (kvt_engine_check(e, why, sizeof(why)))
+        fail_msg("engine check: %s", why);
+}
+
+static struct kvt_stats stats(const kvt_engine *e)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    assert_int_equal(kvt_stats(e, &st), 0);
+    return st;
+}
+
+/* Everything a rejected call must leave as it was. */
+static void assert_same(const kvt_engine *e, const struct kvt_stats *before)
+{
+    struct kvt_stats now = stats(e);
+
+    assert_int_equal(now.device_free_tokens, before->device_free_tokens);
+    assert_int_equal(now.cached_tokens, before->cached_tokens);
+    assert_int_equal(now.protected_tokens, before->protected_tokens);
+    assert_int_equal(now.nodes, before->nodes);
+    assert_int_equal(now.req_slots_free, before->req_slots_free);
+    check(e);
+}
+
+static void test_options(void **state)
+{
+    struct kvt_options o;
+    kvt_engine *e = (kvt_engine *)1;
+
+    (void)state;
+    kvt_options_init(&o, sizeof(o));
+    assert_int_equal(o.size, sizeof(o));
+    assert_int_equal(o.page_size, 16);
+    assert_int_equal(o.hash_pages, 1);
+    assert_int_equal(o.tp_size, 1);
+    assert_int_equal(kvt_open(&o, &e), -EINVAL); /* no geometry */
+    assert_null(e);
+
+#define REJECT(field, value)                                                                       \
+    do {                                                                                           \
+        base_options(&o);                                                                          \
+        o.field = value;                                                                           \
+        assert_int_equal(kvt_open(&o, &e), -EINVAL);                                               \
+    } while (0)
+    REJECT(page_size, 0);
+    REJECT(page_size, 3);
+    REJECT(page_size, 512);
+    REJECT(backend, 7);
+    REJECT(evict_policy, 6);
+    REJECT(hash_pages, 2);
+    REJECT(tp_rank, 1);
+    REJECT(tp_size, 0);
+    REJECT(max_requests, 0);
+    REJECT(max_context, 0);
+    REJECT(geometry.layers, 0);
+    REJECT(geometry.dtype_bytes, 3);
+    REJECT(geometry.attention, 2);
+    REJECT(device_tokens, 3); /* less than a page */
+    REJECT(size, sizeof(o) - 8);
+#undef REJECT
+    base_options(&o);
+    o.device_tokens = 0; /* and no budget either */
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    assert_int_equal(kvt_open(NULL, &e), -EINVAL);
+    assert_int_equal(kvt_open(&o, NULL), -EINVAL);
+
+    /* A caller built against a newer header: unknown options must be zero. */
+    struct {
+        struct kvt_options o;
+        uint64_t newer;
+    } ext;
+    memset(&ext, 0, sizeof(ext));
+    base_options(&ext.o);
+    ext.o.size = sizeof(ext);
+    ext.newer = 1;
+    assert_int_equal(kvt_open(&ext.o, &e), -EINVAL);
+    ext.newer = 0;
+    assert_int_equal(kvt_open(&ext.o, &e), 0);
+    kvt_close(e);
+
+    /* A budget instead of a token count: 2 layers x (K + V) x 4 x 2 bytes = 32 B a token. */
+    base_options(&o);
+    o.device_tokens = 0;
+    o.device_bytes = 32 * 100;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    assert_int_equal(stats(e).device_tokens, 96); /* 100 rows - 4 padding, whole pages */
+    kvt_close(e);
+    kvt_close(NULL);
+}
+
+static void test_backend_choice(void **state)
+{
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    (void)state;
+    base_options(&o);
+    o.backend = KVT_BACKEND_AUTO;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    uint32_t chosen = stats(e).backend;
+    kvt_close(e);
+    o.backend = KVT_BACKEND_CUDA;
+    int rc = kvt_open(&o, &e);
+    if (chosen == KVT_BACKEND_SIM) {
+        /* auto fell back to sim, so cuda cannot be had: a clear error, not a crash. */
+        assert_int_equal(rc, KVT_ENOBACKEND);
+    } else {
+        assert_int_equal(rc, 0);
+        kvt_close(e);
+    }
+}
+
+static void test_strerror(void **state)
+{
+    (void)state;
+    assert_string_equal(kvt_strerror(0), "success");
+    assert_non_null(strstr(kvt_strerror(KVT_ENOBACKEND), "backend"));
+    assert_string_equal(kvt_strerror(-EINVAL), kvt_strerror(EINVAL));
+    assert_non_null(strstr(kvt_strerror(-ENOMEM), "memory"));
+    assert_string_equal(kvt_strerror(-99999), "unknown error");
+}
+
+static void test_fingerprint(void **state)
+{
+    struct kvt_options o;
+    kvt_engine *e;
+    uint8_t a[32], b[32], c[32];
+
+    (void)state;
+    base_options(&o);
+    o.model_id = "llama";
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_fingerprint(e, a);
+    kvt_close(e);
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_fingerprint(e, b);
+    kvt_close(e);
+    assert_memory_equal(a, b, 32);
+    o.model_id = "llamb";
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_fingerprint(e, c);
+    kvt_close(e);
+    assert_memory_not_equal(a, c, 32);
+    o.model_id = "llama";
+    o.tp_size = 2;
+    o.tp_rank = 1;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_fingerprint(e, c);
+    kvt_close(e);
+    assert_memory_not_equal(a, c, 32);
+}
+
+static void test_insert_ownership(void **state)
+{
+    kvt_engine *e = open_engine();
+    const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct kvt_key key = {.tokens = tok, .len = 8};
+    int32_t s[8], dup[8], got[8];
+    struct kvt_match m;
+    size_t pre;
+
+    (void)state;
+    struct kvt_stats before = stats(e);
+    /* Slots nobody allocated cannot enter the cache. */
+    const int32_t stray[8] = {8, 9, 10, 11, 12, 13, 14, 15};
+    assert_int_equal(kvt_insert(e, &key, stray, 0, &pre), -EINVAL);
+    assert_same(e, &before);
+    assert_int_equal(kvt_alloc(e, 8, s), 0);
+    const int32_t torn[8] = {s[0], s[1], s[2], s[3], s[5], s[4], s[6], s[7]};
+    assert_int_equal(kvt_insert(e, &key, torn, 0, &pre), -EINVAL);
+    key.len = 6;
+    assert_int_equal(kvt_insert(e, &key, s, 0, &pre), -EINVAL); /* not whole pages */
+    key.len = 0;
+    assert_int_equal(kvt_insert(e, &key, s, 0, &pre), -EINVAL);
+    assert_int_equal(kvt_match(e, &key, got, &m), -EINVAL);
+    key.len = 65; /* past max_context */
+    assert_int_equal(kvt_insert(e, &key, s, 0, &pre), -EINVAL);
+    key.len = 8;
+    before = stats(e);
+    assert_same(e, &before);
+
+    assert_int_equal(kvt_insert(e, &key, s, 0, &pre), 0);
+    assert_int_equal(pre, 0);
+    check(e);
+    assert_int_equal(kvt_free(e, s, 8), -EINVAL); /* the cache owns them now */
+    /* The same slots again: already cached, nothing changes hands. */
+    assert_int_equal(kvt_insert(e, &key, s, 0, &pre), 0);
+    assert_int_equal(pre, 8);
+    /* A duplicate computed elsewhere stays the caller's to free. */
+    assert_int_equal(kvt_alloc(e, 8, dup), 0);
+    assert_int_equal(kvt_insert(e, &key, dup, 0, &pre), 0);
+    assert_int_equal(pre, 8);
+    assert_int_equal(kvt_free(e, dup, 8), 0);
+    assert_int_equal(kvt_match(e, &key, got, &m), 0);
+    assert_int_equal(m.device_len, 8);
+    assert_memory_equal(got, s, sizeof(s));
+    assert_int_equal(kvt_lock(e, m.last_node), 0);
+    assert_int_equal(kvt_unlock(e, m.last_node), 0);
+    assert_int_equal(kvt_unlock(e, m.last_node), -EINVAL);
+    size_t ev;
+    assert_int_equal(kvt_evict(e, 1, &ev), 0);
+    assert_int_equal(ev, 8);
+    assert_int_equal(kvt_available(e), 64);
+    assert_int_equal(kvt_lock(e, m.last_node), -EINVAL); /* stale after eviction */
+    check(e);
+    kvt_close(e);
+}
+
+/* Run a request as a scheduler would: begin, allocate the rest, write it, finish. */
+static void run_request(kvt_engine *e, const uint32_t *tok, size_t len, size_t want_hit)
+{
+    struct kvt_key key = {.tokens = tok, .len = len};
+    struct kvt_req r;
+    int32_t out[64], last = -1;
+
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.protected_len, want_hit);
+    uint32_t pre = (uint32_t)r.protected_len, seq = (uint32_t)len;
+    if (pre)
+        assert_int_equal(kvt_req_read(e, &r, pre - 1, 1, &last), 0);
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &last, out, len - pre), 0);
+    assert_int_equal(kvt_req_write(e, &r, pre, out, len - pre), 0);
+    check(e);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 1), 0);
+    assert_int_equal(r.pool_idx, -1);
+    check(e);
+}
+
+static void test_finished(void **state)
+{
+    kvt_engine *e = open_engine();
+    uint32_t tok[14];
+
+    (void)state;
+    for (uint32_t i = 0; i < 14; i++)
+        tok[i] = i + 1;
+    /* 10 tokens: 2 whole pages are cached, the partial third page is freed. */
+    run_request(e, tok, 10, 0);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.cached_tokens, 8);
+    assert_int_equal(st.device_free_tokens, 64 - 8);
+    assert_int_equal(st.protected_tokens, 0);
+    assert_int_equal(st.req_slots_free, 4);
+    /* 14 tokens sharing them: 8 served, one more page cached. */
+    run_request(e, tok, 14, 8);
+    st = stats(e);
+    assert_int_equal(st.cached_tokens, 12);
+    assert_int_equal(st.device_free_tokens, 64 - 12);
+    assert_int_equal(st.match_hit_tokens, 8);
+    kvt_close(e);
+}
+
+/* Two requests compute the same prompt at once: the second one's pages are duplicates and
+ * go back to the allocator when it finishes. */
+static void test_duplicates(void **state)
+{
+    kvt_engine *e = open_engine();
+    const uint32_t tok[8] = {9, 9, 9, 9, 8, 8, 8, 8};
+    struct kvt_key key = {.tokens = tok, .len = 8};
+    struct kvt_req a, b;
+    int32_t sa[8], sb[8], got[8];
+    uint32_t pre = 0, seq = 8;
+    int32_t none = -1;
+
+    (void)state;
+    assert_int_equal(kvt_req_begin(e, &key, &a), 0);
+    assert_int_equal(kvt_req_begin(e, &key, &b), 0);
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &none, sa, 8), 0);
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &none, sb, 8), 0);
+    assert_int_equal(kvt_req_write(e, &a, 0, sa, 8), 0);
+    assert_int_equal(kvt_req_write(e, &b, 0, sb, 8), 0);
+    assert_int_equal(kvt_req_cache_finished(e, &a, &key, 0, 1), 0);
+    assert_int_equal(kvt_available(e), 64 - 16);
+    assert_int_equal(kvt_req_cache_finished(e, &b, &key, 0, 1), 0);
+    assert_int_equal(kvt_available(e), 64 - 8);
+    struct kvt_match m;
+    assert_int_equal(kvt_match(e, &key, got, &m), 0);
+    assert_memory_equal(got, sa, sizeof(sa));
+    check(e);
+    kvt_close(e);
+}
+
+/* Chunked prefill: 18 tokens in chunks of 6. After each chunk the whole pages are cached,
+ * the lock moves to the new last node, and the partial page stays with the request. */
+static void test_unfinished(void **state)
+{
+    kvt_engine *e = open_engine();
+    uint32_t tok[18];
+    struct kvt_req r;
+    int32_t out[8], row[18];
+
+    (void)state;
+    for (uint32_t i = 0; i < 18; i++)
+        tok[i] = 100 + i;
+    struct kvt_key key = {.tokens = tok, .len = 18};
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    kvt_node_ref first_lock = r.last_node;
+    for (uint32_t done = 0; done < 18; done += 6) {
+        uint32_t pre = done, seq = done + 6;
+        int32_t last = -1;
+        if (pre)
+            assert_int_equal(kvt_req_read(e, &r, pre - 1, 1, &last), 0);
+        assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &last, out, 6), 0);
+        assert_int_equal(kvt_req_write(e, &r, pre, out, 6), 0);
+        struct kvt_key fill = {.tokens = tok, .len = seq};
+        assert_int_equal(kvt_req_cache_unfinished(e, &r, &fill), 0);
+        assert_int_equal(r.protected_len, seq / 4 * 4);
+        struct kvt_stats st = stats(e);
+        assert_int_equal(st.protected_tokens, r.protected_len);
+        assert_int_equal(st.cached_tokens, r.protected_len);
+        check(e);
+    }
+    assert_true(r.last_node != first_lock);
+    /* The row names the cached slots for the cached part. */
+    struct kvt_match m;
+    int32_t cached[16];
+    assert_int_equal(kvt_req_read(e, &r, 0, 18, row), 0);
+    assert_int_equal(kvt_match(e, &key, cached, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    assert_memory_equal(row, cached, 16 * sizeof(int32_t));
+    assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 1), 0);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.protected_tokens, 0);
+    assert_int_equal(st.cached_tokens, 16);
+    assert_int_equal(st.device_free_tokens, 64 - 16);
+    check(e);
+    kvt_close(e);
+}
+
+static void test_request_errors(void **state)
+{
+    kvt_engine *e = open_engine();
+    const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct kvt_key key = {.tokens = tok, .len = 8};
+    struct kvt_req r[5];
+    int32_t s[8];
+
+    (void)state;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kvt_req_begin(e, &key, &r[i]), 0);
+    struct kvt_stats before = stats(e);
+    assert_int_equal(kvt_req_begin(e, &key, &r[4]), -ENOMEM);
+    assert_same(e, &before);
+    /* The row holds slots nobody allocated: rejected before anything moves. */
+    const int32_t stray[8] = {4, 5, 6, 7, 8, 9, 10, 11};
+    assert_int_equal(kvt_req_write(e, &r[0], 0, stray, 8), 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 1), -EINVAL);
+    assert_same(e, &before);
+    /* insert 0 frees what the request computed and caches nothing. */
+    assert_int_equal(kvt_alloc(e, 8, s), 0);
+    assert_int_equal(kvt_req_write(e, &r[0], 0, s, 8), 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 0), 0);
+    assert_int_equal(kvt_available(e), 64);
+    assert_int_equal(stats(e).cached_tokens, 0);
+    before = stats(e);
+    assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 1), -EINVAL); /* twice */
+    struct kvt_req forged = r[1];
+    forged.pool_idx = 77;
+    assert_int_equal(kvt_req_cache_finished(e, &forged, &key, 0, 1), -EINVAL);
+    forged = r[1];
+    forged.protected_len = 4; /* not what was locked */
+    forged.last_node = 12345;
+    assert_int_equal(kvt_req_cache_unfinished(e, &forged, &key), -EINVAL);
+    assert_int_equal(kvt_req_write(e, &r[1], 60, s, 8), -EINVAL); /* past max_context */
+    assert_same(e, &before);
+    for (int i = 1; i < 4; i++) {
+        struct kvt_key none = {.tokens = tok, .len = 1};
+        assert_int_equal(kvt_req_cache_finished(e, &r[i], &none, 0, 0), -EINVAL);
+        assert_int_equal(kvt_alloc(e, 4, s), 0);
+        assert_int_equal(kvt_req_write(e, &r[i], 0, s, 1), 0);
+        assert_int_equal(kvt_req_cache_finished(e, &r[i], &none, 0, 1), 0);
+    }
+    assert_int_equal(kvt_available(e), 64);
+    assert_int_equal(kvt_req_available(e), 4);
+    check(e);
+    kvt_close(e);
+}
+
+static void test_bad_calls(void **state)
+{
+    kvt_engine *e = open_engine();
+    int32_t s[8];
+    size_t n;
+    struct kvt_match m;
+    struct kvt_key key = {.tokens = (const uint32_t[]){1, 2, 3, 4}, .len = 4};
+
+    (void)state;
+    assert_int_equal(kvt_alloc(NULL, 4, s), -EINVAL);
+    assert_int_equal(kvt_alloc(e, 0, s), -EINVAL);
+    assert_int_equal(kvt_alloc(e, 68, s), -ENOMEM);
+    assert_int_equal(kvt_alloc(e, 4, s), 0);
+    assert_int_equal(kvt_free(e, s, 4), 0);
+    assert_int_equal(kvt_free(e, s, 4), -EINVAL); /* double free */
+    assert_int_equal(kvt_match(e, NULL, s, &m), -EINVAL);
+    assert_int_equal(kvt_match(e, &key, s, NULL), -EINVAL);
+    assert_int_equal(kvt_insert(e, &key, NULL, 0, &n), -EINVAL);
+    assert_int_equal(kvt_unlock(e, 0), -EINVAL);
+    assert_int_equal(kvt_lock(e, ~0ull), -EINVAL);
+    assert_int_equal(kvt_evict(NULL, 1, &n), -EINVAL);
+    assert_int_equal(kvt_free_group_end(e), -EINVAL);
+    assert_int_equal(kvt_stats(e, &(struct kvt_stats){.size = 8}), -EINVAL);
+    struct kvt_key big_ns = {.tokens = key.tokens, .len = 4, .ns = "x", .ns_len = 257};
+    assert_int_equal(kvt_match(e, &big_ns, s, &m), -EINVAL);
+    assert_int_equal(kvt_available(e), 64);
+    check(e);
+    kvt_close(e);
+}
+
+static void test_kv_data(void **state)
+{
+    struct kvt_options o;
+    kvt_engine *e;
+    uint8_t k[2 * 12], back[2 * 12];
+    int32_t s[4];
+    void *ptr;
+    size_t row;
+
+    (void)state;
+    base_options(&o);
+    o.geometry = (struct kvt_geometry){.attention = KVT_ATTN_MLA,
+                                       .layers = 3,
+                                       .kv_lora_rank = 4,
+                                       .qk_rope_head_dim = 2,
+                                       .dtype_bytes = 2};
+    assert_int_equal(kvt_open(&o, &e), 0);
+    assert_int_equal(kvt_alloc(e, 4, s), 0);
+    for (size_t i = 0; i < sizeof(k); i++)
+        k[i] = (uint8_t)(i + 1);
+    assert_int_equal(kvt_kv_write(e, 2, s + 1, 2, k, NULL), 0);
+    assert_int_equal(kvt_kv_read(e, 2, s + 1, 2, back, NULL), 0);
+    assert_memory_equal(k, back, sizeof(k));
+    assert_int_equal(kvt_kv_buffer(e, 2, 0, &ptr, &row), 0);
+    assert_int_equal(row, 12);
+    assert_memory_equal((uint8_t *)ptr + (size_t)s[1] * row, k, sizeof(k)); /* sim: host */
+    assert_int_equal(kvt_kv_buffer(e, 2, 1, &ptr, &row), -EINVAL);          /* MLA has no V */
+    assert_int_equal(kvt_kv_buffer(e, 3, 0, &ptr, &row), -EINVAL);
+    assert_int_equal(kvt_kv_write(e, 0, s, 1, k, k), -EINVAL);
+    kvt_close(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_options),          cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_strerror),         cmocka_unit_test(test_fingerprint),
+        cmocka_unit_test(test_insert_ownership), cmocka_unit_test(test_finished),
+        cmocka_unit_test(test_duplicates),       cmocka_unit_test(test_unfinished),
+        cmocka_unit_test(test_request_errors),   cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_kv_data),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,418 @@
+/* The radix prefix cache on its own: structure, matching, locks, eviction order, namespaces
+ * and page hashes. Pages are plain numbers here; eviction reports them to a recorder. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "radix/radix.h"
+
+#define MAX_FREED 256
+
+struct recorder {
+    uint32_t freed[MAX_FREED];
+    size_t n;
+};
+
+static void record(void *ctx, const uint32_t *pages, size_t n)
+{
+    struct recorder *r = ctx;
+
+    for (size_t i = 0; i < n && r->n < MAX_FREED; i++)
+        r->freed[r->n++] = pages[i];
+}
+
+static struct rdx_tree *tree(uint32_t page_size, uint32_t policy, struct recorder *r)
+{
+    struct rdx_config cfg = {
+        .page_size = page_size, .policy = policy, .hash_pages = 1, .free_pages = record, .ctx = r};
+    struct rdx_tree *t = NULL;
+
+    memset(cfg.fingerprint, 0xab, sizeof(cfg.fingerprint));
+    assert_int_equal(rdx_create(&cfg, &t), 0);
+    return t;
+}
+
+static void check(const struct rdx_tree *t)
+{
+    char why[200];
+    int rc = rdx_check(t, NULL, NULL, why, sizeof(why));
+
+    if (rc)
+        fail_msg("tree check: %s", why);
+}
+
+/* Insert tokens with pages = token + 100; returns the cached prefix length. */
+static size_t put_ns(struct rdx_tree *t, const char *ns, const uint32_t *tok, size_t n,
+                     int32_t prio)
+{
+    uint32_t pages[64];
+    struct kvt_key k = {.tokens = tok, .len = n, .ns = ns, .ns_len = ns ? strlen(ns) : 0};
+    size_t pre = 999;
+
+    for (size_t i = 0; i < n; i++)
+        pages[i] = tok[i] + 100;
+    assert_int_equal(rdx_insert(t, &k, pages, prio, &pre), 0);
+    check(t);
+    return pre;
+}
+
+static size_t put(struct rdx_tree *t, const uint32_t *tok, size_t n)
+{
+    return put_ns(t, NULL, tok, n, 0);
+}
+
+static size_t get_ns(struct rdx_tree *t, const char *ns, const uint32_t *tok, size_t n,
+                     uint32_t *pages, kvt_node_ref *last)
+{
+    struct kvt_key k = {.tokens = tok, .len = n, .ns = ns, .ns_len = ns ? strlen(ns) : 0};
+    size_t got = 999;
+    kvt_node_ref l;
+
+    assert_int_equal(rdx_match(t, &k, pages, &got, last ? last : &l), 0);
+    check(t);
+    return got;
+}
+
+static size_t get(struct rdx_tree *t, const uint32_t *tok, size_t n, kvt_node_ref *last)
+{
+    return get_ns(t, NULL, tok, n, NULL, last);
+}
+
+static void assert_dump(const struct rdx_tree *t, const char *want)
+{
+    char buf[2048];
+
+    rdx_dump(t, buf, sizeof(buf));
+    if (strcmp(buf, want) != 0)
+        fail_msg("tree is\n%s\nwant\n%s", buf, want);
+}
+
+#define KEY(...) ((const uint32_t[]){__VA_ARGS__}), (sizeof((uint32_t[]){__VA_ARGS__}) / 4)
+
+static void test_insert_sequence(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(1, KVT_EVICT_LRU, &r);
+
+    (void)state;
+    assert_int_equal(put(t, KEY(1, 2, 3)), 0);
+    assert_int_equal(put(t, KEY(1, 2, 3, 4, 5)), 3);
+    assert_int_equal(put(t, KEY(1, 2, 4, 5, 6, 7)), 2);
+    assert_int_equal(put(t, KEY(8, 9, 10, 11, 12)), 0);
+    assert_dump(t, "[1,2] pages=[101,102] lock=0\n"
+                   "  [3] pages=[103] lock=0\n"
+                   "    [4,5] pages=[104,105] lock=0\n"
+                   "  [4,5,6,7] pages=[104,105,106,107] lock=0\n"
+                   "[8,9,10,11,12] pages=[108,109,110,111,112] lock=0\n");
+    struct rdx_sizes s;
+    rdx_sizes(t, &s);
+    assert_int_equal(s.cached_pages, 14);
+    assert_int_equal(s.evictable_pages, 14);
+    assert_int_equal(s.nodes, 5);
+
+    uint32_t pages[16];
+    assert_int_equal(get_ns(t, NULL, KEY(1, 2, 4, 5, 6, 7, 9), pages, NULL), 6);
+    const uint32_t want[] = {101, 102, 104, 105, 106, 107};
+    assert_memory_equal(pages, want, sizeof(want));
+    assert_int_equal(get(t, KEY(7, 1), NULL), 0);
+    rdx_destroy(t);
+}
+
+/* A match that ends inside a node splits it so the prefix ends on a node boundary. */
+static void test_split(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(1, KVT_EVICT_LRU, &r);
+    uint8_t whole[5][KVT_HASH_LEN], head[5][KVT_HASH_LEN], tail[5][KVT_HASH_LEN];
+    kvt_node_ref last, full;
+    size_t n;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4, 5));
+    assert_int_equal(get(t, KEY(1, 2, 3, 4, 5), &full), 5);
+    assert_int_equal(rdx_node_hashes(t, full, whole, 5, &n), 0);
+    assert_int_equal(n, 5);
+
+    assert_int_equal(get(t, KEY(1, 2, 3, 9), &last), 3);
+    assert_dump(t, "[1,2,3] pages=[101,102,103] lock=0\n"
+                   "  [4,5] pages=[104,105] lock=0\n");
+    assert_int_equal(rdx_node_hashes(t, last, head, 5, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(get(t, KEY(1, 2, 3, 4, 5), &full), 5);
+    assert_int_equal(rdx_node_hashes(t, full, tail, 5, &n), 0);
+    assert_int_equal(n, 2);
+    /* Hashes split at page boundaries: the halves are the whole. */
+    assert_memory_equal(head, whole, 3 * KVT_HASH_LEN);
+    assert_memory_equal(tail, whole + 3, 2 * KVT_HASH_LEN);
+    rdx_destroy(t);
+}
+
+static void test_pages(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(4, KVT_EVICT_LRU, &r);
+    struct kvt_key odd = {.tokens = (const uint32_t[]){1, 2, 3}, .len = 3};
+    uint32_t pages[4] = {0};
+    size_t pre;
+
+    (void)state;
+    assert_int_equal(rdx_insert(t, &odd, pages, 0, &pre), -EINVAL);
+    assert_int_equal(put(t, KEY(1, 2, 3, 4, 1, 2, 3, 4)), 0);
+    /* Page granularity: three equal tokens of the second page are no match. */
+    assert_int_equal(get(t, KEY(1, 2, 3, 4, 1, 2, 3, 5), NULL), 1);
+    /* A key is matched in whole pages: 10 tokens are 2 pages. */
+    assert_int_equal(get(t, KEY(1, 2, 3, 4, 1, 2, 3, 4, 1, 2), NULL), 2);
+    assert_int_equal(get(t, KEY(1, 2, 3), NULL), 0);
+    assert_dump(t, "[1,2,3,4] pages=[101] lock=0\n"
+                   "  [1,2,3,4] pages=[102] lock=0\n");
+    rdx_destroy(t);
+}
+
+static void test_locks(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(1, KVT_EVICT_LRU, &r);
+    struct rdx_sizes s;
+    kvt_node_ref leaf, other;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4));
+    put(t, KEY(1, 2, 7));
+    put(t, KEY(9));
+    get(t, KEY(1, 2, 3, 4), &leaf);
+    get(t, KEY(9), &other);
+    assert_int_equal(rdx_lock(t, leaf), 0);
+    assert_int_equal(rdx_lock(t, leaf), 0);
+    rdx_sizes(t, &s);
+    assert_int_equal(s.protected_pages, 4); /* [1,2] and [3,4] */
+    assert_int_equal(s.evictable_pages, 2);
+    check(t);
+
+    /* Evict everything: only the unlocked [7] and [9] can go. */
+    assert_int_equal(rdx_evict(t, 100), 2);
+    rdx_sizes(t, &s);
+    assert_int_equal(s.cached_pages, 4);
+    assert_int_equal(rdx_lock(t, other), -EINVAL); /* evicted: its ref is stale */
+    assert_int_equal(rdx_unlock(t, leaf), 0);
+    assert_int_equal(rdx_evict(t, 100), 0); /* still locked once */
+    assert_int_equal(rdx_unlock(t, leaf), 0);
+    assert_int_equal(rdx_unlock(t, leaf), -EINVAL); /* below zero */
+    rdx_sizes(t, &s);
+    assert_int_equal(s.protected_pages, 0);
+    assert_int_equal(s.evictable_pages, 4);
+    /* The root can be locked and unlocked freely (it is never evicted). */
+    assert_int_equal(rdx_lock(t, rdx_root(t)), 0);
+    assert_int_equal(rdx_unlock(t, rdx_root(t)), 0);
+    assert_int_equal(rdx_unlock(t, 0), -EINVAL);
+    assert_int_equal(rdx_unlock(t, leaf + (1ull << 32)), -EINVAL); /* forged generation */
+    assert_int_equal(rdx_evict(t, 100), 4);
+    rdx_sizes(t, &s);
+    assert_int_equal(s.cached_pages, 0);
+    assert_int_equal(s.nodes, 0);
+    check(t);
+    rdx_destroy(t);
+}
+
+/* A lock taken on a node survives a split of that node: the new parent inherits it. */
+static void test_lock_across_split(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(1, KVT_EVICT_LRU, &r);
+    kvt_node_ref leaf;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4));
+    get(t, KEY(1, 2, 3, 4), &leaf);
+    assert_int_equal(rdx_lock(t, leaf), 0);
+    put(t, KEY(1, 2, 8));
+    assert_dump(t, "[1,2] pages=[101,102] lock=1\n"
+                   "  [3,4] pages=[103,104] lock=1\n"
+                   "  [8] pages=[108] lock=0\n");
+    assert_int_equal(rdx_evict(t, 100), 1);
+    assert_int_equal(rdx_unlock(t, leaf), 0);
+    check(t);
+    assert_int_equal(rdx_evict(t, 100), 4);
+    rdx_destroy(t);
+}
+
+/* Four one-page leaves, touched so that every policy orders them differently:
+ * inserted a, b, c, d (priorities 5, 1, 9, 1); then a, a, c, b, b, b matched. */
+static void eviction_order(uint32_t policy, const char *want)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(1, policy, &r);
+    char got[16] = {0};
+
+    put_ns(t, NULL, KEY(10), 5);
+    put_ns(t, NULL, KEY(20), 1);
+    put_ns(t, NULL, KEY(30), 9);
+    put_ns(t, NULL, KEY(40), 1);
+    get(t, KEY(10), NULL);
+    get(t, KEY(10), NULL);
+    get(t, KEY(30), NULL);
+    for (int i = 0; i < 3; i++)
+        get(t, KEY(20), NULL);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rdx_evict(t, 1), 1);
+    assert_int_equal(r.n, 4);
+    for (size_t i = 0; i < 4; i++)
+        got[i] = (char)('a' + (r.freed[i] - 110) / 10);
+    if (strcmp(got, want) != 0)
+        fail_msg("policy %u evicted %s, want %s", policy, got, want);
+    rdx_destroy(t);
+}
+
+static void test_eviction_policies(void **state)
+{
+    (void)state;
+    eviction_order(KVT_EVICT_LRU, "dacb");      /* last access d4 a6 c7 b10 */
+    eviction_order(KVT_EVICT_LFU, "dcab");      /* hits d0 c1 a2 b3 */
+    eviction_order(KVT_EVICT_FIFO, "abcd");     /* created a1 b2 c3 d4 */
+    eviction_order(KVT_EVICT_MRU, "bcad");      /* newest access first */
+    eviction_order(KVT_EVICT_FILO, "dcba");     /* newest insertion first */
+    eviction_order(KVT_EVICT_PRIORITY, "dbac"); /* priority, then last access */
+}
+
+/* A parent whose last child goes becomes a leaf and is evicted within the same call. */
+static void test_evict_parents(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(1, KVT_EVICT_LRU, &r);
+
+    (void)state;
+    put(t, KEY(1, 2, 3));
+    put(t, KEY(1, 2, 3, 4));
+    put(t, KEY(1, 2, 3, 5));
+    put(t, KEY(9));
+    get(t, KEY(9), NULL);
+    assert_int_equal(rdx_evict(t, 5), 5);
+    /* [4] and [5] (oldest), then their parent [1,2,3]; [9] was used last and stays. */
+    const uint32_t want[] = {104, 105, 101, 102, 103};
+    assert_int_equal(r.n, 5);
+    assert_memory_equal(r.freed, want, sizeof(want));
+    assert_dump(t, "[9] pages=[109] lock=0\n");
+    assert_int_equal(rdx_evict(t, 0), 0);
+    rdx_destroy(t);
+}
+
+static void test_namespaces(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(1, KVT_EVICT_LRU, &r);
+    uint8_t ha[1][KVT_HASH_LEN], hb[1][KVT_HASH_LEN];
+    kvt_node_ref la, lb;
+    uint32_t pages[4];
+    size_t n;
+
+    (void)state;
+    assert_int_equal(put_ns(t, "lora-a", KEY(1, 2, 3), 0), 0);
+    assert_int_equal(put_ns(t, "lora-b", KEY(1, 2, 3), 0), 0);
+    assert_int_equal(put_ns(t, NULL, KEY(1, 2), 0), 0);
+    assert_int_equal(get_ns(t, "lora-c", KEY(1, 2, 3), pages, NULL), 0);
+    assert_int_equal(get_ns(t, "lora-a", KEY(1, 2, 3), pages, &la), 3);
+    assert_int_equal(get_ns(t, "lora-b", KEY(1, 2, 3), pages, &lb), 3);
+    assert_int_equal(get_ns(t, NULL, KEY(1, 2, 3), pages, NULL), 2);
+    /* Same tokens, different namespace: different nodes and different hashes. */
+    assert_true(la != lb);
+    assert_int_equal(rdx_node_hashes(t, la, ha, 1, &n), 0);
+    assert_int_equal(rdx_node_hashes(t, lb, hb, 1, &n), 0);
+    assert_memory_not_equal(ha, hb, KVT_HASH_LEN);
+    struct rdx_sizes s;
+    rdx_sizes(t, &s);
+    assert_int_equal(s.nodes, 3);
+    assert_int_equal(rdx_evict(t, 100), 8);
+    assert_int_equal(get_ns(t, "lora-a", KEY(1, 2, 3), pages, NULL), 0);
+    check(t);
+    rdx_destroy(t);
+}
+
+static void sha256(const void *a, size_t alen, const void *b, size_t blen, uint8_t *out)
+{
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+
+    assert_non_null(c);
+    assert_true(EVP_DigestInit_ex(c, EVP_sha256(), NULL));
+    assert_true(EVP_DigestUpdate(c, a, alen));
+    assert_true(EVP_DigestUpdate(c, b, blen));
+    assert_true(EVP_DigestFinal_ex(c, out, NULL));
+    EVP_MD_CTX_free(c);
+}
+
+/* h_0 = SHA256("kvtier/1" || fingerprint || ns); h_i = SHA256(h_{i-1} || page tokens LE),
+ * computed here independently of the library. */
+static void test_hash_chain(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(2, KVT_EVICT_LRU, &r);
+    uint8_t head[8 + KVT_HASH_LEN], h[KVT_HASH_LEN], got[2][KVT_HASH_LEN];
+    const uint8_t le[2][8] = {{1, 0, 0, 0, 0x02, 0x01, 0, 0}, {3, 0, 0, 0, 0, 0, 0, 0x80}};
+    kvt_node_ref last;
+    size_t n;
+
+    (void)state;
+    put_ns(t, "t1", KEY(1, 0x102, 3, 0x80000000u), 0);
+    assert_int_equal(get_ns(t, "t1", KEY(1, 0x102, 3, 0x80000000u), NULL, &last), 2);
+    assert_int_equal(rdx_node_hashes(t, last, got, 2, &n), 0);
+    assert_int_equal(n, 2);
+    memcpy(head, "kvtier/1", 8);
+    memset(head + 8, 0xab, KVT_HASH_LEN);
+    sha256(head, sizeof(head), "t1", 2, h);
+    sha256(h, KVT_HASH_LEN, le[0], 8, h);
+    assert_memory_equal(got[0], h, KVT_HASH_LEN);
+    sha256(h, KVT_HASH_LEN, le[1], 8, h);
+    assert_memory_equal(got[1], h, KVT_HASH_LEN);
+    rdx_destroy(t);
+}
+
+static void test_bad_input(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_config cfg = {.page_size = 3};
+    struct rdx_tree *t = NULL;
+    char big[KVT_NS_MAX + 1] = {0};
+    struct kvt_key k = {
+        .tokens = (const uint32_t[]){1}, .len = 1, .ns = big, .ns_len = sizeof(big)};
+    uint32_t page = 1;
+    size_t n;
+    kvt_node_ref last;
+
+    (void)state;
+    assert_int_equal(rdx_create(&cfg, &t), -EINVAL);
+    cfg.page_size = 4;
+    cfg.policy = 99;
+    assert_int_equal(rdx_create(&cfg, &t), -EINVAL);
+    t = tree(1, KVT_EVICT_LRU, &r);
+    assert_int_equal(rdx_insert(t, &k, &page, 0, &n), -EINVAL);
+    assert_int_equal(rdx_match(t, &k, NULL, &n, &last), -EINVAL);
+    k.ns_len = 0;
+    k.tokens = NULL;
+    assert_int_equal(rdx_insert(t, &k, &page, 0, &n), -EINVAL);
+    check(t);
+    rdx_destroy(t);
+    rdx_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_insert_sequence),
+        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_pages),
+        cmocka_unit_test(test_locks),
+        cmocka_unit_test(test_lock_across_split),
+        cmocka_unit_test(test_eviction_policies),
+        cmocka_unit_test(test_evict_parents),
+        cmocka_unit_test(test_namespaces),
+        cmocka_unit_test(test_hash_chain),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
