@@ -178,7 +178,8 @@ int kvt_insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, i
 /* Lock a node and its ancestors against eviction (lock refs are counted). */
 int kvt_lock(kvt_engine *e, kvt_node_ref node);
 
-/* Drop one lock ref from node and its ancestors; -EINVAL if node is not locked. */
+/* Drop one lock ref from node and its ancestors; -EINVAL if node is not locked. The root
+ * (the last node of an empty match) counts as always locked: both calls on it do nothing. */
 int kvt_unlock(kvt_engine *e, kvt_node_ref node);
 
 /* Evict at least tokens tokens of unlocked leaves by the eviction policy (fewer if not
@@ -233,7 +234,8 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
  * req->protected_len. -ENOMEM when no request slot is free. */
 int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req);
 
-/* Write n slots into the request's req_to_token row from position start. */
+/* Write n slots into the request's req_to_token row from position start; start may not be
+ * past the entries written so far (no holes). */
 int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const int32_t *slots,
                   size_t n);
 
@@ -248,7 +250,9 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
 
 /* Finish a request: insert the whole pages of key (its committed tokens) with priority, free
  * duplicates and the partial tail page, unlock, and release the request slot. With insert 0
- * nothing is inserted and every slot past the protected prefix is freed. */
+ * nothing is inserted and every slot past the protected prefix is freed. key must cover the
+ * protected prefix and no more than the row holds: a request that allocated nothing is
+ * released with key->len == req->protected_len (0 when nothing matched). */
 int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key,
                            int32_t priority, int insert);
 

@@ -453,6 +453,7 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
         req_pool_free(&e->reqs, idx);
         return rc;
     }
+    e->reqs.filled[idx] = (uint32_t)m.device_len;
     req->pool_idx = idx;
     req->protected_len = m.device_len;
     req->last_node = m.last_node;
@@ -480,16 +481,18 @@ size_t kvt_req_available(const kvt_engine *e)
     return e ? e->reqs.nfree : 0;
 }
 
-/* A request the caller hands back must be live and its tokens past the protected prefix
- * must sit in slots the caller holds; then nothing below can fail halfway. */
+/* A request the caller hands back must be live, its key must cover the protected prefix and
+ * stay within what its row holds, and its tokens past the protected prefix must sit in slots
+ * the caller holds; then nothing below can fail halfway. A key of exactly the protected
+ * prefix (even empty) is fine: it releases a request that allocated nothing. */
 static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_key *key)
 {
     const int32_t *row;
-    int rc = check_key(e, key);
 
-    if (rc || !req)
-        return rc ? rc : -EINVAL;
+    if (!e || !req || !key || (key->len && !key->tokens) || (key->ns && key->ns_len > KVT_NS_MAX))
+        return -EINVAL;
     if (!req_pool_in_use(&e->reqs, req->pool_idx) || key->len < req->protected_len ||
+        key->len > req_pool_filled(&e->reqs, req->pool_idx) ||
         req->protected_len % e->opts.page_size || rdx_is_locked(e->tree, req->last_node) != 1)
         return -EINVAL;
     row = req_pool_row(&e->reqs, req->pool_idx);

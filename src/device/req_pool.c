@@ -14,7 +14,8 @@ int req_pool_init(struct req_pool *r, uint32_t max_reqs, uint32_t max_context)
     r->map = calloc((size_t)max_reqs * max_context, sizeof(int32_t));
     r->free_list = malloc(max_reqs * sizeof(uint32_t));
     r->in_use = calloc(max_reqs, 1);
-    if (!r->map || !r->free_list || !r->in_use) {
+    r->filled = calloc(max_reqs, sizeof(uint32_t));
+    if (!r->map || !r->free_list || !r->in_use || !r->filled) {
         req_pool_finish(r);
         return -ENOMEM;
     }
@@ -30,6 +31,7 @@ void req_pool_finish(struct req_pool *r)
     free(r->map);
     free(r->free_list);
     free(r->in_use);
+    free(r->filled);
     memset(r, 0, sizeof(*r));
 }
 
@@ -39,6 +41,7 @@ int req_pool_alloc(struct req_pool *r, int32_t *idx)
         return -ENOMEM;
     uint32_t i = r->free_list[--r->nfree];
     r->in_use[i] = 1;
+    r->filled[i] = 0;
     *idx = (int32_t)i;
     return 0;
 }
@@ -68,10 +71,17 @@ int req_pool_write(struct req_pool *r, int32_t idx, size_t start, const int32_t 
 {
     int rc = check_range(r, idx, start, n);
 
-    if (rc || (n && !slots))
+    if (rc || (n && !slots) || start > r->filled[idx])
         return rc ? rc : -EINVAL;
     memcpy(r->map + (size_t)idx * r->max_context + start, slots, n * sizeof(int32_t));
+    if (start + n > r->filled[idx])
+        r->filled[idx] = (uint32_t)(start + n);
     return 0;
+}
+
+size_t req_pool_filled(const struct req_pool *r, int32_t idx)
+{
+    return req_pool_in_use(r, idx) ? r->filled[idx] : 0;
 }
 
 int req_pool_read(const struct req_pool *r, int32_t idx, size_t start, size_t n, int32_t *out)

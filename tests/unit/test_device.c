@@ -313,7 +313,10 @@ static void test_req_pool(void **state)
     assert_int_equal(a, 0);
     assert_int_equal(b, 1);
     assert_int_equal(req_pool_alloc(&r, &c), -ENOMEM);
+    assert_int_equal(req_pool_write(&r, b, 1, slots, 3), -EINVAL); /* a hole at 0 */
+    assert_int_equal(req_pool_write(&r, b, 0, slots, 1), 0);
     assert_int_equal(req_pool_write(&r, b, 1, slots, 3), 0);
+    assert_int_equal(req_pool_filled(&r, b), 4);
     assert_int_equal(req_pool_read(&r, b, 1, 3, row), 0);
     assert_memory_equal(row, slots, sizeof(slots));
     assert_int_equal(req_pool_write(&r, b, 2, slots, 3), -EINVAL); /* past max_context */

@@ -416,6 +416,25 @@ static void test_request_errors(void **state)
     kvt_close(e);
 }
 
+/* A request that matched nothing and never got a slot (say its allocation failed) is
+ * released with an empty key; a key longer than its row is refused. */
+static void test_release_empty(void **state)
+{
+    kvt_engine *e = open_engine();
+    const uint32_t tok[3] = {1, 2, 3};
+    struct kvt_key key = {.tokens = tok, .len = 3}, empty = {.tokens = NULL, .len = 0};
+    struct kvt_req r;
+
+    (void)state;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.protected_len, 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 0), -EINVAL); /* row is empty */
+    assert_int_equal(kvt_req_cache_finished(e, &r, &empty, 0, 1), 0);
+    assert_int_equal(kvt_req_available(e), 4);
+    check(e);
+    kvt_close(e);
+}
+
 static void test_bad_calls(void **state)
 {
     kvt_engine *e = open_engine();
@@ -486,7 +505,7 @@ int main(void)
         cmocka_unit_test(test_insert_ownership), cmocka_unit_test(test_finished),
         cmocka_unit_test(test_duplicates),       cmocka_unit_test(test_unfinished),
         cmocka_unit_test(test_request_errors),   cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_kv_data),
+        cmocka_unit_test(test_kv_data),          cmocka_unit_test(test_release_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
