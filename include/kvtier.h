@@ -93,9 +93,10 @@ struct kvt_key {
 };
 #define KVT_NS_MAX 256
 
-/* Names a prefix-cache node. 0 is never a valid ref. A ref stays valid while the node is
- * locked; an unlocked node may be split, merged into a new parent or evicted by any later
- * call that inserts, matches or evicts, after which its ref is rejected with -EINVAL. */
+/* Names a prefix-cache node, and so the end of a cached prefix. 0 is never a valid ref. A
+ * split keeps refs valid (the ref still names the node ending at the same prefix). A locked
+ * node is never evicted; an unlocked one may be evicted by any later call that evicts, after
+ * which its ref is rejected with -EINVAL. */
 typedef uint64_t kvt_node_ref;
 
 struct kvt_match {

@@ -193,18 +193,20 @@ static uint64_t pages_for(uint64_t tokens, uint32_t ps)
     return (tokens + ps - 1) / ps;
 }
 
-/* The partial page a request continues must be its own. */
+/* last_loc is the slot of a request's token len-1: -1 for an empty request; in a page the
+ * request holds when that page is partial (the allocator continues it); in a page the
+ * request or the cache holds otherwise. */
 static int check_last_loc(const struct slot_alloc *a, uint64_t len, int32_t last_loc)
 {
     uint32_t p;
 
-    if (last_loc < -1 || (uint64_t)(last_loc + 1) % a->page_size != len % a->page_size)
+    if (len == 0)
+        return last_loc == -1 ? 0 : -EINVAL;
+    if (page_of(a, last_loc, &p) || ((uint64_t)last_loc + 1) % a->page_size != len % a->page_size)
         return -EINVAL;
-    if (len % a->page_size == 0)
+    if (a->state[p] == PAGE_USED)
         return 0;
-    if (page_of(a, last_loc, &p) || a->state[p] != PAGE_USED)
-        return -EINVAL;
-    return 0;
+    return len % a->page_size == 0 && a->state[p] == PAGE_CACHED ? 0 : -EINVAL;
 }
 
 int slot_alloc_extend(struct slot_alloc *a, size_t batch, const uint32_t *prefix_lens,
@@ -283,6 +285,34 @@ int slot_pages_of(const struct slot_alloc *a, const int32_t *slots, size_t n, ui
             if (s[j] != s[0] + (int32_t)j)
                 return -EINVAL;
     }
+    return 0;
+}
+
+/* A partial page of n < page_size slots: the first n slots of one page, in order. */
+static int partial_page_of(const struct slot_alloc *a, const int32_t *slots, size_t n,
+                           uint32_t *page)
+{
+    if (n == 0 || slots[0] % (int32_t)a->page_size || page_of(a, slots[0], page))
+        return -EINVAL;
+    for (size_t j = 1; j < n; j++)
+        if (slots[j] != slots[0] + (int32_t)j)
+            return -EINVAL;
+    return 0;
+}
+
+int slot_row_held(struct slot_alloc *a, const int32_t *row, size_t n, uint32_t *scratch)
+{
+    size_t whole = n / a->page_size * a->page_size, np = whole / a->page_size;
+    int rc;
+
+    if ((rc = slot_pages_of(a, row, whole, scratch)))
+        return rc;
+    if (n > whole && (rc = partial_page_of(a, row + whole, n - whole, &scratch[np++])))
+        return rc;
+    /* Claiming checks "held and distinct" in one pass and undoes itself on failure. */
+    if ((rc = slot_claim(a, scratch, np)))
+        return rc;
+    slot_unclaim(a, scratch, np);
     return 0;
 }
 

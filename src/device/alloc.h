@@ -62,6 +62,11 @@ void slot_unclaim(struct slot_alloc *a, const uint32_t *pages, size_t n);
 /* CACHED pages dropped by the prefix cache become free. */
 void slot_release_cached(struct slot_alloc *a, const uint32_t *pages, size_t n);
 
+/* 0 when a request's row from one page boundary on (n slots) is the caller's to hand back:
+ * whole pages as runs, then at most one partial page as the start of a run, every page held
+ * by the caller and none named twice. scratch holds n / page_size + 1 entries. */
+int slot_row_held(struct slot_alloc *a, const int32_t *row, size_t n, uint32_t *scratch);
+
 /* Whether every page of the slots is in state s (slots need not be page runs). */
 int slot_all_in_state(const struct slot_alloc *a, const int32_t *slots, size_t n,
                       enum page_state s);

@@ -20,10 +20,13 @@ int dev_cuda_device_count(void)
 
 static int cuda_alloc(size_t bytes, void **ptr)
 {
-    if (cudaMalloc(ptr, bytes ? bytes : 1) != cudaSuccess)
+    if (cudaMalloc(ptr, bytes ? bytes : 1) != cudaSuccess) {
+        *ptr = NULL;
         return -ENOMEM;
+    }
     if (cudaMemset(*ptr, 0, bytes) != cudaSuccess) {
         cudaFree(*ptr);
+        *ptr = NULL;
         return KVT_EBACKEND;
     }
     return 0;

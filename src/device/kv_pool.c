@@ -4,14 +4,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bounds far above any model, low enough that no size computed from them overflows: a row is
+ * at most 2^36 bytes and a token over all layers at most 2^49. */
+#define MAX_LAYERS 4096
+#define MAX_DIM 65536
+
+static int within(uint32_t v, uint32_t lo)
+{
+    return v >= lo && v <= MAX_DIM;
+}
+
 int kv_geometry_check(const struct kvt_geometry *g)
 {
-    if (!g || g->layers == 0 || (g->dtype_bytes != 1 && g->dtype_bytes != 2 && g->dtype_bytes != 4))
+    if (!g || g->layers == 0 || g->layers > MAX_LAYERS ||
+        (g->dtype_bytes != 1 && g->dtype_bytes != 2 && g->dtype_bytes != 4))
         return -EINVAL;
+    /* Fields of the other attention kind must be zero: they would be silently ignored, yet
+     * go into the fingerprint. */
     if (g->attention == KVT_ATTN_MHA)
-        return g->kv_heads && g->head_dim ? 0 : -EINVAL;
+        return within(g->kv_heads, 1) && within(g->head_dim, 1) && within(g->v_head_dim, 0) &&
+                       !g->kv_lora_rank && !g->qk_rope_head_dim
+                   ? 0
+                   : -EINVAL;
     if (g->attention == KVT_ATTN_MLA)
-        return g->kv_lora_rank + (uint64_t)g->qk_rope_head_dim ? 0 : -EINVAL;
+        return within(g->kv_lora_rank, 0) && within(g->qk_rope_head_dim, 0) &&
+                       g->kv_lora_rank + g->qk_rope_head_dim > 0 && !g->kv_heads && !g->head_dim &&
+                       !g->v_head_dim
+                   ? 0
+                   : -EINVAL;
     return -EINVAL;
 }
 

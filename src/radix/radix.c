@@ -25,7 +25,8 @@ struct rdx_node {
     uint32_t ns;
     uint32_t npages;
     uint32_t nchildren;
-    uint32_t lock_ref;
+    uint32_t lock_ref; /* locks on this node and on its descendants */
+    uint32_t own_ref;  /* locks taken on this node itself: what unlock may drop */
     uint32_t hit_count;
     int32_t priority;
     uint32_t edge_hash;
@@ -54,6 +55,7 @@ struct rdx_tree {
     struct rdx_node **nodes; /* by index; NULL when free */
     uint32_t *gens;          /* generation per index, bumped when the index is freed */
     uint32_t *free_ids;
+    uint32_t *heap; /* eviction heap, as long as the id table, so evict never allocates */
     uint32_t cap, nfree, used_ids;
 
     uint32_t *edges; /* node index or NONE */
@@ -139,6 +141,10 @@ static int grow_ids(struct rdx_tree *t)
     if (!free_ids)
         return -ENOMEM;
     t->free_ids = free_ids;
+    uint32_t *heap = tree_realloc(t, t->heap, ncap * sizeof(*heap));
+    if (!heap)
+        return -ENOMEM;
+    t->heap = heap;
     for (uint32_t i = t->cap; i < ncap; i++) {
         t->nodes[i] = NULL;
         t->gens[i] = 1;
@@ -530,7 +536,7 @@ static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
 
     n->parent = c->parent;
     n->ns = c->ns;
-    n->lock_ref = c->lock_ref;
+    n->lock_ref = c->lock_ref; /* the locks below c now pass through n; c keeps its own */
     n->hit_count = c->hit_count;
     n->priority = c->priority;
     n->last_access = c->last_access;
@@ -660,15 +666,12 @@ static void delete_leaf(struct rdx_tree *t, uint32_t idx)
 
 size_t rdx_evict(struct rdx_tree *t, size_t pages)
 {
-    struct heap h = {0};
+    /* A parent is pushed only after its last child was popped, so the heap never holds
+     * more entries than there are nodes. */
+    struct heap h = {.v = t->heap};
     size_t done = 0;
 
     if (pages == 0 || t->nleaves == 0)
-        return 0;
-    /* Every leaf can be pushed once more when its parent becomes a leaf: the heap never
-     * holds more than the current leaves plus the nodes, so t->used_ids bounds it. */
-    h.v = malloc((size_t)t->used_ids * sizeof(*h.v));
-    if (!h.v)
         return 0;
     for (uint32_t i = t->leaf_head; i != NONE; i = node_at(t, i)->leaf_next)
         h.v[h.n++] = i;
@@ -683,7 +686,6 @@ size_t rdx_evict(struct rdx_tree *t, size_t pages)
         if (in_leaf_list(t, parent))
             heap_push(t, &h, parent);
     }
-    free(h.v);
     return done;
 }
 
@@ -696,65 +698,84 @@ static int check_key(const struct rdx_tree *t, const struct kvt_key *key)
     return t ? 0 : -EINVAL;
 }
 
+/* Where a key's cached prefix ends: node is the last node covered whole; when the prefix
+ * ends inside a child, child and m (its pages covered) say where. Changes nothing. */
+struct walk {
+    uint32_t node;
+    uint32_t child;
+    uint32_t m;
+    size_t pages;
+};
+
+static void descend(const struct rdx_tree *t, uint32_t ns, const uint32_t *tokens, size_t np,
+                    struct walk *w)
+{
+    size_t ps = t->cfg.page_size;
+
+    *w = (struct walk){.node = ROOT, .child = NONE};
+    while (ns != NONE && w->pages < np) {
+        const uint32_t *page = tokens + w->pages * ps;
+        uint32_t c = edge_find(t, w->node, ns, page);
+        if (c == NONE)
+            return;
+        const struct rdx_node *n = node_at(t, c);
+        uint32_t m = common_pages(t, n, page, np - w->pages);
+        w->pages += m;
+        if (m < n->npages) {
+            w->child = c;
+            w->m = m;
+            return;
+        }
+        w->node = c;
+    }
+}
+
+/* Make the walk end on a node boundary: split its child if it ends inside one. */
+static int settle(struct rdx_tree *t, struct walk *w)
+{
+    int rc = 0;
+
+    if (w->child != NONE && (rc = split(t, w->child, w->m, &w->node)) == 0)
+        w->child = NONE;
+    return rc;
+}
+
 int rdx_match(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages, size_t *npages,
               kvt_node_ref *last)
 {
-    size_t ps, np, i = 0;
-    uint32_t node = ROOT, ns;
+    struct walk w;
     int rc = check_key(t, key);
 
     if (rc)
         return rc;
-    ps = t->cfg.page_size;
-    np = key->len / ps;
-    ns = ns_find(t, key);
+    descend(t, ns_find(t, key), key->tokens, key->len / t->cfg.page_size, &w);
+    if ((rc = settle(t, &w)))
+        return rc;
+    /* Up from the end: refresh the path and copy its pages, last node first. */
     uint64_t now = ++t->clock;
+    size_t end = w.pages;
     node_at(t, ROOT)->last_access = now;
-    while (ns != NONE && i < np) {
-        uint32_t c = edge_find(t, node, ns, key->tokens + i * ps);
-        if (c == NONE)
-            break;
-        struct rdx_node *n = node_at(t, c);
-        uint32_t m = common_pages(t, n, key->tokens + i * ps, np - i);
-        if (m < n->npages && (rc = split(t, c, m, &c)))
-            break;
-        n = node_at(t, c);
+    for (uint32_t i = w.node; i != ROOT; i = node_at(t, i)->parent) {
+        struct rdx_node *n = node_at(t, i);
         n->last_access = now;
         n->hit_count++;
+        end -= n->npages;
         if (pages)
-            memcpy(pages + i, n->pages, m * sizeof(uint32_t));
-        i += m;
-        node = c;
-        if (m < n->npages)
-            break;
+            memcpy(pages + end, n->pages, n->npages * sizeof(uint32_t));
     }
-    /* A failed split leaves the tree as it was; report the prefix found before it. */
-    *npages = i;
-    *last = make_ref(t, node);
+    *npages = w.pages;
+    *last = make_ref(t, w.node);
     return 0;
 }
 
 size_t rdx_cached_pages(const struct rdx_tree *t, const struct kvt_key *key)
 {
-    size_t ps, np, i = 0;
-    uint32_t node = ROOT, ns;
+    struct walk w;
 
     if (check_key(t, key))
         return 0;
-    ps = t->cfg.page_size;
-    np = key->len / ps;
-    ns = ns_find(t, key);
-    while (ns != NONE && i < np) {
-        uint32_t c = edge_find(t, node, ns, key->tokens + i * ps);
-        if (c == NONE)
-            break;
-        uint32_t m = common_pages(t, node_at(t, c), key->tokens + i * ps, np - i);
-        i += m;
-        if (m < node_at(t, c)->npages)
-            break;
-        node = c;
-    }
-    return i;
+    descend(t, ns_find(t, key), key->tokens, key->len / t->cfg.page_size, &w);
+    return w.pages;
 }
 
 static int fill_hashes(struct rdx_tree *t, struct rdx_node *n, const uint8_t *prev)
@@ -770,24 +791,29 @@ static int fill_hashes(struct rdx_tree *t, struct rdx_node *n, const uint8_t *pr
     return 0;
 }
 
-/* A new leaf under parent holding np pages of tokens and pages. */
-static int add_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, const uint32_t *tokens,
-                    const uint32_t *pages, uint32_t np, int32_t priority, uint64_t now)
+/* A complete new leaf for np pages of tokens and pages, chained from prev; not yet linked. */
+static int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t *pages, uint32_t np,
+                     const uint8_t *prev, struct rdx_node **out)
 {
-    struct rdx_node *n;
+    struct rdx_node *n = node_new(t, np);
     int rc;
 
-    if ((rc = reserve_ids(t, 1)) || (rc = edge_reserve(t, 1)))
-        return rc;
-    n = node_new(t, np);
     if (!n)
         return -ENOMEM;
     memcpy(n->pages, pages, np * sizeof(uint32_t));
     memcpy(n->tokens, tokens, (size_t)np * t->cfg.page_size * sizeof(uint32_t));
-    if (t->cfg.hash_pages && (rc = fill_hashes(t, n, last_hash(t, parent, ns)))) {
+    if (t->cfg.hash_pages && (rc = fill_hashes(t, n, prev))) {
         node_free(t, n);
         return rc;
     }
+    *out = n;
+    return 0;
+}
+
+/* Link leaf n under parent; ids and edges were reserved, so this cannot fail. */
+static void link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n,
+                      int32_t priority, uint64_t now)
+{
     n->parent = parent;
     n->ns = ns;
     n->priority = priority;
@@ -798,18 +824,29 @@ static int add_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, const uint
     t->ns[ns].nodes++;
     node_at(t, parent)->nchildren++;
     t->sz.nodes++;
-    t->sz.cached_pages += np;
-    t->sz.evictable_pages += np;
+    t->sz.cached_pages += n->npages;
+    t->sz.evictable_pages += n->npages;
     update_leaf(t, parent);
     update_leaf(t, idx);
-    return 0;
 }
 
+/* The hash a new leaf chains from: the end of the cached prefix the walk found. */
+static const uint8_t *prefix_hash(const struct rdx_tree *t, const struct walk *w, uint32_t ns)
+{
+    if (w->child != NONE)
+        return node_at(t, w->child)->hash[w->m - 1];
+    return last_hash(t, w->node, ns);
+}
+
+/* Everything that can fail happens before the tree changes: the walk, the reservations, the
+ * new leaf with its hashes, and the split (which is all-or-nothing itself). */
 int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
                int32_t priority, size_t *prefix_pages)
 {
-    size_t ps, np, i = 0;
-    uint32_t node = ROOT, ns;
+    struct rdx_node *leaf = NULL;
+    struct walk w;
+    size_t ps, np;
+    uint32_t ns;
     int rc = check_key(t, key);
 
     if (rc)
@@ -820,33 +857,33 @@ int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pa
     np = key->len / ps;
     if ((rc = ns_intern(t, key, &ns)))
         return rc;
+    descend(t, ns, key->tokens, np, &w);
+    if ((rc = reserve_ids(t, 2)) || (rc = edge_reserve(t, 2)))
+        goto fail;
+    if (w.pages < np &&
+        (rc = make_leaf(t, key->tokens + w.pages * ps, pages + w.pages, (uint32_t)(np - w.pages),
+                        t->cfg.hash_pages ? prefix_hash(t, &w, ns) : NULL, &leaf)))
+        goto fail;
+    if ((rc = settle(t, &w)))
+        goto fail;
+
     uint64_t now = ++t->clock;
-    if (priority > node_at(t, ROOT)->priority)
-        node_at(t, ROOT)->priority = priority;
-    while (i < np) {
-        uint32_t c = edge_find(t, node, ns, key->tokens + i * ps);
-        if (c == NONE)
-            break;
-        struct rdx_node *n = node_at(t, c);
-        uint32_t m = common_pages(t, n, key->tokens + i * ps, np - i);
-        if (m < n->npages && (rc = split(t, c, m, &c)))
-            goto out;
-        n = node_at(t, c);
+    if (leaf)
+        link_leaf(t, w.node, ns, leaf, priority, now);
+    for (uint32_t i = w.node;; i = node_at(t, i)->parent) {
+        struct rdx_node *n = node_at(t, i);
         n->last_access = now;
         if (priority > n->priority)
             n->priority = priority;
-        i += m;
-        node = c;
-        if (m < n->npages)
+        if (i == ROOT)
             break;
     }
-    if (i < np)
-        rc = add_leaf(t, node, ns, key->tokens + i * ps, pages + i, (uint32_t)(np - i), priority,
-                      now);
-out:
+    *prefix_pages = w.pages;
+    return 0;
+fail:
+    if (leaf)
+        node_free(t, leaf);
     ns_drop_if_empty(t, ns);
-    if (rc == 0)
-        *prefix_pages = i;
     return rc;
 }
 
@@ -859,8 +896,9 @@ static int lock_delta(struct rdx_tree *t, kvt_node_ref ref, int d)
         return rc;
     if (idx == ROOT)
         return 0;
-    if (d < 0 && node_at(t, idx)->lock_ref == 0)
+    if (d < 0 && node_at(t, idx)->own_ref == 0)
         return -EINVAL;
+    node_at(t, idx)->own_ref += (uint32_t)d;
     for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent) {
         struct rdx_node *n = node_at(t, i);
         if (d > 0 && n->lock_ref++ == 0) {
@@ -892,7 +930,7 @@ int rdx_is_locked(const struct rdx_tree *t, kvt_node_ref ref)
 
     if (rc)
         return rc;
-    return idx == ROOT || node_at(t, idx)->lock_ref > 0;
+    return idx == ROOT || node_at(t, idx)->own_ref > 0;
 }
 
 kvt_node_ref rdx_root(const struct rdx_tree *t)
@@ -962,6 +1000,7 @@ void rdx_destroy(struct rdx_tree *t)
     free(t->nodes);
     free(t->gens);
     free(t->free_ids);
+    free(t->heap);
     if (t->hasher.md)
         page_hasher_finish(&t->hasher);
     free(t);
@@ -973,6 +1012,7 @@ struct checker {
     const struct rdx_tree *t;
     struct page_hasher hasher;
     uint32_t *kids;
+    uint64_t *child_locks; /* sum of the children's lock refs, per node */
     struct rdx_sizes sz;
     char *why;
     size_t why_len;
@@ -1019,6 +1059,7 @@ static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
     if (t->cfg.hash_pages && check_hashes(c, idx, n))
         return -EUCLEAN;
     c->kids[n->parent]++;
+    c->child_locks[n->parent] += n->lock_ref;
     c->sz.nodes++;
     c->sz.cached_pages += n->npages;
     if (n->lock_ref)
@@ -1039,6 +1080,8 @@ static int check_shape(struct checker *c)
             continue;
         if (c->kids[i] != n->nchildren)
             return fail(c, i, "child count is wrong");
+        if (i != ROOT && n->lock_ref != n->own_ref + c->child_locks[i])
+            return fail(c, i, "lock refs are not its own plus its children's");
         if (in_leaf_list(t, i) != is_evictable_leaf(n, i))
             return fail(c, i, "evictable-leaf set is wrong");
     }
@@ -1065,8 +1108,10 @@ int rdx_check(const struct rdx_tree *t, void (*page_fn)(void *ctx, uint32_t page
     if (why_len)
         why[0] = '\0';
     c.kids = calloc(t->cap, sizeof(*c.kids));
-    if (!c.kids || (t->cfg.hash_pages && page_hasher_init(&c.hasher))) {
+    c.child_locks = calloc(t->cap, sizeof(*c.child_locks));
+    if (!c.kids || !c.child_locks || (t->cfg.hash_pages && page_hasher_init(&c.hasher))) {
         free(c.kids);
+        free(c.child_locks);
         return -ENOMEM;
     }
     for (uint32_t i = 1; i < t->cap && rc == 0; i++) {
@@ -1082,6 +1127,7 @@ int rdx_check(const struct rdx_tree *t, void (*page_fn)(void *ctx, uint32_t page
     if (t->cfg.hash_pages)
         page_hasher_finish(&c.hasher);
     free(c.kids);
+    free(c.child_locks);
     return rc;
 }
 

@@ -185,6 +185,11 @@ static void test_alloc_extend_errors(void **state)
     int32_t foreign = 9; /* a partial page the caller does not hold */
     assert_int_equal(slot_alloc_extend(&a, 1, &pre, &seq, &foreign, out, 9), -EINVAL);
     /* 3 pages free, 3 needed for 2 -> 16: fits; 2 -> 17 would need 4: nothing changes. */
+    int32_t huge = INT32_MAX, padding = 3;
+    assert_int_equal(slot_alloc_extend(&a, 1, &pre, &seq, &huge, out, 9), -EINVAL);
+    uint32_t aligned = 4, empty = 0, after = 5;
+    assert_int_equal(slot_alloc_extend(&a, 1, &aligned, &after, &padding, out, 1), -EINVAL);
+    assert_int_equal(slot_alloc_extend(&a, 1, &empty, &after, &padding, out, 5), -EINVAL);
     uint32_t big = 17;
     assert_int_equal(slot_alloc_extend(&a, 1, &pre, &big, &last, out, 15), -ENOMEM);
     assert_int_equal(slot_available(&a), 12);

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -95,6 +96,10 @@ static void test_options(void **state)
     REJECT(geometry.layers, 0);
     REJECT(geometry.dtype_bytes, 3);
     REJECT(geometry.attention, 2);
+    REJECT(geometry.kv_heads, 1u << 31); /* a row size that would overflow */
+    REJECT(geometry.layers, 1u << 20);
+    REJECT(geometry.kv_lora_rank, 4); /* an MLA field on an MHA geometry */
+    REJECT(max_context, 0x80000000u);
     REJECT(device_tokens, 3); /* less than a page */
     REJECT(size, sizeof(o) - 8);
 #undef REJECT
@@ -158,6 +163,7 @@ static void test_strerror(void **state)
     assert_string_equal(kvt_strerror(-EINVAL), kvt_strerror(EINVAL));
     assert_non_null(strstr(kvt_strerror(-ENOMEM), "memory"));
     assert_string_equal(kvt_strerror(-99999), "unknown error");
+    assert_string_equal(kvt_strerror(INT_MIN), "unknown error");
 }
 
 static void test_fingerprint(void **state)
@@ -386,6 +392,19 @@ static void test_request_errors(void **state)
     assert_int_equal(kvt_req_write(e, &r[0], 0, stray, 8), 0);
     assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 1), -EINVAL);
     assert_same(e, &before);
+    /* A row naming one page twice would free it twice: refused. */
+    int32_t twice[12];
+    assert_int_equal(kvt_alloc(e, 8, s), 0);
+    memcpy(twice, s, 8 * sizeof(int32_t));
+    memcpy(twice + 8, s + 4, 4 * sizeof(int32_t));
+    const uint32_t tok12[12] = {0};
+    struct kvt_key key12 = {.tokens = tok12, .len = 12};
+    assert_int_equal(kvt_req_write(e, &r[0], 0, twice, 12), 0);
+    before = stats(e);
+    assert_int_equal(kvt_req_cache_finished(e, &r[0], &key12, 0, 1), -EINVAL);
+    assert_int_equal(kvt_req_cache_finished(e, &r[0], &key12, 0, 0), -EINVAL);
+    assert_same(e, &before);
+    assert_int_equal(kvt_free(e, s, 8), 0);
     /* insert 0 frees what the request computed and caches nothing. */
     assert_int_equal(kvt_alloc(e, 8, s), 0);
     assert_int_equal(kvt_req_write(e, &r[0], 0, s, 8), 0);

@@ -221,6 +221,33 @@ static void test_locks(void **state)
     rdx_destroy(t);
 }
 
+/* Only a node's own locks can be dropped: an ancestor that is locked because of its child
+ * cannot be unlocked through its own ref. */
+static void test_unlock_only_own(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = tree(2, KVT_EVICT_LRU, &r);
+    kvt_node_ref upper, leaf;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4));
+    get(t, KEY(1, 2), &upper); /* splits: [1,2] -> [3,4] */
+    get(t, KEY(1, 2, 3, 4), &leaf);
+    assert_int_equal(rdx_lock(t, leaf), 0);
+    assert_int_equal(rdx_is_locked(t, upper), 0);
+    assert_int_equal(rdx_unlock(t, upper), -EINVAL);
+    check(t);
+    assert_int_equal(rdx_lock(t, upper), 0);
+    assert_int_equal(rdx_unlock(t, leaf), 0);
+    assert_int_equal(rdx_unlock(t, leaf), -EINVAL);
+    assert_dump(t, "[1,2] pages=[101] lock=1\n"
+                   "  [3,4] pages=[102] lock=0\n");
+    assert_int_equal(rdx_evict(t, 100), 1); /* [3,4] goes, [1,2] is still locked */
+    assert_int_equal(rdx_unlock(t, upper), 0);
+    check(t);
+    rdx_destroy(t);
+}
+
 /* A lock taken on a node survives a split of that node: the new parent inherits it. */
 static void test_lock_across_split(void **state)
 {
@@ -408,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_pages),
         cmocka_unit_test(test_locks),
         cmocka_unit_test(test_lock_across_split),
+        cmocka_unit_test(test_unlock_only_own),
         cmocka_unit_test(test_eviction_policies),
         cmocka_unit_test(test_evict_parents),
         cmocka_unit_test(test_namespaces),
