@@ -553,11 +553,9 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
         return rc;
     struct kvt_key k = aligned_key(e, key);
     const int32_t *row = req_pool_row(&e->reqs, req->pool_idx);
-    cached = k.len;
+    cached = k.len; /* without an insert, every page past the protected prefix goes */
     if (insert_pages && k.len > req->protected_len && (rc = insert(e, &k, row, priority, &cached)))
         return rc;
-    if (!insert_pages)
-        cached = k.len;
     /* Duplicates of what the tree had (or everything, without insert), then the tail. */
     slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
     slot_free(&e->alloc, row + k.len, key->len - k.len);

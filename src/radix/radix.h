@@ -53,7 +53,8 @@ int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pa
 
 int rdx_lock(struct rdx_tree *t, kvt_node_ref ref);
 int rdx_unlock(struct rdx_tree *t, kvt_node_ref ref);
-int rdx_is_locked(const struct rdx_tree *t, kvt_node_ref ref); /* 1, 0, or -EINVAL */
+/* Whether ref's node holds a lock taken on it (the root always does): 1, 0, or -EINVAL. */
+int rdx_is_locked(const struct rdx_tree *t, kvt_node_ref ref);
 
 /* Evict unlocked leaves by policy until at least pages pages are gone or none is left. */
 size_t rdx_evict(struct rdx_tree *t, size_t pages);
