@@ -259,13 +259,20 @@ int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
 
 /* ---- prefix cache ---- */
 
+/* A key the engine can read: tokens when it has any, at most max_context of them, a
+ * namespace of bounded length. Lookups and inserts also need a non-empty key. */
+static int check_key_form(const kvt_engine *e, const struct kvt_key *key)
+{
+    if (!e || !key || key->len > e->opts.max_context || (key->len && !key->tokens))
+        return -EINVAL;
+    return key->ns && key->ns_len > KVT_NS_MAX ? -EINVAL : 0;
+}
+
 static int check_key(const kvt_engine *e, const struct kvt_key *key)
 {
-    if (!e || !key || key->len == 0 || key->len > e->opts.max_context || !key->tokens)
-        return -EINVAL;
-    if (key->ns && key->ns_len > KVT_NS_MAX)
-        return -EINVAL;
-    return 0;
+    int rc = check_key_form(e, key);
+
+    return rc ? rc : key->len ? 0 : -EINVAL;
 }
 
 static void pages_to_slots(const kvt_engine *e, const uint32_t *pages, size_t np, int32_t *slots)
@@ -493,7 +500,7 @@ static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_
 {
     const int32_t *row;
 
-    if (!e || !req || !key || (key->len && !key->tokens) || (key->ns && key->ns_len > KVT_NS_MAX))
+    if (!req || check_key_form(e, key))
         return -EINVAL;
     if (!req_pool_in_use(&e->reqs, req->pool_idx) || key->len < req->protected_len ||
         key->len > req_pool_filled(&e->reqs, req->pool_idx) ||
