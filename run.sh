@@ -57,7 +57,7 @@ PY
 cmd_demo() {
     install_missing
     build build
-    ./build/tools/kvtier-demo
+    ./build/tools/kvtier-bench
 }
 
 cmd_test() {

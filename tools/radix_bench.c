@@ -18,13 +18,10 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "workload.h"
 
 #define PROG "kvtier-radix-bench"
-#define BLOCK_TOKENS 512    /* tokens per trace hash id */
-#define VOCAB 128000        /* synthetic token ids lie in [0, VOCAB) */
-#define MAX_HASH_ID_BITS 40 /* ids are mixed with file << 56 and offset, see block_token */
 #define MAX_FILES 64
-#define MAX_INPUT_LENGTH (1u << 24) /* tokens; keeps every size below in 32 bits */
 #define TARGET_NS_PER_PAGE 1000.0
 #define TARGET_BYTES_PER_PAGE 160.0
 
@@ -33,22 +30,11 @@ static const char *const default_traces[] = {"mooncake_conversation.jsonl",
 
 /* ---- traces ---- */
 
-struct request {
-    uint32_t file;
-    uint32_t input_length;
-    size_t first_id; /* index in trace_set.ids */
-    uint32_t nids;
-};
-
 struct trace_set {
     const char *paths[MAX_FILES];
     size_t file_requests[MAX_FILES];
     size_t nfiles;
-    struct request *reqs;
-    size_t nreqs, reqs_cap;
-    uint64_t *ids;
-    size_t nids, ids_cap;
-    uint32_t max_len;
+    struct workload w;
     size_t *order; /* replay order: round robin over the files */
 };
 
@@ -58,311 +44,17 @@ static void die_oom(void)
     exit(1);
 }
 
-static void *grow(void *p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return p;
-    size_t ncap = *cap ? *cap * 2 : 1024;
-    while (ncap < need)
-        ncap *= 2;
-    p = realloc(p, ncap * elem);
-    if (!p)
-        die_oom();
-    *cap = ncap;
-    return p;
-}
-
-/* A minimal JSON reader over one line: enough to find two fields and skip the rest. */
-struct cursor {
-    const char *p;
-    const char *err;
-};
-
-static void skip_ws(struct cursor *c)
-{
-    while (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')
-        c->p++;
-}
-
-static bool fail(struct cursor *c, const char *err)
-{
-    if (!c->err)
-        c->err = err;
-    return false;
-}
-
-static bool expect(struct cursor *c, char ch, const char *err)
-{
-    skip_ws(c);
-    if (*c->p != ch)
-        return fail(c, err);
-    c->p++;
-    return true;
-}
-
-/* A string; its unescaped text goes to buf when it fits (keys we look for are short). */
-static bool read_string(struct cursor *c, char *buf, size_t cap)
-{
-    size_t n = 0;
-
-    if (!expect(c, '"', "expected a string"))
-        return false;
-    for (;;) {
-        char ch = *c->p;
-        if (ch == '\0')
-            return fail(c, "unterminated string");
-        c->p++;
-        if (ch == '"')
-            break;
-        if (ch == '\\') {
-            ch = *c->p;
-            if (ch == '\0')
-                return fail(c, "unterminated string");
-            c->p++;
-            if (ch == 'u') {
-                for (int i = 0; i < 4; i++, c->p++)
-                    if (!strchr("0123456789abcdefABCDEF", *c->p) || *c->p == '\0')
-                        return fail(c, "bad \\u escape in string");
-                ch = '?'; /* never part of a key we look for */
-            } else if (!strchr("\"\\/bfnrt", ch)) {
-                return fail(c, "bad escape in string");
-            }
-        }
-        if (buf && n + 1 < cap)
-            buf[n++] = ch;
-    }
-    if (buf && cap)
-        buf[n < cap ? n : cap - 1] = '\0';
-    return true;
-}
-
-/* A non-negative integer no larger than max. */
-static bool read_uint(struct cursor *c, uint64_t max, const char *what, uint64_t *out)
-{
-    uint64_t v = 0;
-
-    skip_ws(c);
-    if (*c->p < '0' || *c->p > '9')
-        return fail(c, what);
-    while (*c->p >= '0' && *c->p <= '9') {
-        uint64_t d = (uint64_t)(*c->p++ - '0');
-        if (v > (max - d) / 10)
-            return fail(c, what);
-        v = v * 10 + d;
-    }
-    if (*c->p == '.' || *c->p == 'e' || *c->p == 'E')
-        return fail(c, what);
-    *out = v;
-    return true;
-}
-
-static bool skip_value(struct cursor *c, int depth);
-
-static bool skip_container(struct cursor *c, int depth, char close)
-{
-    c->p++;
-    skip_ws(c);
-    if (*c->p == close) {
-        c->p++;
-        return true;
-    }
-    for (;;) {
-        if (close == '}' && (!read_string(c, NULL, 0) || !expect(c, ':', "expected ':'")))
-            return false;
-        if (!skip_value(c, depth + 1))
-            return false;
-        skip_ws(c);
-        if (*c->p == close) {
-            c->p++;
-            return true;
-        }
-        if (!expect(c, ',', close == '}' ? "expected ',' or '}'" : "expected ',' or ']'"))
-            return false;
-    }
-}
-
-/* Any JSON value, checked for shape (numbers loosely) but not kept. */
-static bool skip_value(struct cursor *c, int depth)
-{
-    static const char *const words[] = {"true", "false", "null"};
-
-    if (depth > 64)
-        return fail(c, "values nested too deeply");
-    skip_ws(c);
-    char ch = *c->p;
-    if (ch == '"')
-        return read_string(c, NULL, 0);
-    if (ch == '{' || ch == '[')
-        return skip_container(c, depth, ch == '{' ? '}' : ']');
-    if (ch == '-' || (ch >= '0' && ch <= '9')) {
-        c->p++;
-        while (strchr("0123456789.eE+-", *c->p) && *c->p)
-            c->p++;
-        return true;
-    }
-    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
-        size_t n = strlen(words[i]);
-        if (strncmp(c->p, words[i], n) == 0) {
-            c->p += n;
-            return true;
-        }
-    }
-    return fail(c, "expected a JSON value");
-}
-
-static bool read_hash_ids(struct cursor *c, struct trace_set *ts, struct request *r)
-{
-    const char *what = "hash_ids holds something other than an integer below 2^40";
-
-    if (!expect(c, '[', "hash_ids is not an array"))
-        return false;
-    r->first_id = ts->nids;
-    r->nids = 0;
-    skip_ws(c);
-    if (*c->p == ']') {
-        c->p++;
-        return true;
-    }
-    for (;;) {
-        uint64_t id;
-        if (!read_uint(c, (1ull << MAX_HASH_ID_BITS) - 1, what, &id))
-            return false;
-        ts->ids = grow(ts->ids, &ts->ids_cap, ts->nids + 1, sizeof(*ts->ids));
-        ts->ids[ts->nids++] = id;
-        if (++r->nids == UINT32_MAX)
-            return fail(c, "hash_ids is too long");
-        skip_ws(c);
-        if (*c->p == ']') {
-            c->p++;
-            return true;
-        }
-        if (!expect(c, ',', "expected ',' or ']' in hash_ids"))
-            return false;
-    }
-}
-
-/* One field of the object: hash_ids and input_length are kept, anything else skipped. */
-static bool read_field(struct cursor *c, struct trace_set *ts, struct request *r, bool *have_ids,
-                       bool *have_len)
-{
-    char key[32];
-    uint64_t v;
-
-    if (!read_string(c, key, sizeof(key)) || !expect(c, ':', "expected ':' after a key"))
-        return false;
-    if (strcmp(key, "hash_ids") == 0) {
-        if (*have_ids)
-            return fail(c, "duplicate key hash_ids");
-        *have_ids = true;
-        return read_hash_ids(c, ts, r);
-    }
-    if (strcmp(key, "input_length") == 0) {
-        if (*have_len)
-            return fail(c, "duplicate key input_length");
-        *have_len = true;
-        if (!read_uint(c, MAX_INPUT_LENGTH, "input_length is not an integer in [0, 2^24]", &v))
-            return false;
-        r->input_length = (uint32_t)v;
-        return true;
-    }
-    return skip_value(c, 1);
-}
-
-static bool check_request(struct cursor *c, const struct request *r)
-{
-    uint64_t n = r->nids, len = r->input_length;
-
-    if (n == 0)
-        return fail(c, "hash_ids is empty");
-    /* The last block is partial: 1 to 512 tokens. */
-    if (len <= (n - 1) * BLOCK_TOKENS || len > n * BLOCK_TOKENS)
-        return fail(c, "input_length does not fit hash_ids (512 tokens per id, last partial)");
-    return true;
-}
-
-static bool parse_line(struct cursor *c, struct trace_set *ts, struct request *r)
-{
-    bool have_ids = false, have_len = false;
-
-    if (!expect(c, '{', "expected a JSON object"))
-        return false;
-    skip_ws(c);
-    if (*c->p != '}') {
-        for (;;) {
-            if (!read_field(c, ts, r, &have_ids, &have_len))
-                return false;
-            skip_ws(c);
-            if (*c->p == '}')
-                break;
-            if (!expect(c, ',', "expected ',' or '}'"))
-                return false;
-        }
-    }
-    c->p++;
-    skip_ws(c);
-    if (*c->p != '\0')
-        return fail(c, "text after the object");
-    if (!have_ids)
-        return fail(c, "no hash_ids");
-    if (!have_len)
-        return fail(c, "no input_length");
-    return check_request(c, r);
-}
-
-static bool blank(const char *s)
-{
-    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
-        s++;
-    return *s == '\0';
-}
-
 static int load_file(struct trace_set *ts, uint32_t file)
 {
-    const char *path = ts->paths[file];
-    FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t n;
-    int rc = 0;
+    size_t before = ts->w.nreqs;
+    char err[512];
 
-    if (!f) {
-        fprintf(stderr, "%s: %s: %s\n", PROG, path, strerror(errno));
+    if (wl_load_mooncake(&ts->w, ts->paths[file], file, 0, err, sizeof(err))) {
+        fprintf(stderr, "%s: %s\n", PROG, err);
         return -1;
     }
-    while ((n = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if ((size_t)n != strlen(line)) {
-            fprintf(stderr, "%s: %s:%zu: NUL byte in line\n", PROG, path, lineno);
-            rc = -1;
-            break;
-        }
-        if (blank(line))
-            continue;
-        struct request r = {.file = file};
-        struct cursor c = {.p = line};
-        if (!parse_line(&c, ts, &r)) {
-            fprintf(stderr, "%s: %s:%zu:%zu: %s\n", PROG, path, lineno, (size_t)(c.p - line) + 1,
-                    c.err);
-            rc = -1;
-            break;
-        }
-        ts->reqs = grow(ts->reqs, &ts->reqs_cap, ts->nreqs + 1, sizeof(*ts->reqs));
-        ts->reqs[ts->nreqs++] = r;
-        ts->file_requests[file]++;
-        if (r.input_length > ts->max_len)
-            ts->max_len = r.input_length;
-    }
-    if (rc == 0 && ferror(f)) {
-        fprintf(stderr, "%s: %s: read error\n", PROG, path);
-        rc = -1;
-    }
-    if (rc == 0 && ts->file_requests[file] == 0) {
-        fprintf(stderr, "%s: %s: no requests\n", PROG, path);
-        rc = -1;
-    }
-    free(line);
-    fclose(f);
-    return rc;
+    ts->file_requests[file] = ts->w.nreqs - before;
+    return 0;
 }
 
 /* Interleave the files request by request, each in its own order, so that every trace
@@ -371,14 +63,14 @@ static void build_order(struct trace_set *ts)
 {
     size_t start[MAX_FILES], next[MAX_FILES], k = 0;
 
-    ts->order = malloc(ts->nreqs * sizeof(*ts->order));
+    ts->order = malloc(ts->w.nreqs * sizeof(*ts->order));
     if (!ts->order)
         die_oom();
     for (size_t f = 0, s = 0; f < ts->nfiles; s += ts->file_requests[f++]) {
         start[f] = s;
         next[f] = 0;
     }
-    while (k < ts->nreqs)
+    while (k < ts->w.nreqs)
         for (size_t f = 0; f < ts->nfiles; f++)
             if (next[f] < ts->file_requests[f])
                 ts->order[k++] = start[f] + next[f]++;
@@ -428,34 +120,6 @@ static int find_default_traces(struct trace_set *ts)
     return -1;
 }
 
-/* ---- token synthesis ---- */
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* Ids are remapped per trace file, so the file goes into the token too: id 5 of one file
- * and id 5 of another are different text. */
-static uint32_t block_token(uint32_t file, uint64_t id, uint32_t off)
-{
-    return (uint32_t)(splitmix64((uint64_t)file << 56 | id << 16 | off) % VOCAB);
-}
-
-static void synth_tokens(const struct trace_set *ts, const struct request *r, uint32_t *tok)
-{
-    for (uint32_t b = 0; b < r->nids; b++) {
-        uint64_t id = ts->ids[r->first_id + b];
-        uint32_t base = b * BLOCK_TOKENS;
-        uint32_t n = r->input_length - base < BLOCK_TOKENS ? r->input_length - base : BLOCK_TOKENS;
-        for (uint32_t off = 0; off < n; off++)
-            tok[base + off] = block_token(r->file, id, off);
-    }
-}
-
 /* ---- one replay ---- */
 
 struct config {
@@ -486,7 +150,7 @@ static int open_engine(const struct config *cfg, const struct trace_set *ts, int
 {
     struct kvt_options o;
     uint32_t ps = cfg->page_size;
-    uint64_t max_req_pages = ts->max_len / ps;
+    uint64_t max_req_pages = ts->w.max_input / ps;
 
     kvt_options_init(&o, sizeof(o));
     /* The smallest geometry: the KV pool costs 2 bytes a token, the tree is what we weigh. */
@@ -498,7 +162,7 @@ static int open_engine(const struct config *cfg, const struct trace_set *ts, int
      * can hold: nothing is ever evicted. */
     o.device_tokens = (cfg->target_pages + max_req_pages + 1) * ps;
     o.max_requests = 1;
-    o.max_context = (ts->max_len + ps - 1) / ps * ps;
+    o.max_context = (ts->w.max_input + ps - 1) / ps * ps;
     o.hash_pages = (uint32_t)hash_pages;
     int rc = kvt_open(&o, e);
     if (rc)
@@ -566,15 +230,15 @@ static int replay(kvt_engine *e, const struct config *cfg, const struct trace_se
         uint64_t before = run->inserted_pages;
         int ns_len = pass ? snprintf((char *)ns, sizeof(ns), "pass%" PRIu64, pass) : 0;
         run->passes = pass + 1;
-        for (size_t i = 0; i < ts->nreqs && run->inserted_pages < cfg->target_pages; i++) {
-            const struct request *r = &ts->reqs[ts->order[i]];
-            if (r->input_length < ps) {
+        for (size_t i = 0; i < ts->w.nreqs && run->inserted_pages < cfg->target_pages; i++) {
+            const struct wl_req *r = &ts->w.reqs[ts->order[i]];
+            if (r->input_len < ps) {
                 run->skipped++;
                 continue;
             }
-            synth_tokens(ts, r, s->tokens);
+            wl_input_tokens(&ts->w, r, s->tokens);
             struct kvt_key key = {.tokens = s->tokens,
-                                  .len = r->input_length,
+                                  .len = r->input_len,
                                   .ns = pass ? ns : NULL,
                                   .ns_len = (size_t)ns_len};
             if (replay_one(e, run, &key, ps, s->slots))
@@ -840,8 +504,8 @@ static int bench(const struct config *cfg, const struct trace_set *ts, uint64_t 
     struct run runs[2];
     int rc;
 
-    s.tokens = malloc((size_t)ts->max_len * sizeof(*s.tokens));
-    s.slots = malloc((size_t)ts->max_len * sizeof(*s.slots));
+    s.tokens = malloc((size_t)ts->w.max_input * sizeof(*s.tokens));
+    s.slots = malloc((size_t)ts->w.max_input * sizeof(*s.slots));
     if (!s.tokens || !s.slots)
         die_oom();
     /* A first, discarded replay pays the page faults of growing the heap, which would
@@ -876,7 +540,6 @@ int main(int argc, char **argv)
         return 1;
     rc = load_traces(&ts) || bench(&cfg, &ts, t0);
     free(ts.order);
-    free(ts.reqs);
-    free(ts.ids);
+    wl_free(&ts.w);
     return rc ? 1 : 0;
 }

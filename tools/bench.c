@@ -1,0 +1,876 @@
+/*
+ * kvtier-bench: replay a request trace through the engine the way a serving engine would,
+ * and prove that every page served from the cache holds exactly the bytes that were stored.
+ *
+ * Requests run one after another. Each is matched (up to its last input token, which is
+ * always computed, as in SGLang), its cached prefix is read back and checked, the rest of
+ * the input is "computed" by writing KV rows into slots from kvt_alloc_extend, its output
+ * is decoded a token at a time with kvt_alloc_decode, and it is cached with
+ * kvt_req_cache_finished. When the pool is short the bench evicts first, as SGLang's
+ * scheduler does.
+ *
+ * The KV row of a token is a function of the hash of every token up to it, the layer and
+ * K or V: no model is needed and every byte is predictable, so any byte served from the
+ * cache can be regenerated and compared.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+#include "workload.h"
+
+#define PROG "kvtier-bench"
+#define CHUNK_TOKENS 1024 /* rows per kv_write/kv_read; a multiple of every page size */
+#define DEFAULT_SYNTHETIC "mixed"
+#define DEFAULT_SYNTHETIC_REQUESTS 1000
+#define DEFAULT_DEVICE_TOKENS 32768
+
+/* ---- configuration ---- */
+
+struct preset {
+    const char *name;
+    struct kvt_geometry g;
+    uint32_t tp_size;
+    const char *about;
+};
+
+#define MHA(l, h, d)                                                                               \
+    {                                                                                              \
+        .attention = KVT_ATTN_MHA, .layers = l, .kv_heads = h, .head_dim = d, .dtype_bytes = 2     \
+    }
+
+static const struct preset presets[] = {
+    {"tiny", MHA(2, 1, 16), 1, "2 layers, 1 KV head of 16, 16-bit"},
+    {"llama3-8b", MHA(32, 8, 128), 1, "32 layers, 8 KV heads of 128, bf16"},
+    {"llama3-70b", MHA(80, 1, 128), 8, "one rank of TP 8: 80 layers, 1 of 8 KV heads of 128, bf16"},
+    {"qwen3-235b-a22b", MHA(94, 4, 128), 1, "94 layers, 4 KV heads of 128, bf16"},
+    {"deepseek-v3",
+     {.attention = KVT_ATTN_MLA,
+      .layers = 61,
+      .kv_lora_rank = 512,
+      .qk_rope_head_dim = 64,
+      .dtype_bytes = 2},
+     1,
+     "MLA: 61 layers, latent 512 + rope 64, bf16"},
+};
+#define NPRESETS (sizeof(presets) / sizeof(presets[0]))
+
+static const char *const policy_names[] = {"lru", "lfu", "fifo", "mru", "filo"};
+static const char *const backend_names[] = {"auto", "sim", "cuda"};
+
+struct config {
+    const char *trace, *synthetic, *dir;
+    uint64_t requests; /* 0: the whole trace */
+    const char *geometry_arg;
+    struct kvt_geometry g;
+    uint32_t tp_size;
+    uint32_t page_size, backend, policy;
+    uint64_t device_tokens, host_tokens, disk_tokens;
+    uint64_t seed;
+    uint64_t corrupt_after; /* test seam: damage a cached page after this request (1-based) */
+    bool json;
+};
+
+/* ---- counters and state ---- */
+
+struct counters {
+    uint64_t requests, tokens_total, hit_device, computed, decoded;
+    uint64_t pages_checked, mismatches, evicted;
+    uint64_t bytes_compute, bytes_verify;
+};
+
+/* The first mismatch, for the report. */
+struct mismatch {
+    uint64_t request;
+    size_t token;
+    uint32_t layer;
+    int which;
+};
+
+struct bench {
+    const struct config *cfg;
+    const struct workload *w;
+    kvt_engine *e;
+    size_t row[2];    /* bytes of one token's K and V rows in one layer (V 0 for MLA) */
+    uint32_t *tokens; /* the request's input, then its output */
+    uint64_t *hash;   /* hash[i]: every token up to and including i */
+    int32_t *slots;
+    uint8_t *buf[2], *want;
+    size_t filled; /* entries of the request's req_to_token row written so far */
+    struct counters c;
+    struct mismatch first;
+    double seconds;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+
+    if (!p) {
+        fprintf(stderr, "%s: out of memory (%zu bytes)\n", PROG, n);
+        exit(1);
+    }
+    return p;
+}
+
+static int engine_error(const char *call, int rc)
+{
+    fprintf(stderr, "%s: %s: %s\n", PROG, call, kvt_strerror(rc));
+    return -1;
+}
+
+/* ---- KV content ---- */
+
+/* Words of a row are mixed from a counter, not chained, so they compute in parallel. */
+static void fill_row(uint64_t hash, uint32_t layer, int which, uint8_t *row, size_t n)
+{
+    uint64_t s = wl_mix(hash + wl_mix((uint64_t)layer << 1 | (uint64_t)which)), w;
+    size_t i;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        w = wl_mix(s + i);
+        memcpy(row + i, &w, 8);
+    }
+    if (i < n) {
+        w = wl_mix(s + i);
+        memcpy(row + i, &w, n - i);
+    }
+}
+
+static void hash_tokens(struct bench *b, size_t from, size_t to)
+{
+    uint64_t h = from ? b->hash[from - 1] : wl_mix(b->cfg->seed);
+
+    for (size_t i = from; i < to; i++)
+        b->hash[i] = h = wl_mix(h ^ b->tokens[i]);
+}
+
+/* Write the KV rows of tokens [pos, pos + n) into slots, as a forward pass would. */
+static int compute(struct bench *b, const int32_t *slots, size_t pos, size_t n)
+{
+    for (size_t done = 0; done < n; done += CHUNK_TOKENS) {
+        size_t m = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
+        for (uint32_t l = 0; l < b->cfg->g.layers; l++) {
+            for (size_t i = 0; i < m; i++)
+                for (int x = 0; x < 2; x++)
+                    if (b->row[x])
+                        fill_row(b->hash[pos + done + i], l, x, b->buf[x] + i * b->row[x],
+                                 b->row[x]);
+            int rc =
+                kvt_kv_write(b->e, l, slots + done, m, b->buf[0], b->row[1] ? b->buf[1] : NULL);
+            if (rc)
+                return engine_error("kvt_kv_write", rc);
+        }
+    }
+    b->c.bytes_compute += (uint64_t)n * b->cfg->g.layers * (b->row[0] + b->row[1]);
+    return 0;
+}
+
+static void note_mismatch(struct bench *b, size_t token, uint32_t layer, int which)
+{
+    if (b->c.mismatches++ == 0)
+        b->first = (struct mismatch){b->c.requests + 1, token, layer, which};
+}
+
+/* Compare m rows read back for tokens [pos, pos + m) of layer; marks bad pages. */
+static void compare_rows(struct bench *b, size_t pos, size_t m, uint32_t layer, bool *bad)
+{
+    uint32_t ps = b->cfg->page_size;
+
+    for (size_t i = 0; i < m; i++) {
+        for (int x = 0; x < 2; x++) {
+            if (!b->row[x] || bad[i / ps])
+                continue;
+            fill_row(b->hash[pos + i], layer, x, b->want, b->row[x]);
+            if (memcmp(b->want, b->buf[x] + i * b->row[x], b->row[x]) != 0) {
+                bad[i / ps] = true;
+                note_mismatch(b, pos + i, layer, x);
+            }
+        }
+    }
+}
+
+/* Read back the cached tokens [0, n) from slots and check every byte, page by page. */
+static int verify(struct bench *b, const int32_t *slots, size_t n)
+{
+    bool bad[CHUNK_TOKENS];
+
+    for (size_t done = 0; done < n; done += CHUNK_TOKENS) {
+        size_t m = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
+        memset(bad, 0, sizeof(bad));
+        for (uint32_t l = 0; l < b->cfg->g.layers; l++) {
+            int rc = kvt_kv_read(b->e, l, slots + done, m, b->buf[0], b->row[1] ? b->buf[1] : NULL);
+            if (rc)
+                return engine_error("kvt_kv_read", rc);
+            compare_rows(b, done, m, l, bad);
+        }
+    }
+    b->c.pages_checked += n / b->cfg->page_size;
+    b->c.bytes_verify += (uint64_t)n * b->cfg->g.layers * (b->row[0] + b->row[1]);
+    return 0;
+}
+
+/* ---- one request ---- */
+
+/* Make room for tokens more slots, evicting cached prefixes as the scheduler would. */
+static int make_room(struct bench *b, size_t tokens)
+{
+    size_t avail = kvt_available(b->e), evicted = 0;
+
+    if (avail >= tokens)
+        return 0;
+    int rc = kvt_evict(b->e, tokens - avail, &evicted);
+    if (rc)
+        return engine_error("kvt_evict", rc);
+    b->c.evicted += evicted;
+    if (kvt_available(b->e) < tokens) {
+        fprintf(stderr, "%s: request %" PRIu64 " needs %zu slots; only %zu can be freed\n", PROG,
+                b->c.requests + 1, tokens, kvt_available(b->e));
+        return -1;
+    }
+    return 0;
+}
+
+static int prefill(struct bench *b, const struct kvt_req *req, size_t hit, size_t in)
+{
+    uint32_t prefix = (uint32_t)hit, seq = (uint32_t)in;
+    int32_t last = hit ? b->slots[hit - 1] : -1;
+    int rc;
+
+    if (in == hit)
+        return 0;
+    if ((rc = kvt_alloc_extend(b->e, 1, &prefix, &seq, &last, b->slots + hit, in - hit)))
+        return engine_error("kvt_alloc_extend", rc);
+    if ((rc = kvt_req_write(b->e, req, hit, b->slots + hit, in - hit)))
+        return engine_error("kvt_req_write", rc);
+    b->filled = in;
+    return compute(b, b->slots + hit, hit, in - hit);
+}
+
+/* Decode tokens [in, kv_len): one slot and one KV row per step. */
+static int decode(struct bench *b, const struct kvt_req *req, size_t in, size_t kv_len)
+{
+    for (size_t pos = in; pos < kv_len; pos++) {
+        uint32_t seq = (uint32_t)pos + 1;
+        int rc = kvt_alloc_decode(b->e, 1, &seq, &b->slots[pos - 1], &b->slots[pos]);
+        if (rc)
+            return engine_error("kvt_alloc_decode", rc);
+        if ((rc = kvt_req_write(b->e, req, pos, &b->slots[pos], 1)))
+            return engine_error("kvt_req_write", rc);
+        b->filled = pos + 1;
+        if (compute(b, &b->slots[pos], pos, 1))
+            return -1;
+    }
+    return 0;
+}
+
+static size_t round_up(size_t n, uint32_t ps)
+{
+    return (n + ps - 1) / ps * ps;
+}
+
+/* Tokens of r that get KV: the input and every output token but the last, which is
+ * sampled and never fed back. */
+static size_t kv_tokens(const struct wl_req *r)
+{
+    return (size_t)r->input_len + (r->output_len ? r->output_len - 1 : 0);
+}
+
+static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
+{
+    size_t in = r->input_len, kv_len = kv_tokens(r), hit = req->protected_len;
+    int rc;
+
+    if (hit && (rc = kvt_req_read(b->e, req, 0, hit, b->slots)))
+        return engine_error("kvt_req_read", rc);
+    if (verify(b, b->slots, hit) || make_room(b, round_up(kv_len, b->cfg->page_size) - hit) ||
+        prefill(b, req, hit, in) || decode(b, req, in, kv_len))
+        return -1;
+    b->c.hit_device += hit;
+    b->c.computed += in - hit;
+    b->c.decoded += kv_len - in;
+    return 0;
+}
+
+static int run_request(struct bench *b, const struct wl_req *r)
+{
+    size_t in = r->input_len, kv_len = kv_tokens(r);
+    struct kvt_key key = {.tokens = b->tokens, .len = in > 1 ? in - 1 : in};
+    struct kvt_req req;
+    int rc;
+
+    wl_input_tokens(b->w, r, b->tokens);
+    for (size_t i = in; i < kv_len; i++)
+        b->tokens[i] = wl_output_token(r, (uint32_t)(i - in));
+    hash_tokens(b, 0, kv_len);
+    if ((rc = kvt_req_begin(b->e, &key, &req)))
+        return engine_error("kvt_req_begin", rc);
+    b->filled = req.protected_len;
+    /* Whatever happened, hand the request back: on failure without inserting. */
+    int failed = serve(b, r, &req);
+    key.len = b->filled;
+    if ((rc = kvt_req_cache_finished(b->e, &req, &key, 0, !failed)))
+        return engine_error("kvt_req_cache_finished", rc);
+    b->c.requests++;
+    b->c.tokens_total += in;
+    return failed;
+}
+
+/* Test seam: flip one byte of the first cached page of r's input, as a faulty tier would. */
+static int corrupt_cached_page(struct bench *b, const struct wl_req *r)
+{
+    struct kvt_key key = {.tokens = b->tokens, .len = r->input_len};
+    struct kvt_match m;
+    int rc;
+
+    wl_input_tokens(b->w, r, b->tokens);
+    if ((rc = kvt_match(b->e, &key, b->slots, &m)))
+        return engine_error("kvt_match", rc);
+    if (m.device_len == 0) {
+        fprintf(stderr, "%s: --corrupt-after: request %" PRIu64 " left nothing cached\n", PROG,
+                b->c.requests);
+        return -1;
+    }
+    if ((rc = kvt_kv_read(b->e, 0, b->slots, 1, b->buf[0], b->row[1] ? b->buf[1] : NULL)))
+        return engine_error("kvt_kv_read", rc);
+    b->buf[0][0] ^= 0x5a;
+    if ((rc = kvt_kv_write(b->e, 0, b->slots, 1, b->buf[0], b->row[1] ? b->buf[1] : NULL)))
+        return engine_error("kvt_kv_write", rc);
+    return 0;
+}
+
+/* ---- progress ---- */
+
+static void progress(const struct bench *b, uint64_t t0, bool done)
+{
+    double s = (double)(now_ns() - t0) / 1e9;
+
+    if (done) {
+        fputs("\r\033[K", stderr);
+        return;
+    }
+    fprintf(stderr, "\r\033[K%" PRIu64 "/%zu requests  %.0f req/s  %.1f%% of input tokens hit",
+            b->c.requests, b->w->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
+            b->c.tokens_total ? 100.0 * (double)b->c.hit_device / (double)b->c.tokens_total : 0.0);
+}
+
+static int replay(struct bench *b)
+{
+    bool tty = isatty(STDERR_FILENO);
+    uint64_t t0 = now_ns(), shown = t0;
+    int rc = 0;
+
+    for (size_t i = 0; i < b->w->nreqs && rc == 0; i++) {
+        rc = run_request(b, &b->w->reqs[i]);
+        if (rc == 0 && b->c.requests == b->cfg->corrupt_after)
+            rc = corrupt_cached_page(b, &b->w->reqs[i]);
+        if (tty && now_ns() - shown > 250000000ull) {
+            progress(b, t0, false);
+            shown = now_ns();
+        }
+    }
+    if (tty)
+        progress(b, t0, true);
+    b->seconds = (double)(now_ns() - t0) / 1e9;
+    return rc;
+}
+
+/* ---- setup ---- */
+
+static int open_engine(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    uint32_t ps = cfg->page_size;
+    struct kvt_options o;
+
+    kvt_options_init(&o, sizeof(o));
+    o.geometry = cfg->g;
+    o.page_size = ps;
+    o.backend = cfg->backend;
+    o.device_tokens = cfg->device_tokens;
+    o.max_requests = 1;
+    o.max_context = (uint32_t)round_up(b->w->max_tokens, ps);
+    o.evict_policy = cfg->policy;
+    o.model_id = cfg->geometry_arg;
+    o.tp_size = cfg->tp_size;
+    int rc = kvt_open(&o, &b->e);
+    if (rc)
+        return engine_error("kvt_open", rc);
+    if (kvt_available(b->e) < o.max_context) {
+        fprintf(stderr,
+                "%s: the longest request needs %u slots, the device pool has %zu: raise "
+                "--device-tokens\n",
+                PROG, o.max_context, kvt_available(b->e));
+        return -1;
+    }
+    return 0;
+}
+
+static int setup(struct bench *b)
+{
+    const struct kvt_geometry *g = &b->cfg->g;
+    size_t n = (size_t)b->w->max_tokens;
+
+    if (g->attention == KVT_ATTN_MLA) {
+        b->row[0] = (size_t)(g->kv_lora_rank + g->qk_rope_head_dim) * g->dtype_bytes;
+    } else {
+        b->row[0] = (size_t)g->kv_heads * g->head_dim * g->dtype_bytes;
+        b->row[1] =
+            (size_t)g->kv_heads * (g->v_head_dim ? g->v_head_dim : g->head_dim) * g->dtype_bytes;
+    }
+    b->tokens = xmalloc(n * sizeof(*b->tokens));
+    b->hash = xmalloc(n * sizeof(*b->hash));
+    b->slots = xmalloc(n * sizeof(*b->slots));
+    for (int x = 0; x < 2; x++)
+        b->buf[x] = xmalloc(CHUNK_TOKENS * b->row[x]);
+    b->want = xmalloc(b->row[0] > b->row[1] ? b->row[0] : b->row[1]);
+    return open_engine(b);
+}
+
+static void teardown(struct bench *b)
+{
+    kvt_close(b->e);
+    free(b->tokens);
+    free(b->hash);
+    free(b->slots);
+    free(b->buf[0]);
+    free(b->buf[1]);
+    free(b->want);
+}
+
+/* ---- report ---- */
+
+static double pct(uint64_t part, uint64_t whole)
+{
+    return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+static void print_bytes(uint64_t n)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    size_t u = 0;
+
+    while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1024;
+        u++;
+    }
+    printf(u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+static const char *backend_in_use(const struct bench *b)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    if (!b->e || kvt_stats(b->e, &st))
+        return "?";
+    return backend_names[st.backend];
+}
+
+static void print_source(const struct config *cfg)
+{
+    if (cfg->trace)
+        printf("trace %s", cfg->trace);
+    else
+        printf("synthetic \"%s\" (seed %" PRIu64 ")", cfg->synthetic, cfg->seed);
+}
+
+static void print_text(const struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    const struct counters *c = &b->c;
+    uint64_t cell = kvt_cell_bytes(&cfg->g);
+
+    printf("%s: %" PRIu64 " requests of ", PROG, c->requests);
+    print_source(cfg);
+    printf("\n  engine        geometry %s (%" PRIu64
+           " B/token), page %u, %s eviction, %s backend\n",
+           cfg->geometry_arg, cell, cfg->page_size, policy_names[cfg->policy], backend_in_use(b));
+    printf("  tiers         device %" PRIu64 " tokens (", cfg->device_tokens);
+    print_bytes(cfg->device_tokens * cell);
+    printf("); host none; disk none\n");
+    printf("  input tokens  %" PRIu64 "\n", c->tokens_total);
+    printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host 0, disk 0\n",
+           c->hit_device, pct(c->hit_device, c->tokens_total), c->hit_device);
+    printf("  recomputed    %" PRIu64 " (%.1f%%): %.2fx less prefill than without a cache\n",
+           c->computed, pct(c->computed, c->tokens_total),
+           c->computed ? (double)c->tokens_total / (double)c->computed : 0.0);
+    printf("  verified      %" PRIu64 " pages served from cache, %" PRIu64 " mismatches\n",
+           c->pages_checked, c->mismatches);
+    printf("  data moved    compute -> device ");
+    print_bytes(c->bytes_compute);
+    printf(", device -> verifier ");
+    print_bytes(c->bytes_verify);
+    printf("; %" PRIu64 " tokens evicted\n", c->evicted);
+    printf("  time          %.2f s, %.0f input tokens/s (%" PRIu64 " decode steps)\n", b->seconds,
+           b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0, c->decoded);
+}
+
+static void json_string(const char *s)
+{
+    if (!s) {
+        fputs("null", stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void print_json_config(const struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+
+    printf("\"config\":{\"trace\":");
+    json_string(cfg->trace);
+    printf(",\"synthetic\":");
+    json_string(cfg->synthetic);
+    printf(",\"seed\":%" PRIu64 ",\"geometry\":", cfg->seed);
+    json_string(cfg->geometry_arg);
+    printf(",\"cell_bytes\":%" PRIu64 ",\"page_size\":%u,\"device_tokens\":%" PRIu64
+           ",\"host_tokens\":%" PRIu64 ",\"disk_tokens\":%" PRIu64 ",\"dir\":",
+           kvt_cell_bytes(&cfg->g), cfg->page_size, cfg->device_tokens, cfg->host_tokens,
+           cfg->disk_tokens);
+    json_string(cfg->dir);
+    printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\"}", backend_in_use(b),
+           policy_names[cfg->policy]);
+}
+
+static void print_json(const struct bench *b)
+{
+    const struct counters *c = &b->c;
+
+    printf("{\"requests\":%" PRIu64 ",\"tokens_total\":%" PRIu64
+           ",\"tokens_hit\":{\"device\":%" PRIu64
+           ",\"host\":0,\"disk\":0},\"tokens_computed\":%" PRIu64 ",\"tokens_decoded\":%" PRIu64
+           ",\"tokens_evicted\":%" PRIu64,
+           c->requests, c->tokens_total, c->hit_device, c->computed, c->decoded, c->evicted);
+    printf(",\"bytes\":{\"compute_to_device\":%" PRIu64 ",\"device_to_verify\":%" PRIu64
+           ",\"device_to_host\":0,\"host_to_device\":0,\"host_to_disk\":0,\"disk_to_host\":0}",
+           c->bytes_compute, c->bytes_verify);
+    printf(",\"seconds\":%.3f,\"tokens_per_second\":%.0f", b->seconds,
+           b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0);
+    printf(",\"verify\":{\"pages_checked\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
+           c->pages_checked, c->mismatches);
+    print_json_config(b);
+    printf("}\n");
+}
+
+static void report_mismatch(const struct bench *b)
+{
+    const struct mismatch *m = &b->first;
+    uint32_t ps = b->cfg->page_size;
+
+    fprintf(stderr,
+            "%s: VERIFY FAILED: %" PRIu64 " page%s served from the device cache differ from what "
+            "was stored; the first: request %" PRIu64 ", tokens %zu-%zu, layer %u, %s\n",
+            PROG, b->c.mismatches, b->c.mismatches == 1 ? "" : "s", m->request, m->token / ps * ps,
+            m->token / ps * ps + ps - 1, m->layer, m->which ? "V" : "K");
+}
+
+/* ---- command line ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [--trace FILE | --synthetic NAME] [options]\n"
+            "\n"
+            "Replay requests through kvtier as a serving engine would (match, extend, compute,\n"
+            "decode, cache) and check every byte of every page served from the cache against\n"
+            "what was stored. Prints tokens served per tier, tokens recomputed, pages verified\n"
+            "and mismatches. Any mismatch fails the run.\n"
+            "\n"
+            "Workload (default: --synthetic %s):\n"
+            "  --trace FILE          a Mooncake trace: JSON lines with input_length,\n"
+            "                        output_length and hash_ids (512-token blocks)\n"
+            "  --synthetic NAME      a generated workload:\n",
+            PROG, DEFAULT_SYNTHETIC);
+    for (size_t i = 0; wl_synthetic_names[i]; i++)
+        fprintf(f, "                          %-6s %s\n", wl_synthetic_names[i],
+                wl_synthetic_about(wl_synthetic_names[i]));
+    fprintf(f,
+            "  --requests N          replay the first N requests of a trace (default all), or\n"
+            "                        generate N (default %d)\n"
+            "  --seed N              seeds the synthetic workload and the KV content (default 1)\n"
+            "\n"
+            "Engine:\n"
+            "  --geometry G          a preset, or key=value pairs, or a preset then pairs, comma\n"
+            "                        separated (keys: attention=mha|mla, layers, kv_heads,\n"
+            "                        head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
+            "                        dtype_bytes, tp_size). Default tiny. Presets:\n",
+            DEFAULT_SYNTHETIC_REQUESTS);
+    for (size_t i = 0; i < NPRESETS; i++)
+        fprintf(f, "                          %-16s %s\n", presets[i].name, presets[i].about);
+    fprintf(f,
+            "  --page-size N         tokens per page, a power of two up to 256 (default 16)\n"
+            "  --device-tokens N     device KV pool size in tokens (default %d)\n"
+            "  --host-tokens N       host tier size; only 0: the host tier is not built yet\n"
+            "  --disk-tokens N       disk tier size; only 0: the disk tier is not built yet\n"
+            "  --dir PATH            disk tier directory; needs the disk tier\n"
+            "  --backend B           auto, sim or cuda (default auto)\n"
+            "  --evict-policy P      lru, lfu, fifo, mru or filo (default lru)\n"
+            "\n"
+            "Output:\n"
+            "  --json                one JSON object on stdout instead of the report\n"
+            "  --corrupt-after N     testing: after request N, flip a byte of a cached page;\n"
+            "                        a later hit on it must fail verification\n"
+            "  --help                print this and exit\n"
+            "\n"
+            "A progress line is shown on stderr when it is a terminal.\n"
+            "Exit status: 0 on success, 1 on an error or a verification failure, 2 on bad usage.\n",
+            DEFAULT_DEVICE_TOKENS);
+}
+
+static int bad_usage(const char *msg, const char *arg)
+{
+    fprintf(stderr, "%s: %s%s%s\n", PROG, msg, arg ? ": " : "", arg ? arg : "");
+    fprintf(stderr, "try '%s --help'\n", PROG);
+    return 2;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static int parse_name(const char *s, const char *const *names, size_t n, uint32_t *out)
+{
+    for (size_t i = 0; s && i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (uint32_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One key=value of --geometry. */
+static int geometry_pair(struct config *cfg, const char *kv)
+{
+    static const char *const keys[] = {"layers",      "kv_heads",     "head_dim",
+                                       "v_head_dim",  "kv_lora_rank", "qk_rope_head_dim",
+                                       "dtype_bytes", "tp_size"};
+    uint32_t *fields[] = {&cfg->g.layers,      &cfg->g.kv_heads,     &cfg->g.head_dim,
+                          &cfg->g.v_head_dim,  &cfg->g.kv_lora_rank, &cfg->g.qk_rope_head_dim,
+                          &cfg->g.dtype_bytes, &cfg->tp_size};
+    const char *eq = strchr(kv, '=');
+    uint64_t v;
+
+    if (!eq)
+        return -1;
+    size_t klen = (size_t)(eq - kv);
+    if (klen == 9 && strncmp(kv, "attention", 9) == 0) {
+        static const char *const kinds[] = {"mha", "mla"};
+        return parse_name(eq + 1, kinds, 2, &cfg->g.attention);
+    }
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (strlen(keys[i]) == klen && strncmp(kv, keys[i], klen) == 0) {
+            if (!parse_u64(eq + 1, &v) || v > UINT32_MAX)
+                return -1;
+            *fields[i] = (uint32_t)v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_geometry(struct config *cfg, const char *arg)
+{
+    char buf[256];
+    char *save = NULL, *tok;
+
+    if (strlen(arg) >= sizeof(buf))
+        return bad_usage("--geometry is too long", NULL);
+    strcpy(buf, arg);
+    cfg->g = (struct kvt_geometry){0};
+    cfg->tp_size = 1;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t i;
+        for (i = 0; i < NPRESETS && strcmp(tok, presets[i].name); i++)
+            ;
+        if (i < NPRESETS && tok == buf) {
+            cfg->g = presets[i].g;
+            cfg->tp_size = presets[i].tp_size;
+        } else if (geometry_pair(cfg, tok)) {
+            return bad_usage("--geometry: not a preset or a known key=value", tok);
+        }
+    }
+    if (kvt_cell_bytes(&cfg->g) == 0 || cfg->tp_size == 0)
+        return bad_usage("--geometry does not describe a valid model (see --help)", arg);
+    cfg->geometry_arg = arg;
+    return 0;
+}
+
+/* Options that take a count. */
+static int parse_count(struct config *cfg, const char *opt, const char *val)
+{
+    uint64_t v;
+
+    if (!parse_u64(val, &v))
+        return bad_usage("expected a non-negative integer", opt);
+    if (strcmp(opt, "--requests") == 0) {
+        if (v == 0)
+            return bad_usage("--requests needs at least 1", val);
+        cfg->requests = v;
+    } else if (strcmp(opt, "--page-size") == 0) {
+        if (v == 0 || v > 256 || (v & (v - 1)))
+            return bad_usage("--page-size needs a power of two from 1 to 256", val);
+        cfg->page_size = (uint32_t)v;
+    } else if (strcmp(opt, "--device-tokens") == 0) {
+        if (v == 0 || v >= INT32_MAX)
+            return bad_usage("--device-tokens needs a count from 1 to 2^31-2", val);
+        cfg->device_tokens = v;
+    } else if (strcmp(opt, "--host-tokens") == 0) {
+        if (v)
+            return bad_usage("--host-tokens: the host tier is not built yet; only 0 is accepted",
+                             val);
+    } else if (strcmp(opt, "--disk-tokens") == 0) {
+        if (v)
+            return bad_usage("--disk-tokens: the disk tier is not built yet; only 0 is accepted",
+                             val);
+    } else if (strcmp(opt, "--seed") == 0) {
+        cfg->seed = v;
+    } else {
+        if (v == 0)
+            return bad_usage("--corrupt-after needs a request number from 1", val);
+        cfg->corrupt_after = v;
+    }
+    return 0;
+}
+
+static int parse_value(struct config *cfg, const char *opt, const char *val)
+{
+    static const char *const counts[] = {"--requests",     "--page-size",   "--device-tokens",
+                                         "--host-tokens",  "--disk-tokens", "--seed",
+                                         "--corrupt-after"};
+
+    if (!val)
+        return bad_usage("option needs a value", opt);
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        if (strcmp(opt, counts[i]) == 0)
+            return parse_count(cfg, opt, val);
+    if (strcmp(opt, "--trace") == 0)
+        cfg->trace = val;
+    else if (strcmp(opt, "--synthetic") == 0) {
+        if (!wl_synthetic_about(val))
+            return bad_usage("--synthetic: unknown workload (see --help)", val);
+        cfg->synthetic = val;
+    } else if (strcmp(opt, "--geometry") == 0)
+        return parse_geometry(cfg, val);
+    else if (strcmp(opt, "--dir") == 0)
+        return bad_usage("--dir: the disk tier is not built yet", val);
+    else if (strcmp(opt, "--backend") == 0) {
+        if (parse_name(val, backend_names, 3, &cfg->backend))
+            return bad_usage("--backend needs auto, sim or cuda", val);
+    } else if (strcmp(opt, "--evict-policy") == 0) {
+        if (parse_name(val, policy_names, 5, &cfg->policy))
+            return bad_usage("--evict-policy needs lru, lfu, fifo, mru or filo", val);
+    } else
+        return bad_usage("unknown option", opt);
+    return 0;
+}
+
+/* 0 to go on, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, struct config *cfg)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        if (strcmp(a, "--json") == 0) {
+            cfg->json = true;
+            continue;
+        }
+        if ((rc = parse_value(cfg, a, i + 1 < argc ? argv[i + 1] : NULL)))
+            return rc;
+        i++;
+    }
+    if (cfg->trace && cfg->synthetic)
+        return bad_usage("give --trace or --synthetic, not both", NULL);
+    if (!cfg->trace && !cfg->synthetic)
+        cfg->synthetic = DEFAULT_SYNTHETIC;
+    return 0;
+}
+
+static int load(const struct config *cfg, struct workload *w)
+{
+    char err[512];
+
+    if (cfg->synthetic) {
+        wl_synthetic(w, cfg->synthetic, cfg->seed,
+                     cfg->requests ? cfg->requests : DEFAULT_SYNTHETIC_REQUESTS);
+        return 0;
+    }
+    if (wl_load_mooncake(w, cfg->trace, 0, cfg->requests, err, sizeof(err))) {
+        fprintf(stderr, "%s: %s\n", PROG, err);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg = {.page_size = 16, .device_tokens = DEFAULT_DEVICE_TOKENS, .seed = 1};
+    struct workload w = {0};
+    struct bench b = {.cfg = &cfg, .w = &w};
+    int rc = parse_geometry(&cfg, "tiny");
+
+    if (rc == 0)
+        rc = parse_args(argc, argv, &cfg);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (load(&cfg, &w))
+        return 1;
+    if (w.max_tokens + cfg.page_size > INT32_MAX) {
+        fprintf(stderr, "%s: a request of %" PRIu64 " tokens is too long\n", PROG, w.max_tokens);
+        rc = 1;
+    } else if (setup(&b) == 0 && replay(&b) == 0) {
+        if (cfg.json)
+            print_json(&b);
+        else
+            print_text(&b);
+        if (b.c.mismatches) {
+            report_mismatch(&b);
+            rc = 1;
+        }
+    } else {
+        rc = 1;
+    }
+    teardown(&b);
+    wl_free(&w);
+    return rc;
+}

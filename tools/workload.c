@@ -1,0 +1,532 @@
+/*
+ * Workloads: a Mooncake trace reader and seeded synthetic generators. See workload.h.
+ */
+#include "workload.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_HASH_ID_BITS 40
+#define TAG_SHIFT 48
+#define OUTPUT_BIT (1ull << 63)
+#define SYNTH_BIT (1ull << 62)
+
+static void die_oom(void)
+{
+    fprintf(stderr, "out of memory\n");
+    exit(1);
+}
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    size_t ncap = *cap ? *cap * 2 : 1024;
+    while (ncap < need)
+        ncap *= 2;
+    p = realloc(p, ncap * elem);
+    if (!p)
+        die_oom();
+    *cap = ncap;
+    return p;
+}
+
+static void add_seg(struct workload *w, uint64_t id, uint32_t len)
+{
+    w->segs = grow(w->segs, &w->segs_cap, w->nsegs + 1, sizeof(*w->segs));
+    w->segs[w->nsegs++] = (struct wl_seg){.id = id, .len = len};
+}
+
+static void add_req(struct workload *w, const struct wl_req *r)
+{
+    w->reqs = grow(w->reqs, &w->reqs_cap, w->nreqs + 1, sizeof(*w->reqs));
+    w->reqs[w->nreqs++] = *r;
+    if (r->input_len > w->max_input)
+        w->max_input = r->input_len;
+    if ((uint64_t)r->input_len + r->output_len > w->max_tokens)
+        w->max_tokens = (uint64_t)r->input_len + r->output_len;
+}
+
+void wl_free(struct workload *w)
+{
+    free(w->reqs);
+    free(w->segs);
+    memset(w, 0, sizeof(*w));
+}
+
+/* ---- tokens ---- */
+
+static uint32_t seg_token(uint64_t seed, uint32_t off)
+{
+    return (uint32_t)(wl_mix(seed + off) % WL_VOCAB);
+}
+
+void wl_input_tokens(const struct workload *w, const struct wl_req *r, uint32_t *tokens)
+{
+    for (uint32_t s = 0; s < r->nsegs; s++) {
+        const struct wl_seg *g = &w->segs[r->first_seg + s];
+        uint64_t seed = wl_mix(g->id);
+        for (uint32_t off = 0; off < g->len; off++)
+            *tokens++ = seg_token(seed, off);
+    }
+}
+
+uint32_t wl_output_token(const struct wl_req *r, uint32_t i)
+{
+    return seg_token(wl_mix(r->output_id), i);
+}
+
+/* ---- Mooncake traces ---- */
+
+/* A minimal JSON reader over one line: enough to find three fields and skip the rest. */
+struct cursor {
+    const char *p;
+    const char *err;
+};
+
+static void skip_ws(struct cursor *c)
+{
+    while (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')
+        c->p++;
+}
+
+static bool fail(struct cursor *c, const char *err)
+{
+    if (!c->err)
+        c->err = err;
+    return false;
+}
+
+static bool expect(struct cursor *c, char ch, const char *err)
+{
+    skip_ws(c);
+    if (*c->p != ch)
+        return fail(c, err);
+    c->p++;
+    return true;
+}
+
+/* A string; its unescaped text goes to buf when it fits (keys we look for are short). */
+static bool read_string(struct cursor *c, char *buf, size_t cap)
+{
+    size_t n = 0;
+
+    if (!expect(c, '"', "expected a string"))
+        return false;
+    for (;;) {
+        char ch = *c->p;
+        if (ch == '\0')
+            return fail(c, "unterminated string");
+        c->p++;
+        if (ch == '"')
+            break;
+        if (ch == '\\') {
+            ch = *c->p;
+            if (ch == '\0')
+                return fail(c, "unterminated string");
+            c->p++;
+            if (ch == 'u') {
+                for (int i = 0; i < 4; i++, c->p++)
+                    if (!strchr("0123456789abcdefABCDEF", *c->p) || *c->p == '\0')
+                        return fail(c, "bad \\u escape in string");
+                ch = '?'; /* never part of a key we look for */
+            } else if (!strchr("\"\\/bfnrt", ch)) {
+                return fail(c, "bad escape in string");
+            }
+        }
+        if (buf && n + 1 < cap)
+            buf[n++] = ch;
+    }
+    if (buf && cap)
+        buf[n < cap ? n : cap - 1] = '\0';
+    return true;
+}
+
+/* A non-negative integer no larger than max. */
+static bool read_uint(struct cursor *c, uint64_t max, const char *what, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    skip_ws(c);
+    if (*c->p < '0' || *c->p > '9')
+        return fail(c, what);
+    while (*c->p >= '0' && *c->p <= '9') {
+        uint64_t d = (uint64_t)(*c->p++ - '0');
+        if (v > (max - d) / 10)
+            return fail(c, what);
+        v = v * 10 + d;
+    }
+    if (*c->p == '.' || *c->p == 'e' || *c->p == 'E')
+        return fail(c, what);
+    *out = v;
+    return true;
+}
+
+static bool skip_value(struct cursor *c, int depth);
+
+static bool skip_container(struct cursor *c, int depth, char close)
+{
+    c->p++;
+    skip_ws(c);
+    if (*c->p == close) {
+        c->p++;
+        return true;
+    }
+    for (;;) {
+        if (close == '}' && (!read_string(c, NULL, 0) || !expect(c, ':', "expected ':'")))
+            return false;
+        if (!skip_value(c, depth + 1))
+            return false;
+        skip_ws(c);
+        if (*c->p == close) {
+            c->p++;
+            return true;
+        }
+        if (!expect(c, ',', close == '}' ? "expected ',' or '}'" : "expected ',' or ']'"))
+            return false;
+    }
+}
+
+/* Any JSON value, checked for shape (numbers loosely) but not kept. */
+static bool skip_value(struct cursor *c, int depth)
+{
+    static const char *const words[] = {"true", "false", "null"};
+
+    if (depth > 64)
+        return fail(c, "values nested too deeply");
+    skip_ws(c);
+    char ch = *c->p;
+    if (ch == '"')
+        return read_string(c, NULL, 0);
+    if (ch == '{' || ch == '[')
+        return skip_container(c, depth, ch == '{' ? '}' : ']');
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        c->p++;
+        while (strchr("0123456789.eE+-", *c->p) && *c->p)
+            c->p++;
+        return true;
+    }
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        size_t n = strlen(words[i]);
+        if (strncmp(c->p, words[i], n) == 0) {
+            c->p += n;
+            return true;
+        }
+    }
+    return fail(c, "expected a JSON value");
+}
+
+/* The line being read: the request and which fields it had. */
+struct line {
+    struct workload *w;
+    uint32_t tag;
+    struct wl_req r;
+    uint32_t nids;
+    bool have_ids, have_in, have_out;
+};
+
+static bool read_hash_ids(struct cursor *c, struct line *ln)
+{
+    const char *what = "hash_ids holds something other than an integer below 2^40";
+
+    if (!expect(c, '[', "hash_ids is not an array"))
+        return false;
+    ln->r.first_seg = ln->w->nsegs;
+    skip_ws(c);
+    if (*c->p == ']') {
+        c->p++;
+        return true;
+    }
+    for (;;) {
+        uint64_t id;
+        if (!read_uint(c, (1ull << MAX_HASH_ID_BITS) - 1, what, &id))
+            return false;
+        if (ln->nids == WL_MAX_INPUT_LENGTH / WL_BLOCK_TOKENS)
+            return fail(c, "hash_ids is longer than input_length allows");
+        add_seg(ln->w, (uint64_t)ln->tag << TAG_SHIFT | id, WL_BLOCK_TOKENS);
+        ln->nids++;
+        skip_ws(c);
+        if (*c->p == ']') {
+            c->p++;
+            return true;
+        }
+        if (!expect(c, ',', "expected ',' or ']' in hash_ids"))
+            return false;
+    }
+}
+
+static bool read_length(struct cursor *c, bool *have, const char *dup, uint64_t max,
+                        const char *bad, uint32_t *out)
+{
+    uint64_t v;
+
+    if (*have)
+        return fail(c, dup);
+    *have = true;
+    if (!read_uint(c, max, bad, &v))
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* One field of the object: hash_ids, input_length and output_length are kept. */
+static bool read_field(struct cursor *c, struct line *ln)
+{
+    char key[32];
+
+    if (!read_string(c, key, sizeof(key)) || !expect(c, ':', "expected ':' after a key"))
+        return false;
+    if (strcmp(key, "hash_ids") == 0) {
+        if (ln->have_ids)
+            return fail(c, "duplicate key hash_ids");
+        ln->have_ids = true;
+        return read_hash_ids(c, ln);
+    }
+    if (strcmp(key, "input_length") == 0)
+        return read_length(c, &ln->have_in, "duplicate key input_length", WL_MAX_INPUT_LENGTH,
+                           "input_length is not an integer in [0, 2^24]", &ln->r.input_len);
+    if (strcmp(key, "output_length") == 0)
+        return read_length(c, &ln->have_out, "duplicate key output_length", WL_MAX_OUTPUT_LENGTH,
+                           "output_length is not an integer in [0, 2^20]", &ln->r.output_len);
+    return skip_value(c, 1);
+}
+
+static bool check_line(struct cursor *c, struct line *ln)
+{
+    uint64_t n = ln->nids, len = ln->r.input_len;
+
+    if (!ln->have_ids)
+        return fail(c, "no hash_ids");
+    if (!ln->have_in)
+        return fail(c, "no input_length");
+    if (n == 0)
+        return fail(c, "hash_ids is empty");
+    /* The last block is partial: 1 to 512 tokens. */
+    if (len <= (n - 1) * WL_BLOCK_TOKENS || len > n * WL_BLOCK_TOKENS)
+        return fail(c, "input_length does not fit hash_ids (512 tokens per id, last partial)");
+    ln->w->segs[ln->w->nsegs - 1].len = (uint32_t)(len - (n - 1) * WL_BLOCK_TOKENS);
+    ln->r.nsegs = (uint32_t)n;
+    return true;
+}
+
+static bool parse_line(struct cursor *c, struct line *ln)
+{
+    if (!expect(c, '{', "expected a JSON object"))
+        return false;
+    skip_ws(c);
+    if (*c->p != '}') {
+        for (;;) {
+            if (!read_field(c, ln))
+                return false;
+            skip_ws(c);
+            if (*c->p == '}')
+                break;
+            if (!expect(c, ',', "expected ',' or '}'"))
+                return false;
+        }
+    }
+    c->p++;
+    skip_ws(c);
+    if (*c->p != '\0')
+        return fail(c, "text after the object");
+    return check_line(c, ln);
+}
+
+static bool blank(const char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
+        s++;
+    return *s == '\0';
+}
+
+static int errorf(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Parse one non-blank line into a request; -1 with err set. */
+static int read_line(struct workload *w, uint32_t tag, const char *text, size_t lineno,
+                     const char *path, char *err, size_t err_len)
+{
+    size_t segs_before = w->nsegs;
+    struct line ln = {.w = w, .tag = tag};
+    struct cursor c = {.p = text};
+
+    if (!parse_line(&c, &ln)) {
+        w->nsegs = segs_before;
+        return errorf(err, err_len, "%s:%zu:%zu: %s", path, lineno, (size_t)(c.p - text) + 1,
+                      c.err);
+    }
+    ln.r.output_id = OUTPUT_BIT | (uint64_t)tag << TAG_SHIFT | lineno;
+    add_req(w, &ln.r);
+    return 0;
+}
+
+int wl_load_mooncake(struct workload *w, const char *path, uint32_t tag, size_t limit, char *err,
+                     size_t err_len)
+{
+    FILE *f = fopen(path, "r");
+    char *text = NULL;
+    size_t cap = 0, lineno = 0, nreqs = 0;
+    ssize_t n;
+    int rc = 0;
+
+    if (tag > 255)
+        return errorf(err, err_len, "%s: trace tag %u is above 255", path, tag);
+    if (!f)
+        return errorf(err, err_len, "%s: %s", path, strerror(errno));
+    while ((limit == 0 || nreqs < limit) && (n = getline(&text, &cap, f)) >= 0) {
+        lineno++;
+        if ((size_t)n != strlen(text)) {
+            rc = errorf(err, err_len, "%s:%zu: NUL byte in line", path, lineno);
+            break;
+        }
+        if (blank(text))
+            continue;
+        if ((rc = read_line(w, tag, text, lineno, path, err, err_len)))
+            break;
+        nreqs++;
+    }
+    if (rc == 0 && ferror(f))
+        rc = errorf(err, err_len, "%s: read error", path);
+    if (rc == 0 && nreqs == 0)
+        rc = errorf(err, err_len, "%s: no requests", path);
+    free(text);
+    fclose(f);
+    return rc;
+}
+
+/* ---- synthetic workloads ---- */
+
+#define CHAT_PROMPTS 8 /* system prompts shared by every chat */
+#define CHAT_ACTIVE 16 /* chats under way at once, their turns interleaved */
+#define DOC_INSTRUCTIONS 2
+#define DOC_ACTIVE 4 /* documents being asked about at once */
+
+const char *const wl_synthetic_names[] = {"chat", "docqa", "mixed", NULL};
+
+static const char *const synthetic_about[] = {
+    "multi-turn chats behind 8 shared system prompts (256-2048 tokens); 16 chats at a time, "
+    "2-8 turns each; every turn quotes the whole conversation so far",
+    "long documents (4-24k tokens) behind 2 shared instructions, each asked 4-16 short "
+    "questions; 4 documents at a time",
+    "chat and docqa requests interleaved at random, half each",
+};
+
+const char *wl_synthetic_about(const char *name)
+{
+    for (size_t i = 0; wl_synthetic_names[i]; i++)
+        if (strcmp(name, wl_synthetic_names[i]) == 0)
+            return synthetic_about[i];
+    return NULL;
+}
+
+struct chat {
+    uint32_t turns_left;
+    struct wl_seg *hist; /* the system prompt, then user turns and answers so far */
+    size_t nhist, cap;
+};
+
+struct doc {
+    struct wl_seg text;
+    uint32_t instruction, questions_left;
+};
+
+struct synth {
+    struct workload *w;
+    uint64_t rng, next_id;
+    struct wl_seg prompts[CHAT_PROMPTS], instructions[DOC_INSTRUCTIONS];
+    struct chat chats[CHAT_ACTIVE];
+    struct doc docs[DOC_ACTIVE];
+};
+
+static uint32_t pick(struct synth *s, uint32_t lo, uint32_t hi)
+{
+    return lo + (uint32_t)(wl_mix(s->rng++) % ((uint64_t)hi - lo + 1));
+}
+
+static struct wl_seg new_seg(struct synth *s, uint32_t lo, uint32_t hi)
+{
+    return (struct wl_seg){.id = SYNTH_BIT | s->next_id++, .len = pick(s, lo, hi)};
+}
+
+/* Append a request made of segs and an output of out_len tokens; its output segment. */
+static struct wl_seg emit(struct synth *s, const struct wl_seg *segs, size_t n, uint32_t out_len)
+{
+    struct wl_req r = {.first_seg = s->w->nsegs, .nsegs = (uint32_t)n, .output_len = out_len};
+
+    for (size_t i = 0; i < n; i++) {
+        add_seg(s->w, segs[i].id, segs[i].len);
+        r.input_len += segs[i].len;
+    }
+    r.output_id = OUTPUT_BIT | s->next_id++;
+    add_req(s->w, &r);
+    return (struct wl_seg){.id = r.output_id, .len = out_len};
+}
+
+static void chat_turn(struct synth *s)
+{
+    struct chat *c = &s->chats[pick(s, 0, CHAT_ACTIVE - 1)];
+
+    c->hist = grow(c->hist, &c->cap, c->nhist + 2, sizeof(*c->hist));
+    if (c->turns_left == 0) {
+        /* The lower-numbered prompts are the popular ones. */
+        uint32_t a = pick(s, 0, CHAT_PROMPTS - 1), b = pick(s, 0, CHAT_PROMPTS - 1);
+        c->hist[0] = s->prompts[a < b ? a : b];
+        c->nhist = 1;
+        c->turns_left = pick(s, 2, 8);
+    }
+    c->hist[c->nhist++] = new_seg(s, 32, 512);
+    c->hist[c->nhist] = emit(s, c->hist, c->nhist, pick(s, 64, 768));
+    c->nhist++;
+    c->turns_left--;
+}
+
+static void doc_question(struct synth *s)
+{
+    struct doc *d = &s->docs[pick(s, 0, DOC_ACTIVE - 1)];
+
+    if (d->questions_left == 0) {
+        d->text = new_seg(s, 4096, 24576);
+        d->instruction = pick(s, 0, DOC_INSTRUCTIONS - 1);
+        d->questions_left = pick(s, 4, 16);
+    }
+    struct wl_seg segs[3] = {s->instructions[d->instruction], d->text, new_seg(s, 16, 128)};
+    emit(s, segs, 3, pick(s, 32, 256));
+    d->questions_left--;
+}
+
+int wl_synthetic(struct workload *w, const char *name, uint64_t seed, size_t n)
+{
+    struct synth s = {.w = w, .rng = wl_mix(seed)};
+    int kind = -1;
+
+    for (int i = 0; wl_synthetic_names[i]; i++)
+        if (strcmp(name, wl_synthetic_names[i]) == 0)
+            kind = i;
+    if (kind < 0)
+        return -1;
+    for (size_t i = 0; i < CHAT_PROMPTS; i++)
+        s.prompts[i] = new_seg(&s, 256, 2048);
+    for (size_t i = 0; i < DOC_INSTRUCTIONS; i++)
+        s.instructions[i] = new_seg(&s, 192, 192);
+    for (size_t i = 0; i < n; i++) {
+        bool chat = kind == 0 || (kind == 2 && pick(&s, 0, 1) == 0);
+        if (chat)
+            chat_turn(&s);
+        else
+            doc_question(&s);
+    }
+    for (size_t i = 0; i < CHAT_ACTIVE; i++)
+        free(s.chats[i].hist);
+    return 0;
+}

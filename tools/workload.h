@@ -1,0 +1,76 @@
+/*
+ * Request workloads for the benchmarks: Mooncake traces and seeded synthetic generators.
+ *
+ * A request's input is a list of segments, each a run of tokens named by a 64-bit id. The
+ * token at offset o of segment id is a pure function of (id, o), so two requests whose
+ * inputs start with the same segments share those leading tokens exactly, and nothing else.
+ * A trace's 512-token blocks are segments; so are the system prompts, turns and documents
+ * of the synthetic workloads. A request's output tokens are one more segment (output_id):
+ * a chat's next turn quotes the previous answer by naming that segment in its input.
+ */
+#ifndef KVT_TOOLS_WORKLOAD_H
+#define KVT_TOOLS_WORKLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WL_BLOCK_TOKENS 512            /* tokens per Mooncake hash id */
+#define WL_MAX_INPUT_LENGTH (1u << 24) /* tokens; keeps request sizes in 32 bits */
+#define WL_MAX_OUTPUT_LENGTH (1u << 20)
+#define WL_VOCAB 128000 /* synthetic token ids lie in [0, WL_VOCAB) */
+
+struct wl_seg {
+    uint64_t id;
+    uint32_t len;
+};
+
+struct wl_req {
+    size_t first_seg; /* index in workload.segs */
+    uint32_t nsegs;
+    uint32_t input_len;  /* sum of the segments' lengths */
+    uint32_t output_len; /* tokens the request decodes */
+    uint64_t output_id;  /* segment id of its output tokens */
+};
+
+struct workload {
+    struct wl_req *reqs;
+    size_t nreqs, reqs_cap;
+    struct wl_seg *segs;
+    size_t nsegs, segs_cap;
+    uint32_t max_input;  /* longest input */
+    uint64_t max_tokens; /* longest input + output */
+};
+
+/* Append the requests of a Mooncake JSONL trace (input_length, output_length, hash_ids), at
+ * most limit of them (0: all). tag (< 256) goes into every segment id so that the same
+ * hash id in two files names different text. On failure returns -1 with a message naming
+ * the line and column in err. */
+int wl_load_mooncake(struct workload *w, const char *path, uint32_t tag, size_t limit, char *err,
+                     size_t err_len);
+
+/* Names of the synthetic workloads, NULL-terminated, and a line on each. */
+extern const char *const wl_synthetic_names[];
+const char *wl_synthetic_about(const char *name);
+
+/* Append n requests of the synthetic workload name, generated from seed. -1 when name is
+ * unknown. */
+int wl_synthetic(struct workload *w, const char *name, uint64_t seed, size_t n);
+
+/* The input tokens of r into tokens (r->input_len entries). */
+void wl_input_tokens(const struct workload *w, const struct wl_req *r, uint32_t *tokens);
+
+/* Token i of r's output. */
+uint32_t wl_output_token(const struct wl_req *r, uint32_t i);
+
+void wl_free(struct workload *w);
+
+/* A 64-bit mixer (splitmix64's finaliser): consecutive inputs give unrelated outputs. */
+static inline uint64_t wl_mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+#endif
