@@ -33,6 +33,8 @@ extern "C" {
 enum {
     KVT_ENOBACKEND = -20001, /* the requested backend is not built in or has no device */
     KVT_EBACKEND = -20002,   /* the backend (CUDA runtime) reported a failure */
+    KVT_EHOSTRAM = -20003,   /* the host pool does not fit in the memory available now */
+    KVT_EHOSTSIZE = -20004,  /* the host pool must be larger than the device pool */
 };
 
 enum kvt_backend {

@@ -220,6 +220,10 @@ const char *kvt_strerror(int err)
         return "backend not available (not built in, or no GPU visible)";
     case KVT_EBACKEND:
         return "the device backend reported a failure";
+    case KVT_EHOSTRAM:
+        return "the host pool does not fit in the memory available now";
+    case KVT_EHOSTSIZE:
+        return "the host pool must be larger than the device pool";
     default: {
         const char *s = strerrordesc_np(-err);
         return s ? s : "unknown error";
@@ -631,7 +635,8 @@ int kvt_engine_check(const kvt_engine *e, char *why, size_t why_len)
     oc.count = calloc(e->alloc.npages + 1, 1);
     if (!oc.count)
         return -ENOMEM;
-    rc = rdx_check(e->tree, count_page, &oc, why, why_len);
+    struct rdx_page_visitor v = {.device = count_page, .ctx = &oc};
+    rc = rdx_check(e->tree, &v, why, why_len);
     if (rc == 0 && oc.bad) {
         snprintf(why, why_len, "a page is held by two nodes or is out of range");
         rc = -EUCLEAN;

@@ -20,21 +20,31 @@
 #define NONE UINT32_MAX
 #define ROOT 0u
 
+/* The two eviction lists: device leaves (whose device copy may go) and host leaves (nodes
+ * left only on the host, which may be deleted). */
+enum { LIST_DEV = 0, LIST_HOST = 1 };
+
 struct rdx_node {
     uint32_t parent;
     uint32_t ns;
     uint32_t npages;
     uint32_t nchildren;
-    uint32_t lock_ref; /* locks on this node and on its descendants */
-    uint32_t own_ref;  /* locks taken on this node itself: what unlock may drop */
+    uint32_t ndev_children; /* children holding a device copy */
+    uint32_t lock_ref;      /* locks on this node and on its descendants */
+    uint32_t own_ref;       /* locks taken on this node itself: what unlock may drop */
     uint32_t hit_count;
     int32_t priority;
     uint32_t edge_hash;
-    uint32_t leaf_prev, leaf_next; /* evictable-leaf list; NONE at the ends */
+    uint32_t prev[2], next[2]; /* eviction lists; NONE at the ends */
+    bool on_device;            /* pages[] names device pages */
+    bool on_host;              /* host[] names host pages */
+    uint64_t pending;          /* the transfer filling one of the copies; 0: none */
     uint64_t last_access;
     uint64_t created;
-    /* One block: npages device pages, npages * page_size tokens, npages hashes. */
+    /* One block: npages device pages, npages host pages (with a host tier), npages *
+     * page_size tokens, npages hashes. */
     uint32_t *pages;
+    uint32_t *host;
     uint32_t *tokens;
     uint8_t (*hash)[KVT_HASH_LEN];
 };
@@ -61,8 +71,8 @@ struct rdx_tree {
     uint32_t *edges; /* node index or NONE */
     uint32_t edge_mask, nedges;
 
-    uint32_t leaf_head;
-    uint32_t nleaves;
+    uint32_t leaf_head[2];
+    uint32_t nleaves[2];
 
     struct ns_entry *ns;
     uint32_t nns;
@@ -285,54 +295,82 @@ static void edge_del(struct rdx_tree *t, uint32_t child)
     t->nedges--;
 }
 
-/* ---- evictable leaves ---- */
+/* ---- eviction lists ---- */
 
-static bool is_evictable_leaf(const struct rdx_node *n, uint32_t idx)
+/* A device leaf gives up its device copy: it holds one, nothing locks or fills it, and no
+ * child holds one. Without a host copy it must be a real leaf, since it is then deleted. */
+static bool is_device_leaf(const struct rdx_node *n, uint32_t idx)
 {
-    return idx != ROOT && n->lock_ref == 0 && n->nchildren == 0;
+    return idx != ROOT && n->on_device && n->lock_ref == 0 && n->pending == 0 &&
+           n->ndev_children == 0 && (n->on_host || n->nchildren == 0);
 }
 
-static bool in_leaf_list(const struct rdx_tree *t, uint32_t idx)
+/* A host leaf is deleted: it is left only on the host and has no children. */
+static bool is_host_leaf(const struct rdx_node *n, uint32_t idx)
+{
+    return idx != ROOT && !n->on_device && n->on_host && n->lock_ref == 0 && n->pending == 0 &&
+           n->nchildren == 0;
+}
+
+static bool is_leaf(const struct rdx_node *n, uint32_t idx, int list)
+{
+    return list == LIST_DEV ? is_device_leaf(n, idx) : is_host_leaf(n, idx);
+}
+
+static bool in_list(const struct rdx_tree *t, uint32_t idx, int list)
 {
     const struct rdx_node *n = node_at(t, idx);
-    return n->leaf_prev != NONE || t->leaf_head == idx;
+    return n->prev[list] != NONE || t->leaf_head[list] == idx;
 }
 
-static void leaf_add(struct rdx_tree *t, uint32_t idx)
+static void list_add(struct rdx_tree *t, uint32_t idx, int list)
 {
     struct rdx_node *n = node_at(t, idx);
 
-    n->leaf_prev = NONE;
-    n->leaf_next = t->leaf_head;
-    if (t->leaf_head != NONE)
-        node_at(t, t->leaf_head)->leaf_prev = idx;
-    t->leaf_head = idx;
-    t->nleaves++;
+    n->prev[list] = NONE;
+    n->next[list] = t->leaf_head[list];
+    if (t->leaf_head[list] != NONE)
+        node_at(t, t->leaf_head[list])->prev[list] = idx;
+    t->leaf_head[list] = idx;
+    t->nleaves[list]++;
 }
 
-static void leaf_remove(struct rdx_tree *t, uint32_t idx)
+static void list_remove(struct rdx_tree *t, uint32_t idx, int list)
 {
     struct rdx_node *n = node_at(t, idx);
 
-    if (n->leaf_prev != NONE)
-        node_at(t, n->leaf_prev)->leaf_next = n->leaf_next;
+    if (n->prev[list] != NONE)
+        node_at(t, n->prev[list])->next[list] = n->next[list];
     else
-        t->leaf_head = n->leaf_next;
-    if (n->leaf_next != NONE)
-        node_at(t, n->leaf_next)->leaf_prev = n->leaf_prev;
-    n->leaf_prev = n->leaf_next = NONE;
-    t->nleaves--;
+        t->leaf_head[list] = n->next[list];
+    if (n->next[list] != NONE)
+        node_at(t, n->next[list])->prev[list] = n->prev[list];
+    n->prev[list] = n->next[list] = NONE;
+    t->nleaves[list]--;
 }
 
 static void update_leaf(struct rdx_tree *t, uint32_t idx)
 {
-    bool want = is_evictable_leaf(node_at(t, idx), idx);
-    bool have = in_leaf_list(t, idx);
+    for (int list = LIST_DEV; list <= LIST_HOST; list++) {
+        bool want = is_leaf(node_at(t, idx), idx, list);
+        bool have = in_list(t, idx, list);
+        if (want && !have)
+            list_add(t, idx, list);
+        else if (!want && have)
+            list_remove(t, idx, list);
+    }
+}
 
-    if (want && !have)
-        leaf_add(t, idx);
-    else if (!want && have)
-        leaf_remove(t, idx);
+/* Count a node's device pages in (sign 1) or out of (sign -1) the tree's sizes. */
+static void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign)
+{
+    uint64_t np = n->npages;
+
+    t->sz.cached_pages += sign > 0 ? np : -np;
+    if (n->lock_ref)
+        t->sz.protected_pages += sign > 0 ? np : -np;
+    else
+        t->sz.evictable_pages += sign > 0 ? np : -np;
 }
 
 /* ---- namespaces ---- */
@@ -438,7 +476,7 @@ static void ns_unref(struct rdx_tree *t, uint32_t id)
 
 static size_t block_bytes(const struct rdx_tree *t, uint32_t npages)
 {
-    size_t per = sizeof(uint32_t) * (1 + (size_t)t->cfg.page_size);
+    size_t per = sizeof(uint32_t) * (1 + (t->cfg.host_tier ? 1 : 0) + (size_t)t->cfg.page_size);
 
     if (t->cfg.hash_pages)
         per += KVT_HASH_LEN;
@@ -453,7 +491,8 @@ static int node_set_block(struct rdx_tree *t, struct rdx_node *n, uint32_t npage
         return -ENOMEM;
     n->npages = npages;
     n->pages = (uint32_t *)b;
-    n->tokens = n->pages + npages;
+    n->host = t->cfg.host_tier ? n->pages + npages : NULL;
+    n->tokens = n->pages + npages * (t->cfg.host_tier ? 2 : 1);
     n->hash = NULL;
     if (t->cfg.hash_pages)
         n->hash = (uint8_t(*)[KVT_HASH_LEN])(n->tokens + (size_t)npages * t->cfg.page_size);
@@ -467,6 +506,8 @@ static void node_copy_pages(const struct rdx_tree *t, struct rdx_node *dst,
     size_t ps = t->cfg.page_size;
 
     memcpy(dst->pages, src->pages + from, n * sizeof(uint32_t));
+    if (t->cfg.host_tier)
+        memcpy(dst->host, src->host + from, n * sizeof(uint32_t));
     memcpy(dst->tokens, src->tokens + from * ps, n * ps * sizeof(uint32_t));
     if (t->cfg.hash_pages)
         memcpy(dst->hash, src->hash + from, (size_t)n * KVT_HASH_LEN);
@@ -479,7 +520,7 @@ static struct rdx_node *node_new(struct rdx_tree *t, uint32_t npages)
     if (!n)
         return NULL;
     memset(n, 0, sizeof(*n));
-    n->leaf_prev = n->leaf_next = NONE;
+    n->prev[0] = n->prev[1] = n->next[0] = n->next[1] = NONE;
     n->parent = NONE;
     if (node_set_block(t, n, npages)) {
         tree_free(t, n);
@@ -543,6 +584,10 @@ static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
     n->created = c->created;
     n->edge_hash = c->edge_hash;
     n->nchildren = 1;
+    n->on_device = c->on_device;
+    n->ndev_children = c->on_device ? 1 : 0;
+    n->on_host = c->on_host;
+    n->pending = c->pending; /* one transfer fills both halves */
 
     uint32_t nidx = take_id(t, n);
     t->edges[edge_slot(t, idx)] = nidx; /* same key: the parent's edge now leads to n */
@@ -551,6 +596,7 @@ static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
     tree_free(t, c->pages);
     c->npages = rest.npages;
     c->pages = rest.pages;
+    c->host = rest.host;
     c->tokens = rest.tokens;
     c->hash = rest.hash;
     c->parent = nidx;
@@ -644,18 +690,39 @@ static uint32_t heap_pop(const struct rdx_tree *t, struct heap *h)
     return top;
 }
 
+static void free_device_copy(struct rdx_tree *t, uint32_t idx)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    if (t->cfg.free_pages)
+        t->cfg.free_pages(t->cfg.ctx, n->pages, n->npages);
+    account_device(t, n, -1);
+    n->on_device = false;
+    node_at(t, n->parent)->ndev_children--;
+}
+
+static void free_host_copy(struct rdx_tree *t, uint32_t idx)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    if (t->cfg.free_host_pages)
+        t->cfg.free_host_pages(t->cfg.ctx, n->host, n->npages);
+    t->sz.host_pages -= n->npages;
+    n->on_host = false;
+}
+
 /* Remove an unlocked childless node and give its pages back. */
 static void delete_leaf(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
     uint32_t parent = n->parent;
 
-    if (t->cfg.free_pages)
-        t->cfg.free_pages(t->cfg.ctx, n->pages, n->npages);
-    leaf_remove(t, idx);
+    if (n->on_device)
+        free_device_copy(t, idx);
+    if (n->on_host)
+        free_host_copy(t, idx);
+    update_leaf(t, idx); /* in no list now */
     edge_del(t, idx);
-    t->sz.evictable_pages -= n->npages;
-    t->sz.cached_pages -= n->npages;
     t->sz.nodes--;
     ns_unref(t, n->ns);
     node_free(t, n);
@@ -664,16 +731,31 @@ static void delete_leaf(struct rdx_tree *t, uint32_t idx)
     update_leaf(t, parent);
 }
 
-size_t rdx_evict(struct rdx_tree *t, size_t pages)
+/* Drop a device leaf's device copy: the node stays on the host, or goes. */
+static void evict_device(struct rdx_tree *t, uint32_t idx)
+{
+    uint32_t parent = node_at(t, idx)->parent;
+
+    if (!node_at(t, idx)->on_host) {
+        delete_leaf(t, idx);
+        return;
+    }
+    free_device_copy(t, idx);
+    update_leaf(t, idx);
+    update_leaf(t, parent);
+}
+
+/* Evict leaves of list by policy until pages pages are gone or none is left. */
+static size_t evict_list(struct rdx_tree *t, size_t pages, int list)
 {
     /* A parent is pushed only after its last child was popped, so the heap never holds
      * more entries than there are nodes. */
     struct heap h = {.v = t->heap};
     size_t done = 0;
 
-    if (pages == 0 || t->nleaves == 0)
+    if (pages == 0 || t->nleaves[list] == 0)
         return 0;
-    for (uint32_t i = t->leaf_head; i != NONE; i = node_at(t, i)->leaf_next)
+    for (uint32_t i = t->leaf_head[list]; i != NONE; i = node_at(t, i)->next[list])
         h.v[h.n++] = i;
     for (size_t i = h.n / 2; i-- > 0;)
         heap_sift_down(t, &h, i);
@@ -682,11 +764,24 @@ size_t rdx_evict(struct rdx_tree *t, size_t pages)
         uint32_t x = heap_pop(t, &h);
         uint32_t parent = node_at(t, x)->parent;
         done += node_at(t, x)->npages;
-        delete_leaf(t, x);
-        if (in_leaf_list(t, parent))
+        if (list == LIST_DEV)
+            evict_device(t, x);
+        else
+            delete_leaf(t, x);
+        if (in_list(t, parent, list))
             heap_push(t, &h, parent);
     }
     return done;
+}
+
+size_t rdx_evict(struct rdx_tree *t, size_t pages)
+{
+    return evict_list(t, pages, LIST_DEV);
+}
+
+size_t rdx_evict_host(struct rdx_tree *t, size_t pages)
+{
+    return evict_list(t, pages, LIST_HOST);
 }
 
 /* ---- public operations ---- */
@@ -707,16 +802,33 @@ struct walk {
     size_t pages;
 };
 
+/* Which nodes a walk may enter. */
+enum tier_filter {
+    ANY_COPY,    /* every node */
+    DEVICE_COPY, /* nodes with a device copy */
+    HOST_ONLY,   /* nodes left only on the host */
+};
+
+static bool passes(const struct rdx_node *n, enum tier_filter f)
+{
+    return f == ANY_COPY || (f == DEVICE_COPY ? n->on_device : !n->on_device && n->on_host);
+}
+
+static void walk_start(struct walk *w)
+{
+    *w = (struct walk){.node = ROOT, .child = NONE};
+}
+
+/* Extend a walk that ends on a node boundary through the nodes f admits. */
 static void descend(const struct rdx_tree *t, uint32_t ns, const uint32_t *tokens, size_t np,
-                    struct walk *w)
+                    enum tier_filter f, struct walk *w)
 {
     size_t ps = t->cfg.page_size;
 
-    *w = (struct walk){.node = ROOT, .child = NONE};
-    while (ns != NONE && w->pages < np) {
+    while (ns != NONE && w->child == NONE && w->pages < np) {
         const uint32_t *page = tokens + w->pages * ps;
         uint32_t c = edge_find(t, w->node, ns, page);
-        if (c == NONE)
+        if (c == NONE || !passes(node_at(t, c), f))
             return;
         const struct rdx_node *n = node_at(t, c);
         uint32_t m = common_pages(t, n, page, np - w->pages);
@@ -740,32 +852,74 @@ static int settle(struct rdx_tree *t, struct walk *w)
     return rc;
 }
 
-int rdx_match(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages, size_t *npages,
-              kvt_node_ref *last)
+/* Refresh the path ending at node, counting a hit on each node; the root is refreshed too. */
+static void touch_path(struct rdx_tree *t, uint32_t node, uint64_t now)
+{
+    node_at(t, ROOT)->last_access = now;
+    for (uint32_t i = node; i != ROOT; i = node_at(t, i)->parent) {
+        node_at(t, i)->last_access = now;
+        node_at(t, i)->hit_count++;
+    }
+}
+
+/* Copy the device or host pages of the path (from, to] (to below from) ending at pages + end,
+ * last node first; the highest pending transfer on it goes to *pending. */
+static void copy_path(const struct rdx_tree *t, uint32_t from, uint32_t to, bool host,
+                      uint32_t *pages, size_t end, uint64_t *pending)
+{
+    for (uint32_t i = to; i != from; i = node_at(t, i)->parent) {
+        const struct rdx_node *n = node_at(t, i);
+        end -= n->npages;
+        if (pages)
+            memcpy(pages + end, host ? n->host : n->pages, n->npages * sizeof(uint32_t));
+        if (pending && n->pending > *pending)
+            *pending = n->pending;
+    }
+}
+
+int rdx_match_tiers(struct rdx_tree *t, const struct kvt_key *key, uint32_t *dev_pages,
+                    uint32_t *host_pages, struct rdx_hit *hit)
 {
     struct walk w;
+    size_t np;
+    uint32_t ns;
     int rc = check_key(t, key);
 
     if (rc)
         return rc;
-    descend(t, ns_find(t, key), key->tokens, key->len / t->cfg.page_size, &w);
+    np = key->len / t->cfg.page_size;
+    ns = ns_find(t, key);
+    walk_start(&w);
+    descend(t, ns, key->tokens, np, DEVICE_COPY, &w);
     if ((rc = settle(t, &w)))
         return rc;
-    /* Up from the end: refresh the path and copy its pages, last node first. */
-    uint64_t now = ++t->clock;
-    size_t end = w.pages;
-    node_at(t, ROOT)->last_access = now;
-    for (uint32_t i = w.node; i != ROOT; i = node_at(t, i)->parent) {
-        struct rdx_node *n = node_at(t, i);
-        n->last_access = now;
-        n->hit_count++;
-        end -= n->npages;
-        if (pages)
-            memcpy(pages + end, n->pages, n->npages * sizeof(uint32_t));
+    struct walk dev = w;
+    if (t->cfg.host_tier) {
+        descend(t, ns, key->tokens, np, HOST_ONLY, &w);
+        if ((rc = settle(t, &w)))
+            return rc;
     }
-    *npages = w.pages;
-    *last = make_ref(t, w.node);
+    touch_path(t, w.node, ++t->clock);
+    *hit = (struct rdx_hit){.dev_pages = dev.pages,
+                            .host_pages = w.pages - dev.pages,
+                            .dev_last = make_ref(t, dev.node),
+                            .host_last = make_ref(t, w.node)};
+    copy_path(t, ROOT, dev.node, false, dev_pages, dev.pages, &hit->pending);
+    copy_path(t, dev.node, w.node, true, host_pages, hit->host_pages, NULL);
     return 0;
+}
+
+int rdx_match(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages, size_t *npages,
+              kvt_node_ref *last)
+{
+    struct rdx_hit hit;
+    int rc = rdx_match_tiers(t, key, pages, NULL, &hit);
+
+    if (rc == 0) {
+        *npages = hit.dev_pages;
+        *last = hit.dev_last;
+    }
+    return rc;
 }
 
 size_t rdx_cached_pages(const struct rdx_tree *t, const struct kvt_key *key)
@@ -774,7 +928,8 @@ size_t rdx_cached_pages(const struct rdx_tree *t, const struct kvt_key *key)
 
     if (check_key(t, key))
         return 0;
-    descend(t, ns_find(t, key), key->tokens, key->len / t->cfg.page_size, &w);
+    walk_start(&w);
+    descend(t, ns_find(t, key), key->tokens, key->len / t->cfg.page_size, DEVICE_COPY, &w);
     return w.pages;
 }
 
@@ -823,9 +978,10 @@ static void link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct r
     edge_put(t, idx);
     t->ns[ns].nodes++;
     node_at(t, parent)->nchildren++;
+    node_at(t, parent)->ndev_children++;
+    n->on_device = true;
     t->sz.nodes++;
-    t->sz.cached_pages += n->npages;
-    t->sz.evictable_pages += n->npages;
+    account_device(t, n, 1);
     update_leaf(t, parent);
     update_leaf(t, idx);
 }
@@ -836,6 +992,23 @@ static const uint8_t *prefix_hash(const struct rdx_tree *t, const struct walk *w
     if (w->child != NONE)
         return node_at(t, w->child)->hash[w->m - 1];
     return last_hash(t, w->node, ns);
+}
+
+/* Give the host-only nodes on the path ending at node to device copies, from the bottom up
+ * to the first node that has one: pages[] holds the key's device pages, the path ends at page
+ * end. Device copies form a subtree at the top, so the nodes above that one have them too. */
+static void adopt_device_pages(struct rdx_tree *t, uint32_t to, const uint32_t *pages, size_t end)
+{
+    for (uint32_t i = to; !node_at(t, i)->on_device; i = node_at(t, i)->parent) {
+        struct rdx_node *n = node_at(t, i);
+        end -= n->npages;
+        memcpy(n->pages, pages + end, n->npages * sizeof(uint32_t));
+        n->on_device = true;
+        node_at(t, n->parent)->ndev_children++;
+        account_device(t, n, 1);
+        update_leaf(t, i);
+        update_leaf(t, n->parent);
+    }
 }
 
 /* Everything that can fail happens before the tree changes: the walk, the reservations, the
@@ -857,7 +1030,11 @@ int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pa
     np = key->len / ps;
     if ((rc = ns_intern(t, key, &ns)))
         return rc;
-    descend(t, ns, key->tokens, np, &w);
+    walk_start(&w);
+    descend(t, ns, key->tokens, np, DEVICE_COPY, &w);
+    size_t dev_pages = w.pages;
+    if (t->cfg.host_tier)
+        descend(t, ns, key->tokens, np, HOST_ONLY, &w);
     if ((rc = reserve_ids(t, 2)) || (rc = edge_reserve(t, 2)))
         goto fail;
     if (w.pages < np &&
@@ -868,6 +1045,7 @@ int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pa
         goto fail;
 
     uint64_t now = ++t->clock;
+    adopt_device_pages(t, w.node, pages, w.pages);
     if (leaf)
         link_leaf(t, w.node, ns, leaf, priority, now);
     for (uint32_t i = w.node;; i = node_at(t, i)->parent) {
@@ -878,13 +1056,100 @@ int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pa
         if (i == ROOT)
             break;
     }
-    *prefix_pages = w.pages;
+    *prefix_pages = dev_pages;
     return 0;
 fail:
     if (leaf)
         node_free(t, leaf);
     ns_drop_if_empty(t, ns);
     return rc;
+}
+
+/* ---- residency changes driven by transfers ---- */
+
+int rdx_attach_device(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *pages, size_t n,
+                      uint64_t op)
+{
+    uint32_t idx, i;
+    size_t span = 0;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    for (i = idx; !node_at(t, i)->on_device; i = node_at(t, i)->parent)
+        span += node_at(t, i)->npages;
+    if (span != n || op == 0)
+        return -EINVAL;
+    for (i = idx; !node_at(t, i)->on_device; i = node_at(t, i)->parent)
+        node_at(t, i)->pending = op;
+    adopt_device_pages(t, idx, pages, n);
+    return 0;
+}
+
+/* The nodes a backup of ref must cover: ref and its ancestors up to the first with a host
+ * copy (host copies form a subtree at the top, so the backup keeps them one). */
+static size_t backup_span(const struct rdx_tree *t, uint32_t idx)
+{
+    size_t span = 0;
+
+    for (uint32_t i = idx; !node_at(t, i)->on_host; i = node_at(t, i)->parent)
+        span += node_at(t, i)->npages;
+    return span;
+}
+
+int rdx_backup_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc == 0)
+        *pages = backup_span(t, idx);
+    return rc;
+}
+
+int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_pages, size_t n,
+                    uint32_t *dev_pages, uint64_t op)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    if (backup_span(t, idx) != n || op == 0)
+        return -EINVAL;
+    size_t end = n;
+    for (uint32_t i = idx; !node_at(t, i)->on_host; i = node_at(t, i)->parent) {
+        struct rdx_node *nd = node_at(t, i);
+        end -= nd->npages;
+        memcpy(nd->host, host_pages + end, nd->npages * sizeof(uint32_t));
+        memcpy(dev_pages + end, nd->pages, nd->npages * sizeof(uint32_t));
+        nd->on_host = true;
+        nd->pending = op;
+        t->sz.host_pages += nd->npages;
+        update_leaf(t, i);
+    }
+    return 0;
+}
+
+int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    for (uint32_t i = idx; i != ROOT && node_at(t, i)->pending == op;) {
+        struct rdx_node *n = node_at(t, i);
+        uint32_t parent = n->parent;
+        n->pending = 0;
+        /* A failed backup leaves nothing on the host; a failed load is the engine's to
+         * handle, since requests hold the pages. */
+        if (failed && n->on_device && n->on_host && (op & RDX_OP_BACKUP))
+            free_host_copy(t, i);
+        update_leaf(t, i);
+        i = parent;
+    }
+    return 0;
 }
 
 static int lock_delta(struct rdx_tree *t, kvt_node_ref ref, int d)
@@ -901,10 +1166,10 @@ static int lock_delta(struct rdx_tree *t, kvt_node_ref ref, int d)
     node_at(t, idx)->own_ref += (uint32_t)d;
     for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent) {
         struct rdx_node *n = node_at(t, i);
-        if (d > 0 && n->lock_ref++ == 0) {
+        if (d > 0 && n->lock_ref++ == 0 && n->on_device) {
             t->sz.evictable_pages -= n->npages;
             t->sz.protected_pages += n->npages;
-        } else if (d < 0 && --n->lock_ref == 0) {
+        } else if (d < 0 && --n->lock_ref == 0 && n->on_device) {
             t->sz.evictable_pages += n->npages;
             t->sz.protected_pages -= n->npages;
         }
@@ -958,7 +1223,7 @@ int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out)
     if (!t)
         return -ENOMEM;
     t->cfg = *cfg;
-    t->leaf_head = NONE;
+    t->leaf_head[0] = t->leaf_head[1] = NONE;
     if (cfg->hash_pages && (rc = page_hasher_init(&t->hasher)))
         goto fail;
     rc = -ENOMEM;
@@ -975,7 +1240,8 @@ int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out)
     root = node_new(t, 0);
     if (!root)
         goto fail;
-    root->lock_ref = 1; /* the root is never evicted */
+    root->lock_ref = 1;                     /* the root is never evicted */
+    root->on_device = root->on_host = true; /* so every child's parent holds both */
     root->priority = INT32_MIN;
     take_id(t, root);
     *out = t;
@@ -1011,7 +1277,7 @@ void rdx_destroy(struct rdx_tree *t)
 struct checker {
     const struct rdx_tree *t;
     struct page_hasher hasher;
-    uint32_t *kids;
+    uint32_t *kids, *dev_kids;
     uint64_t *child_locks; /* sum of the children's lock refs, per node */
     struct rdx_sizes sz;
     char *why;
@@ -1053,14 +1319,27 @@ static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
         return fail(c, idx, "parent holds fewer lock refs than its child");
     if (n->ns >= t->nns || !t->ns[n->ns].used)
         return fail(c, idx, "namespace is not live");
+    if (!n->on_device && !n->on_host)
+        return fail(c, idx, "node has no copy anywhere");
+    if (n->on_device && !node_at(t, n->parent)->on_device)
+        return fail(c, idx, "on the device but its parent is not");
+    if (n->on_host && !node_at(t, n->parent)->on_host)
+        return fail(c, idx, "on the host but its parent is not");
+    if (!n->on_device && (n->pending || n->lock_ref))
+        return fail(c, idx, "host-only node is locked or being filled");
     if (n->edge_hash != edge_hash(n->parent, n->ns, n->tokens, t->cfg.page_size) ||
         edge_find(t, n->parent, n->ns, n->tokens) != idx)
         return fail(c, idx, "edge from parent does not lead here");
     if (t->cfg.hash_pages && check_hashes(c, idx, n))
         return -EUCLEAN;
     c->kids[n->parent]++;
+    c->dev_kids[n->parent] += n->on_device;
     c->child_locks[n->parent] += n->lock_ref;
     c->sz.nodes++;
+    if (n->on_host)
+        c->sz.host_pages += n->npages;
+    if (!n->on_device)
+        return 0;
     c->sz.cached_pages += n->npages;
     if (n->lock_ref)
         c->sz.protected_pages += n->npages;
@@ -1069,64 +1348,80 @@ static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
     return 0;
 }
 
-static int check_shape(struct checker *c)
+static int check_list(struct checker *c, int list)
 {
     const struct rdx_tree *t = c->t;
     uint32_t leaves = 0;
+
+    for (uint32_t i = t->leaf_head[list]; i != NONE; i = node_at(t, i)->next[list])
+        if (++leaves > t->nleaves[list])
+            return fail(c, i, "leaf list is longer than its count");
+    if (leaves != t->nleaves[list])
+        return fail(c, ROOT, "leaf count is wrong");
+    return 0;
+}
+
+static int check_shape(struct checker *c)
+{
+    const struct rdx_tree *t = c->t;
 
     for (uint32_t i = 0; i < t->cap; i++) {
         const struct rdx_node *n = t->nodes[i];
         if (!n)
             continue;
-        if (c->kids[i] != n->nchildren)
+        if (c->kids[i] != n->nchildren || c->dev_kids[i] != n->ndev_children)
             return fail(c, i, "child count is wrong");
         if (i != ROOT && n->lock_ref != n->own_ref + c->child_locks[i])
             return fail(c, i, "lock refs are not its own plus its children's");
-        if (in_leaf_list(t, i) != is_evictable_leaf(n, i))
-            return fail(c, i, "evictable-leaf set is wrong");
+        if (in_list(t, i, LIST_DEV) != is_device_leaf(n, i) ||
+            in_list(t, i, LIST_HOST) != is_host_leaf(n, i))
+            return fail(c, i, "eviction list membership is wrong");
     }
-    for (uint32_t i = t->leaf_head; i != NONE; i = node_at(t, i)->leaf_next)
-        if (++leaves > t->nleaves)
-            return fail(c, i, "leaf list is longer than its count");
-    if (leaves != t->nleaves)
-        return fail(c, ROOT, "leaf count is wrong");
+    if (check_list(c, LIST_DEV) || check_list(c, LIST_HOST))
+        return -EUCLEAN;
     if (t->nedges != c->sz.nodes)
         return fail(c, ROOT, "edge count differs from node count");
     if (c->sz.nodes != t->sz.nodes || c->sz.cached_pages != t->sz.cached_pages ||
         c->sz.evictable_pages != t->sz.evictable_pages ||
-        c->sz.protected_pages != t->sz.protected_pages)
-        return fail(c, ROOT, "evictable/protected/cached sizes differ from the nodes");
+        c->sz.protected_pages != t->sz.protected_pages || c->sz.host_pages != t->sz.host_pages)
+        return fail(c, ROOT, "evictable/protected/cached/host sizes differ from the nodes");
     return 0;
 }
 
-int rdx_check(const struct rdx_tree *t, void (*page_fn)(void *ctx, uint32_t page), void *ctx,
-              char *why, size_t why_len)
+static void visit_pages(const struct rdx_node *n, const struct rdx_page_visitor *v)
+{
+    for (uint32_t p = 0; v && v->device && n->on_device && p < n->npages; p++)
+        v->device(v->ctx, n->pages[p]);
+    for (uint32_t p = 0; v && v->host && n->on_host && p < n->npages; p++)
+        v->host(v->ctx, n->host[p]);
+}
+
+int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *why, size_t why_len)
 {
     struct checker c = {.t = t, .why = why, .why_len = why_len};
-    int rc = 0;
+    int rc = -ENOMEM;
 
     if (why_len)
         why[0] = '\0';
     c.kids = calloc(t->cap, sizeof(*c.kids));
+    c.dev_kids = calloc(t->cap, sizeof(*c.dev_kids));
     c.child_locks = calloc(t->cap, sizeof(*c.child_locks));
-    if (!c.kids || !c.child_locks || (t->cfg.hash_pages && page_hasher_init(&c.hasher))) {
-        free(c.kids);
-        free(c.child_locks);
-        return -ENOMEM;
-    }
+    if (!c.kids || !c.dev_kids || !c.child_locks ||
+        (t->cfg.hash_pages && page_hasher_init(&c.hasher)))
+        goto out;
+    rc = 0;
     for (uint32_t i = 1; i < t->cap && rc == 0; i++) {
         const struct rdx_node *n = t->nodes[i];
-        if (!n)
-            continue;
-        rc = check_node(&c, i, n);
-        for (uint32_t p = 0; rc == 0 && page_fn && p < n->npages; p++)
-            page_fn(ctx, n->pages[p]);
+        if (n && (rc = check_node(&c, i, n)) == 0)
+            visit_pages(n, v);
     }
     if (rc == 0)
         rc = check_shape(&c);
     if (t->cfg.hash_pages)
         page_hasher_finish(&c.hasher);
+out:
     free(c.kids);
+    free(c.dev_kids);
     free(c.child_locks);
     return rc;
 }
@@ -1161,6 +1456,19 @@ static bool sorts_before(const struct rdx_tree *t, const struct rdx_node *a,
     return false;
 }
 
+/* "[p0,p1,...]", or "-" for no copy. */
+static void emit_pages(struct dumper *d, const uint32_t *pages, uint32_t n)
+{
+    if (!pages) {
+        emit(d, "-");
+        return;
+    }
+    emit(d, "[");
+    for (uint32_t i = 0; i < n; i++)
+        emit(d, i ? ",%u" : "%u", pages[i]);
+    emit(d, "]");
+}
+
 static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, int depth)
 {
     const struct rdx_node *n = node_at(t, idx);
@@ -1170,10 +1478,13 @@ static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, 
         emit(d, "%*s[", depth * 2, "");
         for (size_t i = 0; i < ntok; i++)
             emit(d, i ? ",%u" : "%u", n->tokens[i]);
-        emit(d, "] pages=[");
-        for (uint32_t i = 0; i < n->npages; i++)
-            emit(d, i ? ",%u" : "%u", n->pages[i]);
-        emit(d, "] lock=%u\n", n->lock_ref);
+        emit(d, "] pages=");
+        emit_pages(d, n->on_device ? n->pages : NULL, n->npages);
+        if (n->on_host) {
+            emit(d, " host=");
+            emit_pages(d, n->host, n->npages);
+        }
+        emit(d, " lock=%u\n", n->lock_ref);
     }
     /* Visit children smallest first; quadratic, which is fine at the sizes tests dump. */
     uint32_t prev = NONE;

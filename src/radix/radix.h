@@ -23,12 +23,15 @@ struct rdx_config {
     uint32_t policy;    /* enum kvt_evict_policy */
     int hash_pages;     /* keep a SHA256 per page */
     uint8_t fingerprint[KVT_HASH_LEN];
+    int host_tier; /* nodes may hold host copies */
     rdx_free_pages_fn free_pages;
+    rdx_free_pages_fn free_host_pages; /* called with the host pages of a dropped host copy */
     void *ctx;
 };
 
 struct rdx_sizes {
-    uint64_t cached_pages;
+    uint64_t cached_pages; /* device pages */
+    uint64_t host_pages;   /* host pages, backups in flight included */
     uint64_t evictable_pages;
     uint64_t protected_pages;
     uint64_t nodes; /* root excluded */
@@ -43,7 +46,20 @@ void rdx_destroy(struct rdx_tree *t);
 int rdx_match(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages, size_t *npages,
               kvt_node_ref *last);
 
-/* Pages of key already cached, without changing anything. */
+/* A match over both tiers: the device prefix, then the host-only nodes after it. */
+struct rdx_hit {
+    size_t dev_pages, host_pages;
+    kvt_node_ref dev_last;  /* node ending the device prefix (the root when empty) */
+    kvt_node_ref host_last; /* node ending the host part (dev_last when empty) */
+    uint64_t pending;       /* highest transfer still filling a device page of the prefix */
+};
+
+/* Like rdx_match, and past the device prefix through the nodes only the host holds. dev_pages
+ * and host_pages (may be NULL) receive the pages of each part. */
+int rdx_match_tiers(struct rdx_tree *t, const struct kvt_key *key, uint32_t *dev_pages,
+                    uint32_t *host_pages, struct rdx_hit *hit);
+
+/* Pages of key already on the device, without changing anything. */
 size_t rdx_cached_pages(const struct rdx_tree *t, const struct kvt_key *key);
 
 /* Insert key (key->len a multiple of page_size) with one device page per key page. Pages
@@ -59,18 +75,54 @@ int rdx_is_locked(const struct rdx_tree *t, kvt_node_ref ref);
 /* Evict unlocked leaves by policy until at least pages pages are gone or none is left. */
 size_t rdx_evict(struct rdx_tree *t, size_t pages);
 
+/* Evict host-only leaves by policy until at least pages host pages are gone. */
+size_t rdx_evict_host(struct rdx_tree *t, size_t pages);
+
+/* ---- residency changes driven by transfers ----
+ * A transfer is named by a non-zero op id, with RDX_OP_BACKUP set for device-to-host copies.
+ * The nodes it fills are marked with it (pending) and are neither evicted nor filled again
+ * until rdx_op_done. A split node keeps the mark on both halves. */
+#define RDX_OP_BACKUP (1ull << 63)
+
+/* Load-back: give device pages (n, top-down) to the host-only nodes from ref up to the
+ * device prefix. -EINVAL if n is not their page count. */
+int rdx_attach_device(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *pages, size_t n,
+                      uint64_t op);
+
+/* Backup: *pages gets the pages of ref and its ancestors without a host copy. */
+int rdx_backup_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages);
+
+/* Give that span host pages (n, top-down); dev_pages gets its device pages in the same order. */
+int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_pages, size_t n,
+                    uint32_t *dev_pages, uint64_t op);
+
+/* Op finished: clear its mark on ref and the ancestors it covers. A failed backup drops
+ * the host copies it was making. */
+int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed);
+
 kvt_node_ref rdx_root(const struct rdx_tree *t);
 void rdx_sizes(const struct rdx_tree *t, struct rdx_sizes *s);
 
 /* ---- for tests and tools ---- */
 
-/* Check every invariant of the tree (sizes, leaf set, edges, lock refs, hash chains). Each
- * cached page is passed to page_fn (may be NULL). 0, or -EUCLEAN with a reason in why. */
-int rdx_check(const struct rdx_tree *t, void (*page_fn)(void *ctx, uint32_t page), void *ctx,
-              char *why, size_t why_len);
+/* Called with every page the tree holds, per tier; either function may be NULL. */
+struct rdx_page_visitor {
+    void (*device)(void *ctx, uint32_t page);
+    void (*host)(void *ctx, uint32_t page);
+    void *ctx;
+};
+
+/* Check every invariant of the tree (sizes, eviction lists, edges, lock refs, hash chains,
+ * residency: every node has a copy, device and host copies each form a subtree at the top,
+ * host-only nodes are neither locked nor being filled). v (may be NULL) visits every page.
+ * 0, or -EUCLEAN with a reason in why. */
+int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *why,
+              size_t why_len);
 
 /* The tree as text, one node a line, children in token order:
- * "<indent>[t0,t1,...] pages=[p0,...] lock=N". Returns the length it needed. */
+ * "<indent>[t0,t1,...] pages=[p0,...] lock=N", with pages=- when
+ * the node has no device copy and host=[h0,...] before lock when it has a host copy. Returns the
+ * length it needed. */
 size_t rdx_dump(const struct rdx_tree *t, char *buf, size_t cap);
 
 /* The hashes of the pages of the node ref names, for tests: copies up to max hashes. */

@@ -43,7 +43,7 @@ static struct rdx_tree *tree(uint32_t page_size, uint32_t policy, struct recorde
 static void check(const struct rdx_tree *t)
 {
     char why[200];
-    int rc = rdx_check(t, NULL, NULL, why, sizeof(why));
+    int rc = rdx_check(t, NULL, why, sizeof(why));
 
     if (rc)
         fail_msg("tree check: %s", why);
@@ -427,6 +427,176 @@ static void test_bad_input(void **state)
     rdx_destroy(NULL);
 }
 
+/* ---- host copies (HiRadix) ---- */
+
+struct tiers {
+    struct recorder dev, host;
+};
+
+static void record_host(void *ctx, const uint32_t *pages, size_t n)
+{
+    record(&((struct tiers *)ctx)->host, pages, n);
+}
+
+static void record_dev(void *ctx, const uint32_t *pages, size_t n)
+{
+    record(&((struct tiers *)ctx)->dev, pages, n);
+}
+
+static struct rdx_tree *hitree(struct tiers *r)
+{
+    struct rdx_config cfg = {.page_size = 1,
+                             .policy = KVT_EVICT_LRU,
+                             .hash_pages = 1,
+                             .host_tier = 1,
+                             .free_pages = record_dev,
+                             .free_host_pages = record_host,
+                             .ctx = r};
+    struct rdx_tree *t = NULL;
+
+    assert_int_equal(rdx_create(&cfg, &t), 0);
+    return t;
+}
+
+static struct rdx_hit hit_of(struct rdx_tree *t, const uint32_t *tok, size_t n, uint32_t *dev,
+                             uint32_t *host)
+{
+    struct kvt_key k = {.tokens = tok, .len = n};
+    struct rdx_hit h;
+
+    assert_int_equal(rdx_match_tiers(t, &k, dev, host, &h), 0);
+    check(t);
+    return h;
+}
+
+/* Back up the chain ending at ref with host pages 500 + device page; returns the op's page
+ * count. */
+static size_t back_up(struct rdx_tree *t, kvt_node_ref ref, uint64_t op)
+{
+    uint32_t host[64], dev[64];
+    size_t n = 999;
+
+    assert_int_equal(rdx_backup_span(t, ref, &n), 0);
+    for (size_t i = 0; i < n; i++)
+        host[i] = 900 + (uint32_t)i;
+    assert_int_equal(rdx_attach_host(t, ref, host, n, dev, op), 0);
+    check(t);
+    return n;
+}
+
+static void test_host_residency(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    uint32_t dev[8], host[8];
+    const uint64_t op = RDX_OP_BACKUP | 1;
+
+    (void)state;
+    assert_int_equal(put(t, KEY(1, 2, 3)), 0);
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3), NULL, NULL);
+    assert_int_equal(back_up(t, h.dev_last, op), 3);
+    assert_dump(t, "[1,2,3] pages=[101,102,103] host=[900,901,902] lock=0\n");
+    /* Being backed up: neither evictable nor backed up again. */
+    assert_int_equal(rdx_evict(t, 3), 0);
+    assert_int_equal(back_up(t, h.dev_last, op + 1), 0);
+    assert_int_equal(rdx_op_done(t, h.dev_last, op, 0), 0);
+    check(t);
+
+    /* Device eviction keeps the node on the host. */
+    assert_int_equal(rdx_evict(t, 3), 3);
+    check(t);
+    assert_int_equal(r.dev.n, 3);
+    assert_int_equal(r.host.n, 0);
+    assert_dump(t, "[1,2,3] pages=- host=[900,901,902] lock=0\n");
+    h = hit_of(t, KEY(1, 2, 3, 4), dev, host);
+    assert_int_equal(h.dev_pages, 0);
+    assert_int_equal(h.host_pages, 3);
+    assert_int_equal(host[0], 900);
+    assert_int_equal(host[2], 902);
+    assert_int_equal(h.dev_last, rdx_root(t));
+
+    /* Load back into new device pages; the match sees the pending load. */
+    assert_int_equal(rdx_attach_device(t, h.host_last, (const uint32_t[]){7, 8}, 2, 5), -EINVAL);
+    assert_int_equal(rdx_attach_device(t, h.host_last, (const uint32_t[]){7, 8, 9}, 3, 5), 0);
+    check(t);
+    h = hit_of(t, KEY(1, 2, 3), dev, NULL);
+    assert_int_equal(h.dev_pages, 3);
+    assert_int_equal(h.pending, 5);
+    assert_int_equal(dev[0], 7);
+    assert_int_equal(rdx_evict(t, 3), 0); /* being filled */
+    assert_int_equal(rdx_op_done(t, h.dev_last, 5, 0), 0);
+    h = hit_of(t, KEY(1, 2, 3), NULL, NULL);
+    assert_int_equal(h.pending, 0);
+
+    /* Host eviction takes only host-only nodes. */
+    assert_int_equal(rdx_evict_host(t, 3), 0);
+    assert_int_equal(rdx_evict(t, 3), 3);
+    assert_int_equal(rdx_evict_host(t, 3), 3);
+    check(t);
+    assert_int_equal(r.host.n, 3);
+    assert_int_equal(r.host.freed[0], 900);
+    assert_dump(t, "");
+    rdx_destroy(t);
+}
+
+static void test_host_insert_adopts(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+
+    (void)state;
+    put(t, KEY(1, 2));
+    struct rdx_hit h = hit_of(t, KEY(1, 2), NULL, NULL);
+    back_up(t, h.dev_last, RDX_OP_BACKUP | 1);
+    rdx_op_done(t, h.dev_last, RDX_OP_BACKUP | 1, 0);
+    assert_int_equal(put(t, KEY(1, 2, 3, 4)), 2);
+    h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    back_up(t, h.dev_last, RDX_OP_BACKUP | 2);
+    rdx_op_done(t, h.dev_last, RDX_OP_BACKUP | 2, 0);
+    assert_int_equal(rdx_evict(t, 4), 4);
+    check(t);
+    /* The host holds [1,2][3,4]; inserting [1,2,3,4,5] recomputed gives the host nodes
+     * device copies from the key and adds the new page. Nothing was on the device. */
+    assert_int_equal(put(t, KEY(1, 2, 3, 4, 5)), 0);
+    assert_dump(t, "[1,2] pages=[101,102] host=[900,901] lock=0\n"
+                   "  [3,4] pages=[103,104] host=[900,901] lock=0\n"
+                   "    [5] pages=[105] lock=0\n");
+    /* A key ending inside a host node splits it and adopts the first part only. */
+    assert_int_equal(rdx_evict(t, 5), 5);
+    assert_int_equal(put(t, KEY(1, 2, 3)), 0);
+    assert_dump(t, "[1,2] pages=[101,102] host=[900,901] lock=0\n"
+                   "  [3] pages=[103] host=[900] lock=0\n"
+                   "    [4] pages=- host=[901] lock=0\n");
+    rdx_destroy(t);
+}
+
+static void test_host_failed_backup_and_split(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    uint64_t op = RDX_OP_BACKUP | 9;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4));
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    back_up(t, h.dev_last, op);
+    /* A match splits the node being backed up; both halves stay marked. */
+    struct rdx_hit half = hit_of(t, KEY(1, 2), NULL, NULL);
+    assert_int_equal(half.pending, op);
+    assert_int_equal(rdx_evict(t, 4), 0);
+    /* The op fails: the host copies it was making go, from the ref up. */
+    assert_int_equal(rdx_op_done(t, h.dev_last, op, 1), 0);
+    check(t);
+    assert_int_equal(r.host.n, 4);
+    assert_dump(t, "[1,2] pages=[101,102] lock=0\n"
+                   "  [3,4] pages=[103,104] lock=0\n");
+    /* Without host copies eviction deletes, leaf first. */
+    assert_int_equal(rdx_evict(t, 4), 4);
+    check(t);
+    assert_dump(t, "");
+    rdx_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -441,6 +611,9 @@ int main(void)
         cmocka_unit_test(test_namespaces),
         cmocka_unit_test(test_hash_chain),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_host_residency),
+        cmocka_unit_test(test_host_insert_adopts),
+        cmocka_unit_test(test_host_failed_backup_and_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
