@@ -15,6 +15,10 @@ struct dev_backend {
     void (*free)(void *ptr, size_t bytes);
     int (*to_device)(void *dst, const void *src, size_t n);
     int (*to_host)(void *dst, const void *src, size_t n);
+    /* Pin host memory so copies from and to it can be asynchronous (cudaHostRegister);
+     * NULL where the backend has no such step (sim). */
+    int (*host_register)(void *ptr, size_t bytes);
+    void (*host_unregister)(void *ptr);
 };
 
 extern const struct dev_backend dev_backend_sim;

@@ -49,6 +49,20 @@ static int cuda_to_host(void *dst, const void *src, size_t n)
     return cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : KVT_EBACKEND;
 }
 
+static int cuda_host_register(void *ptr, size_t bytes)
+{
+    if (cudaHostRegister(ptr, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return KVT_EBACKEND;
+    }
+    return 0;
+}
+
+static void cuda_host_unregister(void *ptr)
+{
+    cudaHostUnregister(ptr);
+}
+
 const struct dev_backend dev_backend_cuda = {
     .name = "cuda",
     .kind = KVT_BACKEND_CUDA,
@@ -56,4 +70,6 @@ const struct dev_backend dev_backend_cuda = {
     .free = cuda_free,
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
 };

@@ -1,0 +1,81 @@
+/*
+ * The transfer engine: moves whole pages between the device KV pool and the host pool.
+ *
+ * Two streams, as SGLang's cache controller has: loads (host -> device) run on the load
+ * stream, backups (device -> host) on the write stream. Ops on one stream complete in the
+ * order they were submitted, so an op is named by a sequence number and "done" is a single
+ * watermark per stream: op id is done once the stream's watermark reaches it.
+ *
+ * A load copies layer by layer and marks each layer as it lands, so the caller can start
+ * layer k while k+1 is still on its way (xfer_wait_layer). A backup copies the pages whole.
+ * Pages whose device and host numbers both run consecutively are copied as one run.
+ *
+ * sim: one worker thread per stream does the copies with memcpy, so the asynchrony is real:
+ * submit returns at once and the wait functions block on the CPU.
+ * cuda: cudaMemcpyAsync on two non-blocking streams, one event per layer for loads, and a
+ * host callback that moves the watermark.
+ *
+ * Threading: submit, wait and the queries are called from the engine's owner thread only;
+ * the workers never touch the tree or the allocators.
+ */
+#ifndef KVT_HOST_TRANSFER_H
+#define KVT_HOST_TRANSFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/kv_pool.h"
+#include "host/host_pool.h"
+
+enum xfer_dir {
+    XFER_LOAD = 0,   /* host -> device, per layer */
+    XFER_BACKUP = 1, /* device -> host */
+};
+
+struct xfer_config {
+    /* Test seam (sim only): before each op the worker sleeps a random 0..max_delay_us,
+     * drawn from seed, so tests see completions arrive late and in varied timing. */
+    uint32_t max_delay_us;
+    uint64_t seed;
+    /* Test seam (sim only): a load's worker sleeps this long between layers, so a test can
+     * see a layer land while later ones are still on their way. */
+    uint32_t layer_delay_us;
+};
+
+struct xfer_engine;
+
+/* Start the streams (sim: the worker threads) for copies between dev and host, which must
+ * outlive the engine. cfg may be NULL. */
+int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_config *cfg,
+                struct xfer_engine **out);
+
+/* Wait for every op in flight, then stop. NULL is a no-op. */
+void xfer_destroy(struct xfer_engine *x);
+
+/* Queue a copy of n pages: device page dev_pages[i] <-> host page host_pages[i], every
+ * layer. The arrays are copied. ready (cuda only; may be NULL) is a cudaEvent_t the copy
+ * waits for first: for a backup, the event recorded after the forward that wrote the pages.
+ * *id gets the op's id (ids start at 1 and grow by one per op and direction). -EINVAL for
+ * pages out of range; -ENOMEM when the op cannot be queued. */
+int xfer_submit(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
+                const uint32_t *host_pages, size_t n, void *ready, uint64_t *id);
+
+/* The highest op id of dir known to be complete: every op up to it has landed. */
+uint64_t xfer_done(struct xfer_engine *x, enum xfer_dir dir);
+
+/* 0 when every op of dir up to id completed without error, or the first error. Does not
+ * wait: -EINPROGRESS while id is not done. */
+int xfer_status(struct xfer_engine *x, enum xfer_dir dir, uint64_t id);
+
+/* Make the caller wait until layer of load id has landed. sim: blocks on the CPU. cuda: makes
+ * stream (a cudaStream_t; NULL is the legacy default stream) wait on that layer's event and
+ * returns at once. A done op returns at once. */
+int xfer_wait_layer(struct xfer_engine *x, uint64_t id, uint32_t layer, void *stream);
+
+/* Block the calling thread until op id of dir is complete; its status. */
+int xfer_wait(struct xfer_engine *x, enum xfer_dir dir, uint64_t id);
+
+/* Bytes copied so far per direction (completed ops only). */
+uint64_t xfer_bytes(const struct xfer_engine *x, enum xfer_dir dir);
+
+#endif
