@@ -57,6 +57,16 @@ enum kvt_evict_policy {
     KVT_EVICT_PRIORITY = 5, /* lowest priority first, then least recently used */
 };
 
+enum kvt_host_layout {
+    KVT_HOST_PAGE_FIRST = 0,  /* [page][layer][K,V]: a page over all layers is contiguous */
+    KVT_HOST_LAYER_FIRST = 1, /* [layer][K or V][page]: as the device pool */
+};
+
+enum kvt_write_policy {
+    KVT_WRITE_THROUGH = 0,           /* back a prefix up to the host when it is inserted */
+    KVT_WRITE_THROUGH_SELECTIVE = 1, /* back it up once it has been hit write_threshold times */
+};
+
 struct kvt_geometry {
     uint32_t attention;        /* enum kvt_attention */
     uint32_t layers;           /* number of layers held by this engine (this TP rank) */
@@ -82,6 +92,17 @@ struct kvt_options {
     const char *model_id;   /* fingerprint input, copied at open; NULL means "" */
     uint32_t tp_rank;       /* fingerprint input; default 0 */
     uint32_t tp_size;       /* fingerprint input; default 1 */
+    /* Host tier (pinned host memory): sized by host_tokens, else host_bytes, else
+     * host_ratio times the device pool; all 0 (the default) means no host tier. It must be
+     * larger than the device pool (KVT_EHOSTSIZE) and fit in free RAM (KVT_EHOSTRAM). */
+    uint64_t host_tokens;
+    uint64_t host_bytes;
+    double host_ratio;
+    uint32_t host_layout;     /* enum kvt_host_layout; default page_first */
+    uint32_t write_policy;    /* enum kvt_write_policy; default write_through */
+    uint32_t write_threshold; /* hits before a selective backup; default 2 */
+    uint32_t load_back_min;   /* host runs shorter than this many tokens are recomputed
+                                 instead of loaded back; default 0 (load every page) */
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -104,6 +125,7 @@ typedef uint64_t kvt_node_ref;
 struct kvt_match {
     size_t device_len;      /* tokens of the longest cached prefix, a multiple of page_size */
     kvt_node_ref last_node; /* node ending that prefix (the root when device_len is 0) */
+    size_t host_len;        /* tokens after it that only the host tier holds */
 };
 
 /* The state a serving engine keeps per running request. Filled by kvt_req_begin, updated
@@ -112,6 +134,8 @@ struct kvt_req {
     int32_t pool_idx;       /* row of req_to_token owned by this request; -1: none */
     size_t protected_len;   /* leading tokens whose slots belong to the prefix cache */
     kvt_node_ref last_node; /* locked node ending the protected prefix */
+    size_t loaded_len;      /* tokens of the protected prefix loaded back from the host */
+    uint64_t load_op;       /* the load the prefix waits for (kvt_load_wait_layer); 0: none */
 };
 
 struct kvt_stats {
@@ -132,6 +156,18 @@ struct kvt_stats {
     uint64_t match_hit_tokens;   /* tokens they found cached */
     uint64_t inserted_tokens;    /* tokens newly added to the prefix cache */
     uint64_t evicted_tokens;     /* tokens dropped from the prefix cache by eviction */
+    /* host tier (all 0 without one) */
+    uint64_t host_tokens;           /* token capacity of the host pool */
+    uint64_t host_free_tokens;      /* free host slots */
+    uint64_t host_cached_tokens;    /* tokens with a host copy (backups in flight included) */
+    uint64_t host_pinned;           /* 1 when the host pool is locked in RAM */
+    uint64_t host_hit_tokens;       /* tokens matched on the host past the device prefix */
+    uint64_t loaded_tokens;         /* tokens loaded back host -> device */
+    uint64_t backed_up_tokens;      /* tokens backed up device -> host */
+    uint64_t backup_skipped_tokens; /* backups given up for lack of host space */
+    uint64_t host_evicted_tokens;   /* tokens dropped from the host tier */
+    uint64_t h2d_bytes, d2h_bytes;  /* bytes of completed transfers */
+    uint64_t ops_in_flight;         /* transfers not yet applied by kvt_poll */
 };
 
 typedef struct kvt_engine kvt_engine;
@@ -232,9 +268,16 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
 
 /* ---- requests ---- */
 
-/* Start a request: take a request slot, match key, lock the match and write its slots into
- * the request's req_to_token row. *req is filled; the cached prefix length is
- * req->protected_len. -ENOMEM when no request slot is free. */
+/* Start a request: take a request slot, match key (which may be empty), lock the match and
+ * write its slots into the request's req_to_token row. *req is filled; the cached prefix
+ * length is req->protected_len. -ENOMEM when no request slot is free.
+ * With a host tier, pages found only on the host past the device prefix (at least
+ * load_back_min tokens of them) are loaded back: device slots are allocated for them
+ * (evicting if needed), the load starts, they join the protected prefix (req->loaded_len
+ * tokens) and req->load_op names the load. Before its forward reads layer l, the caller
+ * waits with kvt_load_wait_layer(e, req->load_op, l, stream). load_op is also set when
+ * the device prefix is still being filled by another request's load. When the device has
+ * no room, the host part is left to be recomputed. */
 int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req);
 
 /* Write n slots into the request's req_to_token row from position start; start may not be
@@ -261,6 +304,19 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
 
 /* Request slots free now. */
 size_t kvt_req_available(const kvt_engine *e);
+
+/* ---- host tier ---- */
+
+/* Make the caller wait until layer of load op (kvt_req.load_op) has landed on the device.
+ * sim: blocks the calling thread. cuda: makes stream (a cudaStream_t; NULL: the legacy
+ * default stream) wait for the layer, and returns at once. op 0, or an op already done,
+ * returns at once. KVT_EBACKEND when the load failed: the prefix must not be used. */
+int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream);
+
+/* Apply up to max finished transfers (0: all) to the prefix cache: backups become host
+ * copies, loads release their pages for eviction. *applied (may be NULL) gets the count.
+ * Call once per scheduler step; the engine also polls when it needs room. */
+int kvt_poll(kvt_engine *e, size_t max, size_t *applied);
 
 #ifdef __cplusplus
 }

@@ -128,7 +128,9 @@ static int open_tree(kvt_engine *e)
         .page_size = e->opts.page_size,
         .policy = e->opts.evict_policy,
         .hash_pages = (int)e->opts.hash_pages,
+        .host_tier = e->has_host,
         .free_pages = release_cached_pages,
+        .free_host_pages = tiers_release_host_pages,
         .ctx = e,
     };
 
@@ -155,6 +157,8 @@ static int open_parts(kvt_engine *e)
     if (!e->pages)
         return -ENOMEM;
     if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)))
+        return rc;
+    if ((rc = tiers_open(e, tokens)))
         return rc;
     return open_tree(e);
 }
@@ -191,8 +195,10 @@ void kvt_close(kvt_engine *e)
 {
     if (!e)
         return;
-    /* The tree goes first: it hands its pages back through the allocator. */
+    /* Transfers land first, then the tree hands its pages back through the allocators. */
+    tiers_close(e);
     rdx_destroy(e->tree);
+    tiers_close_pool(e);
     if (e->be)
         kv_pool_finish(&e->kv);
     free(e->pages);
@@ -258,6 +264,7 @@ int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
     st->match_hit_tokens = e->count.match_hit_tokens;
     st->inserted_tokens = e->count.inserted_tokens;
     st->evicted_tokens = e->count.evicted_tokens;
+    tiers_stats(e, st);
     return 0;
 }
 
@@ -288,30 +295,40 @@ static void pages_to_slots(const kvt_engine *e, const uint32_t *pages, size_t np
             slots[i * ps + j] = (int32_t)(pages[i] * ps + j);
 }
 
-/* Match without validation; slots may be NULL. */
-static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
+/* Match without validation; slots may be NULL. The host pages of the hit go to
+ * e->host_pages. */
+static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct rdx_hit *hit)
 {
-    size_t np = 0;
-    int rc = rdx_match(e->tree, key, e->pages, &np, &m->last_node);
+    uint32_t ps = e->opts.page_size;
+    int rc = rdx_match_tiers(e->tree, key, e->pages, e->has_host ? e->host_pages : NULL, hit);
 
     if (rc)
         return rc;
-    m->device_len = np * e->opts.page_size;
     if (slots)
-        pages_to_slots(e, e->pages, np, slots);
+        pages_to_slots(e, e->pages, hit->dev_pages, slots);
     e->count.match_calls++;
-    e->count.match_query_tokens += key->len / e->opts.page_size * e->opts.page_size;
-    e->count.match_hit_tokens += m->device_len;
+    e->count.match_query_tokens += key->len / ps * ps;
+    e->count.match_hit_tokens += hit->dev_pages * ps;
+    e->count.host_hit_tokens += hit->host_pages * ps;
+    tiers_after_hit(e, hit->dev_last);
     return 0;
 }
 
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
 {
+    struct rdx_hit hit;
     int rc = check_key(e, key);
 
     if (rc || !m)
         return rc ? rc : -EINVAL;
-    return match(e, key, slots, m);
+    if (e->failed)
+        return e->failed;
+    if ((rc = match(e, key, slots, &hit)))
+        return rc;
+    m->device_len = hit.dev_pages * e->opts.page_size;
+    m->last_node = hit.dev_last;
+    m->host_len = hit.host_pages * e->opts.page_size;
+    return 0;
 }
 
 /* Insert a validated key: the pages past the cached prefix must be the caller's, and pass to
@@ -330,7 +347,8 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
     cached = rdx_cached_pages(e->tree, key);
     if ((rc = slot_claim(&e->alloc, e->pages + cached, np - cached)))
         return rc;
-    rc = rdx_insert(e->tree, key, e->pages, prio, &got);
+    kvt_node_ref last = 0;
+    rc = rdx_insert_ref(e->tree, key, e->pages, prio, &got, &last);
     if (rc == 0 && got != cached)
         rc = -EUCLEAN; /* cannot happen: the two walks see the same tree */
     if (rc) {
@@ -339,6 +357,8 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
     }
     e->count.inserted_tokens += (np - cached) * ps;
     *prefix_len = cached * ps;
+    if (np)
+        tiers_after_insert(e, last);
     return 0;
 }
 
@@ -369,7 +389,7 @@ int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted)
     if (!e)
         return -EINVAL;
     pages = tokens / e->opts.page_size + (tokens % e->opts.page_size != 0);
-    pages = rdx_evict(e->tree, pages);
+    pages = tiers_evict(e, pages);
     if (evicted)
         *evicted = pages * e->opts.page_size;
     return 0;
@@ -397,6 +417,9 @@ int kvt_free_group_end(kvt_engine *e)
     return e ? slot_free_group_end(&e->alloc) : -EINVAL;
 }
 
+/* An allocation that cannot be met evicts device leaves (backed-up nodes keep their host
+ * copy) and tries once more; only then is it -ENOMEM. The most it can need is a page per
+ * request beyond its new tokens. */
 int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
                      size_t out_len)
@@ -406,6 +429,10 @@ int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
     for (size_t i = 0; seq_lens && i < batch; i++)
         if (seq_lens[i] > e->opts.max_context)
             return -EINVAL;
+    int rc = slot_alloc_extend(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len);
+    if (rc != -ENOMEM)
+        return rc;
+    tiers_make_room(e, out_len + batch * e->opts.page_size);
     return slot_alloc_extend(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len);
 }
 
@@ -417,6 +444,10 @@ int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
     for (size_t i = 0; seq_lens && i < batch; i++)
         if (seq_lens[i] > e->opts.max_context)
             return -EINVAL;
+    int rc = slot_alloc_decode(&e->alloc, batch, seq_lens, last_locs, out);
+    if (rc != -ENOMEM)
+        return rc;
+    tiers_make_room(e, batch * e->opts.page_size);
     return slot_alloc_decode(&e->alloc, batch, seq_lens, last_locs, out);
 }
 
@@ -450,28 +481,47 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
 
 /* ---- requests ---- */
 
+/* The op a request's device prefix waits for: the highest load still filling it. */
+static uint64_t load_to_wait(const kvt_engine *e, uint64_t pending)
+{
+    return e->has_host && pending > xfer_done(e->xfer, XFER_LOAD) ? pending : 0;
+}
+
 int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
 {
-    struct kvt_match m;
-    int32_t idx;
-    int rc = check_key(e, key);
+    struct rdx_hit hit;
+    uint32_t ps;
+    int32_t idx, *row;
+    int rc = check_key_form(e, key); /* an empty key takes a slot and matches nothing */
 
     if (rc || !req)
         return rc ? rc : -EINVAL;
+    if (e->failed)
+        return e->failed;
     if ((rc = req_pool_alloc(&e->reqs, &idx)))
         return rc;
+    ps = e->opts.page_size;
+    row = e->reqs.map + (size_t)idx * e->reqs.max_context;
     /* The match writes its slots straight into the request's row. */
-    rc = match(e, key, e->reqs.map + (size_t)idx * e->reqs.max_context, &m);
+    rc = match(e, key, row, &hit);
     if (rc == 0)
-        rc = rdx_lock(e->tree, m.last_node);
+        rc = rdx_lock(e->tree, hit.dev_last);
     if (rc) {
         req_pool_free(&e->reqs, idx);
         return rc;
     }
-    e->reqs.filled[idx] = (uint32_t)m.device_len;
-    req->pool_idx = idx;
-    req->protected_len = m.device_len;
-    req->last_node = m.last_node;
+    *req = (struct kvt_req){.pool_idx = idx,
+                            .protected_len = hit.dev_pages * ps,
+                            .last_node = hit.dev_last,
+                            .load_op = load_to_wait(e, hit.pending)};
+    uint64_t op = 0;
+    if (tiers_load_back(e, &hit, row + req->protected_len, &op) == 0) {
+        req->loaded_len = hit.host_pages * ps;
+        req->protected_len += req->loaded_len;
+        req->last_node = hit.host_last;
+        req->load_op = op; /* loads finish in order: waiting for it covers the prefix too */
+    }
+    e->reqs.filled[idx] = (uint32_t)req->protected_len;
     return 0;
 }
 
@@ -648,5 +698,5 @@ int kvt_engine_check(const kvt_engine *e, char *why, size_t why_len)
         rc = check_free_list(&e->alloc, oc.count, why, why_len);
     }
     free(oc.count);
-    return rc;
+    return rc ? rc : tiers_check(e, why, why_len);
 }

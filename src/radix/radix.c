@@ -863,7 +863,7 @@ static void touch_path(struct rdx_tree *t, uint32_t node, uint64_t now)
 }
 
 /* Copy the device or host pages of the path (from, to] (to below from) ending at pages + end,
- * last node first; the highest pending transfer on it goes to *pending. */
+ * last node first; the highest load still filling it goes to *pending. */
 static void copy_path(const struct rdx_tree *t, uint32_t from, uint32_t to, bool host,
                       uint32_t *pages, size_t end, uint64_t *pending)
 {
@@ -872,7 +872,7 @@ static void copy_path(const struct rdx_tree *t, uint32_t from, uint32_t to, bool
         end -= n->npages;
         if (pages)
             memcpy(pages + end, host ? n->host : n->pages, n->npages * sizeof(uint32_t));
-        if (pending && n->pending > *pending)
+        if (pending && !(n->pending & RDX_OP_BACKUP) && n->pending > *pending)
             *pending = n->pending;
     }
 }
@@ -966,8 +966,8 @@ static int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t 
 }
 
 /* Link leaf n under parent; ids and edges were reserved, so this cannot fail. */
-static void link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n,
-                      int32_t priority, uint64_t now)
+static uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n,
+                          int32_t priority, uint64_t now)
 {
     n->parent = parent;
     n->ns = ns;
@@ -984,6 +984,7 @@ static void link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct r
     account_device(t, n, 1);
     update_leaf(t, parent);
     update_leaf(t, idx);
+    return idx;
 }
 
 /* The hash a new leaf chains from: the end of the cached prefix the walk found. */
@@ -1016,6 +1017,14 @@ static void adopt_device_pages(struct rdx_tree *t, uint32_t to, const uint32_t *
 int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
                int32_t priority, size_t *prefix_pages)
 {
+    kvt_node_ref last;
+
+    return rdx_insert_ref(t, key, pages, priority, prefix_pages, &last);
+}
+
+int rdx_insert_ref(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
+                   int32_t priority, size_t *prefix_pages, kvt_node_ref *last)
+{
     struct rdx_node *leaf = NULL;
     struct walk w;
     size_t ps, np;
@@ -1046,8 +1055,8 @@ int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pa
 
     uint64_t now = ++t->clock;
     adopt_device_pages(t, w.node, pages, w.pages);
-    if (leaf)
-        link_leaf(t, w.node, ns, leaf, priority, now);
+    uint32_t end = leaf ? link_leaf(t, w.node, ns, leaf, priority, now) : w.node;
+    *last = make_ref(t, end);
     for (uint32_t i = w.node;; i = node_at(t, i)->parent) {
         struct rdx_node *n = node_at(t, i);
         n->last_access = now;
@@ -1142,14 +1151,28 @@ int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
         struct rdx_node *n = node_at(t, i);
         uint32_t parent = n->parent;
         n->pending = 0;
-        /* A failed backup leaves nothing on the host; a failed load is the engine's to
-         * handle, since requests hold the pages. */
-        if (failed && n->on_device && n->on_host && (op & RDX_OP_BACKUP))
+        /* A failed backup leaves nothing on the host. A failed load leaves device pages
+         * holding garbage: they go when nothing holds them; a locked node is the engine's
+         * to fence off. */
+        if (failed && (op & RDX_OP_BACKUP) && n->on_host)
             free_host_copy(t, i);
+        else if (failed && !(op & RDX_OP_BACKUP) && n->on_device && n->lock_ref == 0 &&
+                 n->ndev_children == 0)
+            free_device_copy(t, i);
         update_leaf(t, i);
         i = parent;
     }
     return 0;
+}
+
+int rdx_hit_count(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *hits)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc == 0)
+        *hits = node_at(t, idx)->hit_count;
+    return rc;
 }
 
 static int lock_delta(struct rdx_tree *t, kvt_node_ref ref, int d)

@@ -51,7 +51,7 @@ struct rdx_hit {
     size_t dev_pages, host_pages;
     kvt_node_ref dev_last;  /* node ending the device prefix (the root when empty) */
     kvt_node_ref host_last; /* node ending the host part (dev_last when empty) */
-    uint64_t pending;       /* highest transfer still filling a device page of the prefix */
+    uint64_t pending;       /* highest load still filling a device page of the prefix */
 };
 
 /* Like rdx_match, and past the device prefix through the nodes only the host holds. dev_pages
@@ -63,9 +63,15 @@ int rdx_match_tiers(struct rdx_tree *t, const struct kvt_key *key, uint32_t *dev
 size_t rdx_cached_pages(const struct rdx_tree *t, const struct kvt_key *key);
 
 /* Insert key (key->len a multiple of page_size) with one device page per key page. Pages
- * past the cached prefix are taken by the tree; *prefix_pages gets the cached prefix. */
+ * past the prefix already on the device are taken by the tree: host-only nodes on the path
+ * get them as their device copies, the rest become a new leaf. *prefix_pages gets the
+ * prefix that was on the device. */
 int rdx_insert(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
                int32_t priority, size_t *prefix_pages);
+
+/* rdx_insert that also names the node ending key (*last). */
+int rdx_insert_ref(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
+                   int32_t priority, size_t *prefix_pages, kvt_node_ref *last);
 
 int rdx_lock(struct rdx_tree *t, kvt_node_ref ref);
 int rdx_unlock(struct rdx_tree *t, kvt_node_ref ref);
@@ -99,6 +105,9 @@ int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_p
 /* Op finished: clear its mark on ref and the ancestors it covers. A failed backup drops
  * the host copies it was making. */
 int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed);
+
+/* Matches that passed through ref's node. */
+int rdx_hit_count(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *hits);
 
 kvt_node_ref rdx_root(const struct rdx_tree *t);
 void rdx_sizes(const struct rdx_tree *t, struct rdx_sizes *s);

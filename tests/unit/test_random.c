@@ -570,15 +570,12 @@ static void check_policy(struct sim *s, const uint32_t *gone, size_t ngone)
     }
 }
 
-/* Evict and learn from the allocator which pages went; check they could go. */
-static void do_evict(struct sim *s, size_t tokens)
+/* Learn from the allocator which pages an eviction of want pages took; check they could go.
+ * Returns how many went. */
+static size_t learn_eviction(struct sim *s, size_t want)
 {
-    size_t got = SIZE_MAX, ngone = 0, want = tokens / s->ps + (tokens % s->ps != 0);
-    int report = chance(s, 80);
-    size_t locked;
+    size_t ngone = 0, locked = mark_locked(s);
 
-    EXPECT_RC(s, kvt_evict(s->e, tokens, report ? &got : NULL), 0);
-    locked = mark_locked(s);
     for (uint32_t p = 1; p <= s->npages; p++) {
         if (s->pg[p].state == M_CACHED && engine_state(s, p) != PAGE_CACHED) {
             s->gone[p] = s->epoch;
@@ -606,12 +603,22 @@ static void do_evict(struct sim *s, size_t tokens)
         model_release(s, s->scratch[i]);
     }
     s->evicted += ngone;
-    if (report)
-        REQUIRE(s, got == ngone * s->ps);
     if (ngone < want)
         REQUIRE(s, count_state(s, M_CACHED) == locked); /* nothing evictable is left */
     else
         REQUIRE(s, ngone < want + KEY_PAGES); /* a node never holds more than one key */
+    return ngone;
+}
+
+static void do_evict(struct sim *s, size_t tokens)
+{
+    size_t got = SIZE_MAX, want = tokens / s->ps + (tokens % s->ps != 0);
+    int report = chance(s, 80);
+
+    EXPECT_RC(s, kvt_evict(s->e, tokens, report ? &got : NULL), 0);
+    size_t ngone = learn_eviction(s, want);
+    if (report)
+        REQUIRE(s, got == ngone * s->ps);
 }
 
 static void op_evict(struct sim *s)
@@ -1159,19 +1166,20 @@ static void op_req_extend(struct sim *s)
     if (nb == 0)
         return;
     int decode = nb == 1 && total == 1 && chance(s, 50);
-    for (int attempt = 0;; attempt++) {
-        int rc = decode ? kvt_alloc_decode(s->e, 1, seq, last, out)
-                        : kvt_alloc_extend(s->e, nb, pre, seq, last, out, total);
-        if (rc == 0)
-            break;
+    size_t nfree = count_state(s, M_FREE);
+    int rc = decode ? kvt_alloc_decode(s->e, 1, seq, last, out)
+                    : kvt_alloc_extend(s->e, nb, pre, seq, last, out, total);
+    if (need > nfree) {
+        /* Short of pages, the engine evicted for the new tokens plus a page per request
+         * (a decode: a page). */
+        size_t tokens = (decode ? 0 : total) + nb * s->ps;
+        size_t want = (tokens - nfree * s->ps + s->ps - 1) / s->ps;
+        learn_eviction(s, want);
+    }
+    if (rc) {
         EXPECT_RC(s, rc, -ENOMEM);
         s->enomem++;
-        size_t nfree = count_state(s, M_FREE);
-        REQUIRE(s, need > nfree);
-        if (attempt == 0) {
-            do_evict(s, (need - nfree) * s->ps);
-            continue;
-        }
+        REQUIRE(s, need > count_state(s, M_FREE));
         for (size_t i = 0; i < nb; i++)
             req_finish(s, qs[i], 0, 0);
         return;

@@ -1,0 +1,354 @@
+/*
+ * The host tier's side of the engine: backups after insert, load-back at request start,
+ * room under device pressure, and applying finished transfers in kvt_poll.
+ *
+ * The tree records what each transfer fills (rdx_attach_*), the transfer engine moves the
+ * bytes, and a FIFO per direction remembers which node each op covers. Ops of one direction
+ * finish in order, so applying them is walking the FIFO up to the direction's watermark.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t op_tag(enum xfer_dir dir, uint64_t id)
+{
+    return dir == XFER_BACKUP ? RDX_OP_BACKUP | id : id;
+}
+
+void tiers_release_host_pages(void *ctx, const uint32_t *pages, size_t n)
+{
+    kvt_engine *e = ctx;
+
+    host_free(&e->host, pages, n);
+    e->count.host_evicted_tokens += n * e->opts.page_size;
+}
+
+/* Host pages: host_tokens, else host_bytes, else host_ratio x device; 0: no host tier. */
+static uint64_t host_pages_wanted(const kvt_engine *e, uint64_t device_tokens)
+{
+    const struct kvt_options *o = &e->opts;
+    uint64_t cell = kvt_cell_bytes(&o->geometry), tokens = o->host_tokens;
+
+    if (tokens == 0 && o->host_bytes && cell)
+        tokens = o->host_bytes / cell;
+    if (tokens == 0 && o->host_ratio > 0)
+        tokens = (uint64_t)(o->host_ratio * (double)device_tokens);
+    return tokens / o->page_size;
+}
+
+int tiers_open(kvt_engine *e, uint64_t device_tokens)
+{
+    uint64_t pages = host_pages_wanted(e, device_tokens);
+    size_t scratch = (size_t)e->opts.max_context / e->opts.page_size + 1;
+    int rc;
+
+    if (e->opts.host_ratio < 0 || e->opts.host_ratio != e->opts.host_ratio ||
+        e->opts.host_layout > KVT_HOST_LAYER_FIRST ||
+        e->opts.write_policy > KVT_WRITE_THROUGH_SELECTIVE)
+        return -EINVAL;
+    if (pages == 0 && !e->opts.host_tokens && !e->opts.host_bytes && !e->opts.host_ratio)
+        return 0;
+    if (pages * e->opts.page_size <= device_tokens)
+        return KVT_EHOSTSIZE;
+    if (pages >= UINT32_MAX)
+        return -EINVAL;
+    if ((rc = host_pool_init(&e->host, e->be, &e->opts.geometry, e->opts.page_size, pages,
+                             e->opts.host_layout)))
+        return rc;
+    e->has_host = 1;
+    e->host_pages = malloc(scratch * sizeof(uint32_t));
+    e->dev_pages = malloc(scratch * sizeof(uint32_t));
+    if (!e->host_pages || !e->dev_pages)
+        return -ENOMEM;
+    return xfer_create(&e->kv, &e->host, NULL, &e->xfer);
+}
+
+void tiers_close(kvt_engine *e)
+{
+    /* Every transfer lands before the memory it targets goes. */
+    xfer_destroy(e->xfer);
+    e->xfer = NULL;
+    for (int d = 0; d < 2; d++)
+        free(e->ops[d].v);
+    free(e->host_pages);
+    free(e->dev_pages);
+}
+
+/* Called after the tree is gone, which handed its host pages back. */
+void tiers_close_pool(kvt_engine *e)
+{
+    if (e->has_host)
+        host_pool_finish(&e->host);
+}
+
+/* ---- the op queues ---- */
+
+static int queue_reserve(struct op_queue *q)
+{
+    if (q->n < q->cap)
+        return 0;
+    size_t ncap = q->cap ? q->cap * 2 : 64;
+    struct pending_op *v = malloc(ncap * sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = 0; i < q->n; i++)
+        v[i] = q->v[(q->head + i) % q->cap];
+    free(q->v);
+    q->v = v;
+    q->head = 0;
+    q->cap = ncap;
+    return 0;
+}
+
+static void queue_push(struct op_queue *q, uint64_t id, kvt_node_ref node)
+{
+    q->v[(q->head + q->n++) % q->cap] = (struct pending_op){id, node};
+    q->last_id = id;
+}
+
+/* Submit an op whose id the tree already carries: ids are predictable (one more than the
+ * last per direction), so the nodes are marked before the bytes start to move. */
+static int submit(kvt_engine *e, enum xfer_dir dir, size_t n, kvt_node_ref node)
+{
+    struct op_queue *q = &e->ops[dir];
+    uint64_t id;
+    int rc = xfer_submit(e->xfer, dir, e->dev_pages, e->host_pages, n, NULL, &id);
+
+    if (rc)
+        return rc;
+    if (id != q->last_id + 1)
+        return -EUCLEAN; /* cannot happen: the engine is the only submitter */
+    queue_push(q, id, node);
+    return 0;
+}
+
+/* ---- backups ---- */
+
+static int host_room(kvt_engine *e, size_t pages)
+{
+    size_t avail = host_available(&e->host);
+
+    if (avail < pages) {
+        kvt_poll(e, 0, NULL);
+        rdx_evict_host(e->tree, pages - host_available(&e->host));
+    }
+    return host_alloc(&e->host, pages, e->host_pages);
+}
+
+static void backup(kvt_engine *e, kvt_node_ref node)
+{
+    struct op_queue *q = &e->ops[XFER_BACKUP];
+    uint64_t tag = op_tag(XFER_BACKUP, q->last_id + 1);
+    size_t n = 0;
+
+    if (rdx_backup_span(e->tree, node, &n) || n == 0 || queue_reserve(q))
+        return;
+    if (host_room(e, n)) {
+        e->count.backup_skipped_tokens += n * e->opts.page_size;
+        return;
+    }
+    if (rdx_attach_host(e->tree, node, e->host_pages, n, e->dev_pages, tag)) {
+        host_free(&e->host, e->host_pages, n);
+        return;
+    }
+    if (submit(e, XFER_BACKUP, n, node)) {
+        /* Undo: the tree drops the host copies it was given, freeing the pages. */
+        rdx_op_done(e->tree, node, tag, 1);
+        return;
+    }
+    e->count.backed_up_tokens += n * e->opts.page_size;
+}
+
+void tiers_after_insert(kvt_engine *e, kvt_node_ref node)
+{
+    if (e->has_host && e->opts.write_policy == KVT_WRITE_THROUGH)
+        backup(e, node);
+}
+
+void tiers_after_hit(kvt_engine *e, kvt_node_ref node)
+{
+    uint32_t hits = 0;
+
+    if (e->has_host && e->opts.write_policy == KVT_WRITE_THROUGH_SELECTIVE &&
+        rdx_hit_count(e->tree, node, &hits) == 0 && hits >= e->opts.write_threshold)
+        backup(e, node);
+}
+
+/* ---- load-back ---- */
+
+size_t tiers_evict(kvt_engine *e, size_t pages)
+{
+    size_t done;
+
+    if (e->has_host)
+        kvt_poll(e, 0, NULL);
+    done = rdx_evict(e->tree, pages);
+    /* Nodes being backed up cannot give up their device copy yet: wait for the backups in
+     * flight (they are few and short) and try again. */
+    if (done < pages && e->has_host && e->ops[XFER_BACKUP].n) {
+        xfer_wait(e->xfer, XFER_BACKUP, e->ops[XFER_BACKUP].last_id);
+        kvt_poll(e, 0, NULL);
+        done += rdx_evict(e->tree, pages - done);
+    }
+    return done;
+}
+
+void tiers_make_room(kvt_engine *e, size_t tokens)
+{
+    size_t avail = slot_available(&e->alloc);
+    uint32_t ps = e->opts.page_size;
+
+    if (avail < tokens)
+        tiers_evict(e, (tokens - avail + ps - 1) / ps);
+}
+
+int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, uint64_t *op)
+{
+    struct op_queue *q = &e->ops[XFER_LOAD];
+    uint32_t ps = e->opts.page_size;
+    size_t n = hit->host_pages, tokens = n * ps;
+    int rc;
+
+    if (!e->has_host || n == 0 || tokens < e->opts.load_back_min || queue_reserve(q))
+        return 1;
+    /* The device prefix is locked by the caller, so making room cannot take it. */
+    tiers_make_room(e, tokens);
+    if (slot_alloc(&e->alloc, tokens, slots))
+        return 1;
+    slot_pages_of(&e->alloc, slots, tokens, e->dev_pages);
+    slot_claim(&e->alloc, e->dev_pages, n);
+    uint64_t id = q->last_id + 1;
+    if ((rc = rdx_attach_device(e->tree, hit->host_last, e->dev_pages, n, id)))
+        goto undo_claim;
+    /* rdx_match_tiers gave the host pages; the op copies them in the same order. */
+    if ((rc = submit(e, XFER_LOAD, n, hit->host_last)))
+        goto undo_attach;
+    rdx_lock(e->tree, hit->host_last);
+    rdx_unlock(e->tree, hit->dev_last);
+    e->count.loaded_tokens += tokens;
+    *op = id;
+    return 0;
+undo_attach:
+    rdx_op_done(e->tree, hit->host_last, id, 1); /* gives the device pages back */
+    return rc;
+undo_claim:
+    slot_unclaim(&e->alloc, e->dev_pages, n);
+    slot_free(&e->alloc, slots, tokens);
+    return rc;
+}
+
+/* ---- completions ---- */
+
+/* Apply finished ops of dir, at most max; returns how many. */
+static size_t apply(kvt_engine *e, enum xfer_dir dir, size_t max)
+{
+    struct op_queue *q = &e->ops[dir];
+    uint64_t done = xfer_done(e->xfer, dir);
+    size_t applied = 0;
+
+    while (q->n && applied < max && q->v[q->head].id <= done) {
+        struct pending_op *p = &q->v[q->head];
+        int status = xfer_status(e->xfer, dir, p->id);
+        if (status && dir == XFER_LOAD)
+            e->failed = KVT_EBACKEND;
+        rdx_op_done(e->tree, p->node, op_tag(dir, p->id), status != 0);
+        q->head = (q->head + 1) % q->cap;
+        q->n--;
+        applied++;
+    }
+    return applied;
+}
+
+int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
+{
+    size_t n = 0;
+
+    if (!e)
+        return -EINVAL;
+    if (e->has_host) {
+        if (max == 0)
+            max = SIZE_MAX;
+        n = apply(e, XFER_LOAD, max);
+        n += apply(e, XFER_BACKUP, max - n);
+    }
+    if (applied)
+        *applied = n;
+    return e->failed;
+}
+
+int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream)
+{
+    if (!e || layer >= e->opts.geometry.layers || (op && !e->has_host) ||
+        op > e->ops[XFER_LOAD].last_id)
+        return -EINVAL;
+    if (op == 0)
+        return 0;
+    int rc = xfer_wait_layer(e->xfer, op, layer, stream);
+    if (rc == 0 && xfer_done(e->xfer, XFER_LOAD) >= op)
+        rc = xfer_status(e->xfer, XFER_LOAD, op);
+    return rc && rc != -EINPROGRESS ? KVT_EBACKEND : 0;
+}
+
+/* ---- stats and checks ---- */
+
+void tiers_stats(const kvt_engine *e, struct kvt_stats *st)
+{
+    struct rdx_sizes s;
+    uint32_t ps = e->opts.page_size;
+
+    if (!e->has_host)
+        return;
+    rdx_sizes(e->tree, &s);
+    st->host_tokens = (uint64_t)e->host.npages * ps;
+    st->host_free_tokens = host_available(&e->host) * ps;
+    st->host_cached_tokens = s.host_pages * ps;
+    st->host_pinned = e->host.pinned;
+    st->host_hit_tokens = e->count.host_hit_tokens;
+    st->loaded_tokens = e->count.loaded_tokens;
+    st->backed_up_tokens = e->count.backed_up_tokens;
+    st->backup_skipped_tokens = e->count.backup_skipped_tokens;
+    st->host_evicted_tokens = e->count.host_evicted_tokens;
+    st->h2d_bytes = xfer_bytes(e->xfer, XFER_LOAD);
+    st->d2h_bytes = xfer_bytes(e->xfer, XFER_BACKUP);
+    st->ops_in_flight = e->ops[0].n + e->ops[1].n;
+}
+
+struct host_count {
+    uint8_t *count;
+    uint32_t npages;
+    int bad;
+};
+
+static void count_host_page(void *ctx, uint32_t page)
+{
+    struct host_count *hc = ctx;
+
+    if (page >= hc->npages || hc->count[page]++ != 0)
+        hc->bad = 1;
+}
+
+int tiers_check(const kvt_engine *e, char *why, size_t why_len)
+{
+    struct host_count hc = {.npages = e->host.npages};
+    struct rdx_page_visitor v = {.host = count_host_page, .ctx = &hc};
+    int rc = 0;
+
+    if (!e->has_host)
+        return 0;
+    hc.count = calloc(hc.npages, 1);
+    if (!hc.count)
+        return -ENOMEM;
+    rdx_check(e->tree, &v, why, why_len);
+    for (uint32_t p = 0; p < hc.npages && !hc.bad; p++)
+        if ((e->host.state[p] == HOST_PAGE_USED) != (hc.count[p] == 1))
+            hc.bad = 1;
+    if (hc.bad) {
+        snprintf(why, why_len, "a host page is held by no node, by two, or is free and held");
+        rc = -EUCLEAN;
+    }
+    free(hc.count);
+    return rc;
+}
