@@ -57,7 +57,7 @@ PY
 cmd_demo() {
     install_missing
     build build
-    ./build/tools/kvtier-bench
+    ./build/tools/kvtier-bench --host-tokens 262144
 }
 
 cmd_test() {

@@ -318,6 +318,9 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
  * Call once per scheduler step; the engine also polls when it needs room. */
 int kvt_poll(kvt_engine *e, size_t max, size_t *applied);
 
+/* Wait for every transfer in flight and apply them all: afterwards nothing is pending. */
+int kvt_sync(kvt_engine *e);
+
 #ifdef __cplusplus
 }
 #endif

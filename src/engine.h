@@ -70,8 +70,8 @@ void tiers_after_hit(kvt_engine *e, kvt_node_ref node);
  * host part was not loaded (too short, or no device room), 0 on success, or an error. */
 int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, uint64_t *op);
 
-/* Evict pages device pages, applying finished transfers first and waiting for backups in
- * flight when they hold what could go. Returns the pages evicted. */
+/* Evict pages device pages, applying finished transfers first and waiting for the ones in
+ * flight when that is not enough. Returns the pages evicted. */
 size_t tiers_evict(kvt_engine *e, size_t pages);
 
 /* Make tokens slots free by tiers_evict. */

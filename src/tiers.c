@@ -186,11 +186,10 @@ size_t tiers_evict(kvt_engine *e, size_t pages)
     if (e->has_host)
         kvt_poll(e, 0, NULL);
     done = rdx_evict(e->tree, pages);
-    /* Nodes being backed up cannot give up their device copy yet: wait for the backups in
-     * flight (they are few and short) and try again. */
-    if (done < pages && e->has_host && e->ops[XFER_BACKUP].n) {
-        xfer_wait(e->xfer, XFER_BACKUP, e->ops[XFER_BACKUP].last_id);
-        kvt_poll(e, 0, NULL);
+    /* Nodes a transfer is filling cannot give up their device copy yet: wait for the ops
+     * in flight (they are few and short), apply them and try again. */
+    if (done < pages && e->has_host && (e->ops[XFER_LOAD].n || e->ops[XFER_BACKUP].n)) {
+        kvt_sync(e);
         done += rdx_evict(e->tree, pages - done);
     }
     return done;
@@ -277,6 +276,16 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
     if (applied)
         *applied = n;
     return e->failed;
+}
+
+int kvt_sync(kvt_engine *e)
+{
+    if (!e)
+        return -EINVAL;
+    for (int d = XFER_LOAD; e->has_host && d <= XFER_BACKUP; d++)
+        if (e->ops[d].n)
+            xfer_wait(e->xfer, (enum xfer_dir)d, e->ops[d].last_id);
+    return kvt_poll(e, 0, NULL);
 }
 
 int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream)

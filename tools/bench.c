@@ -80,8 +80,8 @@ struct config {
 /* ---- counters and state ---- */
 
 struct counters {
-    uint64_t requests, tokens_total, hit_device, computed, decoded;
-    uint64_t pages_checked, mismatches, evicted;
+    uint64_t requests, tokens_total, hit_device, hit_host, computed, decoded;
+    uint64_t pages_checked, mismatches;
     uint64_t bytes_compute, bytes_verify;
 };
 
@@ -104,6 +104,7 @@ struct bench {
     uint8_t *buf[2], *want;
     size_t filled; /* entries of the request's req_to_token row written so far */
     struct counters c;
+    struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
     double seconds;
 };
@@ -204,8 +205,9 @@ static void compare_rows(struct bench *b, size_t pos, size_t m, uint32_t layer, 
     }
 }
 
-/* Read back the cached tokens [0, n) from slots and check every byte, page by page. */
-static int verify(struct bench *b, const int32_t *slots, size_t n)
+/* Read back the cached tokens [0, n) from slots and check every byte, page by page. Layer
+ * l is read once load op has landed it, as a forward pass would wait per layer. */
+static int verify(struct bench *b, const int32_t *slots, size_t n, uint64_t op)
 {
     bool bad[CHUNK_TOKENS];
 
@@ -213,7 +215,10 @@ static int verify(struct bench *b, const int32_t *slots, size_t n)
         size_t m = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
         memset(bad, 0, sizeof(bad));
         for (uint32_t l = 0; l < b->cfg->g.layers; l++) {
-            int rc = kvt_kv_read(b->e, l, slots + done, m, b->buf[0], b->row[1] ? b->buf[1] : NULL);
+            int rc = kvt_load_wait_layer(b->e, op, l, NULL);
+            if (rc)
+                return engine_error("kvt_load_wait_layer", rc);
+            rc = kvt_kv_read(b->e, l, slots + done, m, b->buf[0], b->row[1] ? b->buf[1] : NULL);
             if (rc)
                 return engine_error("kvt_kv_read", rc);
             compare_rows(b, done, m, l, bad);
@@ -236,7 +241,6 @@ static int make_room(struct bench *b, size_t tokens)
     int rc = kvt_evict(b->e, tokens - avail, &evicted);
     if (rc)
         return engine_error("kvt_evict", rc);
-    b->c.evicted += evicted;
     if (kvt_available(b->e) < tokens) {
         fprintf(stderr, "%s: request %" PRIu64 " needs %zu slots; only %zu can be freed\n", PROG,
                 b->c.requests + 1, tokens, kvt_available(b->e));
@@ -297,10 +301,12 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
 
     if (hit && (rc = kvt_req_read(b->e, req, 0, hit, b->slots)))
         return engine_error("kvt_req_read", rc);
-    if (verify(b, b->slots, hit) || make_room(b, round_up(kv_len, b->cfg->page_size) - hit) ||
-        prefill(b, req, hit, in) || decode(b, req, in, kv_len))
+    if (verify(b, b->slots, hit, req->load_op) ||
+        make_room(b, round_up(kv_len, b->cfg->page_size) - hit) || prefill(b, req, hit, in) ||
+        decode(b, req, in, kv_len))
         return -1;
-    b->c.hit_device += hit;
+    b->c.hit_device += hit - req->loaded_len;
+    b->c.hit_host += req->loaded_len;
     b->c.computed += in - hit;
     b->c.decoded += kv_len - in;
     return 0;
@@ -309,7 +315,7 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
 static int run_request(struct bench *b, const struct wl_req *r)
 {
     size_t in = r->input_len, kv_len = kv_tokens(r);
-    struct kvt_key key = {.tokens = b->tokens, .len = in > 1 ? in - 1 : in};
+    struct kvt_key key = {.tokens = b->tokens, .len = in - 1};
     struct kvt_req req;
     int rc;
 
@@ -317,6 +323,10 @@ static int run_request(struct bench *b, const struct wl_req *r)
     for (size_t i = in; i < kv_len; i++)
         b->tokens[i] = wl_output_token(r, (uint32_t)(i - in));
     hash_tokens(b, 0, kv_len);
+    /* Every transfer lands before the next request, so which nodes can be evicted never
+     * depends on timing and a replay is reproducible. */
+    if ((rc = kvt_sync(b->e)))
+        return engine_error("kvt_sync", rc);
     if ((rc = kvt_req_begin(b->e, &key, &req)))
         return engine_error("kvt_req_begin", rc);
     b->filled = req.protected_len;
@@ -365,7 +375,9 @@ static void progress(const struct bench *b, uint64_t t0, bool done)
     }
     fprintf(stderr, "\r\033[K%" PRIu64 "/%zu requests  %.0f req/s  %.1f%% of input tokens hit",
             b->c.requests, b->w->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
-            b->c.tokens_total ? 100.0 * (double)b->c.hit_device / (double)b->c.tokens_total : 0.0);
+            b->c.tokens_total
+                ? 100.0 * (double)(b->c.hit_device + b->c.hit_host) / (double)b->c.tokens_total
+                : 0.0);
 }
 
 static int replay(struct bench *b)
@@ -386,6 +398,10 @@ static int replay(struct bench *b)
     if (tty)
         progress(b, t0, true);
     b->seconds = (double)(now_ns() - t0) / 1e9;
+    /* Transfers still in flight count once they land. */
+    b->st.size = sizeof(b->st);
+    if (rc == 0 && ((rc = kvt_poll(b->e, 0, NULL)) || (rc = kvt_stats(b->e, &b->st))))
+        return engine_error("kvt_stats", rc);
     return rc;
 }
 
@@ -407,6 +423,7 @@ static int open_engine(struct bench *b)
     o.evict_policy = cfg->policy;
     o.model_id = cfg->geometry_arg;
     o.tp_size = cfg->tp_size;
+    o.host_tokens = cfg->host_tokens;
     int rc = kvt_open(&o, &b->e);
     if (rc)
         return engine_error("kvt_open", rc);
@@ -502,10 +519,19 @@ static void print_text(const struct bench *b)
            cfg->geometry_arg, cell, cfg->page_size, policy_names[cfg->policy], backend_in_use(b));
     printf("  tiers         device %" PRIu64 " tokens (", cfg->device_tokens);
     print_bytes(cfg->device_tokens * cell);
-    printf("); host none; disk none\n");
+    printf("); host ");
+    if (cfg->host_tokens) {
+        printf("%" PRIu64 " tokens (", cfg->host_tokens);
+        print_bytes(cfg->host_tokens * cell);
+        printf(b->st.host_pinned ? ", pinned)" : ", not pinned)");
+    } else {
+        printf("none");
+    }
+    printf("; disk none\n");
     printf("  input tokens  %" PRIu64 "\n", c->tokens_total);
-    printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host 0, disk 0\n",
-           c->hit_device, pct(c->hit_device, c->tokens_total), c->hit_device);
+    printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host %" PRIu64 ", disk 0\n",
+           c->hit_device + c->hit_host, pct(c->hit_device + c->hit_host, c->tokens_total),
+           c->hit_device, c->hit_host);
     printf("  recomputed    %" PRIu64 " (%.1f%%): %.2fx less prefill than without a cache\n",
            c->computed, pct(c->computed, c->tokens_total),
            c->computed ? (double)c->tokens_total / (double)c->computed : 0.0);
@@ -515,7 +541,16 @@ static void print_text(const struct bench *b)
     print_bytes(c->bytes_compute);
     printf(", device -> verifier ");
     print_bytes(c->bytes_verify);
-    printf("; %" PRIu64 " tokens evicted\n", c->evicted);
+    if (cfg->host_tokens) {
+        printf(",\n                device -> host ");
+        print_bytes(b->st.d2h_bytes);
+        printf(", host -> device ");
+        print_bytes(b->st.h2d_bytes);
+    }
+    printf("\n  evicted       %" PRIu64 " tokens from the device", b->st.evicted_tokens);
+    if (cfg->host_tokens)
+        printf(", %" PRIu64 " from the host", b->st.host_evicted_tokens);
+    printf("\n");
     printf("  time          %.2f s, %.0f input tokens/s (%" PRIu64 " decode steps)\n", b->seconds,
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0, c->decoded);
 }
@@ -561,15 +596,18 @@ static void print_json_config(const struct bench *b)
 static void print_json(const struct bench *b)
 {
     const struct counters *c = &b->c;
+    const struct kvt_stats *st = &b->st;
 
-    printf("{\"requests\":%" PRIu64 ",\"tokens_total\":%" PRIu64
-           ",\"tokens_hit\":{\"device\":%" PRIu64
-           ",\"host\":0,\"disk\":0},\"tokens_computed\":%" PRIu64 ",\"tokens_decoded\":%" PRIu64
-           ",\"tokens_evicted\":%" PRIu64,
-           c->requests, c->tokens_total, c->hit_device, c->computed, c->decoded, c->evicted);
+    printf("{\"requests\":%" PRIu64 ",\"tokens_total\":%" PRIu64, c->requests, c->tokens_total);
+    printf(",\"tokens_hit\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 ",\"disk\":0}",
+           c->hit_device, c->hit_host);
+    printf(",\"tokens_computed\":%" PRIu64 ",\"tokens_decoded\":%" PRIu64
+           ",\"tokens_evicted\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 "}",
+           c->computed, c->decoded, st->evicted_tokens, st->host_evicted_tokens);
     printf(",\"bytes\":{\"compute_to_device\":%" PRIu64 ",\"device_to_verify\":%" PRIu64
-           ",\"device_to_host\":0,\"host_to_device\":0,\"host_to_disk\":0,\"disk_to_host\":0}",
-           c->bytes_compute, c->bytes_verify);
+           ",\"device_to_host\":%" PRIu64 ",\"host_to_device\":%" PRIu64
+           ",\"host_to_disk\":0,\"disk_to_host\":0}",
+           c->bytes_compute, c->bytes_verify, st->d2h_bytes, st->h2d_bytes);
     printf(",\"seconds\":%.3f,\"tokens_per_second\":%.0f", b->seconds,
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0);
     printf(",\"verify\":{\"pages_checked\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
@@ -626,7 +664,8 @@ static void usage(FILE *f)
     fprintf(f,
             "  --page-size N         tokens per page, a power of two up to 256 (default 16)\n"
             "  --device-tokens N     device KV pool size in tokens (default %d)\n"
-            "  --host-tokens N       host tier size; only 0: the host tier is not built yet\n"
+            "  --host-tokens N       host tier size in tokens, larger than the device pool;\n"
+            "                        0 (default): no host tier\n"
             "  --disk-tokens N       disk tier size; only 0: the disk tier is not built yet\n"
             "  --dir PATH            disk tier directory; needs the disk tier\n"
             "  --backend B           auto, sim or cuda (default auto)\n"
@@ -752,9 +791,9 @@ static int parse_count(struct config *cfg, const char *opt, const char *val)
             return bad_usage("--device-tokens needs a count from 1 to 2^31-2", val);
         cfg->device_tokens = v;
     } else if (strcmp(opt, "--host-tokens") == 0) {
-        if (v)
-            return bad_usage("--host-tokens: the host tier is not built yet; only 0 is accepted",
-                             val);
+        if (v >= INT32_MAX)
+            return bad_usage("--host-tokens needs a count below 2^31", val);
+        cfg->host_tokens = v;
     } else if (strcmp(opt, "--disk-tokens") == 0) {
         if (v)
             return bad_usage("--disk-tokens: the disk tier is not built yet; only 0 is accepted",
@@ -769,17 +808,30 @@ static int parse_count(struct config *cfg, const char *opt, const char *val)
     return 0;
 }
 
+static const char *const count_options[] = {"--requests",     "--page-size",   "--device-tokens",
+                                            "--host-tokens",  "--disk-tokens", "--seed",
+                                            "--corrupt-after"};
+static const char *const other_options[] = {"--trace", "--synthetic", "--geometry",
+                                            "--dir",   "--backend",   "--evict-policy"};
+
+static bool listed(const char *opt, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(opt, names[i]) == 0)
+            return true;
+    return false;
+}
+
 static int parse_value(struct config *cfg, const char *opt, const char *val)
 {
-    static const char *const counts[] = {"--requests",     "--page-size",   "--device-tokens",
-                                         "--host-tokens",  "--disk-tokens", "--seed",
-                                         "--corrupt-after"};
+    bool count = listed(opt, count_options, sizeof(count_options) / sizeof(count_options[0]));
 
+    if (!count && !listed(opt, other_options, sizeof(other_options) / sizeof(other_options[0])))
+        return bad_usage("unknown option", opt);
     if (!val)
         return bad_usage("option needs a value", opt);
-    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
-        if (strcmp(opt, counts[i]) == 0)
-            return parse_count(cfg, opt, val);
+    if (count)
+        return parse_count(cfg, opt, val);
     if (strcmp(opt, "--trace") == 0)
         cfg->trace = val;
     else if (strcmp(opt, "--synthetic") == 0) {
@@ -796,8 +848,7 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
     } else if (strcmp(opt, "--evict-policy") == 0) {
         if (parse_name(val, policy_names, 5, &cfg->policy))
             return bad_usage("--evict-policy needs lru, lfu, fifo, mru or filo", val);
-    } else
-        return bad_usage("unknown option", opt);
+    }
     return 0;
 }
 
@@ -823,6 +874,8 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return bad_usage("give --trace or --synthetic, not both", NULL);
     if (!cfg->trace && !cfg->synthetic)
         cfg->synthetic = DEFAULT_SYNTHETIC;
+    if (cfg->host_tokens && cfg->host_tokens <= cfg->device_tokens)
+        return bad_usage("--host-tokens must be larger than --device-tokens", NULL);
     return 0;
 }
 
@@ -855,6 +908,10 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (load(&cfg, &w))
         return 1;
+    if (cfg.corrupt_after > w.nreqs) {
+        wl_free(&w);
+        return bad_usage("--corrupt-after names a request past the last one", NULL);
+    }
     if (w.max_tokens + cfg.page_size > INT32_MAX) {
         fprintf(stderr, "%s: a request of %" PRIu64 " tokens is too long\n", PROG, w.max_tokens);
         rc = 1;
