@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # kvtier's two commands:
 #   ./run.sh demo   build and run the demo
-#   ./run.sh test   build and run every suite this machine can run, then the unit suite
-#                   again under ASan+UBSan
+#   ./run.sh test   build and run every suite this machine can run, then the unit and
+#                   integration suites again under ASan+UBSan, and the threaded tests
+#                   under TSan
 # Each installs the Debian packages it is missing (apt-get, only when missing), configures
 # and builds on its own. Binaries land in build/tools/.
 set -euo pipefail
@@ -65,12 +66,17 @@ cmd_test() {
     local rc=0
     build build
     meson test -C build --print-errorlogs || rc=1
-    # Sanitizers: the sim backend only, so the CUDA runtime stays out of ASan's way.
+    # Sanitizers: the sim backend only, so the CUDA runtime stays out of their way.
     build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
     ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        meson test -C build-asan --suite unit --print-errorlogs || rc=1
-    summary build/meson-logs/testlog.json build-asan/meson-logs/testlog.json
+        meson test -C build-asan --suite unit --suite integration --print-errorlogs || rc=1
+    # ThreadSanitizer over the tests that run transfer threads.
+    build build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled
+    TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache \
+        --print-errorlogs || rc=1
+    summary build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
+        build-tsan/meson-logs/testlog.json
     return $rc
 }
 

@@ -906,8 +906,10 @@ int main(int argc, char **argv)
         rc = parse_args(argc, argv, &cfg);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (load(&cfg, &w))
+    if (load(&cfg, &w)) {
+        wl_free(&w);
         return 1;
+    }
     if (cfg.corrupt_after > w.nreqs) {
         wl_free(&w);
         return bad_usage("--corrupt-after names a request past the last one", NULL);
