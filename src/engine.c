@@ -26,6 +26,7 @@ void kvt_options_init(struct kvt_options *o, size_t size)
     o->evict_policy = KVT_EVICT_LRU;
     o->hash_pages = 1;
     o->tp_size = 1;
+    o->write_threshold = 2;
 }
 
 /* Copy the caller's options; bytes past the struct this library knows must be zero, so a
@@ -590,12 +591,17 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
         /* Point the row at the cached slots: ours for the part the tree already had are
          * free now. The insert left the key ending on a node, so this match cannot split
          * and cannot fail; it is bookkeeping, not a lookup, and is not counted. */
-        size_t np = 0;
-        if ((rc = rdx_match(e->tree, &k, e->pages, &np, &last)))
+        struct rdx_hit hit;
+        if ((rc = rdx_match_tiers(e->tree, &k, e->pages, NULL, &hit)))
             return rc;
-        if (np * e->opts.page_size != k.len)
+        if (hit.dev_pages * e->opts.page_size != k.len)
             return -EUCLEAN;
-        pages_to_slots(e, e->pages, np, row);
+        last = hit.dev_last;
+        pages_to_slots(e, e->pages, hit.dev_pages, row);
+        /* The cached pages may be another request's load still landing. */
+        uint64_t wait = load_to_wait(e, hit.pending);
+        if (wait > req->load_op)
+            req->load_op = wait;
         rdx_lock(e->tree, last);
         rdx_unlock(e->tree, req->last_node);
         req->last_node = last;
