@@ -636,18 +636,31 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
 
 /* ---- invariants, for tests ---- */
 
-struct owner_count {
+/* How many nodes hold each page of one tier; pages outside [lo, hi] are errors. */
+struct page_count {
     uint8_t *count;
-    uint32_t npages;
+    uint32_t lo, hi;
     int bad;
 };
 
-static void count_page(void *ctx, uint32_t page)
+static void count_one(struct page_count *pc, uint32_t page)
 {
-    struct owner_count *oc = ctx;
+    if (page < pc->lo || page > pc->hi || pc->count[page]++ != 0)
+        pc->bad = 1;
+}
 
-    if (page == 0 || page > oc->npages || oc->count[page]++ != 0)
-        oc->bad = 1;
+struct owners {
+    struct page_count dev, host;
+};
+
+static void count_device_page(void *ctx, uint32_t page)
+{
+    count_one(&((struct owners *)ctx)->dev, page);
+}
+
+static void count_host_page(void *ctx, uint32_t page)
+{
+    count_one(&((struct owners *)ctx)->host, page);
 }
 
 static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why, size_t len)
@@ -662,7 +675,7 @@ static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why,
     return 0;
 }
 
-static int check_ownership(const kvt_engine *e, const struct owner_count *oc, char *why, size_t len)
+static int check_ownership(const kvt_engine *e, const struct page_count *oc, char *why, size_t len)
 {
     const struct slot_alloc *a = &e->alloc;
     uint32_t nfree = 0;
@@ -683,26 +696,35 @@ static int check_ownership(const kvt_engine *e, const struct owner_count *oc, ch
     return 0;
 }
 
+/* One walk of the tree counts the owners of every device and host page. */
 int kvt_engine_check(const kvt_engine *e, char *why, size_t why_len)
 {
-    struct owner_count oc = {.npages = e->alloc.npages};
-    int rc;
+    struct owners o = {.dev = {.lo = 1, .hi = e->alloc.npages},
+                       .host = {.lo = 0, .hi = e->host.npages ? e->host.npages - 1 : 0}};
+    struct rdx_page_visitor v = {.device = count_device_page, .ctx = &o};
+    int rc = -ENOMEM;
 
-    oc.count = calloc(e->alloc.npages + 1, 1);
-    if (!oc.count)
-        return -ENOMEM;
-    struct rdx_page_visitor v = {.device = count_page, .ctx = &oc};
+    o.dev.count = calloc(e->alloc.npages + 1, 1);
+    o.host.count = calloc(e->has_host ? e->host.npages : 1, 1);
+    if (!o.dev.count || !o.host.count)
+        goto out;
+    if (e->has_host)
+        v.host = count_host_page;
     rc = rdx_check(e->tree, &v, why, why_len);
-    if (rc == 0 && oc.bad) {
+    if (rc == 0 && (o.dev.bad || o.host.bad)) {
         snprintf(why, why_len, "a page is held by two nodes or is out of range");
         rc = -EUCLEAN;
     }
     if (rc == 0)
-        rc = check_ownership(e, &oc, why, why_len);
+        rc = check_ownership(e, &o.dev, why, why_len);
     if (rc == 0) {
-        memset(oc.count, 0, e->alloc.npages + 1);
-        rc = check_free_list(&e->alloc, oc.count, why, why_len);
+        memset(o.dev.count, 0, e->alloc.npages + 1);
+        rc = check_free_list(&e->alloc, o.dev.count, why, why_len);
     }
-    free(oc.count);
-    return rc ? rc : tiers_check(e, why, why_len);
+    if (rc == 0)
+        rc = tiers_check(e, o.host.count, why, why_len);
+out:
+    free(o.dev.count);
+    free(o.host.count);
+    return rc;
 }

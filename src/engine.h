@@ -79,8 +79,8 @@ void tiers_make_room(kvt_engine *e, size_t tokens);
 
 void tiers_stats(const kvt_engine *e, struct kvt_stats *st);
 
-/* Each host page is free or held by exactly one node. */
-int tiers_check(const kvt_engine *e, char *why, size_t why_len);
+/* Each host page is free or held by exactly one node: held[p] counts the nodes holding p. */
+int tiers_check(const kvt_engine *e, const uint8_t *held, char *why, size_t why_len);
 
 /* Check every invariant across tree and allocator: each page is free, held by a caller,
  * pending in a free group, or cached by exactly one node; tree sizes add up. 0, or

@@ -325,39 +325,14 @@ void tiers_stats(const kvt_engine *e, struct kvt_stats *st)
     st->ops_in_flight = e->ops[0].n + e->ops[1].n;
 }
 
-struct host_count {
-    uint8_t *count;
-    uint32_t npages;
-    int bad;
-};
-
-static void count_host_page(void *ctx, uint32_t page)
+int tiers_check(const kvt_engine *e, const uint8_t *held, char *why, size_t why_len)
 {
-    struct host_count *hc = ctx;
-
-    if (page >= hc->npages || hc->count[page]++ != 0)
-        hc->bad = 1;
-}
-
-int tiers_check(const kvt_engine *e, char *why, size_t why_len)
-{
-    struct host_count hc = {.npages = e->host.npages};
-    struct rdx_page_visitor v = {.host = count_host_page, .ctx = &hc};
-    int rc = 0;
-
-    if (!e->has_host)
-        return 0;
-    hc.count = calloc(hc.npages, 1);
-    if (!hc.count)
-        return -ENOMEM;
-    rdx_check(e->tree, &v, why, why_len);
-    for (uint32_t p = 0; p < hc.npages && !hc.bad; p++)
-        if ((e->host.state[p] == HOST_PAGE_USED) != (hc.count[p] == 1))
-            hc.bad = 1;
-    if (hc.bad) {
-        snprintf(why, why_len, "a host page is held by no node, by two, or is free and held");
-        rc = -EUCLEAN;
+    for (uint32_t p = 0; e->has_host && p < e->host.npages; p++) {
+        if ((e->host.state[p] == HOST_PAGE_USED) != (held[p] == 1)) {
+            snprintf(why, why_len, "host page %u: allocator state %d, held by %u nodes", p,
+                     e->host.state[p], held[p]);
+            return -EUCLEAN;
+        }
     }
-    free(hc.count);
-    return rc;
+    return 0;
 }

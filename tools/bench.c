@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "cli.h"
 #include "workload.h"
 
 #define PROG "kvtier-bench"
@@ -555,40 +556,21 @@ static void print_text(const struct bench *b)
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0, c->decoded);
 }
 
-static void json_string(const char *s)
-{
-    if (!s) {
-        fputs("null", stdout);
-        return;
-    }
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void print_json_config(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
 
     printf("\"config\":{\"trace\":");
-    json_string(cfg->trace);
+    cli_json_string(cfg->trace);
     printf(",\"synthetic\":");
-    json_string(cfg->synthetic);
+    cli_json_string(cfg->synthetic);
     printf(",\"seed\":%" PRIu64 ",\"geometry\":", cfg->seed);
-    json_string(cfg->geometry_arg);
+    cli_json_string(cfg->geometry_arg);
     printf(",\"cell_bytes\":%" PRIu64 ",\"page_size\":%u,\"device_tokens\":%" PRIu64
            ",\"host_tokens\":%" PRIu64 ",\"disk_tokens\":%" PRIu64 ",\"dir\":",
            kvt_cell_bytes(&cfg->g), cfg->page_size, cfg->device_tokens, cfg->host_tokens,
            cfg->disk_tokens);
-    json_string(cfg->dir);
+    cli_json_string(cfg->dir);
     printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\"}", backend_in_use(b),
            policy_names[cfg->policy]);
 }
@@ -682,27 +664,6 @@ static void usage(FILE *f)
             DEFAULT_DEVICE_TOKENS);
 }
 
-static int bad_usage(const char *msg, const char *arg)
-{
-    fprintf(stderr, "%s: %s%s%s\n", PROG, msg, arg ? ": " : "", arg ? arg : "");
-    fprintf(stderr, "try '%s --help'\n", PROG);
-    return 2;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-
-    if (!s || *s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return false;
-    *out = v;
-    return true;
-}
-
 static int parse_name(const char *s, const char *const *names, size_t n, uint32_t *out)
 {
     for (size_t i = 0; s && i < n; i++) {
@@ -735,7 +696,7 @@ static int geometry_pair(struct config *cfg, const char *kv)
     }
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strlen(keys[i]) == klen && strncmp(kv, keys[i], klen) == 0) {
-            if (!parse_u64(eq + 1, &v) || v > UINT32_MAX)
+            if (!cli_parse_u64(eq + 1, &v) || v > UINT32_MAX)
                 return -1;
             *fields[i] = (uint32_t)v;
             return 0;
@@ -750,7 +711,7 @@ static int parse_geometry(struct config *cfg, const char *arg)
     char *save = NULL, *tok;
 
     if (strlen(arg) >= sizeof(buf))
-        return bad_usage("--geometry is too long", NULL);
+        return cli_bad_usage(PROG, "--geometry is too long", NULL);
     strcpy(buf, arg);
     cfg->g = (struct kvt_geometry){0};
     cfg->tp_size = 1;
@@ -762,11 +723,11 @@ static int parse_geometry(struct config *cfg, const char *arg)
             cfg->g = presets[i].g;
             cfg->tp_size = presets[i].tp_size;
         } else if (geometry_pair(cfg, tok)) {
-            return bad_usage("--geometry: not a preset or a known key=value", tok);
+            return cli_bad_usage(PROG, "--geometry: not a preset or a known key=value", tok);
         }
     }
     if (kvt_cell_bytes(&cfg->g) == 0 || cfg->tp_size == 0)
-        return bad_usage("--geometry does not describe a valid model (see --help)", arg);
+        return cli_bad_usage(PROG, "--geometry does not describe a valid model (see --help)", arg);
     cfg->geometry_arg = arg;
     return 0;
 }
@@ -776,33 +737,33 @@ static int parse_count(struct config *cfg, const char *opt, const char *val)
 {
     uint64_t v;
 
-    if (!parse_u64(val, &v))
-        return bad_usage("expected a non-negative integer", opt);
+    if (!cli_parse_u64(val, &v))
+        return cli_bad_usage(PROG, "expected a non-negative integer", opt);
     if (strcmp(opt, "--requests") == 0) {
         if (v == 0)
-            return bad_usage("--requests needs at least 1", val);
+            return cli_bad_usage(PROG, "--requests needs at least 1", val);
         cfg->requests = v;
     } else if (strcmp(opt, "--page-size") == 0) {
         if (v == 0 || v > 256 || (v & (v - 1)))
-            return bad_usage("--page-size needs a power of two from 1 to 256", val);
+            return cli_bad_usage(PROG, "--page-size needs a power of two from 1 to 256", val);
         cfg->page_size = (uint32_t)v;
     } else if (strcmp(opt, "--device-tokens") == 0) {
         if (v == 0 || v >= INT32_MAX)
-            return bad_usage("--device-tokens needs a count from 1 to 2^31-2", val);
+            return cli_bad_usage(PROG, "--device-tokens needs a count from 1 to 2^31-2", val);
         cfg->device_tokens = v;
     } else if (strcmp(opt, "--host-tokens") == 0) {
         if (v >= INT32_MAX)
-            return bad_usage("--host-tokens needs a count below 2^31", val);
+            return cli_bad_usage(PROG, "--host-tokens needs a count below 2^31", val);
         cfg->host_tokens = v;
     } else if (strcmp(opt, "--disk-tokens") == 0) {
         if (v)
-            return bad_usage("--disk-tokens: the disk tier is not built yet; only 0 is accepted",
-                             val);
+            return cli_bad_usage(
+                PROG, "--disk-tokens: the disk tier is not built yet; only 0 is accepted", val);
     } else if (strcmp(opt, "--seed") == 0) {
         cfg->seed = v;
     } else {
         if (v == 0)
-            return bad_usage("--corrupt-after needs a request number from 1", val);
+            return cli_bad_usage(PROG, "--corrupt-after needs a request number from 1", val);
         cfg->corrupt_after = v;
     }
     return 0;
@@ -827,27 +788,27 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
     bool count = listed(opt, count_options, sizeof(count_options) / sizeof(count_options[0]));
 
     if (!count && !listed(opt, other_options, sizeof(other_options) / sizeof(other_options[0])))
-        return bad_usage("unknown option", opt);
+        return cli_bad_usage(PROG, "unknown option", opt);
     if (!val)
-        return bad_usage("option needs a value", opt);
+        return cli_bad_usage(PROG, "option needs a value", opt);
     if (count)
         return parse_count(cfg, opt, val);
     if (strcmp(opt, "--trace") == 0)
         cfg->trace = val;
     else if (strcmp(opt, "--synthetic") == 0) {
         if (!wl_synthetic_about(val))
-            return bad_usage("--synthetic: unknown workload (see --help)", val);
+            return cli_bad_usage(PROG, "--synthetic: unknown workload (see --help)", val);
         cfg->synthetic = val;
     } else if (strcmp(opt, "--geometry") == 0)
         return parse_geometry(cfg, val);
     else if (strcmp(opt, "--dir") == 0)
-        return bad_usage("--dir: the disk tier is not built yet", val);
+        return cli_bad_usage(PROG, "--dir: the disk tier is not built yet", val);
     else if (strcmp(opt, "--backend") == 0) {
         if (parse_name(val, backend_names, 3, &cfg->backend))
-            return bad_usage("--backend needs auto, sim or cuda", val);
+            return cli_bad_usage(PROG, "--backend needs auto, sim or cuda", val);
     } else if (strcmp(opt, "--evict-policy") == 0) {
         if (parse_name(val, policy_names, 5, &cfg->policy))
-            return bad_usage("--evict-policy needs lru, lfu, fifo, mru or filo", val);
+            return cli_bad_usage(PROG, "--evict-policy needs lru, lfu, fifo, mru or filo", val);
     }
     return 0;
 }
@@ -871,11 +832,11 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         i++;
     }
     if (cfg->trace && cfg->synthetic)
-        return bad_usage("give --trace or --synthetic, not both", NULL);
+        return cli_bad_usage(PROG, "give --trace or --synthetic, not both", NULL);
     if (!cfg->trace && !cfg->synthetic)
         cfg->synthetic = DEFAULT_SYNTHETIC;
     if (cfg->host_tokens && cfg->host_tokens <= cfg->device_tokens)
-        return bad_usage("--host-tokens must be larger than --device-tokens", NULL);
+        return cli_bad_usage(PROG, "--host-tokens must be larger than --device-tokens", NULL);
     return 0;
 }
 
@@ -912,7 +873,7 @@ int main(int argc, char **argv)
     }
     if (cfg.corrupt_after > w.nreqs) {
         wl_free(&w);
-        return bad_usage("--corrupt-after names a request past the last one", NULL);
+        return cli_bad_usage(PROG, "--corrupt-after names a request past the last one", NULL);
     }
     if (w.max_tokens + cfg.page_size > INT32_MAX) {
         fprintf(stderr, "%s: a request of %" PRIu64 " tokens is too long\n", PROG, w.max_tokens);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "cli.h"
 #include "workload.h"
 
 #define PROG "kvtier-radix-bench"
@@ -356,21 +357,6 @@ static void print_text(const struct config *cfg, const struct trace_set *ts,
            runs[1].wall_s, total_s);
 }
 
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void json_run(const struct run *r)
 {
     double ns = ns_per(r, r->key_pages), b = bytes_per_page(r);
@@ -394,7 +380,7 @@ static void print_json(const struct config *cfg, const struct trace_set *ts,
            cfg->target_pages);
     for (size_t f = 0; f < ts->nfiles; f++) {
         printf("%s{\"path\":", f ? "," : "");
-        json_string(ts->paths[f]);
+        cli_json_string(ts->paths[f]);
         printf(",\"requests\":%zu}", ts->file_requests[f]);
     }
     printf("],\"requests\":%" PRIu64 ",\"passes\":%" PRIu64 ",\"skipped\":%" PRIu64
@@ -440,27 +426,6 @@ static void usage(FILE *f)
             PROG, TARGET_NS_PER_PAGE, TARGET_BYTES_PER_PAGE, default_traces[0], default_traces[1]);
 }
 
-static int bad_usage(const char *msg, const char *arg)
-{
-    fprintf(stderr, "%s: %s%s%s\n", PROG, msg, arg ? ": " : "", arg ? arg : "");
-    fprintf(stderr, "try '%s --help'\n", PROG);
-    return 2;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-
-    if (!s || *s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* 0 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, struct config *cfg, struct trace_set *ts)
 {
@@ -475,23 +440,23 @@ static int parse_args(int argc, char **argv, struct config *cfg, struct trace_se
             cfg->json = true;
         } else if (strcmp(a, "--trace") == 0) {
             if (!val)
-                return bad_usage("--trace needs a file", NULL);
+                return cli_bad_usage(PROG, "--trace needs a file", NULL);
             if (ts->nfiles == MAX_FILES)
-                return bad_usage("too many --trace files", val);
+                return cli_bad_usage(PROG, "too many --trace files", val);
             ts->paths[ts->nfiles++] = val;
             i++;
         } else if (strcmp(a, "--pages") == 0) {
-            if (!parse_u64(val, &v) || v == 0 || v > (uint64_t)INT32_MAX / 2)
-                return bad_usage("--pages needs a count from 1 to 2^30", val);
+            if (!cli_parse_u64(val, &v) || v == 0 || v > (uint64_t)INT32_MAX / 2)
+                return cli_bad_usage(PROG, "--pages needs a count from 1 to 2^30", val);
             cfg->target_pages = v;
             i++;
         } else if (strcmp(a, "--page-size") == 0) {
-            if (!parse_u64(val, &v) || v == 0 || v > 256 || (v & (v - 1)))
-                return bad_usage("--page-size needs a power of two from 1 to 256", val);
+            if (!cli_parse_u64(val, &v) || v == 0 || v > 256 || (v & (v - 1)))
+                return cli_bad_usage(PROG, "--page-size needs a power of two from 1 to 256", val);
             cfg->page_size = (uint32_t)v;
             i++;
         } else {
-            return bad_usage("unknown argument", a);
+            return cli_bad_usage(PROG, "unknown argument", a);
         }
     }
     return 0;
@@ -535,7 +500,7 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     /* The pool is sized (target + longest request) pages; keep slots below 2^31. */
     if ((cfg.target_pages + 1) * cfg.page_size >= (uint64_t)INT32_MAX / 2)
-        return bad_usage("--pages times --page-size must stay below 2^30 tokens", NULL);
+        return cli_bad_usage(PROG, "--pages times --page-size must stay below 2^30 tokens", NULL);
     if (ts.nfiles == 0 && find_default_traces(&ts))
         return 1;
     rc = load_traces(&ts) || bench(&cfg, &ts, t0);
