@@ -65,6 +65,14 @@ enum kvt_host_layout {
 enum kvt_write_policy {
     KVT_WRITE_THROUGH = 0,           /* back a prefix up to the host when it is inserted */
     KVT_WRITE_THROUGH_SELECTIVE = 1, /* back it up once it has been hit write_threshold times */
+    KVT_WRITE_BACK = 2,              /* back it up when the device evicts it */
+};
+
+/* How the cuda backend moves scattered pages between device and host; sim ignores it. */
+enum kvt_io {
+    KVT_IO_AUTO = 0,   /* the kernel for scattered pages, the copy engine for long runs */
+    KVT_IO_KERNEL = 1, /* gather/scatter kernels reading and writing pinned host memory */
+    KVT_IO_DMA = 2,    /* cudaMemcpyAsync (batched where the toolkit has it) per run */
 };
 
 struct kvt_geometry {
@@ -103,6 +111,7 @@ struct kvt_options {
     uint32_t write_threshold; /* hits before a selective backup; default 2 */
     uint32_t load_back_min;   /* host runs shorter than this many tokens are recomputed
                                  instead of loaded back; default 0 (load every page) */
+    uint32_t io;              /* enum kvt_io; default auto */
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in

@@ -47,7 +47,7 @@ int tiers_open(kvt_engine *e, uint64_t device_tokens)
 
     if (e->opts.host_ratio < 0 || e->opts.host_ratio != e->opts.host_ratio ||
         e->opts.host_layout > KVT_HOST_LAYER_FIRST ||
-        e->opts.write_policy > KVT_WRITE_THROUGH_SELECTIVE)
+        e->opts.write_policy > KVT_WRITE_THROUGH_SELECTIVE || e->opts.io > KVT_IO_DMA)
         return -EINVAL;
     if (pages == 0 && !e->opts.host_tokens && !e->opts.host_bytes && !e->opts.host_ratio)
         return 0;
@@ -63,7 +63,8 @@ int tiers_open(kvt_engine *e, uint64_t device_tokens)
     e->dev_pages = malloc(scratch * sizeof(uint32_t));
     if (!e->host_pages || !e->dev_pages)
         return -ENOMEM;
-    return xfer_create(&e->kv, &e->host, NULL, &e->xfer);
+    struct xfer_config xc = {.io = e->opts.io};
+    return xfer_create(&e->kv, &e->host, &xc, &e->xfer);
 }
 
 void tiers_close(kvt_engine *e)

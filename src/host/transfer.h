@@ -33,6 +33,7 @@ enum xfer_dir {
 };
 
 struct xfer_config {
+    uint32_t io; /* enum kvt_io: how cuda copies; sim ignores it */
     /* Test seam (sim only): before each op the worker sleeps a random 0..max_delay_us,
      * drawn from seed, so tests see completions arrive late and in varied timing. */
     uint32_t max_delay_us;
