@@ -32,6 +32,11 @@
 
 #include "engine.h"
 
+/* tests/gpu builds this file again with TEST_BACKEND=KVT_BACKEND_CUDA. */
+#ifndef TEST_BACKEND
+#define TEST_BACKEND KVT_BACKEND_SIM
+#endif
+
 #define LAYERS 2
 #define HEAD_DIM 8
 #define DTYPE 2
@@ -160,7 +165,7 @@ static void host_options(struct kvt_options *o, uint32_t ps, uint64_t dev, uint6
                                         .kv_heads = 1,
                                         .head_dim = HEAD_DIM,
                                         .dtype_bytes = DTYPE};
-    o->backend = KVT_BACKEND_SIM;
+    o->backend = TEST_BACKEND;
     o->page_size = ps;
     o->device_tokens = dev;
     o->host_tokens = host;
