@@ -31,10 +31,13 @@ extern "C" {
 
 /* kvtier-specific error codes, below the errno range. */
 enum {
-    KVT_ENOBACKEND = -20001, /* the requested backend is not built in or has no device */
-    KVT_EBACKEND = -20002,   /* the backend (CUDA runtime) reported a failure */
-    KVT_EHOSTRAM = -20003,   /* the host pool does not fit in the memory available now */
-    KVT_EHOSTSIZE = -20004,  /* the host pool must be larger than the device pool */
+    KVT_ENOBACKEND = -20001,   /* the requested backend is not built in or has no device */
+    KVT_EBACKEND = -20002,     /* the backend (CUDA runtime) reported a failure */
+    KVT_EHOSTRAM = -20003,     /* the host pool does not fit in the memory available now */
+    KVT_EHOSTSIZE = -20004,    /* the host pool must be larger than the device pool */
+    KVT_EFORMAT = -20005,      /* not a kvtier data dir, or a format this build cannot read */
+    KVT_EFINGERPRINT = -20006, /* the data dir holds KV of another model, geometry or layout */
+    KVT_ECORRUPT = -20007,     /* stored bytes or records failed their checks */
 };
 
 enum kvt_backend {

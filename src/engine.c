@@ -231,6 +231,12 @@ const char *kvt_strerror(int err)
         return "the host pool does not fit in the memory available now";
     case KVT_EHOSTSIZE:
         return "the host pool must be larger than the device pool";
+    case KVT_EFORMAT:
+        return "not a kvtier data dir, or a format this build cannot read";
+    case KVT_EFINGERPRINT:
+        return "the data dir holds KV of another model, geometry or layout";
+    case KVT_ECORRUPT:
+        return "stored data failed its checks";
     default: {
         const char *s = strerrordesc_np(-err);
         return s ? s : "unknown error";
