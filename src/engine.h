@@ -12,6 +12,9 @@
 #include "radix/radix.h"
 
 #define KVT_PAGE_SIZE_MAX 256
+/* Under write_back, leaves backed up per round of an eviction; bounds the work of a round. */
+#define KVT_WRITE_BACK_BATCH 64
+#define KVT_WRITE_BACK_ROUNDS 4
 
 struct kvt_engine {
     struct kvt_options opts;
@@ -37,10 +40,15 @@ struct kvt_engine {
     struct op_queue {
         struct pending_op *v; /* ring of ops submitted and not yet applied, oldest first */
         size_t head, n, cap;
-        uint64_t last_id;             /* id of the last op submitted */
-    } ops[2];                         /* by enum xfer_dir */
-    uint32_t *host_pages, *dev_pages; /* scratch, one entry per page of the longest key */
-    int failed;                       /* a load failed: sticky KVT_EBACKEND */
+        uint64_t last_id; /* id of the last op submitted */
+    } ops[2];             /* by enum xfer_dir */
+    /* Scratch, one entry per page of the longest key: for a load (filled by a match, kept
+     * across the eviction that makes room for it), and for backups, which that eviction
+     * may start under write_back. */
+    uint32_t *host_pages, *dev_pages;
+    uint32_t *bk_host, *bk_dev;
+    kvt_node_ref defer[KVT_WRITE_BACK_BATCH]; /* write_back: leaves to back up, then evict */
+    int failed;                               /* a load failed: sticky KVT_EBACKEND */
 };
 
 /* A submitted transfer and the node whose chain it fills. */
@@ -71,7 +79,9 @@ void tiers_after_hit(kvt_engine *e, kvt_node_ref node);
 int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, uint64_t *op);
 
 /* Evict pages device pages, applying finished transfers first and waiting for the ones in
- * flight when that is not enough. Returns the pages evicted. */
+ * flight when that is not enough. Under write_back a leaf without a host copy is backed up
+ * (and waited for) before its device copy goes; without host room it is dropped. Returns the
+ * pages evicted. */
 size_t tiers_evict(kvt_engine *e, size_t pages);
 
 /* Make tokens slots free by tiers_evict. */

@@ -46,8 +46,8 @@ int tiers_open(kvt_engine *e, uint64_t device_tokens)
     int rc;
 
     if (e->opts.host_ratio < 0 || e->opts.host_ratio != e->opts.host_ratio ||
-        e->opts.host_layout > KVT_HOST_LAYER_FIRST ||
-        e->opts.write_policy > KVT_WRITE_THROUGH_SELECTIVE || e->opts.io > KVT_IO_DMA)
+        e->opts.host_layout > KVT_HOST_LAYER_FIRST || e->opts.write_policy > KVT_WRITE_BACK ||
+        e->opts.io > KVT_IO_DMA)
         return -EINVAL;
     if (pages == 0 && !e->opts.host_tokens && !e->opts.host_bytes && !e->opts.host_ratio)
         return 0;
@@ -61,7 +61,9 @@ int tiers_open(kvt_engine *e, uint64_t device_tokens)
     e->has_host = 1;
     e->host_pages = malloc(scratch * sizeof(uint32_t));
     e->dev_pages = malloc(scratch * sizeof(uint32_t));
-    if (!e->host_pages || !e->dev_pages)
+    e->bk_host = malloc(scratch * sizeof(uint32_t));
+    e->bk_dev = malloc(scratch * sizeof(uint32_t));
+    if (!e->host_pages || !e->dev_pages || !e->bk_host || !e->bk_dev)
         return -ENOMEM;
     struct xfer_config xc = {.io = e->opts.io};
     return xfer_create(&e->kv, &e->host, &xc, &e->xfer);
@@ -76,6 +78,8 @@ void tiers_close(kvt_engine *e)
         free(e->ops[d].v);
     free(e->host_pages);
     free(e->dev_pages);
+    free(e->bk_host);
+    free(e->bk_dev);
 }
 
 /* Called after the tree is gone, which handed its host pages back. */
@@ -112,11 +116,12 @@ static void queue_push(struct op_queue *q, uint64_t id, kvt_node_ref node)
 
 /* Submit an op whose id the tree already carries: ids are predictable (one more than the
  * last per direction), so the nodes are marked before the bytes start to move. */
-static int submit(kvt_engine *e, enum xfer_dir dir, size_t n, kvt_node_ref node)
+static int submit(kvt_engine *e, enum xfer_dir dir, const uint32_t *dev_pages,
+                  const uint32_t *host_pages, size_t n, kvt_node_ref node)
 {
     struct op_queue *q = &e->ops[dir];
     uint64_t id;
-    int rc = xfer_submit(e->xfer, dir, e->dev_pages, e->host_pages, n, NULL, &id);
+    int rc = xfer_submit(e->xfer, dir, dev_pages, host_pages, n, NULL, &id);
 
     if (rc)
         return rc;
@@ -136,31 +141,34 @@ static int host_room(kvt_engine *e, size_t pages)
         kvt_poll(e, 0, NULL);
         rdx_evict_host(e->tree, pages - host_available(&e->host));
     }
-    return host_alloc(&e->host, pages, e->host_pages);
+    return host_alloc(&e->host, pages, e->bk_host);
 }
 
-static void backup(kvt_engine *e, kvt_node_ref node)
+/* Start a backup of node's chain; 1 when one was started, 0 when not (nothing to copy, no
+ * host room, or no memory for the op). */
+static int backup(kvt_engine *e, kvt_node_ref node)
 {
     struct op_queue *q = &e->ops[XFER_BACKUP];
     uint64_t tag = op_tag(XFER_BACKUP, q->last_id + 1);
     size_t n = 0;
 
     if (rdx_backup_span(e->tree, node, &n) || n == 0 || queue_reserve(q))
-        return;
+        return 0;
     if (host_room(e, n)) {
         e->count.backup_skipped_tokens += n * e->opts.page_size;
-        return;
+        return 0;
     }
-    if (rdx_attach_host(e->tree, node, e->host_pages, n, e->dev_pages, tag)) {
-        host_free(&e->host, e->host_pages, n);
-        return;
+    if (rdx_attach_host(e->tree, node, e->bk_host, n, e->bk_dev, tag)) {
+        host_free(&e->host, e->bk_host, n);
+        return 0;
     }
-    if (submit(e, XFER_BACKUP, n, node)) {
+    if (submit(e, XFER_BACKUP, e->bk_dev, e->bk_host, n, node)) {
         /* Undo: the tree drops the host copies it was given, freeing the pages. */
         rdx_op_done(e->tree, node, tag, 1);
-        return;
+        return 0;
     }
     e->count.backed_up_tokens += n * e->opts.page_size;
+    return 1;
 }
 
 void tiers_after_insert(kvt_engine *e, kvt_node_ref node)
@@ -180,13 +188,35 @@ void tiers_after_hit(kvt_engine *e, kvt_node_ref node)
 
 /* ---- load-back ---- */
 
+/* write_back: evict backed-up leaves by policy; those without a host copy are backed up,
+ * waited for and then evicted like the rest, a bounded batch per round. What still has no
+ * host copy after the rounds (no host room) is left to the plain eviction that follows. */
+static size_t evict_write_back(kvt_engine *e, size_t pages)
+{
+    size_t done = 0, n = 0;
+
+    for (int round = 0; round < KVT_WRITE_BACK_ROUNDS && done < pages; round++) {
+        done += rdx_evict_backed_up(e->tree, pages - done, e->defer, KVT_WRITE_BACK_BATCH, &n);
+        size_t started = 0;
+        for (size_t i = 0; i < n; i++)
+            started += backup(e, e->defer[i]);
+        if (started == 0)
+            break;
+        kvt_sync(e);
+    }
+    return done;
+}
+
 size_t tiers_evict(kvt_engine *e, size_t pages)
 {
-    size_t done;
+    size_t done = 0;
 
     if (e->has_host)
         kvt_poll(e, 0, NULL);
-    done = rdx_evict(e->tree, pages);
+    if (e->has_host && e->opts.write_policy == KVT_WRITE_BACK)
+        done = evict_write_back(e, pages);
+    if (done < pages)
+        done += rdx_evict(e->tree, pages - done);
     /* Nodes a transfer is filling cannot give up their device copy yet: wait for the ops
      * in flight (they are few and short), apply them and try again. */
     if (done < pages && e->has_host && (e->ops[XFER_LOAD].n || e->ops[XFER_BACKUP].n)) {
@@ -224,7 +254,7 @@ int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, ui
     if ((rc = rdx_attach_device(e->tree, hit->host_last, e->dev_pages, n, id)))
         goto undo_claim;
     /* rdx_match_tiers gave the host pages; the op copies them in the same order. */
-    if ((rc = submit(e, XFER_LOAD, n, hit->host_last)))
+    if ((rc = submit(e, XFER_LOAD, e->dev_pages, e->host_pages, n, hit->host_last)))
         goto undo_attach;
     rdx_lock(e->tree, hit->host_last);
     rdx_unlock(e->tree, hit->dev_last);
@@ -252,7 +282,10 @@ static size_t apply(kvt_engine *e, enum xfer_dir dir, size_t max)
     while (q->n && applied < max && q->v[q->head].id <= done) {
         struct pending_op *p = &q->v[q->head];
         int status = xfer_status(e->xfer, dir, p->id);
-        if (status && dir == XFER_LOAD)
+        /* A copy the backend failed (a CUDA error; sim copies cannot fail) leaves a load's
+         * device pages with unknown bytes, and a failed backup would leave host copies of
+         * later backups below a node that lost its own. Either way: stop serving. */
+        if (status)
             e->failed = KVT_EBACKEND;
         rdx_op_done(e->tree, p->node, op_tag(dir, p->id), status != 0);
         q->head = (q->head + 1) % q->cap;

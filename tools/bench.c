@@ -64,6 +64,8 @@ static const struct preset presets[] = {
 
 static const char *const policy_names[] = {"lru", "lfu", "fifo", "mru", "filo"};
 static const char *const backend_names[] = {"auto", "sim", "cuda"};
+static const char *const write_policy_names[] = {"write_through", "write_through_selective",
+                                                 "write_back"};
 
 struct config {
     const char *trace, *synthetic, *dir;
@@ -71,7 +73,7 @@ struct config {
     const char *geometry_arg;
     struct kvt_geometry g;
     uint32_t tp_size;
-    uint32_t page_size, backend, policy;
+    uint32_t page_size, backend, policy, write_policy;
     uint64_t device_tokens, host_tokens, disk_tokens;
     uint64_t seed;
     uint64_t corrupt_after; /* test seam: damage a cached page after this request (1-based) */
@@ -425,6 +427,7 @@ static int open_engine(struct bench *b)
     o.model_id = cfg->geometry_arg;
     o.tp_size = cfg->tp_size;
     o.host_tokens = cfg->host_tokens;
+    o.write_policy = cfg->write_policy;
     int rc = kvt_open(&o, &b->e);
     if (rc)
         return engine_error("kvt_open", rc);
@@ -571,8 +574,8 @@ static void print_json_config(const struct bench *b)
            kvt_cell_bytes(&cfg->g), cfg->page_size, cfg->device_tokens, cfg->host_tokens,
            cfg->disk_tokens);
     cli_json_string(cfg->dir);
-    printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\"}", backend_in_use(b),
-           policy_names[cfg->policy]);
+    printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\",\"write_policy\":\"%s\"}",
+           backend_in_use(b), policy_names[cfg->policy], write_policy_names[cfg->write_policy]);
 }
 
 static void print_json(const struct bench *b)
@@ -648,6 +651,9 @@ static void usage(FILE *f)
             "  --device-tokens N     device KV pool size in tokens (default %d)\n"
             "  --host-tokens N       host tier size in tokens, larger than the device pool;\n"
             "                        0 (default): no host tier\n"
+            "  --write-policy P      when the host tier gets a copy: write_through (at insert,\n"
+            "                        the default), write_through_selective (once a prefix is\n"
+            "                        hit twice) or write_back (when the device evicts it)\n"
             "  --disk-tokens N       disk tier size; only 0: the disk tier is not built yet\n"
             "  --dir PATH            disk tier directory; needs the disk tier\n"
             "  --backend B           auto, sim or cuda (default auto)\n"
@@ -772,8 +778,8 @@ static int parse_count(struct config *cfg, const char *opt, const char *val)
 static const char *const count_options[] = {"--requests",     "--page-size",   "--device-tokens",
                                             "--host-tokens",  "--disk-tokens", "--seed",
                                             "--corrupt-after"};
-static const char *const other_options[] = {"--trace", "--synthetic", "--geometry",
-                                            "--dir",   "--backend",   "--evict-policy"};
+static const char *const other_options[] = {"--trace",   "--synthetic",    "--geometry",    "--dir",
+                                            "--backend", "--evict-policy", "--write-policy"};
 
 static bool listed(const char *opt, const char *const *names, size_t n)
 {
@@ -809,6 +815,12 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
     } else if (strcmp(opt, "--evict-policy") == 0) {
         if (parse_name(val, policy_names, 5, &cfg->policy))
             return cli_bad_usage(PROG, "--evict-policy needs lru, lfu, fifo, mru or filo", val);
+    } else if (strcmp(opt, "--write-policy") == 0) {
+        if (parse_name(val, write_policy_names, 3, &cfg->write_policy))
+            return cli_bad_usage(PROG,
+                                 "--write-policy needs write_through, "
+                                 "write_through_selective or write_back",
+                                 val);
     }
     return 0;
 }

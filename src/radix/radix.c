@@ -745,30 +745,59 @@ static void evict_device(struct rdx_tree *t, uint32_t idx)
     update_leaf(t, parent);
 }
 
-/* Evict leaves of list by policy until pages pages are gone or none is left. */
-static size_t evict_list(struct rdx_tree *t, size_t pages, int list)
+/* What one eviction pass is asked to do. Under write_back, device leaves without a host
+ * copy are not dropped but named in defer[] (up to cap), their pages counted as planned. */
+struct evict_req {
+    size_t pages;
+    int list;
+    kvt_node_ref *defer;
+    size_t cap, n;
+    size_t planned; /* pages of the deferred leaves */
+};
+
+/* Take leaf x: evict it, or defer it for a backup; the pages it accounts for. */
+static size_t evict_one(struct rdx_tree *t, uint32_t x, struct evict_req *r, bool *gone)
+{
+    const struct rdx_node *n = node_at(t, x);
+    size_t np = n->npages;
+
+    *gone = false;
+    if (r->list == LIST_HOST) {
+        delete_leaf(t, x);
+    } else if (r->defer && !n->on_host) {
+        if (r->n == r->cap)
+            return 0;
+        r->defer[r->n++] = make_ref(t, x);
+        r->planned += np;
+        return np;
+    } else {
+        evict_device(t, x);
+    }
+    *gone = true;
+    return np;
+}
+
+/* Evict leaves by policy until r->pages pages are gone or planned, or none is left. */
+static size_t evict_list(struct rdx_tree *t, struct evict_req *r)
 {
     /* A parent is pushed only after its last child was popped, so the heap never holds
      * more entries than there are nodes. */
     struct heap h = {.v = t->heap};
     size_t done = 0;
 
-    if (pages == 0 || t->nleaves[list] == 0)
+    if (r->pages == 0 || t->nleaves[r->list] == 0)
         return 0;
-    for (uint32_t i = t->leaf_head[list]; i != NONE; i = node_at(t, i)->next[list])
+    for (uint32_t i = t->leaf_head[r->list]; i != NONE; i = node_at(t, i)->next[r->list])
         h.v[h.n++] = i;
     for (size_t i = h.n / 2; i-- > 0;)
         heap_sift_down(t, &h, i);
 
-    while (done < pages && h.n) {
+    while (done < r->pages && h.n) {
         uint32_t x = heap_pop(t, &h);
         uint32_t parent = node_at(t, x)->parent;
-        done += node_at(t, x)->npages;
-        if (list == LIST_DEV)
-            evict_device(t, x);
-        else
-            delete_leaf(t, x);
-        if (in_list(t, parent, list))
+        bool gone;
+        done += evict_one(t, x, r, &gone);
+        if (gone && in_list(t, parent, r->list))
             heap_push(t, &h, parent);
     }
     return done;
@@ -776,12 +805,24 @@ static size_t evict_list(struct rdx_tree *t, size_t pages, int list)
 
 size_t rdx_evict(struct rdx_tree *t, size_t pages)
 {
-    return evict_list(t, pages, LIST_DEV);
+    struct evict_req r = {.pages = pages, .list = LIST_DEV};
+    return evict_list(t, &r);
+}
+
+size_t rdx_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                           size_t *ndefer)
+{
+    struct evict_req r = {.pages = pages, .list = LIST_DEV, .defer = defer, .cap = cap};
+    size_t done = evict_list(t, &r);
+
+    *ndefer = r.n;
+    return done - r.planned;
 }
 
 size_t rdx_evict_host(struct rdx_tree *t, size_t pages)
 {
-    return evict_list(t, pages, LIST_HOST);
+    struct evict_req r = {.pages = pages, .list = LIST_HOST};
+    return evict_list(t, &r);
 }
 
 /* ---- public operations ---- */

@@ -81,6 +81,12 @@ int rdx_is_locked(const struct rdx_tree *t, kvt_node_ref ref);
 /* Evict unlocked leaves by policy until at least pages pages are gone or none is left. */
 size_t rdx_evict(struct rdx_tree *t, size_t pages);
 
+/* rdx_evict for write_back: leaves without a host copy are not dropped but named in defer
+ * (at most cap; *ndefer of them), in policy order, so the caller can back them up and evict
+ * again. Returns the pages evicted; those deferred count toward pages but not in the result. */
+size_t rdx_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                           size_t *ndefer);
+
 /* Evict host-only leaves by policy until at least pages host pages are gone. */
 size_t rdx_evict_host(struct rdx_tree *t, size_t pages);
 

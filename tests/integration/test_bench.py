@@ -420,6 +420,29 @@ def _():
     eq(alone["tokens_hit"]["host"], 0, "no host hits without a host tier")
 
 
+@case("host tier: write policies decide when the host gets its copy")
+def _():
+    # A B C A as above. write_back backs A up only when C's allocation evicts it, and B
+    # never (nothing evicts it); write_through backs up all three at insert. Both serve the
+    # last A from the host. selective never backs A up (one hit is below its threshold of 2),
+    # so the last A is computed again.
+    path = trace([(500, 1, [i]) for i in (1, 2, 3, 1)])
+    base = ("--trace", path, "--page-size", 16, "--device-tokens", EVICT_DEVICE_TOKENS,
+            "--host-tokens", 4096)
+    wt = run_ok(*base, "--write-policy", "write_through")
+    wb = run_ok(*base, "--write-policy", "write_back")
+    sel = run_ok(*base, "--write-policy", "write_through_selective")
+    for name, j in (("write_through", wt), ("write_back", wb)):
+        eq(j["tokens_hit"]["host"], H, f"{name} tokens_hit.host")
+        eq(j["verify"]["pages_checked"], H // 16, f"{name} pages_checked")
+        eq(j["config"]["write_policy"], name, "config.write_policy")
+    check(wb["bytes"]["device_to_host"] < wt["bytes"]["device_to_host"],
+          "write_back copies less to the host than write_through")
+    check(wb["bytes"]["device_to_host"] >= H * TINY_CELL, "write_back backed A up")
+    eq(sel["tokens_hit"]["host"], 0, "selective: tokens_hit.host")
+    eq(sel["bytes"]["device_to_host"], 0, "selective: bytes.device_to_host")
+
+
 @case("eviction: with room for everything no policy evicts")
 def _():
     ids = EVICTION["A B A C A B"][0]
@@ -604,6 +627,7 @@ USAGE = [
     (["--requests", "0"], r"--requests"),
     (["--seed", "-1"], r"--seed"),
     (["--evict-policy", "random"], r"--evict-policy"),
+    (["--write-policy", "lazy"], r"--write-policy"),
     (["--backend", "gpu"], r"--backend"),
     (["--bogus", "1"], r"unknown option.*--bogus"),
     (["--json", "--trace"], r"--trace"),

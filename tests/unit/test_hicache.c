@@ -529,6 +529,84 @@ static void test_selective(void **state)
     kvt_close(e);
 }
 
+/* write_back backs nothing up at insert or on hits: a prefix goes to the host when the
+ * device evicts it, with its ancestors that have no host copy yet, and comes back exact. */
+static void test_write_back(void **state)
+{
+    struct kvt_options o;
+    struct seq a, ab, k[4], x;
+    struct kvt_match m;
+
+    (void)state;
+    host_options(&o, 4, 64, 256);
+    o.write_policy = KVT_WRITE_BACK;
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&a, 0, 8, 2);
+    ab = a;
+    ab.len = 16;
+    for (size_t i = 8; i < 16; i++)
+        ab.tok[i] = 7000 + (uint32_t)i;
+    seq_hash(&ab);
+    run_request(e, &a, 0, 1);
+    run_request(e, &ab, 8, 1);
+    struct kvt_key key = seq_key(&ab, 16);
+    for (int hit = 0; hit < 3; hit++)
+        assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(drain(e), 0);
+    assert_int_equal(stats(e).backed_up_tokens, 0);
+    assert_int_equal(stats(e).host_cached_tokens, 0);
+
+    /* Evicting the leaf B backs up A and B (host copies grow from the top), then drops B. */
+    size_t ev = 0;
+    assert_int_equal(kvt_evict(e, 8, &ev), 0);
+    assert_int_equal(ev, 8);
+    check(e);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.backed_up_tokens, 16);
+    assert_int_equal(st.host_cached_tokens, 16);
+    assert_int_equal(st.cached_tokens, 8);
+    assert_int_equal(st.ops_in_flight, 0); /* eviction waited for its backup */
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len, 8);
+    assert_int_equal(m.host_len, 8);
+    struct kvt_req r = run_request(e, &ab, 16, 1);
+    assert_int_equal(r.protected_len, 16);
+    assert_int_equal(r.loaded_len, 8);
+    assert_int_equal(drain(e), 0);
+    assert_pools_add_up(e);
+    evict_all(e);
+    assert_int_equal(stats(e).backed_up_tokens, 16); /* both had their host copy already */
+    kvt_close(e);
+
+    /* Device pressure inside an allocation: the evicted prefix is backed up first. */
+    host_options(&o, 4, 64, 256);
+    o.write_policy = KVT_WRITE_BACK;
+    e = open_with(&o, NULL);
+    for (int i = 0; i < 4; i++) {
+        seq_make(&k[i], 0, 16, 10 + (uint32_t)i);
+        run_request(e, &k[i], 0, 1);
+    }
+    assert_int_equal(stats(e).device_free_tokens, 0);
+    assert_int_equal(stats(e).backed_up_tokens, 0);
+    seq_make(&x, 0, 16, 20);
+    run_request(e, &x, 0, 1);
+    st = stats(e);
+    /* What the allocation evicted (the shortfall and some slack) is exactly what went to the
+     * host; LRU took k[0] first. */
+    assert_true(st.evicted_tokens >= 16);
+    assert_int_equal(st.backed_up_tokens, st.evicted_tokens);
+    assert_int_equal(st.host_cached_tokens, st.evicted_tokens);
+    key = seq_key(&k[0], 16);
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len, 0);
+    assert_int_equal(m.host_len, 16);
+    r = run_request(e, &k[0], 16, 1);
+    assert_int_equal(r.loaded_len, 16);
+    assert_int_equal(drain(e), 0);
+    assert_pools_add_up(e);
+    kvt_close(e);
+}
+
 /* Host runs shorter than load_back_min are recomputed, not loaded; from it on they load. */
 static void test_load_back_min(void **state)
 {
@@ -881,7 +959,7 @@ static void test_bad_input(void **state)
     o.host_layout = 2;
     OPEN_FAILS(-EINVAL);
     host_options(&o, 4, 64, 256);
-    o.write_policy = 2;
+    o.write_policy = 3;
     OPEN_FAILS(-EINVAL);
     host_options(&o, 4, 64, 0);
     o.host_ratio = -1.0;
@@ -1541,6 +1619,17 @@ static void test_random_page1(void **state)
          .max_delay_us = 300,
          .reuse = 90,
          .ops = 25000},
+        {.name = "ps1-wb-pagefirst",
+         .ps = 1,
+         .device_tokens = 96,
+         .host_tokens = 192,
+         .layout = KVT_HOST_PAGE_FIRST,
+         .write_policy = KVT_WRITE_BACK,
+         .max_delay_us = 300,
+         .reuse = 60,
+         .ops = 25000,
+         .host_pressure = 1,
+         .pressure = 1},
     };
 
     (void)state;
@@ -1586,6 +1675,18 @@ static void test_random_page4(void **state)
          .ops = 25000,
          .host_pressure = 1,
          .pressure = 1},
+        {.name = "ps4-wb-layerfirst-mru",
+         .ps = 4,
+         .device_tokens = 128,
+         .host_tokens = 256,
+         .layout = KVT_HOST_LAYER_FIRST,
+         .write_policy = KVT_WRITE_BACK,
+         .evict_policy = KVT_EVICT_MRU,
+         .max_delay_us = 500,
+         .reuse = 60,
+         .ops = 25000,
+         .host_pressure = 1,
+         .pressure = 1},
         {.name = "ps4-wt-nodelay",
          .ps = 4,
          .device_tokens = 128,
@@ -1606,12 +1707,19 @@ static void test_random_page4(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layer_wait),      cmocka_unit_test(test_write_through),
-        cmocka_unit_test(test_selective),       cmocka_unit_test(test_load_back_min),
-        cmocka_unit_test(test_device_pressure), cmocka_unit_test(test_pressure_waits_for_load),
-        cmocka_unit_test(test_close_busy),      cmocka_unit_test(test_unfinished_pending_load),
-        cmocka_unit_test(test_host_sizing),     cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_no_host),         cmocka_unit_test(test_random_page1),
+        cmocka_unit_test(test_layer_wait),
+        cmocka_unit_test(test_write_through),
+        cmocka_unit_test(test_selective),
+        cmocka_unit_test(test_write_back),
+        cmocka_unit_test(test_load_back_min),
+        cmocka_unit_test(test_device_pressure),
+        cmocka_unit_test(test_pressure_waits_for_load),
+        cmocka_unit_test(test_close_busy),
+        cmocka_unit_test(test_unfinished_pending_load),
+        cmocka_unit_test(test_host_sizing),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_no_host),
+        cmocka_unit_test(test_random_page1),
         cmocka_unit_test(test_random_page4),
     };
 
