@@ -38,7 +38,9 @@ struct rdx_node {
     uint32_t prev[2], next[2]; /* eviction lists; NONE at the ends */
     bool on_device;            /* pages[] names device pages */
     bool on_host;              /* host[] names host pages */
+    bool on_disk;              /* every page is durable in the disk tier's index */
     uint64_t pending;          /* the transfer filling one of the copies; 0: none */
+    uint64_t disk_op;          /* the disk write reading the host copy; 0: none */
     uint64_t last_access;
     uint64_t created;
     /* One block: npages device pages, npages host pages (with a host tier), npages *
@@ -309,7 +311,7 @@ static bool is_device_leaf(const struct rdx_node *n, uint32_t idx)
 static bool is_host_leaf(const struct rdx_node *n, uint32_t idx)
 {
     return idx != ROOT && !n->on_device && n->on_host && n->lock_ref == 0 && n->pending == 0 &&
-           n->nchildren == 0;
+           n->disk_op == 0 && n->nchildren == 0;
 }
 
 static bool is_leaf(const struct rdx_node *n, uint32_t idx, int list)
@@ -588,6 +590,8 @@ static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
     n->ndev_children = c->on_device ? 1 : 0;
     n->on_host = c->on_host;
     n->pending = c->pending; /* one transfer fills both halves */
+    n->on_disk = c->on_disk;
+    n->disk_op = c->disk_op;
 
     uint32_t nidx = take_id(t, n);
     t->edges[edge_slot(t, idx)] = nidx; /* same key: the parent's edge now leads to n */
@@ -755,24 +759,31 @@ struct evict_req {
     size_t planned; /* pages of the deferred leaves */
 };
 
-/* Take leaf x: evict it, or defer it for a backup; the pages it accounts for. */
+/* Whether leaf x lacks the copy in the next tier down that a deferring eviction wants first:
+ * a host copy before a device leaf goes, a disk copy before a host leaf goes. */
+static bool needs_copy_below(const struct rdx_node *n, int list)
+{
+    return list == LIST_DEV ? !n->on_host : !n->on_disk;
+}
+
+/* Take leaf x: evict it, or defer it for a copy below; the pages it accounts for. */
 static size_t evict_one(struct rdx_tree *t, uint32_t x, struct evict_req *r, bool *gone)
 {
     const struct rdx_node *n = node_at(t, x);
     size_t np = n->npages;
 
     *gone = false;
-    if (r->list == LIST_HOST) {
-        delete_leaf(t, x);
-    } else if (r->defer && !n->on_host) {
+    if (r->defer && needs_copy_below(n, r->list)) {
         if (r->n == r->cap)
             return 0;
         r->defer[r->n++] = make_ref(t, x);
         r->planned += np;
         return np;
-    } else {
-        evict_device(t, x);
     }
+    if (r->list == LIST_HOST)
+        delete_leaf(t, x);
+    else
+        evict_device(t, x);
     *gone = true;
     return np;
 }
@@ -809,20 +820,32 @@ size_t rdx_evict(struct rdx_tree *t, size_t pages)
     return evict_list(t, &r);
 }
 
-size_t rdx_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
-                           size_t *ndefer)
+static size_t evict_deferring(struct rdx_tree *t, int list, size_t pages, kvt_node_ref *defer,
+                              size_t cap, size_t *ndefer)
 {
-    struct evict_req r = {.pages = pages, .list = LIST_DEV, .defer = defer, .cap = cap};
+    struct evict_req r = {.pages = pages, .list = list, .defer = defer, .cap = cap};
     size_t done = evict_list(t, &r);
 
     *ndefer = r.n;
     return done - r.planned;
 }
 
+size_t rdx_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                           size_t *ndefer)
+{
+    return evict_deferring(t, LIST_DEV, pages, defer, cap, ndefer);
+}
+
 size_t rdx_evict_host(struct rdx_tree *t, size_t pages)
 {
     struct evict_req r = {.pages = pages, .list = LIST_HOST};
     return evict_list(t, &r);
+}
+
+size_t rdx_evict_host_written(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                              size_t *ndefer)
+{
+    return evict_deferring(t, LIST_HOST, pages, defer, cap, ndefer);
 }
 
 /* ---- public operations ---- */
@@ -852,7 +875,9 @@ enum tier_filter {
 
 static bool passes(const struct rdx_node *n, enum tier_filter f)
 {
-    return f == ANY_COPY || (f == DEVICE_COPY ? n->on_device : !n->on_device && n->on_host);
+    /* A host-only node is pending only while the disk tier fills it: not matchable yet. */
+    return f == ANY_COPY ||
+           (f == DEVICE_COPY ? n->on_device : !n->on_device && n->on_host && n->pending == 0);
 }
 
 static void walk_start(struct walk *w)
@@ -913,7 +938,7 @@ static void copy_path(const struct rdx_tree *t, uint32_t from, uint32_t to, bool
         end -= n->npages;
         if (pages)
             memcpy(pages + end, host ? n->host : n->pages, n->npages * sizeof(uint32_t));
-        if (pending && !(n->pending & RDX_OP_BACKUP) && n->pending > *pending)
+        if (pending && !(n->pending & (RDX_OP_BACKUP | RDX_OP_DISK)) && n->pending > *pending)
             *pending = n->pending;
     }
 }
@@ -987,16 +1012,17 @@ static int fill_hashes(struct rdx_tree *t, struct rdx_node *n, const uint8_t *pr
     return 0;
 }
 
-/* A complete new leaf for np pages of tokens and pages, chained from prev; not yet linked. */
+/* A complete new leaf for np pages of tokens and pages (of the device, or of the host when
+ * host is set), chained from prev; not yet linked. */
 static int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t *pages, uint32_t np,
-                     const uint8_t *prev, struct rdx_node **out)
+                     bool host, const uint8_t *prev, struct rdx_node **out)
 {
     struct rdx_node *n = node_new(t, np);
     int rc;
 
     if (!n)
         return -ENOMEM;
-    memcpy(n->pages, pages, np * sizeof(uint32_t));
+    memcpy(host ? n->host : n->pages, pages, np * sizeof(uint32_t));
     memcpy(n->tokens, tokens, (size_t)np * t->cfg.page_size * sizeof(uint32_t));
     if (t->cfg.hash_pages && (rc = fill_hashes(t, n, prev))) {
         node_free(t, n);
@@ -1006,9 +1032,10 @@ static int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t 
     return 0;
 }
 
-/* Link leaf n under parent; ids and edges were reserved, so this cannot fail. */
+/* Link leaf n under parent, with its device copy or (host) its host copy; ids and edges were
+ * reserved, so this cannot fail. */
 static uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n,
-                          int32_t priority, uint64_t now)
+                          bool host, int32_t priority, uint64_t now)
 {
     n->parent = parent;
     n->ns = ns;
@@ -1019,10 +1046,15 @@ static uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, stru
     edge_put(t, idx);
     t->ns[ns].nodes++;
     node_at(t, parent)->nchildren++;
-    node_at(t, parent)->ndev_children++;
-    n->on_device = true;
     t->sz.nodes++;
-    account_device(t, n, 1);
+    if (host) {
+        n->on_host = true;
+        t->sz.host_pages += n->npages;
+    } else {
+        node_at(t, parent)->ndev_children++;
+        n->on_device = true;
+        account_device(t, n, 1);
+    }
     update_leaf(t, parent);
     update_leaf(t, idx);
     return idx;
@@ -1085,18 +1117,24 @@ int rdx_insert_ref(struct rdx_tree *t, const struct kvt_key *key, const uint32_t
     size_t dev_pages = w.pages;
     if (t->cfg.host_tier)
         descend(t, ns, key->tokens, np, HOST_ONLY, &w);
+    /* The walk stopped at a node the disk tier is still filling: not now. */
+    if (w.child == NONE && w.pages < np &&
+        edge_find(t, w.node, ns, key->tokens + w.pages * ps) != NONE) {
+        rc = -EBUSY;
+        goto fail;
+    }
     if ((rc = reserve_ids(t, 2)) || (rc = edge_reserve(t, 2)))
         goto fail;
     if (w.pages < np &&
         (rc = make_leaf(t, key->tokens + w.pages * ps, pages + w.pages, (uint32_t)(np - w.pages),
-                        t->cfg.hash_pages ? prefix_hash(t, &w, ns) : NULL, &leaf)))
+                        false, t->cfg.hash_pages ? prefix_hash(t, &w, ns) : NULL, &leaf)))
         goto fail;
     if ((rc = settle(t, &w)))
         goto fail;
 
     uint64_t now = ++t->clock;
     adopt_device_pages(t, w.node, pages, w.pages);
-    uint32_t end = leaf ? link_leaf(t, w.node, ns, leaf, priority, now) : w.node;
+    uint32_t end = leaf ? link_leaf(t, w.node, ns, leaf, false, priority, now) : w.node;
     *last = make_ref(t, end);
     for (uint32_t i = w.node;; i = node_at(t, i)->parent) {
         struct rdx_node *n = node_at(t, i);
@@ -1202,6 +1240,199 @@ int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
             free_device_copy(t, i);
         update_leaf(t, i);
         i = parent;
+    }
+    return 0;
+}
+
+/* ---- the disk tier ---- */
+
+/* Whether node idx ends the first `first` pages of key in namespace ns. */
+static bool ends_key(const struct rdx_tree *t, uint32_t idx, uint32_t ns, const struct kvt_key *key,
+                     size_t first)
+{
+    size_t ps = t->cfg.page_size, end = first;
+
+    for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent) {
+        const struct rdx_node *n = node_at(t, i);
+        if (n->ns != ns || n->npages > end)
+            return false;
+        end -= n->npages;
+        if (memcmp(n->tokens, key->tokens + end * ps, (size_t)n->npages * ps * sizeof(uint32_t)))
+            return false;
+    }
+    return end == 0;
+}
+
+/* Resolve ref and check it ends key's first `first` pages, with n more pages in key. */
+static int resolve_on_key(const struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref,
+                          size_t first, size_t n, uint32_t *idx)
+{
+    int rc = check_key(t, key);
+
+    if (rc || (rc = resolve(t, ref, idx)))
+        return rc;
+    if (!t->cfg.hash_pages || first + n > key->len / t->cfg.page_size ||
+        (*idx != ROOT && !ends_key(t, *idx, ns_find(t, key), key, first)) ||
+        (*idx == ROOT && first != 0))
+        return -EINVAL;
+    return 0;
+}
+
+int rdx_key_hashes(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
+                   size_t n, uint8_t (*out)[KVT_HASH_LEN])
+{
+    uint8_t root[KVT_HASH_LEN];
+    const uint8_t *prev = root;
+    size_t ps;
+    uint32_t idx;
+    int rc = resolve_on_key(t, key, ref, first, n, &idx);
+
+    if (rc)
+        return rc;
+    ps = t->cfg.page_size;
+    if (idx != ROOT)
+        prev = last_hash(t, idx, 0);
+    else if ((rc = page_hash_root(&t->hasher, t->cfg.fingerprint, key->ns, key_ns_len(key), root)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t *page = key->tokens + (first + i) * ps;
+        if ((rc = page_hash_next(&t->hasher, prev, page, (uint32_t)ps, out[i])))
+            return rc;
+        prev = out[i];
+    }
+    return 0;
+}
+
+int rdx_attach_fill(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
+                    const uint32_t *host_pages, size_t n, uint64_t op, kvt_node_ref *leaf)
+{
+    struct rdx_node *nd;
+    uint32_t idx, ns, at;
+    size_t ps;
+    int rc = resolve_on_key(t, key, ref, first, n, &idx);
+
+    if (rc)
+        return rc;
+    ps = t->cfg.page_size;
+    /* Host copies form a subtree at the top: the new leaf's parent needs one too. */
+    if (!t->cfg.host_tier || n == 0 || n > UINT32_MAX || !(op & RDX_OP_DISK) ||
+        (idx != ROOT && !node_at(t, idx)->on_host))
+        return -EINVAL;
+    if ((rc = ns_intern(t, key, &ns)))
+        return rc;
+    if (edge_find(t, idx, ns, key->tokens + first * ps) != NONE)
+        return -EEXIST;
+    if ((rc = reserve_ids(t, 1)) || (rc = edge_reserve(t, 1)) ||
+        (rc = make_leaf(t, key->tokens + first * ps, host_pages, (uint32_t)n, true,
+                        last_hash(t, idx, ns), &nd))) {
+        ns_drop_if_empty(t, ns);
+        return rc;
+    }
+    nd->on_disk = true;
+    nd->pending = op; /* before linking, so it never shows as a host leaf */
+    at = link_leaf(t, idx, ns, nd, true, 0, ++t->clock);
+    *leaf = make_ref(t, at);
+    return 0;
+}
+
+int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
+{
+    uint32_t idx, top;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    if (node_at(t, idx)->pending != op || !(op & RDX_OP_DISK))
+        return -EINVAL;
+    bool whole = ok >= node_at(t, idx)->npages;
+    if (!whole && ok > 0 && split(t, idx, (uint32_t)ok, &top) == 0) {
+        node_at(t, top)->pending = 0;
+        update_leaf(t, top);
+    }
+    node_at(t, idx)->pending = 0;
+    if (whole)
+        update_leaf(t, idx);
+    else
+        delete_leaf(t, idx); /* what did not land, or all of it when the split failed */
+    return 0;
+}
+
+/* The nodes a disk write of ref covers: ref and its ancestors with a host copy that is
+ * neither on disk, being written, nor still being backed up. */
+static bool disk_writable(const struct rdx_node *n)
+{
+    return n->on_host && !n->on_disk && n->disk_op == 0 && !(n->pending & RDX_OP_BACKUP);
+}
+
+static size_t disk_span(const struct rdx_tree *t, uint32_t idx)
+{
+    size_t span = 0;
+
+    for (uint32_t i = idx; i != ROOT && disk_writable(node_at(t, i)); i = node_at(t, i)->parent)
+        span += node_at(t, i)->npages;
+    return span;
+}
+
+int rdx_disk_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc == 0)
+        *pages = t->cfg.hash_pages ? disk_span(t, idx) : 0;
+    return rc;
+}
+
+int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rdx_disk_page *out,
+                    size_t n)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    if (!t->cfg.hash_pages || disk_span(t, idx) != n || !(op & RDX_OP_DISK))
+        return -EINVAL;
+    size_t end = n, ps = t->cfg.page_size;
+    for (uint32_t i = idx; i != ROOT && disk_writable(node_at(t, i)); i = node_at(t, i)->parent) {
+        struct rdx_node *nd = node_at(t, i);
+        end -= nd->npages;
+        for (uint32_t k = 0; k < nd->npages; k++)
+            out[end + k] = (struct rdx_disk_page){
+                .hash = nd->hash[k],
+                .parent = k ? nd->hash[k - 1] : last_hash(t, nd->parent, nd->ns),
+                .ns = t->ns[nd->ns].root_hash,
+                .tokens = nd->tokens + k * ps,
+                .host_page = nd->host[k],
+            };
+        nd->disk_op = op;
+        update_leaf(t, i);
+    }
+    return 0;
+}
+
+int rdx_disk_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, const int *results, size_t n)
+{
+    uint32_t idx;
+    size_t span = 0;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    for (uint32_t i = idx; i != ROOT && node_at(t, i)->disk_op == op; i = node_at(t, i)->parent)
+        span += node_at(t, i)->npages;
+    if (span != n || op == 0)
+        return -EINVAL;
+    for (uint32_t i = idx; i != ROOT && node_at(t, i)->disk_op == op;) {
+        struct rdx_node *nd = node_at(t, i);
+        bool all = true;
+        span -= nd->npages;
+        for (uint32_t k = 0; k < nd->npages; k++)
+            all = all && results[span + k] == 0;
+        nd->on_disk = all;
+        nd->disk_op = 0;
+        update_leaf(t, i);
+        i = nd->parent;
     }
     return 0;
 }
@@ -1389,8 +1620,12 @@ static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
         return fail(c, idx, "on the device but its parent is not");
     if (n->on_host && !node_at(t, n->parent)->on_host)
         return fail(c, idx, "on the host but its parent is not");
-    if (!n->on_device && (n->pending || n->lock_ref))
-        return fail(c, idx, "host-only node is locked or being filled");
+    if (!n->on_device && n->lock_ref)
+        return fail(c, idx, "host-only node is locked");
+    if (!n->on_device && n->pending && (!(n->pending & RDX_OP_DISK) || n->nchildren))
+        return fail(c, idx, "host-only node is pending, but not as a leaf the disk fills");
+    if ((n->disk_op && !n->on_host) || (n->on_disk && !t->cfg.hash_pages))
+        return fail(c, idx, "disk state without a host copy or without page hashes");
     if (n->edge_hash != edge_hash(n->parent, n->ns, n->tokens, t->cfg.page_size) ||
         edge_find(t, n->parent, n->ns, n->tokens) != idx)
         return fail(c, idx, "edge from parent does not lead here");
@@ -1548,6 +1783,8 @@ static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, 
             emit(d, " host=");
             emit_pages(d, n->host, n->npages);
         }
+        if (n->on_disk)
+            emit(d, " disk");
         emit(d, " lock=%u\n", n->lock_ref);
     }
     /* Visit children smallest first; quadratic, which is fine at the sizes tests dump. */

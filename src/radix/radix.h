@@ -112,6 +112,57 @@ int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_p
  * the host copies it was making. */
 int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed);
 
+/* ---- the disk tier ----
+ * A node is on_disk when every page of it is durable in the disk tier, whose index is the
+ * truth (the tree caches it). Pages that only the disk holds are not in the tree: a match
+ * continues past it by page hash. Disk I/O ops carry RDX_OP_DISK. A host-only node being
+ * filled from disk is pending with its op and is not matched, extended or evicted until
+ * rdx_fill_done; a node whose host copy is being written (disk_op) keeps that copy. */
+#define RDX_OP_DISK (1ull << 62)
+
+/* The chained hashes of key's pages first .. first+n-1 (out gets n), where ref ends key's
+ * first `first` pages (the root: first is 0). -EINVAL without page hashes or when ref does
+ * not end that prefix of key. */
+int rdx_key_hashes(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
+                   size_t n, uint8_t (*out)[KVT_HASH_LEN]);
+
+/* Prefetch: a new host-only leaf under ref (ending key's first `first` pages) for the n pages
+ * after them, holding host_pages (top-down), on disk, pending op until rdx_fill_done.
+ * *leaf names it. -EEXIST when ref already has a child for the next page; -EINVAL when ref
+ * has no host copy (back it up first: host copies form a subtree at the top). */
+int rdx_attach_fill(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
+                    const uint32_t *host_pages, size_t n, uint64_t op, kvt_node_ref *leaf);
+
+/* The fill op of leaf ref finished with its first ok pages landed: those stay (the node
+ * splits), the rest are dropped with their host pages. */
+int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok);
+
+/* Pages a disk write of ref covers: ref and its ancestors with a finished host copy that are
+ * neither on disk nor being written. 0 without page hashes. */
+int rdx_disk_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages);
+
+/* One page of a disk write. The pointers name the tree's own memory: valid until the tree
+ * next changes. parent is the previous hash in the chain (the namespace root for a first
+ * page); ns is the namespace's root hash. */
+struct rdx_disk_page {
+    const uint8_t *hash, *parent, *ns;
+    const uint32_t *tokens; /* page_size tokens */
+    uint32_t host_page;
+};
+
+/* Mark that span (n pages) as written by op and describe its pages top-down into out. */
+int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rdx_disk_page *out,
+                    size_t n);
+
+/* The disk write op of ref finished: results[i] (n, top-down) is 0 for each page stored. A
+ * node is on disk when all of its pages are. */
+int rdx_disk_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, const int *results, size_t n);
+
+/* rdx_evict_host when the disk tier writes on host eviction: host leaves not on disk are named
+ * in defer (at most cap) instead of deleted, as rdx_evict_backed_up does for the device. */
+size_t rdx_evict_host_written(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                              size_t *ndefer);
+
 /* Matches that passed through ref's node. */
 int rdx_hit_count(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *hits);
 
@@ -136,7 +187,8 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
 
 /* The tree as text, one node a line, children in token order:
  * "<indent>[t0,t1,...] pages=[p0,...] lock=N", with pages=- when
- * the node has no device copy and host=[h0,...] before lock when it has a host copy. Returns the
+ * the node has no device copy, host=[h0,...] before lock when it has a host copy, and " disk" after
+ * that when it is on disk. Returns the
  * length it needed. */
 size_t rdx_dump(const struct rdx_tree *t, char *buf, size_t cap);
 

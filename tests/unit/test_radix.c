@@ -597,6 +597,162 @@ static void test_host_failed_backup_and_split(void **state)
     rdx_destroy(t);
 }
 
+/* ---- the disk tier ---- */
+
+/* Page hashes of a key from the tree agree with the hashes of the nodes holding it, from the
+ * root and from a node, and a ref that does not end the key's prefix is refused. */
+static void test_disk_key_hashes(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    uint8_t want[4][KVT_HASH_LEN], got[4][KVT_HASH_LEN];
+    size_t n = 0;
+    struct kvt_key k = {.tokens = KEY(1, 2, 3, 4)};
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4));
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    assert_int_equal(rdx_node_hashes(t, h.dev_last, want, 4, &n), 0);
+    assert_int_equal(rdx_key_hashes(t, &k, rdx_root(t), 0, 4, got), 0);
+    assert_memory_equal(got, want, sizeof(want));
+    h = hit_of(t, KEY(1, 2), NULL, NULL); /* splits: [1,2] then [3,4] */
+    assert_int_equal(rdx_key_hashes(t, &k, h.dev_last, 2, 2, got), 0);
+    assert_memory_equal(got, want[2], 2 * KVT_HASH_LEN);
+    assert_int_equal(rdx_key_hashes(t, &k, h.dev_last, 1, 2, got), -EINVAL);
+    assert_int_equal(rdx_key_hashes(t, &k, h.dev_last, 2, 3, got), -EINVAL);
+    struct kvt_key other = {.tokens = KEY(1, 9, 3, 4)};
+    assert_int_equal(rdx_key_hashes(t, &other, h.dev_last, 2, 2, got), -EINVAL);
+    /* Another namespace chains from another root. */
+    struct kvt_key ns = {.tokens = KEY(1, 2, 3, 4), .ns = "lora", .ns_len = 4};
+    assert_int_equal(rdx_key_hashes(t, &ns, rdx_root(t), 0, 4, got), 0);
+    assert_memory_not_equal(got, want, KVT_HASH_LEN);
+    rdx_destroy(t);
+}
+
+/* A fill from disk: a host-only leaf that is neither matched, extended nor evicted until it
+ * lands; then an ordinary host node, on disk. A partial fill keeps what landed. */
+static void test_disk_fill(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    struct kvt_key k = {.tokens = KEY(1, 2, 3, 4, 5, 6)};
+    kvt_node_ref leaf = 0;
+    const uint64_t op = RDX_OP_DISK | 1;
+
+    (void)state;
+    put(t, KEY(1, 2));
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3, 4, 5, 6), NULL, NULL);
+    const uint32_t host[] = {70, 71, 72, 73};
+    /* Under a node without a host copy: refused, host copies grow from the top. */
+    assert_int_equal(rdx_attach_fill(t, &k, h.host_last, 2, host, 4, op, &leaf), -EINVAL);
+    back_up(t, h.dev_last, RDX_OP_BACKUP | 1);
+    assert_int_equal(rdx_attach_fill(t, &k, h.host_last, 2, host, 4, 5, &leaf), -EINVAL);
+    assert_int_equal(rdx_attach_fill(t, &k, h.host_last, 2, host, 4, op, &leaf), 0);
+    check(t);
+    assert_dump(t, "[1,2] pages=[101,102] host=[900,901] lock=0\n"
+                   "  [3,4,5,6] pages=- host=[70,71,72,73] disk lock=0\n");
+    assert_int_equal(rdx_attach_fill(t, &k, h.host_last, 2, host, 4, op + 1, &leaf), -EEXIST);
+    h = hit_of(t, KEY(1, 2, 3, 4, 5, 6), NULL, NULL);
+    assert_int_equal(h.host_pages, 0); /* not landed: not matched */
+    struct kvt_key longer = {.tokens = KEY(1, 2, 3, 4, 5, 6, 7)};
+    size_t pre = 0;
+    uint32_t pages[7] = {0};
+    assert_int_equal(rdx_insert(t, &longer, pages, 0, &pre), -EBUSY);
+    assert_int_equal(rdx_evict_host(t, 4), 0);
+    assert_int_equal(rdx_fill_done(t, leaf, op + 1, 4), -EINVAL);
+
+    /* Three of four pages landed: the fourth goes with its host page. */
+    assert_int_equal(rdx_fill_done(t, leaf, op, 3), 0);
+    check(t);
+    assert_dump(t, "[1,2] pages=[101,102] host=[900,901] lock=0\n"
+                   "  [3,4,5] pages=- host=[70,71,72] disk lock=0\n");
+    assert_int_equal(r.host.n, 1);
+    assert_int_equal(r.host.freed[0], 73);
+    h = hit_of(t, KEY(1, 2, 3, 4, 5, 6), NULL, NULL);
+    assert_int_equal(h.dev_pages, 2);
+    assert_int_equal(h.host_pages, 3);
+
+    /* A fill of which nothing landed leaves nothing. */
+    assert_int_equal(
+        rdx_attach_fill(t, &k, h.host_last, 5, (const uint32_t[]){80}, 1, op + 2, &leaf), 0);
+    assert_int_equal(rdx_fill_done(t, leaf, op + 2, 0), 0);
+    check(t);
+    assert_int_equal(r.host.n, 2);
+    assert_int_equal(r.host.freed[1], 80);
+    /* Nodes from the disk keep their hashes in the chain. */
+    uint8_t want[6][KVT_HASH_LEN], got[3][KVT_HASH_LEN];
+    size_t n = 0;
+    assert_int_equal(rdx_key_hashes(t, &k, rdx_root(t), 0, 6, want), 0);
+    assert_int_equal(rdx_node_hashes(t, h.host_last, got, 3, &n), 0);
+    assert_int_equal(n, 3);
+    assert_memory_equal(got, want[2], 3 * KVT_HASH_LEN);
+    rdx_destroy(t);
+}
+
+/* A disk write covers the chain's host copies not yet on disk, top-down, holds them until it
+ * is done, and marks on disk only the nodes whose every page was stored. */
+static void test_disk_write(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    struct rdx_disk_page pg[8];
+    const uint64_t op = RDX_OP_DISK | 1;
+    size_t n = 0;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4));
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    back_up(t, h.dev_last, RDX_OP_BACKUP | 1);
+    assert_int_equal(rdx_disk_span(t, h.dev_last, &n), 0);
+    assert_int_equal(n, 0); /* the backup has not landed */
+    rdx_op_done(t, h.dev_last, RDX_OP_BACKUP | 1, 0);
+    struct rdx_hit top = hit_of(t, KEY(1, 2), NULL, NULL); /* split: [1,2] [3,4] */
+    assert_int_equal(rdx_disk_span(t, h.dev_last, &n), 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(rdx_attach_disk(t, h.dev_last, op, pg, 3), -EINVAL);
+    assert_int_equal(rdx_attach_disk(t, h.dev_last, op, pg, 4), 0);
+    check(t);
+    uint8_t hashes[4][KVT_HASH_LEN];
+    struct kvt_key k = {.tokens = KEY(1, 2, 3, 4)};
+    assert_int_equal(rdx_key_hashes(t, &k, rdx_root(t), 0, 4, hashes), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_memory_equal(pg[i].hash, hashes[i], KVT_HASH_LEN);
+        assert_int_equal(pg[i].tokens[0], (uint32_t)i + 1);
+        assert_int_equal(pg[i].host_page, 900 + (uint32_t)i);
+        if (i)
+            assert_memory_equal(pg[i].parent, hashes[i - 1], KVT_HASH_LEN);
+    }
+    assert_int_equal(rdx_disk_span(t, h.dev_last, &n), 0);
+    assert_int_equal(n, 0); /* being written */
+    /* While written, the host copies stay even when the device copies go. */
+    assert_int_equal(rdx_evict(t, 4), 4);
+    assert_int_equal(rdx_evict_host(t, 4), 0);
+    /* Page 3 failed: [1,2] is on disk, [3,4] is not and can be written again. */
+    assert_int_equal(rdx_disk_done(t, h.dev_last, op, (const int[]){0, 0, -EIO, 0}, 3), -EINVAL);
+    assert_int_equal(rdx_disk_done(t, h.dev_last, op, (const int[]){0, 0, -EIO, 0}, 4), 0);
+    check(t);
+    assert_dump(t, "[1,2] pages=- host=[900,901] disk lock=0\n"
+                   "  [3,4] pages=- host=[902,903] lock=0\n");
+    assert_int_equal(rdx_disk_span(t, h.dev_last, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rdx_disk_span(t, top.dev_last, &n), 0);
+    assert_int_equal(n, 0);
+
+    /* Host eviction that wants disk copies first names [3,4], then [1,2] goes at once. */
+    kvt_node_ref defer[4];
+    size_t nd = 0;
+    assert_int_equal(rdx_evict_host_written(t, 4, defer, 4, &nd), 0);
+    assert_int_equal(nd, 1);
+    assert_int_equal(defer[0], h.dev_last);
+    assert_int_equal(rdx_attach_disk(t, h.dev_last, op + 1, pg, 2), 0);
+    assert_int_equal(rdx_disk_done(t, h.dev_last, op + 1, (const int[]){0, 0}, 2), 0);
+    assert_int_equal(rdx_evict_host_written(t, 4, defer, 4, &nd), 4);
+    assert_int_equal(nd, 0);
+    check(t);
+    assert_dump(t, "");
+    rdx_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -614,6 +770,9 @@ int main(void)
         cmocka_unit_test(test_host_residency),
         cmocka_unit_test(test_host_insert_adopts),
         cmocka_unit_test(test_host_failed_backup_and_split),
+        cmocka_unit_test(test_disk_key_hashes),
+        cmocka_unit_test(test_disk_fill),
+        cmocka_unit_test(test_disk_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
