@@ -114,7 +114,8 @@ struct kvt_options {
     uint32_t write_threshold; /* hits before a selective backup; default 2 */
     uint32_t load_back_min;   /* host runs shorter than this many tokens are recomputed
                                  instead of loaded back; default 0 (load every page) */
-    uint32_t io;              /* enum kvt_io; default auto */
+    uint32_t io; /* enum kvt_io; default auto. kernel gives KVT_ENOBACKEND at open where the
+                    kernels cannot run (not built, or no code for this GPU) */
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in

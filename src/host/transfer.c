@@ -3,6 +3,14 @@
  * is cut into runs where device and host page numbers both climb by one, and each run moves
  * per layer and per K/V in as few copies as the host layout allows. They differ in who runs
  * the plan: a worker thread with memcpy (sim), or the CUDA stream it is enqueued on (cuda).
+ * On cuda an op may skip the plan and go by the gather/scatter kernels instead, which take
+ * the page lists as they are (see transfer.h for how io picks).
+ *
+ * cuda ordering: everything an op does is enqueued on its stream in this order: the wait
+ * for ready, the copy of its page numbers to the device (kernel path), the copies or
+ * kernels (for a load, each layer followed by its event), then the host callback that
+ * moves the watermark. What an op holds (events, its region of the index ring) is freed
+ * only once that callback has run, by the owner thread, oldest op first.
  *
  * Locking: each stream has one mutex. It guards the sim queue, the load progress (the op
  * being copied and how many of its layers have landed) and the first error. The watermark
@@ -25,6 +33,30 @@
 #endif
 
 #include "kvtier.h"
+#ifdef KVT_HAVE_KERNELS
+#include "kv_copy.h"
+#endif
+
+#ifdef KVT_HAVE_CUDA
+/* A ring of page numbers in pinned staging memory and its device twin: an op takes a
+ * contiguous region, copies its numbers to the device on its own stream, and gives the
+ * region back when it is reaped, so neither side is reused before the op's kernels ran. Ops
+ * are reaped in the order they were submitted, so regions come back in the order taken.
+ * Owner thread only. */
+struct idx_ring {
+    uint32_t *stage, *dev;
+    size_t cap, tail, used; /* used counts the end skipped when a region wraps */
+};
+
+/* Copies for one cudaMemcpyBatchAsync call; the arrays are read during the call. */
+#define DMA_BATCH 512
+struct dma_batch {
+    void *dst[DMA_BATCH];
+    const void *src[DMA_BATCH];
+    size_t size[DMA_BATCH];
+    size_t n;
+};
+#endif
 
 struct xfer_op {
     struct xfer_op *next;
@@ -37,6 +69,8 @@ struct xfer_op {
     bool fired;                       /* cuda: the completion callback ran (under the lock) */
 #ifdef KVT_HAVE_CUDA
     cudaEvent_t *layer_ev; /* loads: recorded after each layer's copies */
+    uint32_t *idx;         /* kernel path: the page numbers in device memory; NULL: DMA */
+    size_t ring_take;      /* index ring entries held until the op is reaped */
 #endif
 };
 
@@ -64,6 +98,8 @@ struct xfer_stream {
     uint64_t rng;        /* the delay seam's generator; the worker's alone */
 #ifdef KVT_HAVE_CUDA
     cudaStream_t cs;
+    struct idx_ring ring;   /* kernel path: page numbers on their way to the device */
+    struct dma_batch batch; /* DMA path: copies gathered for one batched call */
 #endif
 };
 
@@ -76,6 +112,13 @@ struct xfer_engine {
     size_t page_bytes;    /* one page over every layer, K and V */
     bool host_contiguous; /* a run of host pages is one span within a layer (layer_first) */
     bool cuda;
+    bool batch_api;       /* cuda: cudaMemcpyBatchAsync has not been refused */
+    bool kernels;         /* cuda: the kernel path is set up */
+    uint64_t path_ops[2]; /* cuda: ops sent by kernel, by DMA; owner thread only */
+    void **dev_tab;       /* cuda: device copy of the row-buffer table the kernels index */
+#ifdef KVT_HAVE_KERNELS
+    struct kvk_pool kp;
+#endif
     struct xfer_stream s[2];
 };
 
@@ -296,6 +339,9 @@ static int sim_submit(struct xfer_stream *s, struct xfer_op *op)
 /* How often a waiter looks at the stream for an error that would keep callbacks away. */
 #define CUDA_POLL_NS 10000000L
 
+/* Page numbers per stream's index ring: 64 Ki pages in flight per direction. */
+#define IDX_RING_ENTRIES ((size_t)1 << 17)
+
 static int cuda_ok(cudaError_t e)
 {
     if (e == cudaSuccess)
@@ -304,13 +350,186 @@ static int cuda_ok(cudaError_t e)
     return KVT_EBACKEND;
 }
 
-static int cuda_copy(struct xfer_stream *s, void *dst, const void *src, size_t n)
+/* -- the index ring -- */
+
+static void ring_finish(struct idx_ring *r)
+{
+    if (r->stage)
+        cudaFreeHost(r->stage);
+    if (r->dev)
+        cudaFree(r->dev);
+    memset(r, 0, sizeof(*r));
+}
+
+/* A contiguous region of k entries at *off; *take (k plus the end skipped to wrap) is what
+ * goes back later. false when the ring has no such room now. */
+static bool ring_take(struct idx_ring *r, size_t k, size_t *off, size_t *take)
+{
+    bool wrap;
+    size_t skip;
+
+    if (r->used == 0)
+        r->tail = 0;
+    wrap = r->tail + k > r->cap;
+    skip = wrap ? r->cap - r->tail : 0;
+    if (k > r->cap || r->used + skip + k > r->cap)
+        return false;
+    *off = wrap ? 0 : r->tail;
+    *take = skip + k;
+    r->tail = *off + k;
+    r->used += *take;
+    return true;
+}
+
+/* -- the copy-engine path: runs gathered into batches -- */
+
+#if CUDART_VERSION >= 12080
+/* One call for the whole batch; sources are read in stream order, after what the stream
+ * waits for (the ready event, earlier ops). */
+static cudaError_t batch_call(struct xfer_stream *s, struct dma_batch *b, size_t n)
+{
+    struct cudaMemcpyAttributes attr;
+    size_t first = 0;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+#if CUDART_VERSION >= 13000
+    return cudaMemcpyBatchAsync(b->dst, b->src, b->size, n, &attr, &first, 1, s->cs);
+#else
+    /* 12.8 declares the arrays non-const, 12.9 const; void * converts to either. 12.x also
+     * reports the index of a failed copy, which the retry below makes moot. */
+    size_t failed = 0;
+
+    return cudaMemcpyBatchAsync((void *)b->dst, (void *)b->src, (void *)b->size, n, &attr, &first,
+                                1, &failed, s->cs);
+#endif
+}
+#endif
+
+/* Enqueue the gathered copies. A batch the driver refuses (one older than the toolkit) is
+ * issued again copy by copy, which is safe since each copy only rewrites the same bytes,
+ * and the engine stops asking for batches. */
+static int dma_flush(struct xfer_stream *s)
 {
     enum cudaMemcpyKind kind =
         s->dir == XFER_LOAD ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    struct dma_batch *b = &s->batch;
+    size_t n = b->n;
+    int rc = 0;
 
-    return cuda_ok(cudaMemcpyAsync(dst, src, n, kind, s->cs));
+    b->n = 0;
+#if CUDART_VERSION >= 12080
+    if (n > 1 && s->x->batch_api) {
+        if (batch_call(s, b, n) == cudaSuccess)
+            return 0;
+        cudaGetLastError();
+        s->x->batch_api = false;
+    }
+#endif
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = cuda_ok(cudaMemcpyAsync(b->dst[i], b->src[i], b->size[i], kind, s->cs));
+    return rc;
 }
+
+/* The copy plan's primitive on cuda: gather; a full batch goes at once. */
+static int dma_add(struct xfer_stream *s, void *dst, const void *src, size_t n)
+{
+    struct dma_batch *b = &s->batch;
+    int rc = b->n == DMA_BATCH ? dma_flush(s) : 0;
+
+    if (rc)
+        return rc;
+    b->dst[b->n] = dst;
+    b->src[b->n] = src;
+    b->size[b->n++] = n;
+    return 0;
+}
+
+/* Layers [l0, l1) of op by the copy engine. */
+static int dma_layers(struct xfer_stream *s, const struct xfer_op *op, uint32_t l0, uint32_t l1)
+{
+    int rc = 0;
+
+    for (uint32_t l = l0; l < l1 && !rc; l++)
+        rc = copy_layer(s, dma_add, op, l);
+    if (rc) {
+        s->batch.n = 0; /* the op has failed; what was gathered for it goes nowhere */
+        return rc;
+    }
+    return dma_flush(s);
+}
+
+/* -- the kernel path -- */
+
+/* io=auto: the mean size of the copies the DMA path would issue for op. */
+static uint64_t mean_dma_copy(const struct xfer_engine *x, const struct xfer_op *op)
+{
+    uint64_t copies = 0, parts = x->host->row[1] ? 2 : 1;
+
+    for (size_t i = 0; i < op->n;) {
+        size_t r = run_len(op, i);
+
+        copies += x->host_contiguous ? 1 : r;
+        i += r;
+    }
+    return (uint64_t)op->n * (x->page_bytes / x->layers) / (copies * parts);
+}
+
+static bool want_kernel(const struct xfer_engine *x, const struct xfer_op *op)
+{
+    uint64_t min = x->cfg.auto_dma_min_bytes ? x->cfg.auto_dma_min_bytes : XFER_AUTO_DMA_MIN_BYTES;
+
+    if (!x->kernels || op->n == 0 || op->n > UINT32_MAX)
+        return false;
+    return x->cfg.io == KVT_IO_KERNEL || mean_dma_copy(x, op) < min;
+}
+
+/* Put op's page numbers where its kernels read them: dev_pages then host_pages (kv_copy.h).
+ * Without room in the ring the op goes by DMA instead. */
+static int kern_stage(struct xfer_stream *s, struct xfer_op *op)
+{
+    size_t k = 2 * op->n, off;
+
+    if (!ring_take(&s->ring, k, &off, &op->ring_take))
+        return 0;
+    memcpy(s->ring.stage + off, op->dev_pages, op->n * sizeof(uint32_t));
+    memcpy(s->ring.stage + off + op->n, op->host_pages, op->n * sizeof(uint32_t));
+    op->idx = s->ring.dev + off;
+    return cuda_ok(cudaMemcpyAsync(op->idx, s->ring.stage + off, k * sizeof(uint32_t),
+                                   cudaMemcpyHostToDevice, s->cs));
+}
+
+/* Pick op's path (kernel or DMA) and count it; the kernel path stages the page numbers. */
+static int choose_path(struct xfer_stream *s, struct xfer_op *op)
+{
+    int rc = 0;
+
+    if (op->n == 0)
+        return 0;
+    if (want_kernel(s->x, op))
+        rc = kern_stage(s, op);
+    s->x->path_ops[op->idx ? 0 : 1]++;
+    return rc;
+}
+
+/* Layers [l0, l1) of op by whichever path it took: one kernel launch for all of them, or
+ * the copy engine's copies. */
+static int cuda_copy_layers(struct xfer_stream *s, const struct xfer_op *op, uint32_t l0,
+                            uint32_t l1)
+{
+#ifdef KVT_HAVE_KERNELS
+    const struct kvk_pool *kp = &s->x->kp;
+    int to_host = s->dir == XFER_BACKUP;
+
+    if (op->idx && l1 - l0 == kp->layers)
+        return cuda_ok(kvk_copy_all(kp, op->idx, (uint32_t)op->n, to_host, s->cs));
+    if (op->idx && l1 - l0 == 1)
+        return cuda_ok(kvk_copy_layer(kp, op->idx, (uint32_t)op->n, l0, to_host, s->cs));
+#endif
+    return dma_layers(s, op, l0, l1);
+}
+
+/* -- ops and their completion -- */
 
 /* The stream's host callback: runs on a CUDA thread, so it takes the lock and calls no CUDA
  * API. fired, set under the lock, is what lets the owner free the op. */
@@ -325,11 +544,13 @@ static void CUDART_CB cuda_landed(void *arg)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void cuda_free_op(struct xfer_op *op, uint32_t layers)
+/* Owner thread, once the op's stream work is over (or will never run). */
+static void cuda_free_op(struct xfer_stream *s, struct xfer_op *op)
 {
-    for (uint32_t l = 0; op->layer_ev && l < layers; l++)
+    for (uint32_t l = 0; op->layer_ev && l < s->x->layers; l++)
         if (op->layer_ev[l])
             cudaEventDestroy(op->layer_ev[l]);
+    s->ring.used -= op->ring_take;
     free(op->layer_ev);
     free(op);
 }
@@ -350,7 +571,7 @@ static void cuda_reap(struct xfer_stream *s, bool all)
         pthread_mutex_unlock(&s->lock);
         if (!take)
             return;
-        cuda_free_op(op, s->x->layers);
+        cuda_free_op(s, op);
     }
 }
 
@@ -367,17 +588,14 @@ static int cuda_make_events(struct xfer_stream *s, struct xfer_op *op)
     return 0;
 }
 
-/* Enqueue the op's copies; the first failure becomes its status. Every layer's event is
- * recorded even after a failure, so a layer wait never passes on a never-recorded event. */
-static int cuda_enqueue(struct xfer_stream *s, struct xfer_op *op, void *ready)
+/* A load goes layer by layer (one kernel or one batch each), each followed by its event.
+ * Every event is recorded even after a failure, so a layer wait never passes on a
+ * never-recorded event. */
+static int cuda_load_layers(struct xfer_stream *s, struct xfer_op *op, int rc)
 {
-    int rc = 0;
-
-    if (ready)
-        rc = cuda_ok(cudaStreamWaitEvent(s->cs, (cudaEvent_t)ready, 0));
     for (uint32_t l = 0; l < s->x->layers; l++) {
         if (!rc)
-            rc = copy_layer(s, cuda_copy, op, l);
+            rc = cuda_copy_layers(s, op, l, l + 1);
         if (op->layer_ev) {
             int e = cuda_ok(cudaEventRecord(op->layer_ev[l], s->cs));
 
@@ -385,6 +603,21 @@ static int cuda_enqueue(struct xfer_stream *s, struct xfer_op *op, void *ready)
         }
     }
     return rc;
+}
+
+/* Enqueue the op's work after ready; the first failure becomes its status. A backup needs
+ * no per-layer events, so it goes whole: one all-layers kernel, or one stream of batches. */
+static int cuda_enqueue(struct xfer_stream *s, struct xfer_op *op, void *ready)
+{
+    int rc = 0;
+
+    if (ready)
+        rc = cuda_ok(cudaStreamWaitEvent(s->cs, (cudaEvent_t)ready, 0));
+    if (!rc)
+        rc = choose_path(s, op);
+    if (s->dir == XFER_LOAD)
+        return cuda_load_layers(s, op, rc);
+    return rc ? rc : cuda_copy_layers(s, op, 0, s->x->layers);
 }
 
 /* When the callback cannot be launched, nothing would move the watermark: finish the op here,
@@ -405,7 +638,7 @@ static int cuda_submit(struct xfer_stream *s, struct xfer_op *op, void *ready)
 
     cuda_reap(s, false);
     if (s->dir == XFER_LOAD && (rc = cuda_make_events(s, op))) {
-        cuda_free_op(op, s->x->layers);
+        cuda_free_op(s, op);
         return rc;
     }
     op->id = ++s->issued;
@@ -487,6 +720,139 @@ static int cuda_wait_layer(struct xfer_stream *s, uint64_t id, uint32_t layer, v
     if (!op)
         return xfer_status(s->x, XFER_LOAD, id); /* reaped: it has completed */
     return cuda_ok(cudaStreamWaitEvent((cudaStream_t)stream, op->layer_ev[layer], 0));
+}
+
+/* -- setting the kernel path up -- */
+
+#ifdef KVT_HAVE_KERNELS
+/* The kernels address host pages by formula (kv_copy.h); these are its terms for the pool's
+ * layout, as host_pool_rows lays it out. */
+static void kern_host_strides(const struct host_pool *hp, struct kvk_pool *kp)
+{
+    uint64_t run = (uint64_t)hp->page_size * (hp->row[0] + hp->row[1]); /* a page, a layer */
+
+    kp->span[0] = (uint64_t)hp->page_size * hp->row[0];
+    kp->span[1] = (uint64_t)hp->page_size * hp->row[1];
+    if (hp->layout == HOST_PAGE_FIRST) {
+        kp->host_page_stride[0] = kp->host_page_stride[1] = hp->page_bytes;
+        kp->host_layer_stride = run;
+        kp->host_v_off = kp->span[0];
+        return;
+    }
+    kp->host_page_stride[0] = kp->span[0];
+    kp->host_page_stride[1] = kp->span[1];
+    kp->host_layer_stride = (uint64_t)hp->npages * run;
+    kp->host_v_off = (uint64_t)hp->npages * kp->span[0];
+}
+
+/* The formula agrees with host_pool_rows at the corners of the pool, or the kernels stay
+ * off: a layout changed in one place and not the other must not scatter pages. */
+static bool kern_strides_match(const struct host_pool *hp, const struct kvk_pool *kp)
+{
+    const uint32_t pages[2] = {0, hp->npages - 1}, layers[2] = {0, hp->layers - 1};
+
+    for (int c = 0; c < 4; c++)
+        for (uint32_t w = 0; w < kp->parts; w++) {
+            uint32_t p = pages[c & 1], l = layers[c >> 1];
+            uint64_t off = l * kp->host_layer_stride + w * kp->host_v_off +
+                           (uint64_t)p * kp->host_page_stride[w];
+
+            if (hp->base + off != host_pool_rows(hp, p, l, (int)w))
+                return false;
+        }
+    return true;
+}
+
+/* The kernels find each layer's row buffers through a table in device memory. */
+static int kern_dev_table(struct xfer_engine *x)
+{
+    size_t n = 2 * (size_t)x->layers, bytes = n * sizeof(void *);
+    void **tab = calloc(n, sizeof(void *));
+    int rc;
+
+    if (!tab)
+        return -ENOMEM;
+    for (int w = 0; w < 2; w++)
+        for (uint32_t l = 0; x->dev->buf[w] && l < x->layers; l++)
+            tab[w * x->layers + l] = x->dev->buf[w][l];
+    rc = cuda_ok(cudaMalloc((void **)&x->dev_tab, bytes));
+    if (rc)
+        x->dev_tab = NULL;
+    else
+        rc = cuda_ok(cudaMemcpy(x->dev_tab, tab, bytes, cudaMemcpyHostToDevice));
+    /* A pageable copy may still be landing when cudaMemcpy returns, and the transfer
+     * streams do not wait for the legacy stream. */
+    if (!rc)
+        rc = cuda_ok(cudaStreamSynchronize(cudaStreamLegacy));
+    free(tab);
+    return rc;
+}
+
+static int ring_init(struct idx_ring *r)
+{
+    size_t bytes = IDX_RING_ENTRIES * sizeof(uint32_t);
+
+    if (cuda_ok(cudaHostAlloc((void **)&r->stage, bytes, cudaHostAllocDefault))) {
+        r->stage = NULL;
+        return -ENOMEM;
+    }
+    if (cuda_ok(cudaMalloc((void **)&r->dev, bytes))) {
+        r->dev = NULL;
+        return -ENOMEM;
+    }
+    r->cap = IDX_RING_ENTRIES;
+    return 0;
+}
+
+static int kern_init(struct xfer_engine *x)
+{
+    struct kvk_pool *kp = &x->kp;
+    void *host = NULL;
+    int rc;
+
+    if (kvk_check_device() != cudaSuccess)
+        return KVT_ENOBACKEND; /* no code in this build for this GPU */
+    if (cuda_ok(cudaHostGetDevicePointer(&host, x->host->base, 0)))
+        return KVT_ENOBACKEND; /* the host pool is not mapped for the device */
+    kp->host = host;
+    kp->layers = x->layers;
+    kp->parts = x->host->row[1] ? 2 : 1;
+    kern_host_strides(x->host, kp);
+    if (!kern_strides_match(x->host, kp))
+        return -EINVAL;
+    if ((rc = kern_dev_table(x)))
+        return rc;
+    kp->dev = x->dev_tab;
+    for (int d = XFER_LOAD; d <= XFER_BACKUP && !rc; d++)
+        rc = ring_init(&x->s[d].ring);
+    return rc;
+}
+#endif /* KVT_HAVE_KERNELS */
+
+/* After the streams have stopped. */
+static void kern_finish(struct xfer_engine *x)
+{
+    for (int d = XFER_LOAD; d <= XFER_BACKUP; d++)
+        ring_finish(&x->s[d].ring);
+    if (x->dev_tab)
+        cudaFree(x->dev_tab);
+    x->dev_tab = NULL;
+    x->kernels = false;
+}
+
+/* io=kernel needs the kernel path (KVT_ENOBACKEND where it cannot be had: not built, no code
+ * for this GPU, host pool not mapped); io=auto goes without it, by DMA alone. */
+static int kern_setup(struct xfer_engine *x)
+{
+    int rc = KVT_ENOBACKEND;
+
+#ifdef KVT_HAVE_KERNELS
+    rc = kern_init(x);
+    x->kernels = rc == 0;
+#endif
+    if (rc)
+        kern_finish(x);
+    return rc && x->cfg.io == KVT_IO_KERNEL ? rc : 0;
 }
 
 #endif /* KVT_HAVE_CUDA */
@@ -587,6 +953,8 @@ int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_c
     if (!out)
         return -EINVAL;
     *out = NULL;
+    if (cfg && cfg->io > KVT_IO_DMA)
+        return -EINVAL; /* sim copies one way whatever io says, yet a typo is still one */
     if ((rc = check_pools(dev, host)))
         return rc;
     x = calloc(1, sizeof(*x));
@@ -602,8 +970,13 @@ int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_c
     x->page_bytes = (size_t)host->page_size * (host->row[0] + host->row[1]) * host->layers;
     x->host_contiguous = host->layout == HOST_LAYER_FIRST;
     x->cuda = dev->be->kind == KVT_BACKEND_CUDA;
+    x->batch_api = true;
     for (int d = XFER_LOAD; d <= XFER_BACKUP && !rc; d++)
         rc = stream_init(x, (enum xfer_dir)d);
+#ifdef KVT_HAVE_CUDA
+    if (!rc && x->cuda && x->cfg.io != KVT_IO_DMA)
+        rc = kern_setup(x);
+#endif
     if (rc) {
         xfer_destroy(x);
         return rc;
@@ -616,11 +989,16 @@ void xfer_destroy(struct xfer_engine *x)
 {
     if (!x)
         return;
+    for (int d = XFER_LOAD; d <= XFER_BACKUP; d++)
+        if (x->s[d].started)
+            stream_stop(&x->s[d]);
+#ifdef KVT_HAVE_CUDA
+    if (x->cuda)
+        kern_finish(x); /* both streams are idle: nothing reads the table or the rings */
+#endif
     for (int d = XFER_LOAD; d <= XFER_BACKUP; d++) {
         struct xfer_stream *s = &x->s[d];
 
-        if (s->started)
-            stream_stop(s);
         if (!s->inited)
             continue;
         pthread_cond_destroy(&s->work);
@@ -764,4 +1142,10 @@ uint64_t xfer_bytes(const struct xfer_engine *x, enum xfer_dir dir)
     if (!x || bad_dir(dir))
         return 0;
     return atomic_load_explicit(&x->s[dir].bytes, memory_order_relaxed);
+}
+
+void xfer_path_ops(const struct xfer_engine *x, uint64_t *kernel_ops, uint64_t *dma_ops)
+{
+    *kernel_ops = x ? x->path_ops[0] : 0;
+    *dma_ops = x ? x->path_ops[1] : 0;
 }

@@ -12,8 +12,17 @@
  *
  * sim: one worker thread per stream does the copies with memcpy, so the asynchrony is real:
  * submit returns at once and the wait functions block on the CPU.
- * cuda: cudaMemcpyAsync on two non-blocking streams, one event per layer for loads, and a
- * host callback that moves the watermark.
+ * cuda: two non-blocking streams, one event per layer for loads, and a host callback that
+ * moves the watermark. Each op goes by one of two paths, as xfer_config.io says:
+ * - kernel: gather/scatter kernels (kernels/kv_copy.h) read and write the pinned host pool
+ *   through its device mapping; one launch per layer for a load (its event follows), one
+ *   launch over all layers for a backup. The page numbers reach the device through a
+ *   per-stream ring (pinned staging, copied on the op's stream); an op that finds no room
+ *   there (64 Ki pages already in flight on its stream) goes by dma instead.
+ * - dma: the copy engine, one copy per run and layer (per page and layer in page_first),
+ *   submitted with cudaMemcpyBatchAsync where the toolkit has it, else cudaMemcpyAsync.
+ * - auto: kernel when the op's copies would be short (mean below auto_dma_min_bytes), dma
+ *   when they are long enough to run the link at full speed without the SMs.
  *
  * Threading: submit, wait and the queries are called from the engine's owner thread only;
  * the workers never touch the tree or the allocators.
@@ -41,12 +50,23 @@ struct xfer_config {
     /* Test seam (sim only): a load's worker sleeps this long between layers, so a test can
      * see a layer land while later ones are still on their way. */
     uint32_t layer_delay_us;
+    /* io=auto: an op whose copy-engine copies would average at least this many bytes goes
+     * by DMA, a shorter one by the kernels; 0 means XFER_AUTO_DMA_MIN_BYTES. */
+    uint64_t auto_dma_min_bytes;
 };
+
+/* Below about this size a copy-engine copy pays more in its fixed cost (a microsecond or
+ * two to issue and start) than it moves at link speed (about 50 GB/s on PCIe 5); the
+ * kernels keep the link full with scattered pages instead. A first estimate, to be tuned
+ * with kvtier-xfer-bench on the target GPU. */
+#define XFER_AUTO_DMA_MIN_BYTES ((uint64_t)512 << 10)
 
 struct xfer_engine;
 
 /* Start the streams (sim: the worker threads) for copies between dev and host, which must
- * outlive the engine. cfg may be NULL. */
+ * outlive the engine. cfg may be NULL. -EINVAL for an io that is not an enum kvt_io (on sim
+ * too); KVT_ENOBACKEND for io=kernel where the kernels cannot run (not built, no code for
+ * this GPU, host pool not mapped for the device). */
 int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_config *cfg,
                 struct xfer_engine **out);
 
@@ -78,5 +98,9 @@ int xfer_wait(struct xfer_engine *x, enum xfer_dir dir, uint64_t id);
 
 /* Bytes copied so far per direction (completed ops only). */
 uint64_t xfer_bytes(const struct xfer_engine *x, enum xfer_dir dir);
+
+/* Ops the cuda backend has sent by the kernels and by the copy engine so far, both
+ * directions (ops of no pages count in neither; both 0 on sim). Owner thread. */
+void xfer_path_ops(const struct xfer_engine *x, uint64_t *kernel_ops, uint64_t *dma_ops);
 
 #endif

@@ -513,6 +513,14 @@ static void test_create_mismatch(void **state)
     assert_int_equal(host_pool_init(&host, &dev_backend_sim, &g, PS, 8, HOST_PAGE_FIRST), 0);
     assert_int_equal(xfer_create(&dev, &host, NULL, &x), -EINVAL);
     host_pool_finish(&host);
+    /* An io mode past the enum is refused on sim too, where io is otherwise ignored. */
+    assert_int_equal(host_pool_init(&host, &dev_backend_sim, &mha, PS, 8, HOST_PAGE_FIRST), 0);
+    struct xfer_config bad_io = {.io = KVT_IO_DMA + 1}, dma = {.io = KVT_IO_DMA};
+    assert_int_equal(xfer_create(&dev, &host, &bad_io, &x), -EINVAL);
+    assert_null(x);
+    assert_int_equal(xfer_create(&dev, &host, &dma, &x), 0);
+    xfer_destroy(x);
+    host_pool_finish(&host);
     kv_pool_finish(&dev);
     xfer_destroy(NULL);
 }
