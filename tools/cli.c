@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_bad_usage(const char *prog, const char *msg, const char *arg)
 {
@@ -42,4 +43,105 @@ void cli_json_string(const char *s)
             putchar(ch);
     }
     putchar('"');
+}
+
+bool cli_parse_name(const char *s, const char *const *names, size_t n, uint32_t *out)
+{
+    for (size_t i = 0; s && i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (uint32_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- geometry ---- */
+
+#define MHA(l, h, d)                                                                               \
+    {                                                                                              \
+        .attention = KVT_ATTN_MHA, .layers = l, .kv_heads = h, .head_dim = d, .dtype_bytes = 2     \
+    }
+
+static const struct cli_preset presets[] = {
+    {"tiny", MHA(2, 1, 16), 1, "2 layers, 1 KV head of 16, 16-bit"},
+    {"llama3-8b", MHA(32, 8, 128), 1, "32 layers, 8 KV heads of 128, bf16"},
+    {"llama3-70b", MHA(80, 1, 128), 8, "one rank of TP 8: 80 layers, 1 of 8 KV heads of 128, bf16"},
+    {"qwen3-235b-a22b", MHA(94, 4, 128), 1, "94 layers, 4 KV heads of 128, bf16"},
+    {"deepseek-v3",
+     {.attention = KVT_ATTN_MLA,
+      .layers = 61,
+      .kv_lora_rank = 512,
+      .qk_rope_head_dim = 64,
+      .dtype_bytes = 2},
+     1,
+     "MLA: 61 layers, latent 512 + rope 64, bf16"},
+};
+#define NPRESETS (sizeof(presets) / sizeof(presets[0]))
+
+const struct cli_preset *cli_preset_find(const char *name)
+{
+    for (size_t i = 0; name && i < NPRESETS; i++)
+        if (strcmp(name, presets[i].name) == 0)
+            return &presets[i];
+    return NULL;
+}
+
+void cli_print_presets(FILE *f, const char *indent)
+{
+    for (size_t i = 0; i < NPRESETS; i++)
+        fprintf(f, "%s%-16s %s\n", indent, presets[i].name, presets[i].about);
+}
+
+/* One key=value of --geometry; false for an unknown key or a bad value. */
+static bool geometry_pair(const char *kv, struct kvt_geometry *g, uint32_t *tp_size)
+{
+    static const char *const keys[] = {"layers",      "kv_heads",     "head_dim",
+                                       "v_head_dim",  "kv_lora_rank", "qk_rope_head_dim",
+                                       "dtype_bytes", "tp_size"};
+    static const char *const kinds[] = {"mha", "mla"};
+    uint32_t *fields[] = {&g->layers,       &g->kv_heads,         &g->head_dim,    &g->v_head_dim,
+                          &g->kv_lora_rank, &g->qk_rope_head_dim, &g->dtype_bytes, tp_size};
+    const char *eq = strchr(kv, '=');
+    uint64_t v;
+
+    if (!eq)
+        return false;
+    size_t klen = (size_t)(eq - kv);
+    if (klen == 9 && strncmp(kv, "attention", 9) == 0)
+        return cli_parse_name(eq + 1, kinds, 2, &g->attention);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (strlen(keys[i]) == klen && strncmp(kv, keys[i], klen) == 0) {
+            if (!cli_parse_u64(eq + 1, &v) || v > UINT32_MAX)
+                return false;
+            *fields[i] = (uint32_t)v;
+            return true;
+        }
+    }
+    return false;
+}
+
+int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g, uint32_t *tp_size)
+{
+    char buf[256];
+    char *save = NULL, *tok;
+
+    if (strlen(arg) >= sizeof(buf))
+        return cli_bad_usage(prog, "--geometry is too long", NULL);
+    strcpy(buf, arg);
+    *g = (struct kvt_geometry){0};
+    *tp_size = 1;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const struct cli_preset *p = tok == buf ? cli_preset_find(tok) : NULL;
+
+        if (p) {
+            *g = p->g;
+            *tp_size = p->tp_size;
+        } else if (!geometry_pair(tok, g, tp_size)) {
+            return cli_bad_usage(prog, "--geometry: not a preset or a known key=value", tok);
+        }
+    }
+    if (kvt_cell_bytes(g) == 0 || *tp_size == 0)
+        return cli_bad_usage(prog, "--geometry does not describe a valid model (see --help)", arg);
+    return 0;
 }

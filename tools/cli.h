@@ -3,7 +3,11 @@
 #define KVT_TOOLS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "kvtier.h"
 
 /* Print "prog: msg: arg" and a hint to try --help on stderr; returns 2, the usage status. */
 int cli_bad_usage(const char *prog, const char *msg, const char *arg);
@@ -13,5 +17,30 @@ bool cli_parse_u64(const char *s, uint64_t *out);
 
 /* s as a JSON string on stdout; NULL prints null. */
 void cli_json_string(const char *s);
+
+/* s's index in names[0 .. n-1] into *out; false when it is none of them. */
+bool cli_parse_name(const char *s, const char *const *names, size_t n, uint32_t *out);
+
+/* A model's KV geometry under a short name, for --geometry. */
+struct cli_preset {
+    const char *name;
+    struct kvt_geometry g;
+    uint32_t tp_size; /* the tensor-parallel size the geometry is one rank of */
+    const char *about;
+};
+
+/* The preset called name, or NULL. The table is static and lives as long as the program. */
+const struct cli_preset *cli_preset_find(const char *name);
+
+/* One line per preset ("<indent>name  about") on f, for --help. */
+void cli_print_presets(FILE *f, const char *indent);
+
+/* A --geometry argument: a preset, key=value pairs, or a preset then pairs, comma separated
+ * (keys: attention=mha|mla, layers, kv_heads, head_dim, v_head_dim, kv_lora_rank,
+ * qk_rope_head_dim, dtype_bytes, tp_size). Fills *g and *tp_size (1 unless given) and
+ * returns 0 when the result is a valid model; otherwise says why on stderr and returns 2,
+ * leaving *g and *tp_size unspecified. */
+int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g,
+                       uint32_t *tp_size);
 
 #endif

@@ -1,0 +1,1221 @@
+/*
+ * kvtier-xfer-bench: how fast the transfer engine moves scattered pages, and how well a
+ * layer-by-layer load hides behind compute. It prints figures; it passes or fails nothing.
+ *
+ * (a) Bandwidth. N pages at random places in the device and host pools (so that no two
+ *     neighbours in the list coalesce into a run, unless --scatter runs asks for runs) are
+ *     loaded (host -> device) and backed up (device -> host), one op each, timed from
+ *     submit to the end of xfer_wait. The baseline is one contiguous copy of exactly the
+ *     same byte count on the same backend in the same run, interleaved with the scattered
+ *     ops rep by rep so both see the same machine: on sim one memcpy between two buffers on
+ *     one thread (the sim worker is one thread doing memcpy); on cuda one cudaMemcpyAsync
+ *     then a stream synchronize. The host side of that copy is the start of the host pool,
+ *     so both kinds of copy use the same pinned memory.
+ *
+ * (b) Overlap. A prefill of L layers over a request's pages: one load of every layer is
+ *     submitted, then for each layer the forward waits for that layer (xfer_wait_layer) and
+ *     "computes" for C microseconds. The ideal is what a perfect pipeline would take: the
+ *     first layer's copy, then L computes (T + C + (L-1) max(T, C), which is L C + T when
+ *     compute hides the copy), with T, one layer's copy, measured in the same run as a
+ *     whole load without compute divided by L.
+ *     sim: the compute is a busy-wait on this thread while the worker copies on another.
+ *     cuda: the compute stream waits for the layer's event, then runs a host function that
+ *     busy-waits C microseconds. That keeps the stream busy for exactly C without
+ *     calibrating a spin kernel on a GPU; it does not occupy the SMs, so it shows the copy
+ *     engine's overlap, not contention between compute and a gather kernel.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef KVT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "kvtier.h"
+#include "cli.h"
+#include "device/backend.h"
+#include "device/kv_pool.h"
+#include "host/host_pool.h"
+#include "host/transfer.h"
+
+#define PROG "kvtier-xfer-bench"
+#define EXIT_SKIP 77 /* as the test suites: nothing to measure here */
+#define MAX_COMPUTE 16
+#define DEFAULT_GEOMETRY "llama3-8b"
+#define DEFAULT_PAGES 512
+#define DEFAULT_OVERLAP_PAGES 256
+#define DEFAULT_REPS 5
+#define DEFAULT_RUN_PAGES 8
+#define AUTO_COMPUTE_FACTOR 2.0 /* auto: compute per layer = this many layer copies */
+#define TARGET_RATIO_SIM 0.80
+#define TARGET_RATIO_GPU 0.90
+#define TARGET_OVERHEAD_PCT 5.0
+
+enum scatter { SCATTER_RANDOM = 0, SCATTER_RUNS = 1 };
+
+static const char *const backend_names[] = {"auto", "sim", "cuda"};
+static const char *const io_names[] = {"auto", "kernel", "dma"};
+static const char *const layout_names[] = {"page_first", "layer_first"};
+static const char *const scatter_names[] = {"random", "runs"};
+
+/* --layers and friends: applied over --geometry whatever their order on the line. */
+struct override {
+    bool set;
+    uint32_t v;
+};
+
+struct config {
+    const char *geometry_arg;
+    struct kvt_geometry g;
+    uint32_t tp_size;
+    struct override layers, kv_heads, head_dim, dtype_bytes;
+    uint32_t page_size, backend, io, layout, scatter;
+    uint64_t pages, pool_pages, overlap_pages, run_pages, reps, seed;
+    uint64_t dma_min_bytes;           /* cuda io=auto: the engine's threshold; 0: its default */
+    uint64_t compute_us[MAX_COMPUTE]; /* 0: auto */
+    size_t ncompute;
+    bool json;
+};
+
+struct timing {
+    double median, best; /* seconds */
+};
+
+struct bandwidth {
+    struct timing load, backup, base_h2d, base_d2h;
+};
+
+struct overlap_point {
+    double compute, ideal; /* seconds */
+    struct timing measured;
+    bool automatic;
+};
+
+struct overlap {
+    struct timing load; /* the request's whole load, no compute */
+    double layer;       /* T: one layer's copy */
+    struct overlap_point pt[MAX_COMPUTE];
+};
+
+struct rig {
+    const struct config *cfg;
+    const struct dev_backend *be;
+    struct kv_pool dev;
+    struct host_pool host;
+    bool dev_ready, host_ready;
+    struct xfer_engine *x;
+    uint32_t *dev_pages, *host_pages;
+    size_t runs;             /* of the N pages: how many copies per layer the device side needs */
+    size_t page_bytes;       /* one page over all layers, K and V */
+    uint64_t bytes;          /* N pages: what every copy of (a) moves */
+    uint64_t path_ops[2][2]; /* [dir][kernel, dma]: how cuda sent every op, warm-ups too */
+    void *base_dev, *base_host; /* the baseline's buffers; base_host lies in the host pool */
+    double spin;                /* cuda: the compute host function's seconds */
+#ifdef KVT_HAVE_CUDA
+    cudaStream_t cs; /* the baseline's copies and the emulated compute */
+#endif
+};
+
+/* ---- small helpers ---- */
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The emulated compute: a busy-wait, since a sleep would give the core away and wake late. */
+static void spin_for(double seconds)
+{
+    double end = now() + seconds;
+
+    while (now() < end)
+        ;
+}
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "%s: %s: %s\n", PROG, what, kvt_strerror(rc));
+    return -1;
+}
+
+/* splitmix64: the page picks are reproducible from --seed. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t rng_below(uint64_t *s, uint64_t n)
+{
+    return (uint32_t)(rng_next(s) % n);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Median and best of n samples; sorts them. */
+static struct timing summarize(double *t, size_t n)
+{
+    qsort(t, n, sizeof(*t), cmp_double);
+    return (struct timing){.median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2,
+                           .best = t[0]};
+}
+
+static double gbps(uint64_t bytes, double seconds)
+{
+    return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
+}
+
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0.0;
+}
+
+static double max_d(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+/* ---- the backend's part: the baseline copy and the emulated compute ---- */
+
+#ifdef KVT_HAVE_CUDA
+static int cuda_ok(const char *what, cudaError_t e)
+{
+    if (e == cudaSuccess)
+        return 0;
+    fprintf(stderr, "%s: %s: %s\n", PROG, what, cudaGetErrorString(e));
+    return -1;
+}
+
+static void CUDART_CB spin_host_fn(void *arg)
+{
+    spin_for(*(const double *)arg);
+}
+#endif
+
+static bool on_cuda(const struct rig *r)
+{
+    return r->be->kind == KVT_BACKEND_CUDA;
+}
+
+/* One contiguous copy of r->bytes, host to device (h2d) or back; returns when it landed. */
+static int base_copy(struct rig *r, bool h2d)
+{
+#ifdef KVT_HAVE_CUDA
+    if (on_cuda(r)) {
+        void *dst = h2d ? r->base_dev : r->base_host, *src = h2d ? r->base_host : r->base_dev;
+        enum cudaMemcpyKind kind = h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+
+        if (cuda_ok("cudaMemcpyAsync", cudaMemcpyAsync(dst, src, r->bytes, kind, r->cs)))
+            return -1;
+        return cuda_ok("cudaStreamSynchronize", cudaStreamSynchronize(r->cs));
+    }
+#endif
+    if (h2d)
+        memcpy(r->base_dev, r->base_host, r->bytes);
+    else
+        memcpy(r->base_host, r->base_dev, r->bytes);
+    return 0;
+}
+
+/* One layer's compute, queued behind the layer's wait (cuda) or done here (sim). */
+static int compute_layer(struct rig *r)
+{
+#ifdef KVT_HAVE_CUDA
+    if (on_cuda(r))
+        return cuda_ok("cudaLaunchHostFunc", cudaLaunchHostFunc(r->cs, spin_host_fn, &r->spin));
+#endif
+    spin_for(r->spin);
+    return 0;
+}
+
+/* Wait for the last layer's compute to finish. */
+static int compute_sync(struct rig *r)
+{
+#ifdef KVT_HAVE_CUDA
+    if (on_cuda(r))
+        return cuda_ok("cudaStreamSynchronize", cudaStreamSynchronize(r->cs));
+#endif
+    (void)r;
+    return 0;
+}
+
+/* The stream xfer_wait_layer makes wait: the compute stream on cuda; sim ignores it. */
+static void *compute_stream(struct rig *r)
+{
+#ifdef KVT_HAVE_CUDA
+    if (on_cuda(r))
+        return r->cs;
+#endif
+    (void)r;
+    return NULL;
+}
+
+static int stream_create(struct rig *r)
+{
+#ifdef KVT_HAVE_CUDA
+    if (on_cuda(r))
+        return cuda_ok("cudaStreamCreate",
+                       cudaStreamCreateWithFlags(&r->cs, cudaStreamNonBlocking));
+#endif
+    (void)r;
+    return 0;
+}
+
+static void stream_destroy(struct rig *r)
+{
+#ifdef KVT_HAVE_CUDA
+    if (r->cs)
+        cudaStreamDestroy(r->cs);
+    r->cs = NULL;
+#endif
+    (void)r;
+}
+
+/* ---- choosing the pages ---- */
+
+/* n distinct values of [first, first + count) in random order: a partial Fisher-Yates. */
+static int sample(uint64_t *rng, uint32_t first, uint32_t count, uint32_t *out, size_t n)
+{
+    uint32_t *all = malloc((size_t)count * sizeof(*all));
+
+    if (!all)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < count; i++)
+        all[i] = first + i;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t j = (uint32_t)i + rng_below(rng, count - i), t = all[i];
+
+        all[i] = all[j];
+        all[j] = t;
+        out[i] = all[i];
+    }
+    free(all);
+    return 0;
+}
+
+/* Page i continues the run of page i-1: the transfer engine would merge them. */
+static bool joins(const struct rig *r, size_t i)
+{
+    return r->dev_pages[i] == r->dev_pages[i - 1] + 1 &&
+           r->host_pages[i] == r->host_pages[i - 1] + 1;
+}
+
+static size_t count_runs(const struct rig *r, size_t n)
+{
+    size_t runs = n ? 1 : 0;
+
+    for (size_t i = 1; i < n; i++)
+        runs += !joins(r, i);
+    return runs;
+}
+
+/* A random draw can still put two neighbours side by side on both pools; swapping a host
+ * page away breaks that. Bounded passes: with a pool barely larger than N it may not
+ * succeed, and the run count reported says so. */
+static void break_runs(struct rig *r, uint64_t *rng, size_t n)
+{
+    for (int pass = 0; pass < 8 && count_runs(r, n) < n; pass++) {
+        for (size_t i = 1; i < n; i++) {
+            if (!joins(r, i))
+                continue;
+            uint32_t j = rng_below(rng, n), t;
+
+            j = j == i ? (uint32_t)i - 1 : j; /* never with itself, which would break nothing */
+            t = r->host_pages[i];
+            r->host_pages[i] = r->host_pages[j];
+            r->host_pages[j] = t;
+        }
+    }
+}
+
+static int pick_random(struct rig *r, uint64_t *rng)
+{
+    size_t n = r->cfg->pages;
+    uint32_t pool = (uint32_t)r->cfg->pool_pages;
+    int rc;
+
+    /* Device page 0 is the padding page, never handed out. */
+    if ((rc = sample(rng, 1, pool, r->dev_pages, n)) ||
+        (rc = sample(rng, 0, pool, r->host_pages, n)))
+        return rc;
+    break_runs(r, rng, n);
+    return 0;
+}
+
+/* Runs of run_pages pages, each at a random whole block of both pools. */
+static int pick_runs(struct rig *r, uint64_t *rng)
+{
+    uint32_t rp = (uint32_t)r->cfg->run_pages, blocks = (uint32_t)(r->cfg->pool_pages / rp);
+    size_t n = r->cfg->pages, nruns = (n + rp - 1) / rp;
+    uint32_t *blk = malloc(2 * nruns * sizeof(*blk));
+    int rc = -ENOMEM;
+
+    if (blk && !(rc = sample(rng, 0, blocks, blk, nruns)) &&
+        !(rc = sample(rng, 0, blocks, blk + nruns, nruns))) {
+        for (size_t i = 0; i < n; i++) {
+            r->dev_pages[i] = 1 + blk[i / rp] * rp + (uint32_t)(i % rp);
+            r->host_pages[i] = blk[nruns + i / rp] * rp + (uint32_t)(i % rp);
+        }
+    }
+    free(blk);
+    return rc;
+}
+
+static int pick_pages(struct rig *r)
+{
+    uint64_t rng = r->cfg->seed;
+    size_t n = r->cfg->pages;
+    int rc;
+
+    r->dev_pages = malloc(n * sizeof(*r->dev_pages));
+    r->host_pages = malloc(n * sizeof(*r->host_pages));
+    if (!r->dev_pages || !r->host_pages)
+        return fail("page lists", -ENOMEM);
+    rc = r->cfg->scatter == SCATTER_RUNS ? pick_runs(r, &rng) : pick_random(r, &rng);
+    if (rc)
+        return fail("page lists", rc);
+    r->runs = count_runs(r, n);
+    return 0;
+}
+
+/* ---- setup ---- */
+
+/* Bytes of host RAM the run takes: the host pool, and on sim the "device" pool and the
+ * baseline's device buffer too. */
+static uint64_t ram_needed(const struct rig *r)
+{
+    const struct config *cfg = r->cfg;
+    uint64_t host = cfg->pool_pages * r->page_bytes;
+
+    if (on_cuda(r))
+        return host;
+    return host + (cfg->pool_pages + 1) * r->page_bytes + r->bytes;
+}
+
+static int check_ram(const struct rig *r)
+{
+    uint64_t need = ram_needed(r), avail = host_memory_available();
+
+    if (avail == 0 || need <= avail)
+        return 0;
+    fprintf(stderr,
+            "%s: this run needs %.1f GiB of RAM and %.1f GiB are available: lower --pages or "
+            "--pool-pages\n",
+            PROG, (double)need / (1 << 30), (double)avail / (1 << 30));
+    return -1;
+}
+
+/* Touch every byte now, so that no copy timed later pays for page faults (a fresh mapping
+ * reads as the shared zero page and faults on its first write). */
+static void fill_sim_pool(struct kv_pool *p)
+{
+    for (int w = 0; w < 2; w++)
+        for (uint32_t l = 0; p->row_bytes[w] && l < p->geo.layers; l++)
+            memset(p->buf[w][l], 0x5a + w, p->rows * p->row_bytes[w]);
+}
+
+static int open_pools(struct rig *r)
+{
+    const struct config *cfg = r->cfg;
+    struct xfer_config xc = {
+        .io = cfg->io, .seed = cfg->seed, .auto_dma_min_bytes = cfg->dma_min_bytes};
+    int rc;
+
+    if ((rc = kv_pool_init(&r->dev, r->be, &cfg->g, (cfg->pool_pages + 1) * cfg->page_size)))
+        return fail("device pool", rc);
+    r->dev_ready = true;
+    rc = host_pool_init(&r->host, r->be, &cfg->g, cfg->page_size, cfg->pool_pages, cfg->layout);
+    if (rc)
+        return fail("host pool", rc);
+    r->host_ready = true;
+    if (!on_cuda(r))
+        fill_sim_pool(&r->dev); /* cuda's alloc has already zeroed (and so mapped) it */
+    memset(r->host.base, 0xa5, r->host.bytes);
+    if ((rc = xfer_create(&r->dev, &r->host, &xc, &r->x)))
+        return fail("xfer_create", rc);
+    return 0;
+}
+
+/* The baseline's host side is the start of the host pool itself: the same memory, pinned
+ * the same way, as the scattered copies use (its contents do not matter here). Its device
+ * side is one buffer from the backend, as the pool's are. */
+static int open_baseline(struct rig *r)
+{
+    int rc;
+
+    if ((rc = r->be->alloc(r->bytes, &r->base_dev)))
+        return fail("baseline device buffer", rc);
+    r->base_host = r->host.base;
+    if (!on_cuda(r))
+        memset(r->base_dev, 0x5a, r->bytes);
+    return stream_create(r);
+}
+
+/* 0, -1 after an error (said on stderr), or EXIT_SKIP when cuda was asked for and there is
+ * no GPU to run it on. */
+static int setup(struct rig *r)
+{
+    const struct config *cfg = r->cfg;
+    int rc = dev_backend_select(cfg->backend, &r->be);
+
+    if (rc == KVT_ENOBACKEND) {
+        fprintf(stderr,
+                "%s: --backend cuda: no CUDA device here, or this build has no CUDA; "
+                "nothing measured\n",
+                PROG);
+        return EXIT_SKIP;
+    }
+    if (rc)
+        return fail("backend", rc);
+    r->page_bytes = (size_t)kvt_cell_bytes(&cfg->g) * cfg->page_size;
+    r->bytes = cfg->pages * r->page_bytes;
+    if (check_ram(r) || pick_pages(r) || open_pools(r) || open_baseline(r))
+        return -1;
+    return 0;
+}
+
+static void teardown(struct rig *r)
+{
+    stream_destroy(r);
+    xfer_destroy(r->x);
+    if (r->base_dev)
+        r->be->free(r->base_dev, r->bytes);
+    if (r->host_ready)
+        host_pool_finish(&r->host);
+    if (r->dev_ready)
+        kv_pool_finish(&r->dev);
+    free(r->dev_pages);
+    free(r->host_pages);
+}
+
+/* ---- (a) bandwidth ---- */
+
+/* Count which path (kernel or dma) the engine took for ops of dir since before[]. */
+static void count_paths(struct rig *r, enum xfer_dir dir, const uint64_t before[2])
+{
+    uint64_t after[2];
+
+    xfer_path_ops(r->x, &after[0], &after[1]);
+    r->path_ops[dir][0] += after[0] - before[0];
+    r->path_ops[dir][1] += after[1] - before[1];
+}
+
+/* One op over the first n pages, submit to completion; checks that every byte counted. */
+static int timed_xfer(struct rig *r, enum xfer_dir dir, size_t n, double *seconds)
+{
+    uint64_t before = xfer_bytes(r->x, dir), id, want = n * r->page_bytes, moved, paths[2];
+    double t0;
+    int rc;
+
+    xfer_path_ops(r->x, &paths[0], &paths[1]);
+    t0 = now();
+    rc = xfer_submit(r->x, dir, r->dev_pages, r->host_pages, n, NULL, &id);
+    if (rc)
+        return fail("xfer_submit", rc);
+    rc = xfer_wait(r->x, dir, id);
+    *seconds = now() - t0;
+    count_paths(r, dir, paths);
+    if (rc)
+        return fail(dir == XFER_LOAD ? "load" : "backup", rc);
+    if ((moved = xfer_bytes(r->x, dir) - before) != want) {
+        fprintf(stderr, "%s: the op moved %" PRIu64 " bytes, not %" PRIu64 "\n", PROG, moved, want);
+        return -1;
+    }
+    return 0;
+}
+
+static int timed_base(struct rig *r, bool h2d, double *seconds)
+{
+    double t0 = now();
+    int rc = base_copy(r, h2d);
+
+    *seconds = now() - t0;
+    return rc;
+}
+
+/* One rep of the four copies, interleaved so that drift in the machine hits all alike. */
+static int bandwidth_rep(struct rig *r, double t[4])
+{
+    size_t n = r->cfg->pages;
+
+    if (timed_base(r, true, &t[0]) || timed_xfer(r, XFER_LOAD, n, &t[1]) ||
+        timed_base(r, false, &t[2]) || timed_xfer(r, XFER_BACKUP, n, &t[3]))
+        return -1;
+    return 0;
+}
+
+static int run_bandwidth(struct rig *r, struct bandwidth *bw)
+{
+    size_t reps = r->cfg->reps;
+    double *t = calloc(4 * reps, sizeof(*t)), warm[4];
+    int rc = t ? bandwidth_rep(r, warm) : fail("timings", -ENOMEM); /* the warm-up */
+
+    for (size_t i = 0; i < reps && !rc; i++) {
+        double one[4];
+
+        rc = bandwidth_rep(r, one);
+        for (int k = 0; k < 4; k++)
+            t[k * reps + i] = one[k];
+    }
+    if (!rc) {
+        bw->base_h2d = summarize(t, reps);
+        bw->load = summarize(t + reps, reps);
+        bw->base_d2h = summarize(t + 2 * reps, reps);
+        bw->backup = summarize(t + 3 * reps, reps);
+    }
+    free(t);
+    return rc;
+}
+
+/* ---- (b) overlap ---- */
+
+/* A perfect pipeline: layer k's compute starts when its copy has landed and layer k-1's
+ * compute is over. With compute >= copy that is L C + T, the target's ideal. */
+static double ideal_prefill(uint32_t layers, double copy, double compute)
+{
+    return copy + compute + (layers - 1) * max_d(copy, compute);
+}
+
+/* The forward's side of a prefill: per layer, wait for it, then compute. */
+static int prefill_layers(struct rig *r, uint64_t id)
+{
+    for (uint32_t l = 0; l < r->cfg->g.layers; l++) {
+        int rc = xfer_wait_layer(r->x, id, l, compute_stream(r));
+
+        if (rc)
+            return fail("xfer_wait_layer", rc);
+        if (compute_layer(r))
+            return -1;
+    }
+    return compute_sync(r);
+}
+
+/* One prefill, from submitting the load to the end of the last layer's compute. */
+static int prefill_once(struct rig *r, size_t n, double *seconds)
+{
+    uint64_t id, paths[2];
+    double t0;
+    int rc, wrc;
+
+    xfer_path_ops(r->x, &paths[0], &paths[1]);
+    t0 = now();
+    rc = xfer_submit(r->x, XFER_LOAD, r->dev_pages, r->host_pages, n, NULL, &id);
+    if (rc)
+        return fail("xfer_submit", rc);
+    count_paths(r, XFER_LOAD, paths);
+    rc = prefill_layers(r, id);
+    *seconds = now() - t0;
+    wrc = xfer_wait(r->x, XFER_LOAD, id); /* also after a failure: the op is still queued */
+    if (!rc && wrc)
+        return fail("load", wrc);
+    return rc;
+}
+
+/* Median and best of reps calls of fn after one warm-up. */
+static int repeat(struct rig *r, size_t n, int (*fn)(struct rig *, size_t, double *),
+                  struct timing *out)
+{
+    size_t reps = r->cfg->reps;
+    double *t = calloc(reps, sizeof(*t)), warm;
+    int rc = t ? fn(r, n, &warm) : fail("timings", -ENOMEM);
+
+    for (size_t i = 0; i < reps && !rc; i++)
+        rc = fn(r, n, &t[i]);
+    if (!rc)
+        *out = summarize(t, reps);
+    free(t);
+    return rc;
+}
+
+static int load_once(struct rig *r, size_t n, double *seconds)
+{
+    return timed_xfer(r, XFER_LOAD, n, seconds);
+}
+
+/* Auto compute: AUTO_COMPUTE_FACTOR layer copies, whole microseconds, at least 1. */
+static double auto_compute(double layer)
+{
+    double us = (double)(uint64_t)(layer * AUTO_COMPUTE_FACTOR * 1e6 + 0.999);
+
+    return (us < 1 ? 1 : us) * 1e-6;
+}
+
+static int run_overlap(struct rig *r, struct overlap *ov)
+{
+    const struct config *cfg = r->cfg;
+    size_t n = cfg->overlap_pages;
+    int rc = repeat(r, n, load_once, &ov->load);
+
+    ov->layer = ov->load.median / cfg->g.layers;
+    for (size_t i = 0; i < cfg->ncompute && !rc; i++) {
+        struct overlap_point *p = &ov->pt[i];
+
+        p->automatic = cfg->compute_us[i] == 0;
+        p->compute = p->automatic ? auto_compute(ov->layer) : (double)cfg->compute_us[i] * 1e-6;
+        p->ideal = ideal_prefill(cfg->g.layers, ov->layer, p->compute);
+        r->spin = p->compute;
+        rc = repeat(r, n, prefill_once, &p->measured);
+    }
+    return rc;
+}
+
+/* ---- report ---- */
+
+static double target_ratio(const struct rig *r)
+{
+    return on_cuda(r) ? TARGET_RATIO_GPU : TARGET_RATIO_SIM;
+}
+
+static const char *met(bool ok)
+{
+    return ok ? "met" : "MISSED";
+}
+
+static void print_size(uint64_t n)
+{
+    if (n >= (1ull << 30))
+        printf("%.2f GiB", (double)n / (1ull << 30));
+    else if (n >= (1ull << 20))
+        printf("%.1f MiB", (double)n / (1ull << 20));
+    else
+        printf("%.1f KiB", (double)n / 1024);
+}
+
+static void print_text_config(const struct rig *r)
+{
+    const struct config *cfg = r->cfg;
+    const struct kvt_geometry *g = &cfg->g;
+
+    printf("%s: %s backend, io %s%s, host layout %s (%s)\n", PROG, r->be->name, io_names[cfg->io],
+           on_cuda(r) ? "" : " (sim ignores it)", layout_names[cfg->layout],
+           r->host.pinned ? "pinned" : "not pinned");
+    printf("  geometry  %s: %u layers, ", cfg->geometry_arg, g->layers);
+    if (g->attention == KVT_ATTN_MLA)
+        printf("MLA latent %u + rope %u", g->kv_lora_rank, g->qk_rope_head_dim);
+    else
+        printf("%u KV heads of %u", g->kv_heads, g->head_dim);
+    printf(", %u-byte elements; page %u tokens = ", g->dtype_bytes, cfg->page_size);
+    print_size(r->page_bytes);
+    printf("\n  pages     %" PRIu64 " of %" PRIu64 " in each pool, ", cfg->pages, cfg->pool_pages);
+    if (cfg->scatter == SCATTER_RUNS)
+        printf("in runs of %" PRIu64, cfg->run_pages);
+    else
+        printf("scattered at random");
+    printf(" (seed %" PRIu64 "): %zu runs\n", cfg->seed, r->runs);
+    if (on_cuda(r))
+        printf("  paths     loads: %" PRIu64 " by kernel, %" PRIu64 " by dma; backups: %" PRIu64
+               " by kernel, %" PRIu64 " by dma\n",
+               r->path_ops[XFER_LOAD][0], r->path_ops[XFER_LOAD][1], r->path_ops[XFER_BACKUP][0],
+               r->path_ops[XFER_BACKUP][1]);
+}
+
+static void print_text_dir(const char *name, const struct timing *x, const struct timing *b,
+                           uint64_t bytes, double target)
+{
+    double rm = ratio(b->median, x->median), rb = ratio(b->best, x->best);
+
+    printf("  %-13s %6.2f (%6.2f) GB/s  %6.2f (%6.2f) GB/s  %5.3f (%5.3f)  >= %.2f %s\n", name,
+           gbps(bytes, x->median), gbps(bytes, x->best), gbps(bytes, b->median),
+           gbps(bytes, b->best), rm, rb, target, met(rm >= target));
+}
+
+static void print_text_bandwidth(const struct rig *r, const struct bandwidth *bw)
+{
+    printf("\n(a) bandwidth: ");
+    print_size(r->bytes);
+    printf(" per op, median (best) of %" PRIu64 " after a warm-up\n", r->cfg->reps);
+    printf("    one copy: %s\n",
+           on_cuda(r) ? "one cudaMemcpyAsync between the host pool and a device buffer"
+                      : "one memcpy between the host pool and a buffer, one thread");
+    printf("  %-13s %-22s %-22s %-15s %s\n", "", "scattered", "one copy", "ratio", "target");
+    print_text_dir("load (H2D)", &bw->load, &bw->base_h2d, r->bytes, target_ratio(r));
+    print_text_dir("backup (D2H)", &bw->backup, &bw->base_d2h, r->bytes, target_ratio(r));
+}
+
+static void print_text_overlap(const struct rig *r, const struct overlap *ov)
+{
+    const struct config *cfg = r->cfg;
+    uint64_t bytes = cfg->overlap_pages * r->page_bytes;
+
+    printf("\n(b) overlap: prefill of %u layers over %" PRIu64 " pages (", cfg->g.layers,
+           cfg->overlap_pages);
+    print_size(bytes);
+    printf("), median of %" PRIu64 " after a warm-up\n", cfg->reps);
+    printf("  one layer's copy %.1f us (", ov->layer * 1e6);
+    print_size(bytes / cfg->g.layers);
+    printf(", whole load %.2f ms at %.2f GB/s)\n", ov->load.median * 1e3,
+           gbps(bytes, ov->load.median));
+    printf("  %-16s %12s %12s %10s %13s   %s\n", "compute/layer", "measured", "ideal", "overhead",
+           "copy/compute", "target");
+    for (size_t i = 0; i < cfg->ncompute; i++) {
+        const struct overlap_point *p = &ov->pt[i];
+        double over = 100 * (ratio(p->measured.median, p->ideal) - 1);
+
+        printf("  %9.1f us%-5s %9.2f ms %9.2f ms %+9.2f%% %13.3f   <= %.0f%% %s\n",
+               p->compute * 1e6, p->automatic ? " auto" : "", p->measured.median * 1e3,
+               p->ideal * 1e3, over, ratio(ov->layer, p->compute), TARGET_OVERHEAD_PCT,
+               met(over <= TARGET_OVERHEAD_PCT));
+    }
+}
+
+static void print_json_timing(const char *name, const struct timing *t, uint64_t bytes)
+{
+    printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"median_gbps\":%.6g,\"best_gbps\":%.6g}",
+           name, t->median, t->best, gbps(bytes, t->median), gbps(bytes, t->best));
+}
+
+static void print_json_config(const struct rig *r)
+{
+    const struct config *cfg = r->cfg;
+    const struct kvt_geometry *g = &cfg->g;
+
+    printf("\"config\":{\"backend\":\"%s\",\"io\":\"%s\",\"layout\":\"%s\",\"host_pinned\":%s,"
+           "\"geometry\":",
+           r->be->name, io_names[cfg->io], layout_names[cfg->layout],
+           r->host.pinned ? "true" : "false");
+    cli_json_string(cfg->geometry_arg);
+    printf(",\"attention\":\"%s\",\"layers\":%u,\"kv_heads\":%u,\"head_dim\":%u,"
+           "\"v_head_dim\":%u,\"kv_lora_rank\":%u,\"qk_rope_head_dim\":%u,\"dtype_bytes\":%u",
+           g->attention == KVT_ATTN_MLA ? "mla" : "mha", g->layers, g->kv_heads, g->head_dim,
+           g->v_head_dim ? g->v_head_dim : g->head_dim, g->kv_lora_rank, g->qk_rope_head_dim,
+           g->dtype_bytes);
+    printf(",\"page_size\":%u,\"page_bytes\":%zu,\"pages\":%" PRIu64 ",\"pool_pages\":%" PRIu64
+           ",\"scatter\":\"%s\",\"run_pages\":",
+           cfg->page_size, r->page_bytes, cfg->pages, cfg->pool_pages, scatter_names[cfg->scatter]);
+    if (cfg->scatter == SCATTER_RUNS)
+        printf("%" PRIu64, cfg->run_pages);
+    else
+        printf("null");
+    printf(",\"runs\":%zu,\"reps\":%" PRIu64 ",\"seed\":%" PRIu64 ",\"dma_min_bytes\":%" PRIu64
+           ",\"path_ops\":{\"load\":{\"kernel\":%" PRIu64 ",\"dma\":%" PRIu64
+           "},\"backup\":{\"kernel\":%" PRIu64 ",\"dma\":%" PRIu64 "}}}",
+           r->runs, cfg->reps, cfg->seed, cfg->dma_min_bytes, r->path_ops[XFER_LOAD][0],
+           r->path_ops[XFER_LOAD][1], r->path_ops[XFER_BACKUP][0], r->path_ops[XFER_BACKUP][1]);
+}
+
+static void print_json_ratio(const char *name, const struct timing *x, const struct timing *b)
+{
+    printf("\"%s\":{\"median\":%.6g,\"best\":%.6g}", name, ratio(b->median, x->median),
+           ratio(b->best, x->best));
+}
+
+static void print_json_bandwidth(const struct rig *r, const struct bandwidth *bw)
+{
+    printf("\"bandwidth\":{\"bytes\":%" PRIu64 ",\"baseline\":\"%s\",", r->bytes,
+           on_cuda(r) ? "cudaMemcpyAsync" : "memcpy");
+    print_json_timing("load", &bw->load, r->bytes);
+    putchar(',');
+    print_json_timing("backup", &bw->backup, r->bytes);
+    putchar(',');
+    print_json_timing("baseline_h2d", &bw->base_h2d, r->bytes);
+    putchar(',');
+    print_json_timing("baseline_d2h", &bw->base_d2h, r->bytes);
+    putchar(',');
+    print_json_ratio("load_ratio", &bw->load, &bw->base_h2d);
+    putchar(',');
+    print_json_ratio("backup_ratio", &bw->backup, &bw->base_d2h);
+    printf(",\"target_ratio\":%.2f}", target_ratio(r));
+}
+
+static void print_json_point(const struct overlap *ov, const struct overlap_point *p)
+{
+    printf("{\"compute_us\":%.3f,\"auto\":%s,\"measured_s\":%.9g,\"best_s\":%.9g,"
+           "\"ideal_s\":%.9g,\"overhead_pct\":%.4f,\"copy_compute_ratio\":%.6g}",
+           p->compute * 1e6, p->automatic ? "true" : "false", p->measured.median, p->measured.best,
+           p->ideal, 100 * (ratio(p->measured.median, p->ideal) - 1), ratio(ov->layer, p->compute));
+}
+
+static void print_json_overlap(const struct rig *r, const struct overlap *ov)
+{
+    const struct config *cfg = r->cfg;
+    uint64_t bytes = cfg->overlap_pages * r->page_bytes;
+
+    printf("\"overlap\":{\"layers\":%u,\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64
+           ",\"layer_bytes\":%" PRIu64 ",",
+           cfg->g.layers, cfg->overlap_pages, bytes, bytes / cfg->g.layers);
+    print_json_timing("load", &ov->load, bytes);
+    printf(",\"layer_copy_s\":%.9g,\"target_overhead_pct\":%.1f,\"points\":[", ov->layer,
+           TARGET_OVERHEAD_PCT);
+    for (size_t i = 0; i < cfg->ncompute; i++) {
+        if (i)
+            putchar(',');
+        print_json_point(ov, &ov->pt[i]);
+    }
+    printf("]}");
+}
+
+static void print_report(const struct rig *r, const struct bandwidth *bw, const struct overlap *ov)
+{
+    if (!r->cfg->json) {
+        print_text_config(r);
+        print_text_bandwidth(r, bw);
+        print_text_overlap(r, ov);
+        return;
+    }
+    putchar('{');
+    print_json_config(r);
+    putchar(',');
+    print_json_bandwidth(r, bw);
+    putchar(',');
+    print_json_overlap(r, ov);
+    printf("}\n");
+}
+
+/* ---- command line ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "\n"
+            "Measure kvtier's transfer engine and print figures (a benchmark: timing never\n"
+            "fails a run).\n"
+            "(a) bandwidth: N pages scattered over the device and host pools are loaded\n"
+            "    (host -> device) and backed up (device -> host), each as one op, against one\n"
+            "    contiguous copy of the same bytes on the same backend in the same run (sim:\n"
+            "    one memcpy on one thread; cuda: one cudaMemcpyAsync between the pinned host\n"
+            "    pool and a device buffer). Target: scattered / one copy >= %.2f on sim,\n"
+            "    >= %.2f on a GPU.\n"
+            "(b) overlap: a prefill of L layers, each waiting for its layer of a load and then\n"
+            "    computing C us (sim: a busy-wait on this thread; cuda: a host function that\n"
+            "    busy-waits on the compute stream), against the ideal T + C + (L-1) max(T, C)\n"
+            "    (L C + T when C >= T), T one layer's copy measured in the same run.\n"
+            "    Target: within %.0f%% of the ideal.\n"
+            "\n"
+            "Geometry:\n"
+            "  --geometry G        a preset, key=value pairs, or a preset then pairs, comma\n"
+            "                      separated (keys: attention=mha|mla, layers, kv_heads,\n"
+            "                      head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
+            "                      dtype_bytes, tp_size). Default %s. Presets:\n",
+            PROG, TARGET_RATIO_SIM, TARGET_RATIO_GPU, TARGET_OVERHEAD_PCT, DEFAULT_GEOMETRY);
+    cli_print_presets(f, "                        ");
+    fprintf(f,
+            "  --layers N, --kv-heads N, --head-dim N, --dtype-bytes N\n"
+            "                      override one field of the geometry (after --geometry,\n"
+            "                      wherever they stand)\n"
+            "  --page-size N       tokens per page, a power of two up to 256 (default 16)\n"
+            "\n"
+            "Pages:\n"
+            "  --pages N           pages per op in (a) (default %d)\n"
+            "  --pool-pages N      usable pages in each pool, at least --pages (default 1.5 x\n"
+            "                      --pages); the device pool has one more, its padding page\n"
+            "  --scatter S         random (default): pages at random places, no two\n"
+            "                      neighbours in the list consecutive in both pools, so\n"
+            "                      nothing coalesces;\n"
+            "                      runs: runs of --run-pages pages at random places\n"
+            "  --run-pages N       pages per run with --scatter runs (default %d)\n"
+            "  --seed N            seeds the choice of pages (default 1)\n"
+            "  --overlap-pages N   the request's pages in (b), the first N of (a)'s (default\n"
+            "                      %d, or --pages when fewer)\n"
+            "  --compute-us LIST   compute per layer in (b), microseconds, comma separated,\n"
+            "                      up to %d values; auto is %.0f x one layer's copy as measured\n"
+            "                      (default auto)\n"
+            "  --reps N            timed repetitions of each measurement after a warm-up;\n"
+            "                      medians and bests are reported (default %d)\n"
+            "\n"
+            "Engine:\n"
+            "  --backend B         auto, sim or cuda (default auto: cuda when there is a GPU)\n"
+            "  --io M              auto, kernel or dma: how cuda copies (sim ignores it;\n"
+            "                      default auto)\n"
+            "  --dma-min-bytes N   with --io auto on cuda: an op whose copies average at\n"
+            "                      least N bytes goes by the copy engine, a shorter one by\n"
+            "                      the kernels (default 0: the engine's own threshold)\n"
+            "  --layout L          host pool layout: page_first (default) or layer_first\n"
+            "\n"
+            "Output:\n"
+            "  --json              one JSON object on stdout instead of the text report\n"
+            "  --help              print this and exit\n"
+            "\n"
+            "Exit status: 0 when the figures were measured, 1 on an error, 2 on bad usage, %d\n"
+            "when --backend cuda is asked for and there is no GPU (or no CUDA in this build).\n",
+            DEFAULT_PAGES, DEFAULT_RUN_PAGES, DEFAULT_OVERLAP_PAGES, MAX_COMPUTE,
+            AUTO_COMPUTE_FACTOR, DEFAULT_REPS, EXIT_SKIP);
+}
+
+static int parse_compute(struct config *cfg, const char *arg)
+{
+    char buf[512];
+    char *save = NULL, *tok;
+    uint64_t v;
+
+    if (strlen(arg) >= sizeof(buf))
+        return cli_bad_usage(PROG, "--compute-us is too long", NULL);
+    strcpy(buf, arg);
+    cfg->ncompute = 0;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (cfg->ncompute == MAX_COMPUTE)
+            return cli_bad_usage(PROG, "--compute-us takes at most 16 values", arg);
+        if (strcmp(tok, "auto") == 0)
+            v = 0;
+        else if (!cli_parse_u64(tok, &v) || v == 0 || v > 10000000)
+            return cli_bad_usage(PROG, "--compute-us needs auto or 1 to 10000000 us", tok);
+        cfg->compute_us[cfg->ncompute++] = v;
+    }
+    if (cfg->ncompute == 0)
+        return cli_bad_usage(PROG, "--compute-us needs at least one value", arg);
+    return 0;
+}
+
+/* A count within [lo, hi]. */
+static int parse_bounded(const char *opt, const char *val, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char msg[128];
+
+    if (cli_parse_u64(val, out) && *out >= lo && *out <= hi)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s needs a whole number from %" PRIu64 " to %" PRIu64, opt, lo, hi);
+    return cli_bad_usage(PROG, msg, val);
+}
+
+static int parse_override(struct override *o, const char *opt, const char *val)
+{
+    uint64_t v;
+    int rc = parse_bounded(opt, val, 1, UINT32_MAX, &v);
+
+    o->set = rc == 0;
+    o->v = (uint32_t)v;
+    return rc;
+}
+
+static int parse_page_size(struct config *cfg, const char *val)
+{
+    uint64_t v;
+
+    if (!cli_parse_u64(val, &v) || v == 0 || v > 256 || (v & (v - 1)))
+        return cli_bad_usage(PROG, "--page-size needs a power of two from 1 to 256", val);
+    cfg->page_size = (uint32_t)v;
+    return 0;
+}
+
+static int parse_named(const char *opt, const char *val, const char *const *names, size_t n,
+                       uint32_t *out)
+{
+    char msg[128];
+    size_t len = 0;
+
+    if (cli_parse_name(val, names, n, out))
+        return 0;
+    len += (size_t)snprintf(msg, sizeof(msg), "%s needs", opt);
+    for (size_t i = 0; i < n && len < sizeof(msg); i++)
+        len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s %s",
+                                i ? (i + 1 < n ? "," : " or") : "", names[i]);
+    return cli_bad_usage(PROG, msg, val);
+}
+
+/* The limits keep every page and slot number inside the 32-bit types the engine uses. */
+#define MAX_POOL_PAGES (1u << 24)
+
+/* Options that take a count: bounds, and the uint64_t field of struct config it sets. */
+struct count_option {
+    const char *name;
+    uint64_t lo, hi;
+    size_t field;
+};
+
+#define COUNT(name, lo, hi, f)                                                                     \
+    {                                                                                              \
+        name, lo, hi, offsetof(struct config, f)                                                   \
+    }
+static const struct count_option count_options[] = {
+    COUNT("--pages", 1, MAX_POOL_PAGES, pages),
+    COUNT("--pool-pages", 1, MAX_POOL_PAGES, pool_pages),
+    COUNT("--overlap-pages", 1, MAX_POOL_PAGES, overlap_pages),
+    COUNT("--run-pages", 1, MAX_POOL_PAGES, run_pages),
+    COUNT("--reps", 1, 1000, reps),
+    COUNT("--seed", 0, UINT64_MAX, seed),
+    COUNT("--dma-min-bytes", 0, UINT64_MAX, dma_min_bytes),
+};
+
+/* Options that take one of a few names: the index goes to a uint32_t field. */
+struct name_option {
+    const char *name;
+    const char *const *names;
+    size_t n;
+    size_t field;
+};
+
+#define NAMED(name, names, f)                                                                      \
+    {                                                                                              \
+        name, names, sizeof(names) / sizeof(names[0]), offsetof(struct config, f)                  \
+    }
+static const struct name_option name_options[] = {
+    NAMED("--backend", backend_names, backend),
+    NAMED("--io", io_names, io),
+    NAMED("--layout", layout_names, layout),
+    NAMED("--scatter", scatter_names, scatter),
+};
+
+/* Options that override one field of the geometry: the struct override they set. */
+static const struct {
+    const char *name;
+    size_t field;
+} override_options[] = {
+    {"--layers", offsetof(struct config, layers)},
+    {"--kv-heads", offsetof(struct config, kv_heads)},
+    {"--head-dim", offsetof(struct config, head_dim)},
+    {"--dtype-bytes", offsetof(struct config, dtype_bytes)},
+};
+
+static const char *const other_options[] = {"--geometry", "--page-size", "--compute-us"};
+
+#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Whether opt is an option that takes a value (every option but --json and --help). */
+static bool takes_value(const char *opt)
+{
+    for (size_t i = 0; i < COUNT_OF(count_options); i++)
+        if (!strcmp(opt, count_options[i].name))
+            return true;
+    for (size_t i = 0; i < COUNT_OF(name_options); i++)
+        if (!strcmp(opt, name_options[i].name))
+            return true;
+    for (size_t i = 0; i < COUNT_OF(override_options); i++)
+        if (!strcmp(opt, override_options[i].name))
+            return true;
+    for (size_t i = 0; i < COUNT_OF(other_options); i++)
+        if (!strcmp(opt, other_options[i]))
+            return true;
+    return false;
+}
+
+/* opt, known to take a value, set from val. */
+static int parse_value(struct config *cfg, const char *opt, const char *val)
+{
+    char *base = (char *)cfg;
+
+    for (size_t i = 0; i < COUNT_OF(count_options); i++) {
+        const struct count_option *o = &count_options[i];
+
+        if (!strcmp(opt, o->name))
+            return parse_bounded(opt, val, o->lo, o->hi, (uint64_t *)(base + o->field));
+    }
+    for (size_t i = 0; i < COUNT_OF(name_options); i++) {
+        const struct name_option *o = &name_options[i];
+
+        if (!strcmp(opt, o->name))
+            return parse_named(opt, val, o->names, o->n, (uint32_t *)(base + o->field));
+    }
+    for (size_t i = 0; i < COUNT_OF(override_options); i++)
+        if (!strcmp(opt, override_options[i].name))
+            return parse_override((struct override *)(base + override_options[i].field), opt, val);
+    if (!strcmp(opt, "--page-size"))
+        return parse_page_size(cfg, val);
+    if (!strcmp(opt, "--compute-us"))
+        return parse_compute(cfg, val);
+    cfg->geometry_arg = val; /* --geometry */
+    return cli_parse_geometry(PROG, val, &cfg->g, &cfg->tp_size);
+}
+
+/* The overrides, then the geometry as a whole must still be a model. */
+static int apply_overrides(struct config *cfg)
+{
+    struct override *o[] = {&cfg->layers, &cfg->kv_heads, &cfg->head_dim, &cfg->dtype_bytes};
+    uint32_t *f[] = {&cfg->g.layers, &cfg->g.kv_heads, &cfg->g.head_dim, &cfg->g.dtype_bytes};
+
+    for (size_t i = 0; i < 4; i++)
+        if (o[i]->set)
+            *f[i] = o[i]->v;
+    if (kv_geometry_check(&cfg->g))
+        return cli_bad_usage(PROG,
+                             "the geometry with --layers/--kv-heads/--head-dim/"
+                             "--dtype-bytes is not a valid model",
+                             NULL);
+    return 0;
+}
+
+/* Defaults that depend on other options, and the checks between options. */
+static int finish_config(struct config *cfg)
+{
+    int rc = apply_overrides(cfg);
+
+    if (rc)
+        return rc;
+    if (!cfg->pool_pages)
+        cfg->pool_pages = cfg->pages + cfg->pages / 2 > MAX_POOL_PAGES
+                              ? MAX_POOL_PAGES
+                              : cfg->pages + cfg->pages / 2;
+    if (!cfg->overlap_pages)
+        cfg->overlap_pages =
+            cfg->pages < DEFAULT_OVERLAP_PAGES ? cfg->pages : DEFAULT_OVERLAP_PAGES;
+    if (cfg->pool_pages < cfg->pages)
+        return cli_bad_usage(PROG, "--pool-pages must be at least --pages", NULL);
+    if (cfg->overlap_pages > cfg->pages)
+        return cli_bad_usage(PROG, "--overlap-pages must be at most --pages", NULL);
+    if ((cfg->pool_pages + 1) * cfg->page_size >= INT32_MAX)
+        return cli_bad_usage(PROG, "--pool-pages x --page-size must stay below 2^31 slots", NULL);
+    if (cfg->scatter == SCATTER_RUNS &&
+        (cfg->pages + cfg->run_pages - 1) / cfg->run_pages > cfg->pool_pages / cfg->run_pages)
+        return cli_bad_usage(PROG, "--pool-pages has too few blocks of --run-pages for --pages",
+                             NULL);
+    if (!cfg->ncompute)
+        cfg->ncompute = 1; /* compute_us[0] is 0: auto */
+    return 0;
+}
+
+/* 0 to go on, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, struct config *cfg)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc;
+
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--json")) {
+            cfg->json = true;
+            continue;
+        }
+        if (!takes_value(a))
+            return cli_bad_usage(PROG, "unknown option", a);
+        if (i + 1 >= argc)
+            return cli_bad_usage(PROG, "option needs a value", a);
+        if ((rc = parse_value(cfg, a, argv[++i])))
+            return rc;
+    }
+    return finish_config(cfg);
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg = {.geometry_arg = DEFAULT_GEOMETRY,
+                         .page_size = 16,
+                         .run_pages = DEFAULT_RUN_PAGES,
+                         .pages = DEFAULT_PAGES,
+                         .reps = DEFAULT_REPS,
+                         .seed = 1};
+    struct rig r = {.cfg = &cfg};
+    struct bandwidth bw = {0};
+    struct overlap ov = {0};
+    int rc = cli_parse_geometry(PROG, DEFAULT_GEOMETRY, &cfg.g, &cfg.tp_size);
+
+    if (rc == 0)
+        rc = parse_args(argc, argv, &cfg);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    rc = setup(&r);
+    if (rc == 0 && (run_bandwidth(&r, &bw) || run_overlap(&r, &ov)))
+        rc = -1;
+    if (rc == 0)
+        print_report(&r, &bw, &ov);
+    teardown(&r);
+    return rc == EXIT_SKIP ? EXIT_SKIP : rc ? 1 : 0;
+}
