@@ -1,0 +1,834 @@
+/*
+ * The committer: the one thread that reserves slots and writes the index. It takes jobs in
+ * the order they were queued, so a delete queued after a write applies after it. A run of
+ * write ops queued back to back forms one batch (up to max_batch pages): one round of I/O,
+ * one fdatasync per slab touched, one index transaction.
+ *
+ * A batch: drop pages already stored, evict if the free slots fall short (and commit that
+ * before any slot is reused), reserve slots, write, fdatasync, commit the records together
+ * with pending access times, then publish: slots become USED and the ops complete. A page
+ * that fails anywhere gets its slot back and no record.
+ */
+#include "store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
+
+/* ---- small helpers ---- */
+
+static int txn_begin(struct dstore *s, MDB_txn **txn)
+{
+    int rc = index_err(mdb_txn_begin(s->ix.env, NULL, 0, txn));
+
+    if (rc) {
+        pthread_mutex_lock(&s->lock);
+        s->st.err_index++;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return rc;
+}
+
+static int txn_commit(struct dstore *s, MDB_txn *txn)
+{
+    int rc = index_err(mdb_txn_commit(txn));
+
+    if (rc) {
+        pthread_mutex_lock(&s->lock);
+        if (rc == -ENOSPC)
+            s->st.err_nospc++;
+        else
+            s->st.err_index++;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return rc;
+}
+
+static uint32_t slab_of(const struct dstore *s, uint32_t g)
+{
+    return g / s->slab_slots;
+}
+
+/* Under the lock: a free slot no reader still holds, or NO_SLOT. */
+static uint32_t pop_free_locked(struct dstore *s)
+{
+    while (s->nfree) {
+        uint32_t g = s->freestk[--s->nfree];
+
+        if (!s->pins[g])
+            return g;
+        s->state[g] = SLOT_DEAD; /* pinned by a read from before the rebuild */
+    }
+    return NO_SLOT;
+}
+
+/* Under the lock: g goes back to being live (a deletion that did not commit). */
+static void revive_locked(struct dstore *s, uint32_t g)
+{
+    if (s->state[g] != SLOT_DYING)
+        return;
+    s->state[g] = SLOT_USED;
+    lru_push_locked(s, g);
+}
+
+/* Under the lock: a live slot of key stops taking readers; whether it was live. */
+static bool kill_locked(struct dstore *s, uint32_t g, const uint8_t *key)
+{
+    if (memcmp(s->skey[g], key, DSTORE_KEY_BYTES))
+        return false;
+    if (s->state[g] == SLOT_USED) {
+        lru_unlink_locked(s, g);
+        s->state[g] = SLOT_DYING;
+    }
+    return s->state[g] == SLOT_DYING;
+}
+
+/* ---- records ---- */
+
+/* Which of key's records to delete: the one naming a slot, the one with a digest, any. */
+struct rec_match {
+    uint32_t g; /* NO_SLOT: by digest, or any */
+    uint64_t digest;
+    bool any;
+};
+
+/* Delete key's record when it is junk or matches m. *slot gets the slot the record named,
+ * NO_SLOT when none. -ENOENT when nothing was deleted. */
+static int delete_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct rec_match m,
+                         uint32_t *slot)
+{
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)key}, v;
+    struct drec r;
+    bool junk, match;
+    int rc = mdb_get(txn, s->ix.pages, &k, &v);
+
+    *slot = NO_SLOT;
+    if (rc)
+        return rc == MDB_NOTFOUND ? -ENOENT : index_err(rc);
+    junk = rec_decode(key, v.mv_data, v.mv_size, &r) != 0;
+    if (!junk && r.slot < s->slab_slots && (uint64_t)r.slab * s->slab_slots + r.slot < s->nslots)
+        *slot = r.slab * s->slab_slots + r.slot;
+    if (m.any || junk)
+        match = true;
+    else if (m.g != NO_SLOT)
+        match = *slot == m.g;
+    else
+        match = value_digest(v.mv_data, v.mv_size) == m.digest;
+    if (!match)
+        return -ENOENT;
+    return index_err(mdb_del(txn, s->ix.pages, &k, NULL));
+}
+
+/* ---- access times ---- */
+
+static size_t take_dirty(struct dstore *s, struct touched *t)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&s->lock);
+    for (uint32_t i = 0; i < s->ndirty; i++) {
+        uint32_t g = s->dirty[i];
+
+        s->dirty_bit[g] = 0;
+        if (s->state[g] != SLOT_USED)
+            continue;
+        t[n].g = g;
+        memcpy(t[n].key, s->skey[g], DSTORE_KEY_BYTES);
+        t[n++].atime = s->atime[g];
+    }
+    s->ndirty = 0;
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+/* Rewrite one record's last access, if it still names the slot that was read. */
+static int persist_one(struct dstore *s, MDB_txn *txn, const struct touched *t, uint8_t *buf)
+{
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)t->key}, v;
+    struct drec r;
+    int rc = mdb_get(txn, s->ix.pages, &k, &v);
+
+    if (rc)
+        return rc == MDB_NOTFOUND ? 0 : index_err(rc);
+    if (rec_decode(t->key, v.mv_data, v.mv_size, &r) ||
+        (uint64_t)r.slab * s->slab_slots + r.slot != t->g || r.last_access >= t->atime)
+        return 0;
+    rec_touch(t->key, v.mv_data, v.mv_size, t->atime, buf);
+    v.mv_data = buf;
+    if ((rc = index_err(mdb_put(txn, s->ix.pages, &k, &v, 0))))
+        return rc;
+    return slot_put(&s->ix, txn, t->g, t->key, t->atime);
+}
+
+/* Persist the access times waiting, inside txn. They are hints for the order after a
+ * restart: one that fails is lost, nothing else. */
+static void persist_access(struct dstore *s, MDB_txn *txn)
+{
+    size_t n = take_dirty(s, s->touched);
+
+    for (size_t i = 0; i < n && !persist_one(s, txn, &s->touched[i], s->recbuf); i++)
+        ;
+}
+
+static void flush_access(struct dstore *s)
+{
+    MDB_txn *txn;
+    uint32_t waiting;
+
+    pthread_mutex_lock(&s->lock);
+    waiting = s->ndirty;
+    pthread_mutex_unlock(&s->lock);
+    if (!waiting || txn_begin(s, &txn))
+        return;
+    persist_access(s, txn);
+    txn_commit(s, txn);
+}
+
+/* ---- eviction ---- */
+
+/* Under the lock: up to want unpinned slots from the LRU tail, now DYING. The walk past
+ * pinned slots is bounded, so a store full of readers cannot stall the committer. */
+static size_t pick_victims_locked(struct dstore *s, size_t want, uint32_t *victims)
+{
+    size_t n = 0, steps = 2 * want + 64;
+    uint32_t g = s->lru_tail;
+
+    while (g != NO_SLOT && n < want && steps--) {
+        uint32_t prev = s->prev[g];
+
+        if (!s->pins[g]) {
+            lru_unlink_locked(s, g);
+            s->state[g] = SLOT_DYING;
+            victims[n++] = g;
+        }
+        g = prev;
+    }
+    return n;
+}
+
+/* One transaction forgetting the victims: records and slot-table entries. */
+static int forget_victims(struct dstore *s, const uint32_t *v, size_t n)
+{
+    MDB_txn *txn;
+    uint32_t slot;
+    int rc = txn_begin(s, &txn);
+
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && !rc; i++) {
+        rc = delete_record(s, txn, s->skey[v[i]], (struct rec_match){.g = v[i]}, &slot);
+        if (rc == -ENOENT)
+            rc = 0;
+        if (!rc)
+            rc = slot_del(&s->ix, txn, v[i]);
+    }
+    if (rc) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    return txn_commit(s, txn);
+}
+
+/* Delete up to want LRU records in one durable commit; only then are their slots free. */
+static int evict(struct dstore *s, size_t want, size_t *evicted)
+{
+    uint32_t *v = malloc((want ? want : 1) * sizeof(*v));
+    size_t n;
+    int rc = 0;
+
+    *evicted = 0;
+    if (!v)
+        return -ENOMEM;
+    pthread_mutex_lock(&s->lock);
+    n = pick_victims_locked(s, want, v);
+    pthread_mutex_unlock(&s->lock);
+    if (n)
+        rc = forget_victims(s, v, n);
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < n; i++)
+        rc ? revive_locked(s, v[i]) : slot_release_locked(s, v[i]);
+    if (!rc) {
+        s->st.evicted += n;
+        *evicted = n;
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(v);
+    return rc;
+}
+
+/* ---- deletes and drops ---- */
+
+/* Delete one key's record in txn; its slot is noted in *g for release after the commit. */
+static int delete_key(struct dstore *s, MDB_txn *txn, const uint8_t *key, uint32_t *g)
+{
+    uint32_t slot;
+    int rc = delete_record(s, txn, key, (struct rec_match){.g = NO_SLOT, .any = true}, &slot);
+
+    *g = NO_SLOT;
+    if (rc == -ENOENT)
+        return 0;
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->lock);
+    if (slot != NO_SLOT && kill_locked(s, slot, key))
+        *g = slot;
+    pthread_mutex_unlock(&s->lock);
+    if (*g != NO_SLOT && (rc = slot_del(&s->ix, txn, *g)))
+        return rc;
+    return 1;
+}
+
+static void release_all(struct dstore *s, const uint32_t *gs, size_t n, bool committed)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < n; i++)
+        if (gs[i] != NO_SLOT)
+            committed ? slot_release_locked(s, gs[i]) : revive_locked(s, gs[i]);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int run_delete(struct dstore *s, struct djob *j)
+{
+    uint32_t *gs = calloc(j->n ? j->n : 1, sizeof(*gs));
+    MDB_txn *txn;
+    size_t gone = 0, seen = 0;
+    int rc;
+
+    if (!gs)
+        return -ENOMEM;
+    if ((rc = txn_begin(s, &txn)))
+        goto out;
+    for (; seen < j->n && !rc; seen++) {
+        int r = delete_key(s, txn, j->keys + seen * DSTORE_KEY_BYTES, &gs[seen]);
+
+        if (r < 0)
+            rc = r;
+        else
+            gone += (size_t)r;
+    }
+    if (rc)
+        mdb_txn_abort(txn);
+    else
+        rc = txn_commit(s, txn);
+    release_all(s, gs, seen, !rc);
+    if (!rc) {
+        pthread_mutex_lock(&s->lock);
+        s->st.deleted += gone;
+        pthread_mutex_unlock(&s->lock);
+        j->result = gone;
+    }
+out:
+    free(gs);
+    return rc;
+}
+
+/* A record a read found bad. Its slot, when the slot table still gives it to the key, goes
+ * too: either the record named it and is deleted, or the key was rewritten elsewhere since
+ * and no record names it any more. */
+static void run_drop(struct dstore *s, struct djob *j)
+{
+    struct rec_match m = {.g = j->slot, .digest = j->digest};
+    uint32_t g = j->slot, slot;
+    bool killed = false;
+    MDB_txn *txn;
+    int rc, del = -ENOENT;
+
+    pthread_mutex_lock(&s->lock);
+    killed = g != NO_SLOT && kill_locked(s, g, j->keys);
+    pthread_mutex_unlock(&s->lock);
+    if ((rc = txn_begin(s, &txn)))
+        goto out;
+    del = delete_record(s, txn, j->keys, m, &slot);
+    rc = del == -ENOENT ? 0 : del;
+    if (!rc && killed)
+        rc = slot_del(&s->ix, txn, g);
+    if (rc)
+        mdb_txn_abort(txn);
+    else
+        rc = txn_commit(s, txn);
+out:
+    pthread_mutex_lock(&s->lock);
+    s->st.dropped += !rc && !del;
+    if (killed)
+        rc ? revive_locked(s, g) : slot_release_locked(s, g);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- write batches ---- */
+
+struct batch {
+    struct dop_page **pg;
+    size_t n;
+    uint32_t *order; /* page indices sorted by key, for duplicates */
+};
+
+static bool to_write(const struct dop_page *p)
+{
+    return !p->req.res && !p->dup && p->slot != NO_SLOT;
+}
+
+static int cmp_keys(const void *a, const void *b, void *arg)
+{
+    const struct batch *b_ = arg;
+    uint32_t i = *(const uint32_t *)a, k = *(const uint32_t *)b;
+    int c = memcmp(b_->pg[i]->key, b_->pg[k]->key, DSTORE_KEY_BYTES);
+
+    return c ? c : (i > k) - (i < k);
+}
+
+/* A key twice in the batch is written once; the later pages follow the first. */
+static void mark_batch_dups(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->order[i] = (uint32_t)i;
+    qsort_r(b->order, b->n, sizeof(*b->order), cmp_keys, b);
+    for (size_t i = 1; i < b->n; i++) {
+        struct dop_page *first = b->pg[b->order[i - 1]], *p = b->pg[b->order[i]];
+
+        if (!p->req.res && !first->req.res && !memcmp(first->key, p->key, DSTORE_KEY_BYTES)) {
+            p->dup = true;
+            p->dup_of = first->dup_of ? first->dup_of : first;
+        }
+    }
+}
+
+/* Pages whose key is stored and live already: done, and counted as an access. */
+static void mark_stored(struct dstore *s, struct batch *b)
+{
+    struct drec r;
+    uint64_t digest;
+
+    if (mdb_txn_renew(s->ctxn))
+        return;
+    for (size_t i = 0; i < b->n; i++) {
+        struct dop_page *p = b->pg[i];
+
+        if (p->req.res || p->dup || lookup_record(s, s->ctxn, p->key, &r, &digest))
+            continue;
+        uint32_t g = r.slab * s->slab_slots + r.slot;
+
+        pthread_mutex_lock(&s->lock);
+        if (s->state[g] == SLOT_USED && !memcmp(s->skey[g], p->key, DSTORE_KEY_BYTES)) {
+            p->dup = true;
+            touch_locked(s, g);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    mdb_txn_reset(s->ctxn);
+}
+
+/* Slots for the pages to write, evicting what is missing first. */
+static void reserve(struct dstore *s, struct batch *b)
+{
+    size_t need = 0, have, evicted;
+
+    for (size_t i = 0; i < b->n; i++)
+        need += !b->pg[i]->req.res && !b->pg[i]->dup;
+    pthread_mutex_lock(&s->lock);
+    have = s->nfree;
+    pthread_mutex_unlock(&s->lock);
+    if (have < need)
+        evict(s, need - have, &evicted);
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < b->n; i++) {
+        struct dop_page *p = b->pg[i];
+
+        if (p->req.res || p->dup)
+            continue;
+        p->slot = pop_free_locked(s);
+        if (p->slot == NO_SLOT) {
+            p->req.res = -ENOSPC;
+            s->st.err_nospc++;
+            continue;
+        }
+        s->state[p->slot] = SLOT_RESERVED;
+        memcpy(s->skey[p->slot], p->key, DSTORE_KEY_BYTES);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void write_landed(struct dio_req *req)
+{
+    struct dop_page *p = container_of(req, struct dop_page, req);
+    struct dstore *s = p->op->s;
+
+    pthread_mutex_lock(&s->lock);
+    if (--s->batch_pending == 0)
+        pthread_cond_signal(&s->io_cv);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void count_write_error(struct dstore *s, int rc)
+{
+    pthread_mutex_lock(&s->lock);
+    if (rc == -ENOSPC)
+        s->st.err_nospc++;
+    else
+        s->st.err_write_io++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The page's slab made whole, its checksum taken and its request filled; 0 or the error. */
+static int prepare_write(struct dstore *s, struct dop_page *p)
+{
+    uint32_t slab = slab_of(s, p->slot);
+    int rc = slab_ready(s, slab);
+
+    if (rc)
+        return rc;
+    page_checksum(p->buf, s->page_bytes, p->sum);
+    pthread_mutex_lock(&s->lock);
+    p->req.fd = slab_fd_locked(s, slab, p->buf);
+    pthread_mutex_unlock(&s->lock);
+    if (p->req.fd < 0)
+        return -EIO;
+    p->req.buf = p->buf;
+    p->req.off = (uint64_t)(p->slot % s->slab_slots) * s->slot_bytes;
+    p->req.len = s->page_bytes;
+    p->req.write = true;
+    p->req.slab = slab;
+    p->req.slot = p->slot % s->slab_slots;
+    p->req.complete = write_landed;
+    return 0;
+}
+
+/* Write every reserved page and wait for all of them. */
+static void write_pages(struct dstore *s, struct batch *b)
+{
+    struct dio_req *list = NULL, **tail = &list;
+    uint32_t queued = 0;
+
+    for (size_t i = 0; i < b->n; i++) {
+        struct dop_page *p = b->pg[i];
+
+        if (!to_write(p))
+            continue;
+        if ((p->req.res = prepare_write(s, p))) {
+            count_write_error(s, p->req.res);
+            continue;
+        }
+        *tail = &p->req;
+        tail = &p->req.next;
+        queued++;
+    }
+    pthread_mutex_lock(&s->lock);
+    s->batch_pending = queued;
+    pthread_mutex_unlock(&s->lock);
+    dio_submit(s->io, list);
+    pthread_mutex_lock(&s->lock);
+    while (s->batch_pending)
+        pthread_cond_wait(&s->io_cv, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < b->n; i++)
+        if (b->pg[i]->req.write && b->pg[i]->req.res)
+            count_write_error(s, b->pg[i]->req.res);
+}
+
+/* fdatasync each slab written once; a slab that fails fails its pages. */
+static void sync_slabs(struct dstore *s, struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        uint32_t slab;
+        int rc;
+
+        if (!to_write(b->pg[i]))
+            continue;
+        slab = slab_of(s, b->pg[i]->slot);
+        rc = slab_sync(s, slab);
+        for (size_t k = i; k < b->n; k++)
+            if (to_write(b->pg[k]) && slab_of(s, b->pg[k]->slot) == slab)
+                b->pg[k]->req.res = rc ? rc : 1; /* 1: synced, settled to 0 below */
+        if (rc) {
+            pthread_mutex_lock(&s->lock);
+            s->st.err_sync++;
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
+    for (size_t i = 0; i < b->n; i++)
+        if (b->pg[i]->req.res == 1)
+            b->pg[i]->req.res = 0;
+}
+
+static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, uint64_t now,
+                      uint8_t *buf)
+{
+    struct drec r = {
+        .slab = slab_of(s, p->slot),
+        .slot = p->slot % s->slab_slots,
+        .length = s->page_bytes,
+        .created = now,
+        .last_access = now,
+        .ntokens = s->page_tokens,
+    };
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)p->key}, v = {rec_bytes(s->page_tokens), buf};
+    int rc;
+
+    memcpy(r.sum, p->sum, 16);
+    memcpy(r.parent, p->parent, DSTORE_KEY_BYTES);
+    memcpy(r.ns, p->ns, DSTORE_NS_BYTES);
+    rec_encode(p->key, &r, p->tokens, buf);
+    rc = index_err(mdb_put(txn, s->ix.pages, &k, &v, 0));
+    return rc ? rc : slot_put(&s->ix, txn, p->slot, p->key, now);
+}
+
+/* One transaction for the batch's records and the access times waiting. */
+static int commit_pages(struct dstore *s, struct batch *b, uint64_t now)
+{
+    MDB_txn *txn;
+    int rc = txn_begin(s, &txn);
+
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < b->n && !rc; i++)
+        if (to_write(b->pg[i]))
+            rc = put_record(s, txn, b->pg[i], now, s->recbuf);
+    if (!rc) {
+        persist_access(s, txn);
+        return txn_commit(s, txn);
+    }
+    mdb_txn_abort(txn);
+    pthread_mutex_lock(&s->lock);
+    if (rc == -ENOSPC)
+        s->st.err_nospc++;
+    else
+        s->st.err_index++;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Under the lock: the page's outcome into the slot table and the counters. */
+static void settle_page_locked(struct dstore *s, struct dop_page *p, int rc, uint64_t now)
+{
+    if (p->dup) {
+        p->req.res = p->dup_of ? p->dup_of->req.res : 0;
+        s->st.write_dups += !p->req.res;
+        return;
+    }
+    if (p->slot == NO_SLOT)
+        return;
+    if (!p->req.res && rc)
+        p->req.res = rc;
+    if (p->req.res) {
+        s->state[p->slot] = SLOT_DYING; /* reserved, never named by a record */
+        slot_release_locked(s, p->slot);
+        return;
+    }
+    s->state[p->slot] = SLOT_USED;
+    s->atime[p->slot] = now;
+    lru_push_locked(s, p->slot);
+    s->st.writes++;
+    s->st.bytes_written += s->page_bytes;
+    s->st.fixed_ios += p->req.fixed;
+}
+
+/* Duplicates last, so they copy their first page's final result. */
+static void settle(struct dstore *s, struct batch *b, int rc, uint64_t now, struct djob *jobs)
+{
+    pthread_mutex_lock(&s->lock);
+    for (int dups = 0; dups < 2; dups++)
+        for (size_t i = 0; i < b->n; i++)
+            if (b->pg[i]->dup == (dups == 1))
+                settle_page_locked(s, b->pg[i], rc, now);
+    for (struct djob *j = jobs; j; j = j->next)
+        op_page_done_locked(s, j->op);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static size_t batch_pages(const struct djob *jobs)
+{
+    size_t n = 0;
+
+    for (const struct djob *j = jobs; j; j = j->next)
+        n += j->op->n;
+    return n;
+}
+
+static int batch_init(struct batch *b, struct djob *jobs)
+{
+    size_t k = 0;
+
+    b->n = batch_pages(jobs);
+    b->pg = malloc((b->n ? b->n : 1) * sizeof(*b->pg));
+    b->order = malloc((b->n ? b->n : 1) * sizeof(*b->order));
+    if (!b->pg || !b->order)
+        return -ENOMEM;
+    for (struct djob *j = jobs; j; j = j->next)
+        for (uint32_t i = 0; i < j->op->n; i++)
+            b->pg[k++] = &j->op->pages[i];
+    return 0;
+}
+
+/* Fail every page of the jobs (no memory, or a store whose rebuild failed). */
+static void fail_jobs(struct dstore *s, struct djob *jobs, int rc)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct djob *j = jobs; j; j = j->next) {
+        for (uint32_t i = 0; i < j->op->n; i++)
+            if (!j->op->pages[i].req.res)
+                j->op->pages[i].req.res = rc;
+        op_page_done_locked(s, j->op);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void run_writes(struct dstore *s, struct djob *jobs)
+{
+    struct batch b = {0};
+    uint64_t now;
+    int rc;
+
+    pthread_mutex_lock(&s->lock);
+    rc = s->broken;
+    now = stamp_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (!rc)
+        rc = batch_init(&b, jobs);
+    if (rc) {
+        fail_jobs(s, jobs, rc);
+    } else {
+        mark_batch_dups(&b);
+        mark_stored(s, &b);
+        reserve(s, &b);
+        write_pages(s, &b);
+        sync_slabs(s, &b);
+        settle(s, &b, commit_pages(s, &b, now), now, jobs);
+    }
+    free(b.pg);
+    free(b.order);
+}
+
+/* ---- the thread ---- */
+
+/* Under the lock: the next job, or a run of write jobs of max_batch pages at most. */
+static struct djob *take_locked(struct dstore *s)
+{
+    struct djob *first = s->jhead, *last = first;
+    size_t pages;
+
+    if (!first)
+        return NULL;
+    if (first->kind == JOB_WRITE) {
+        pages = first->op->n;
+        while (last->next && last->next->kind == JOB_WRITE &&
+               pages + last->next->op->n <= s->o.max_batch) {
+            last = last->next;
+            pages += last->op->n;
+        }
+    }
+    s->jhead = last->next;
+    if (!s->jhead)
+        s->jtail = NULL;
+    last->next = NULL;
+    return first;
+}
+
+static void job_done(struct dstore *s, struct djob *j, int rc)
+{
+    pthread_mutex_lock(&s->lock);
+    j->rc = rc;
+    j->done = true;
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void free_jobs(struct djob *jobs)
+{
+    for (struct djob *j = jobs, *next; j; j = next) {
+        next = j->next;
+        free(j->keys);
+        free(j);
+    }
+}
+
+static void run_jobs(struct dstore *s, struct djob *jobs)
+{
+    switch (jobs->kind) {
+    case JOB_WRITE:
+        run_writes(s, jobs);
+        free_jobs(jobs);
+        break;
+    case JOB_DROP:
+        run_drop(s, jobs);
+        free_jobs(jobs);
+        break;
+    case JOB_DELETE:
+        job_done(s, jobs, run_delete(s, jobs));
+        break;
+    case JOB_EVICT:
+        job_done(s, jobs, evict(s, jobs->n, &jobs->result));
+        break;
+    case JOB_FLUSH:
+        flush_access(s);
+        job_done(s, jobs, 0);
+        break;
+    }
+}
+
+static void *committer_main(void *arg)
+{
+    struct dstore *s = arg;
+
+    rebuild(s);
+    for (;;) {
+        struct djob *jobs;
+        bool stop;
+
+        pthread_mutex_lock(&s->lock);
+        while (!s->jhead && !s->stop && s->ndirty < DIRTY_FLUSH)
+            pthread_cond_wait(&s->job_cv, &s->lock);
+        jobs = take_locked(s);
+        stop = s->stop;
+        pthread_mutex_unlock(&s->lock);
+        if (jobs)
+            run_jobs(s, jobs);
+        else if (stop)
+            break;
+        else
+            flush_access(s);
+    }
+    flush_access(s);
+    return NULL;
+}
+
+int committer_start(struct dstore *s)
+{
+    int rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &s->ctxn));
+
+    if (rc)
+        return rc;
+    mdb_txn_reset(s->ctxn);
+    if (pthread_create(&s->committer, NULL, committer_main, s)) {
+        mdb_txn_abort(s->ctxn);
+        s->ctxn = NULL;
+        return -ENOMEM;
+    }
+    s->committer_started = true;
+    return 0;
+}
+
+void committer_stop(struct dstore *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->job_cv);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->committer, NULL);
+    s->committer_started = false;
+    mdb_txn_abort(s->ctxn);
+    s->ctxn = NULL;
+}
+
+int job_run(struct dstore *s, struct djob *j)
+{
+    int rc;
+
+    pthread_mutex_lock(&s->lock);
+    job_push_locked(s, j);
+    while (!j->done)
+        pthread_cond_wait(&s->done_cv, &s->lock);
+    rc = j->rc;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}

@@ -1,0 +1,340 @@
+/*
+ * The index's formats and environment (see index.h).
+ *
+ * LMDB flags: MDB_NOTLS, so a read transaction is tied to its handle rather than a thread
+ * (the owner and the committer each keep their own); MDB_NORDAHEAD, since lookups are random
+ * and read-ahead would only evict useful pages. Commits are fully synchronous (no NOSYNC, no
+ * NOMETASYNC): a committed record is durable, and a committed deletion is durable before
+ * the freed slot can be overwritten.
+ */
+#include "index.h"
+
+#include <errno.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack; the functions stay in the library */
+#include <xxhash.h>
+
+#define META_KEY "format"
+#define META_MAGIC "KVTIERDS"
+#define CHECK_SEED 0x6b7674696572ull /* "kvtier": a record check is not a bare XXH3 */
+
+/* ---- little-endian fields ---- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* ---- checksums ---- */
+
+void page_checksum(const void *buf, size_t len, uint8_t out[16])
+{
+    XXH128_canonical_t c;
+
+    XXH128_canonicalFromHash(&c, XXH3_128bits(buf, len));
+    memcpy(out, c.digest, 16);
+}
+
+uint64_t value_digest(const void *val, size_t len)
+{
+    return XXH3_64bits(val, len);
+}
+
+/* The record's check covers its key, so a valid value stored under another key fails. */
+static uint64_t rec_check(const uint8_t *key, const uint8_t *val, size_t len)
+{
+    XXH3_state_t st;
+    uint8_t zero[8] = {0};
+
+    XXH3_INITSTATE(&st);
+    XXH3_64bits_reset_withSeed(&st, CHECK_SEED);
+    XXH3_64bits_update(&st, key, DSTORE_KEY_BYTES);
+    XXH3_64bits_update(&st, val, 120);
+    XXH3_64bits_update(&st, zero, sizeof(zero));
+    XXH3_64bits_update(&st, val + REC_HEAD_BYTES, len - REC_HEAD_BYTES);
+    return XXH3_64bits_digest(&st);
+}
+
+/* ---- records ---- */
+
+size_t rec_bytes(uint32_t ntokens)
+{
+    return REC_HEAD_BYTES + (size_t)ntokens * 4;
+}
+
+void rec_encode(const uint8_t *key, const struct drec *r, const uint32_t *tokens, uint8_t *out)
+{
+    size_t len = rec_bytes(r->ntokens);
+
+    memset(out, 0, REC_HEAD_BYTES);
+    put32(out, DSTORE_RECORD_VERSION);
+    put32(out + 4, r->slab);
+    put32(out + 8, r->slot);
+    put32(out + 12, r->length);
+    memcpy(out + 16, r->sum, 16);
+    memcpy(out + 32, r->parent, DSTORE_KEY_BYTES);
+    memcpy(out + 64, r->ns, DSTORE_NS_BYTES);
+    put64(out + 96, r->created);
+    put64(out + 104, r->last_access);
+    put32(out + 112, r->ntokens);
+    for (uint32_t i = 0; i < r->ntokens; i++)
+        put32(out + REC_HEAD_BYTES + 4 * (size_t)i, tokens ? tokens[i] : 0);
+    put64(out + 120, rec_check(key, out, len));
+}
+
+int rec_decode(const uint8_t *key, const void *val, size_t len, struct drec *r)
+{
+    const uint8_t *v = val;
+
+    if (len < REC_HEAD_BYTES || get32(v) != DSTORE_RECORD_VERSION)
+        return KVT_ECORRUPT;
+    r->ntokens = get32(v + 112);
+    if (r->ntokens > DSTORE_MAX_TOKENS || len != rec_bytes(r->ntokens))
+        return KVT_ECORRUPT;
+    if (get64(v + 120) != rec_check(key, v, len))
+        return KVT_ECORRUPT;
+    r->slab = get32(v + 4);
+    r->slot = get32(v + 8);
+    r->length = get32(v + 12);
+    memcpy(r->sum, v + 16, 16);
+    memcpy(r->parent, v + 32, DSTORE_KEY_BYTES);
+    memcpy(r->ns, v + 64, DSTORE_NS_BYTES);
+    r->created = get64(v + 96);
+    r->last_access = get64(v + 104);
+    r->tokens = v + REC_HEAD_BYTES;
+    return 0;
+}
+
+void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, uint8_t *out)
+{
+    memcpy(out, val, len);
+    put64(out + 104, atime);
+    put64(out + 120, rec_check(key, out, len));
+}
+
+/* ---- the slot table ---- */
+
+int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime)
+{
+    uint8_t buf[SLOT_ENTRY_BYTES];
+    unsigned int slot = g;
+    MDB_val k = {sizeof(slot), &slot}, v = {sizeof(buf), buf};
+
+    memcpy(buf, key, DSTORE_KEY_BYTES);
+    put64(buf + DSTORE_KEY_BYTES, atime);
+    return index_err(mdb_put(txn, ix->slots, &k, &v, 0));
+}
+
+int slot_del(struct dindex *ix, MDB_txn *txn, uint32_t g)
+{
+    unsigned int slot = g;
+    MDB_val k = {sizeof(slot), &slot};
+    int rc = mdb_del(txn, ix->slots, &k, NULL);
+
+    return rc == MDB_NOTFOUND ? 0 : index_err(rc);
+}
+
+int slot_decode(const MDB_val *k, const MDB_val *v, uint32_t *g, const uint8_t **key,
+                uint64_t *atime)
+{
+    unsigned int slot;
+
+    if (k->mv_size != sizeof(slot) || v->mv_size != SLOT_ENTRY_BYTES)
+        return KVT_ECORRUPT;
+    memcpy(&slot, k->mv_data, sizeof(slot));
+    *g = slot;
+    *key = v->mv_data;
+    *atime = get64((const uint8_t *)v->mv_data + DSTORE_KEY_BYTES);
+    return 0;
+}
+
+/* ---- meta ---- */
+
+static void meta_encode(const struct dmeta *m, uint8_t *out)
+{
+    memset(out, 0, META_BYTES);
+    memcpy(out, META_MAGIC, 8);
+    put32(out + 8, m->version);
+    put32(out + 12, m->page_bytes);
+    put32(out + 16, m->page_tokens);
+    put32(out + 20, m->slot_bytes);
+    put32(out + 24, m->slab_slots);
+    memcpy(out + 32, m->fingerprint, DSTORE_FINGERPRINT_BYTES);
+    put64(out + 64, m->created);
+    put64(out + 72, XXH3_64bits_withSeed(out, 72, CHECK_SEED));
+}
+
+/* Magic and version first: a newer format may lay out the rest differently. */
+static int meta_decode(const uint8_t *v, size_t len, struct dmeta *m)
+{
+    if (len < 12 || memcmp(v, META_MAGIC, 8) != 0)
+        return KVT_EFORMAT;
+    m->version = get32(v + 8);
+    if (m->version != DSTORE_FORMAT_VERSION)
+        return KVT_EFORMAT;
+    if (len != META_BYTES || get64(v + 72) != XXH3_64bits_withSeed(v, 72, CHECK_SEED))
+        return KVT_ECORRUPT;
+    m->page_bytes = get32(v + 12);
+    m->page_tokens = get32(v + 16);
+    m->slot_bytes = get32(v + 20);
+    m->slab_slots = get32(v + 24);
+    memcpy(m->fingerprint, v + 32, DSTORE_FINGERPRINT_BYTES);
+    m->created = get64(v + 64);
+    return 0;
+}
+
+/* ---- environment ---- */
+
+int index_err(int rc)
+{
+    switch (rc) {
+    case MDB_SUCCESS:
+        return 0;
+    case MDB_NOTFOUND:
+        return -ENOENT;
+    case MDB_MAP_FULL:
+        return -ENOSPC;
+    case MDB_READERS_FULL:
+    case MDB_TXN_FULL:
+        return -EAGAIN;
+    case MDB_INVALID:
+    case MDB_VERSION_MISMATCH:
+    case MDB_INCOMPATIBLE:
+        return KVT_EFORMAT;
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+        return KVT_ECORRUPT;
+    default:
+        return rc > 0 ? -rc : -EIO;
+    }
+}
+
+static int env_open(MDB_env **out, const char *path, unsigned flags, size_t mapsize)
+{
+    MDB_env *env;
+    int rc = mdb_env_create(&env);
+
+    if (rc)
+        return index_err(rc);
+    if (!(rc = mdb_env_set_maxdbs(env, 3)) && !(rc = mdb_env_set_mapsize(env, mapsize)))
+        rc = mdb_env_open(env, path, flags | MDB_NOTLS | MDB_NORDAHEAD, 0600);
+    if (rc) {
+        mdb_env_close(env);
+        return index_err(rc);
+    }
+    *out = env;
+    return 0;
+}
+
+int index_create(const char *path, const struct dmeta *m, size_t mapsize)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi meta, pages, slots;
+    uint8_t buf[META_BYTES];
+    MDB_val k = {sizeof(META_KEY) - 1, (void *)META_KEY}, v = {META_BYTES, buf};
+    int rc = env_open(&env, path, 0, mapsize);
+
+    if (rc)
+        return rc;
+    meta_encode(m, buf);
+    if ((rc = mdb_txn_begin(env, NULL, 0, &txn)))
+        goto out;
+    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &meta)) ||
+        (rc = mdb_dbi_open(txn, "pages", MDB_CREATE, &pages)) ||
+        (rc = mdb_dbi_open(txn, "slots", MDB_CREATE | MDB_INTEGERKEY, &slots)) ||
+        (rc = mdb_put(txn, meta, &k, &v, 0))) {
+        mdb_txn_abort(txn);
+        goto out;
+    }
+    rc = mdb_txn_commit(txn);
+out:
+    mdb_env_close(env);
+    return index_err(rc);
+}
+
+/* The databases exist in every environment we created; a missing one means a foreign env. */
+static int open_dbs(struct dindex *ix)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn);
+
+    if (rc)
+        return index_err(rc);
+    rc = mdb_dbi_open(txn, "meta", 0, &ix->meta);
+    if (!rc)
+        rc = mdb_dbi_open(txn, "pages", 0, &ix->pages);
+    if (!rc)
+        rc = mdb_dbi_open(txn, "slots", MDB_INTEGERKEY, &ix->slots);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ? KVT_EFORMAT : index_err(rc);
+    }
+    /* Handles opened in a read transaction stay valid after it commits. */
+    return index_err(mdb_txn_commit(txn));
+}
+
+int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize)
+{
+    int dead, rc = env_open(&ix->env, path, readonly ? MDB_RDONLY : 0, mapsize);
+
+    if (rc)
+        return rc;
+    mdb_reader_check(ix->env, &dead); /* slots of readers that died (a killed engine) */
+    if ((rc = open_dbs(ix))) {
+        mdb_env_close(ix->env);
+        ix->env = NULL;
+    }
+    return rc;
+}
+
+void index_close(struct dindex *ix)
+{
+    if (ix->env)
+        mdb_env_close(ix->env);
+    ix->env = NULL;
+}
+
+int index_read_meta(struct dindex *ix, struct dmeta *m)
+{
+    MDB_txn *txn;
+    MDB_val k = {sizeof(META_KEY) - 1, (void *)META_KEY}, v;
+    int rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn);
+
+    if (rc)
+        return index_err(rc);
+    rc = mdb_get(txn, ix->meta, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        rc = KVT_EFORMAT;
+    else if (rc)
+        rc = index_err(rc);
+    else
+        rc = meta_decode(v.mv_data, v.mv_size, m);
+    mdb_txn_abort(txn);
+    return rc;
+}

@@ -1,0 +1,106 @@
+/*
+ * The disk tier's index: an LMDB environment under <dir>/index with two databases, and the
+ * byte formats of what they hold. Everything here is decoded as untrusted input.
+ *
+ * "meta", one record under the key "format" (80 bytes, little-endian):
+ *   0 magic "KVTIERDS" | 8 format version | 12 page_bytes | 16 page_tokens | 20 slot_bytes |
+ *   24 slab_slots | 28 zero | 32 fingerprint[32] | 64 created ns | 72 XXH3-64 of bytes 0..71
+ *
+ * "pages", key = 32-byte page hash, value (128 + 4 * ntokens bytes, little-endian):
+ *   0 record version | 4 slab | 8 slot | 12 length | 16 XXH3-128 of the page (canonical) |
+ *   32 parent hash | 64 namespace | 96 created ns | 104 last access ns | 112 ntokens |
+ *   116 zero | 120 XXH3-64 of key and bytes 0..119 and the tokens | 128 tokens (u32 each)
+ * The record's own check catches junk before any field is used.
+ *
+ * "slots", the compact table the rebuild at open reads instead of the records: key = global
+ * slot (u32, MDB_INTEGERKEY), value (40 bytes) = page hash | last access ns (little-endian).
+ * It is written in the same transactions as the records, so the two always agree unless
+ * something outside kvtier changed the files; where they disagree, reads miss.
+ */
+#ifndef KVT_DISK_INDEX_H
+#define KVT_DISK_INDEX_H
+
+#include <lmdb.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "disk/store.h"
+
+#define DSTORE_FORMAT_VERSION 1
+#define DSTORE_RECORD_VERSION 1
+#define META_BYTES 80
+#define REC_HEAD_BYTES 128
+#define SLOT_ENTRY_BYTES 40
+
+struct dmeta {
+    uint32_t version;
+    uint32_t page_bytes, page_tokens;
+    uint32_t slot_bytes, slab_slots;
+    uint8_t fingerprint[DSTORE_FINGERPRINT_BYTES];
+    uint64_t created;
+};
+
+/* A decoded record. tokens points into the value it was decoded from (little-endian u32s,
+ * possibly unaligned). */
+struct drec {
+    uint32_t slab, slot, length;
+    uint8_t sum[16];
+    uint8_t parent[DSTORE_KEY_BYTES];
+    uint8_t ns[DSTORE_NS_BYTES];
+    uint64_t created, last_access;
+    uint32_t ntokens;
+    const uint8_t *tokens;
+};
+
+struct dindex {
+    MDB_env *env;
+    MDB_dbi pages, meta, slots;
+};
+
+/* The -errno or KVT_E* code for an LMDB result. */
+int index_err(int mdb_rc);
+
+/* Create an environment at path (a new, empty dir) holding only the meta record. */
+int index_create(const char *path, const struct dmeta *m, size_t mapsize);
+
+/* Open the environment at path and its two databases. A path that is not an LMDB
+ * environment, or one without our databases: KVT_EFORMAT. */
+int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize);
+
+/* Close; a zeroed dindex is a no-op. */
+void index_close(struct dindex *ix);
+
+/* Read and decode the meta record: KVT_EFORMAT for a foreign or newer one, KVT_ECORRUPT for
+ * one that fails its check. */
+int index_read_meta(struct dindex *ix, struct dmeta *m);
+
+size_t rec_bytes(uint32_t ntokens);
+
+/* Encode r (with tokens, r->ntokens host-order ids, NULL for zeros) for key into out,
+ * rec_bytes(r->ntokens) long. */
+void rec_encode(const uint8_t *key, const struct drec *r, const uint32_t *tokens, uint8_t *out);
+
+/* Decode and check a value read for key: 0, or KVT_ECORRUPT. */
+int rec_decode(const uint8_t *key, const void *val, size_t len, struct drec *r);
+
+/* Copy a checked value of key into out with its last access set to atime (check redone). */
+void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, uint8_t *out);
+
+/* The XXH3-128 of a page in canonical byte order. */
+void page_checksum(const void *buf, size_t len, uint8_t out[16]);
+
+/* Record in txn that global slot g holds key, last accessed at atime. */
+int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime);
+
+/* Forget slot g in txn; a slot not in the table is no error. */
+int slot_del(struct dindex *ix, MDB_txn *txn, uint32_t g);
+
+/* Decode a slot-table entry: 0, or KVT_ECORRUPT for one of the wrong shape. */
+int slot_decode(const MDB_val *k, const MDB_val *v, uint32_t *g, const uint8_t **key,
+                uint64_t *atime);
+
+/* A 64-bit digest of a raw value, to recognise it again later. */
+uint64_t value_digest(const void *val, size_t len);
+
+#endif

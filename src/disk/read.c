@@ -1,0 +1,254 @@
+/*
+ * The read path. The owner looks each key up in the index, checks the record, pins its slot
+ * (so eviction cannot hand the slot to a write while the bytes are on their way) and queues
+ * the I/O; an engine thread verifies the checksum when the bytes land and finishes the page.
+ *
+ * Before the rebuild has run the slot table is unknown, but nothing can reuse a slot then
+ * either (writes wait for the rebuild), so a read pins without looking at the slot's state.
+ * A bad record or bad bytes are a miss; the committer drops the record behind it.
+ */
+#include "store_int.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
+
+/* The record's static bounds: what the dir's geometry allows at all. */
+static bool record_in_layout(const struct dstore *s, const struct drec *r)
+{
+    return r->length == s->page_bytes && r->slot < s->slab_slots && r->slab < s->nslabs &&
+           (uint64_t)r->slab * s->slab_slots + r->slot < s->nslots;
+}
+
+bool record_in_bounds_locked(const struct dstore *s, const struct drec *r)
+{
+    return record_in_layout(s, r) && r->slot < s->slabs[r->slab].valid;
+}
+
+int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct drec *r,
+                  uint64_t *digest)
+{
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)key}, v;
+    int rc = mdb_get(txn, s->ix.pages, &k, &v);
+
+    if (rc)
+        return rc == MDB_NOTFOUND ? -ENOENT : index_err(rc);
+    *digest = value_digest(v.mv_data, v.mv_size);
+    rc = rec_decode(key, v.mv_data, v.mv_size, r);
+    pthread_mutex_lock(&s->lock);
+    if (rc)
+        s->st.err_record++;
+    else if (!record_in_layout(s, r) && (rc = KVT_ECORRUPT))
+        s->st.err_bounds++;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Ask the committer to drop key's record: the one with digest, or the one naming slot g.
+ * Best effort: without memory the record stays and keeps failing its checks. */
+static void drop_later(struct dstore *s, const uint8_t *key, uint32_t g, uint64_t digest)
+{
+    struct djob *j;
+
+    if (s->ro || !(j = calloc(1, sizeof(*j))))
+        return;
+    if (!(j->keys = malloc(DSTORE_KEY_BYTES))) {
+        free(j);
+        return;
+    }
+    memcpy(j->keys, key, DSTORE_KEY_BYTES);
+    j->kind = JOB_DROP;
+    j->n = 1;
+    j->slot = g;
+    j->digest = digest;
+    pthread_mutex_lock(&s->lock);
+    job_push_locked(s, j);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Under the lock: the slot of a live record, pinned. -ENOENT when it is on its way out or
+ * being written; -ESTALE when the slot table gives the slot to nobody or to another key (a
+ * record left behind: it is dropped, unless the committer finds it changed since). */
+static int pin_locked(struct dstore *s, const uint8_t *key, uint32_t g)
+{
+    uint8_t st;
+
+    if (s->ro)
+        return 0;
+    if (s->ready) {
+        st = s->state[g];
+        if (st == SLOT_FREE || (st == SLOT_USED && memcmp(s->skey[g], key, DSTORE_KEY_BYTES)))
+            return -ESTALE;
+        if (st != SLOT_USED)
+            return -ENOENT;
+    }
+    if (s->pins[g] == UINT16_MAX)
+        return -ENOENT; /* that many reads of one page in flight: this one misses */
+    s->pins[g]++;
+    return 0;
+}
+
+static void unpin_locked(struct dstore *s, uint32_t g)
+{
+    if (s->ro || --s->pins[g])
+        return;
+    if (s->state[g] == SLOT_DEAD) {
+        s->state[g] = SLOT_FREE;
+        s->freestk[s->nfree++] = g;
+    }
+}
+
+/* The page's result: the I/O's, then the checksum's. A read past the end of the slab
+ * (-ENODATA: truncated under us) is as bad as bad bytes. */
+static int landed_result(const struct dstore *s, const struct dop_page *p)
+{
+    uint8_t sum[16];
+
+    if (p->req.res)
+        return p->req.res;
+    page_checksum(p->buf, s->page_bytes, sum);
+    return memcmp(sum, p->sum, 16) ? KVT_ECORRUPT : 0;
+}
+
+static void count_read_locked(struct dstore *s, const struct dio_req *req, int res)
+{
+    if (res == KVT_ECORRUPT)
+        s->st.err_checksum++;
+    else if (res == -ENODATA)
+        s->st.err_bounds++;
+    else if (res)
+        s->st.err_read_io++;
+    if (res)
+        return;
+    s->st.read_hits++;
+    s->st.bytes_read += s->page_bytes;
+    s->st.fixed_ios += req->fixed;
+}
+
+/* Under the lock: a hit counts as an access; bad bytes take the slot out of service until
+ * the drop job frees it. Before the rebuild the slot table is unknown: hits wait. */
+static void slot_after_read_locked(struct dstore *s, const struct dop_page *p, int res)
+{
+    if (s->ro)
+        return;
+    if (!s->ready) {
+        if (!res)
+            touch_early_locked(s, p->slot, p->key);
+        return;
+    }
+    if (memcmp(s->skey[p->slot], p->key, DSTORE_KEY_BYTES))
+        return;
+    if (!res) {
+        touch_locked(s, p->slot);
+    } else if (res == KVT_ECORRUPT && s->state[p->slot] == SLOT_USED) {
+        s->state[p->slot] = SLOT_DYING;
+        lru_unlink_locked(s, p->slot);
+    }
+}
+
+/* When the bytes land (on an engine thread): check them and finish the page. */
+static void read_landed(struct dio_req *req)
+{
+    struct dop_page *p = container_of(req, struct dop_page, req);
+    struct dop *op = p->op;
+    struct dstore *s = op->s;
+    int res = landed_result(s, p);
+
+    if (res == KVT_ECORRUPT || res == -ENODATA)
+        drop_later(s, p->key, p->slot, 0);
+    pthread_mutex_lock(&s->lock);
+    count_read_locked(s, req, res);
+    req->res = res == -ENODATA ? KVT_ECORRUPT : res;
+    slot_after_read_locked(s, p, req->res);
+    unpin_locked(s, p->slot);
+    op_page_done_locked(s, op);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Look the page up, pin its slot and fill its request; the page's result when it needs no
+ * I/O (a miss, a bad record). */
+static int prepare(struct dstore *s, struct dop_page *p)
+{
+    struct drec r;
+    uint64_t digest = 0;
+    uint32_t g;
+    int rc = lookup_record(s, s->rtxn, p->key, &r, &digest);
+
+    if (rc == KVT_ECORRUPT)
+        drop_later(s, p->key, NO_SLOT, digest);
+    if (rc)
+        return rc;
+    g = r.slab * s->slab_slots + r.slot;
+    pthread_mutex_lock(&s->lock);
+    if (!record_in_bounds_locked(s, &r)) {
+        s->st.err_bounds++;
+        rc = KVT_ECORRUPT;
+    } else if (!(rc = pin_locked(s, p->key, g))) {
+        p->req.fd = slab_fd_locked(s, r.slab, p->buf);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc == KVT_ECORRUPT || rc == -ESTALE)
+        drop_later(s, p->key, NO_SLOT, digest);
+    if (rc)
+        return rc == -ESTALE ? -ENOENT : rc;
+    p->slot = g;
+    memcpy(p->sum, r.sum, 16);
+    p->req.buf = p->buf;
+    p->req.off = (uint64_t)r.slot * s->slot_bytes;
+    p->req.len = s->page_bytes;
+    p->req.slab = r.slab;
+    p->req.slot = r.slot;
+    p->req.complete = read_landed;
+    return 0;
+}
+
+/* A pinned page whose descriptor could not be opened: unpin and fail it. */
+static int unusable_fd(struct dstore *s, struct dop_page *p)
+{
+    pthread_mutex_lock(&s->lock);
+    unpin_locked(s, p->slot);
+    s->st.err_read_io++;
+    pthread_mutex_unlock(&s->lock);
+    return -EIO;
+}
+
+/* Every page's result is settled here or by its I/O: the op always completes. */
+int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages)
+{
+    struct dio_req *list = NULL, **tail = &list;
+    int rc = index_err(mdb_txn_renew(s->rtxn));
+    uint32_t queued = 0;
+
+    for (uint32_t i = 0; i < op->n; i++) {
+        struct dop_page *p = &op->pages[i];
+
+        p->buf = pages[i].buf;
+        if (!pages[i].key || !pages[i].buf) {
+            p->req.res = -EINVAL;
+            continue;
+        }
+        memcpy(p->key, pages[i].key, DSTORE_KEY_BYTES);
+        p->req.res = rc ? rc : prepare(s, p);
+        if (!p->req.res && p->req.fd < 0)
+            p->req.res = unusable_fd(s, p);
+        if (p->req.res)
+            continue;
+        *tail = &p->req;
+        tail = &p->req.next;
+        queued++;
+    }
+    if (!rc)
+        mdb_txn_reset(s->rtxn);
+    pthread_mutex_lock(&s->lock);
+    s->st.reads += op->n;
+    op->pending += queued;
+    pthread_mutex_unlock(&s->lock);
+    dio_submit(s->io, list);
+    pthread_mutex_lock(&s->lock);
+    op_page_done_locked(s, op); /* the submission's hold */
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}

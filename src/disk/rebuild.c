@@ -1,0 +1,233 @@
+/*
+ * The rebuild: the committer's first job after open. Open itself reads nothing per page, so
+ * a dir of a million pages serves reads at once; this pass builds, in the background, what
+ * writes and eviction need, from the compact slot table (about 50 bytes a page; the records
+ * themselves are checked when read):
+ * - the slot table: each entry claims its slot; an entry outside the slabs (a truncated or
+ *   missing slab file, a shrunk capacity) is dropped with the record it names;
+ * - the free stack, lowest slot on top, so slabs fill in order;
+ * - the LRU list, ordered by the persisted last-access times.
+ *
+ * The arrays are written without the lock: until ready is set (under it), no other thread
+ * reads them. Readers pin slots meanwhile (under the lock, in their own array).
+ */
+#include "store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DROP_CHUNK 4096 /* deletions per transaction */
+
+struct drop {
+    uint32_t g;
+    uint8_t key[DSTORE_KEY_BYTES];
+};
+
+struct drops {
+    struct drop *v;
+    size_t n, cap;
+};
+
+struct scan_counts {
+    uint64_t err_record, err_bounds, max_atime;
+};
+
+static void drops_add(struct drops *d, uint32_t g, const uint8_t *key)
+{
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        struct drop *v = realloc(d->v, cap * sizeof(*v));
+
+        if (!v)
+            return; /* left in place: its slot stays unused, its record fails at read */
+        d->v = v;
+        d->cap = cap;
+    }
+    d->v[d->n].g = g;
+    memcpy(d->v[d->n++].key, key, DSTORE_KEY_BYTES);
+}
+
+/* Whether the slabs back global slot g now. */
+static bool backed(const struct dstore *s, uint64_t g)
+{
+    return g < s->nslots && g % s->slab_slots < s->slabs[g / s->slab_slots].valid;
+}
+
+/* One slot-table entry: it claims its slot, or is marked for dropping. */
+static void scan_one(struct dstore *s, const MDB_val *k, const MDB_val *v, struct drops *d,
+                     struct scan_counts *c)
+{
+    const uint8_t *key;
+    uint64_t atime;
+    uint32_t g;
+
+    if (slot_decode(k, v, &g, &key, &atime)) {
+        c->err_record++; /* cannot be deleted by slot number: never read either */
+        return;
+    }
+    if (!backed(s, g)) {
+        c->err_bounds++;
+        drops_add(d, g, key);
+        return;
+    }
+    s->state[g] = SLOT_USED;
+    memcpy(s->skey[g], key, DSTORE_KEY_BYTES);
+    s->atime[g] = atime;
+    if (atime > c->max_atime)
+        c->max_atime = atime;
+}
+
+static int scan(struct dstore *s, struct drops *d, struct scan_counts *c)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn)), mrc;
+
+    if (rc)
+        return rc;
+    if ((rc = index_err(mdb_cursor_open(txn, s->ix.slots, &cur)))) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !mrc;
+         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+        scan_one(s, &k, &v, d, c);
+    rc = mrc == MDB_NOTFOUND ? 0 : index_err(mrc);
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+/* The entry, and the record of its key when that names the same slot (or is junk). */
+static int drop_one(struct dstore *s, MDB_txn *txn, const struct drop *d)
+{
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)d->key}, v;
+    struct drec r;
+    int rc = slot_del(&s->ix, txn, d->g), m;
+
+    if (rc || (m = mdb_get(txn, s->ix.pages, &k, &v)) == MDB_NOTFOUND)
+        return rc;
+    if (m)
+        return index_err(m);
+    if (!rec_decode(d->key, v.mv_data, v.mv_size, &r) &&
+        (uint64_t)r.slab * s->slab_slots + r.slot != d->g)
+        return 0;
+    return index_err(mdb_del(txn, s->ix.pages, &k, NULL));
+}
+
+static int drop_chunk(struct dstore *s, const struct drop *first, size_t n)
+{
+    MDB_txn *txn;
+    int rc = index_err(mdb_txn_begin(s->ix.env, NULL, 0, &txn));
+
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = drop_one(s, txn, &first[i]);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    return index_err(mdb_txn_commit(txn));
+}
+
+/* Dropped in chunks; a chunk that fails (an index error) stays, never served. */
+static size_t drop_all(struct dstore *s, const struct drops *d)
+{
+    size_t dropped = 0;
+
+    for (size_t i = 0; i < d->n; i += DROP_CHUNK) {
+        size_t n = d->n - i < DROP_CHUNK ? d->n - i : DROP_CHUNK;
+
+        if (drop_chunk(s, d->v + i, n) == 0)
+            dropped += n;
+    }
+    return dropped;
+}
+
+/* Highest slot first, so the lowest free slot ends on top. */
+static uint64_t build_free(struct dstore *s)
+{
+    uint64_t n = 0;
+
+    for (uint64_t g = s->nslots; g-- > 0;)
+        if (s->state[g] == SLOT_FREE)
+            s->freestk[n++] = (uint32_t)g;
+    return n;
+}
+
+struct aged {
+    uint64_t atime;
+    uint32_t g;
+};
+
+static int cmp_aged(const void *a, const void *b)
+{
+    const struct aged *x = a, *y = b;
+
+    if (x->atime != y->atime)
+        return x->atime < y->atime ? -1 : 1;
+    return (x->g > y->g) - (x->g < y->g);
+}
+
+/* Oldest pushed first, so the most recent ends at the head. Without memory to sort, slot
+ * order stands in: eviction still works, only its order is off. */
+static void build_lru(struct dstore *s, uint64_t used)
+{
+    struct aged *a = malloc((used ? used : 1) * sizeof(*a));
+    uint64_t n = 0;
+
+    for (uint64_t g = 0; g < s->nslots; g++) {
+        s->prev[g] = s->next[g] = NO_SLOT;
+        if (s->state[g] == SLOT_USED && a)
+            a[n++] = (struct aged){s->atime[g], (uint32_t)g};
+        else if (s->state[g] == SLOT_USED)
+            lru_push_locked(s, (uint32_t)g);
+    }
+    if (!a)
+        return;
+    qsort(a, n, sizeof(*a), cmp_aged);
+    for (uint64_t i = 0; i < n; i++)
+        lru_push_locked(s, a[i].g);
+    free(a);
+}
+
+/* Under the lock, once the table is known: the hits served before it, in their order. */
+static void apply_early_locked(struct dstore *s)
+{
+    for (uint32_t i = 0; i < s->nearly; i++) {
+        const struct early_touch *t = &s->early[i];
+
+        if (!memcmp(s->skey[t->g], t->key, DSTORE_KEY_BYTES))
+            touch_locked(s, t->g);
+    }
+    s->nearly = 0;
+}
+
+void rebuild(struct dstore *s)
+{
+    struct drops d = {0};
+    struct scan_counts c = {0};
+    uint64_t nfree, dropped = 0;
+    int rc = scan(s, &d, &c);
+
+    if (!rc)
+        dropped = drop_all(s, &d);
+    free(d.v);
+    nfree = build_free(s);
+    build_lru(s, s->nslots - nfree);
+    pthread_mutex_lock(&s->lock);
+    s->nfree = nfree;
+    s->broken = rc;
+    s->st.err_record += c.err_record;
+    s->st.err_bounds += c.err_bounds;
+    s->st.dropped += dropped;
+    if (c.max_atime > s->clock)
+        s->clock = c.max_atime;
+    s->ready = true;
+    apply_early_locked(s);
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,961 @@
+/*
+ * The block store's front: open and close, the data dir's life, ops and their collection,
+ * and the owner's synchronous calls (see store.h and store_int.h).
+ *
+ * A data dir is ours when it has index/data.mdb; a dir holding nothing but what a crashed
+ * creation leaves (lock, slabs/, index.new/) is created afresh; anything else is refused
+ * before a byte of it is touched. Creation builds the index in index.new and renames it
+ * into place, so a crash mid-way never leaves an index without its meta record.
+ */
+#include "store_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOT_ALIGN 4096u
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+
+/* ---- small shared helpers ---- */
+
+uint64_t stamp_locked(struct dstore *s)
+{
+    struct timespec ts;
+    uint64_t now;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    s->clock = now > s->clock ? now : s->clock + 1;
+    return s->clock;
+}
+
+void lru_unlink_locked(struct dstore *s, uint32_t g)
+{
+    uint32_t p = s->prev[g], n = s->next[g];
+
+    if (p != NO_SLOT)
+        s->next[p] = n;
+    else if (s->lru_head == g)
+        s->lru_head = n;
+    if (n != NO_SLOT)
+        s->prev[n] = p;
+    else if (s->lru_tail == g)
+        s->lru_tail = p;
+    s->prev[g] = s->next[g] = NO_SLOT;
+}
+
+void lru_push_locked(struct dstore *s, uint32_t g)
+{
+    s->prev[g] = NO_SLOT;
+    s->next[g] = s->lru_head;
+    if (s->lru_head != NO_SLOT)
+        s->prev[s->lru_head] = g;
+    s->lru_head = g;
+    if (s->lru_tail == NO_SLOT)
+        s->lru_tail = g;
+}
+
+/* The access time is persisted lazily: a full dirty list only loses the hint, never order
+ * in this process. */
+void touch_locked(struct dstore *s, uint32_t g)
+{
+    if (s->state[g] != SLOT_USED)
+        return;
+    lru_unlink_locked(s, g);
+    lru_push_locked(s, g);
+    s->atime[g] = stamp_locked(s);
+    if (!s->dirty_bit[g] && s->ndirty < DIRTY_MAX) {
+        s->dirty_bit[g] = 1;
+        s->dirty[s->ndirty++] = g;
+    }
+    if (s->ndirty >= DIRTY_FLUSH)
+        pthread_cond_signal(&s->job_cv);
+}
+
+/* A hint like the rest: past EARLY_MAX the oldest order is kept and the rest lost. */
+void touch_early_locked(struct dstore *s, uint32_t g, const uint8_t *key)
+{
+    if (s->nearly == EARLY_MAX)
+        return;
+    s->early[s->nearly].g = g;
+    memcpy(s->early[s->nearly++].key, key, DSTORE_KEY_BYTES);
+}
+
+void slot_release_locked(struct dstore *s, uint32_t g)
+{
+    if (s->pins[g]) {
+        s->state[g] = SLOT_DEAD;
+        return;
+    }
+    s->state[g] = SLOT_FREE;
+    s->freestk[s->nfree++] = g;
+}
+
+void job_push_locked(struct dstore *s, struct djob *j)
+{
+    j->next = NULL;
+    if (s->jtail)
+        s->jtail->next = j;
+    else
+        s->jhead = j;
+    s->jtail = j;
+    pthread_cond_signal(&s->job_cv);
+}
+
+/* ---- ops ---- */
+
+static struct dop *op_alloc(struct dstore *s, uint32_t kind, size_t n, int *results)
+{
+    size_t tok = kind == DSTORE_OP_WRITE ? (size_t)s->page_tokens * sizeof(uint32_t) : 0;
+    struct dop *op = calloc(1, sizeof(*op) + n * (sizeof(struct dop_page) + tok));
+    uint32_t *tokens;
+
+    if (!op)
+        return NULL;
+    op->s = s;
+    op->kind = kind;
+    op->n = (uint32_t)n;
+    op->results = results;
+    tokens = (uint32_t *)(op->pages + n);
+    for (size_t i = 0; i < n; i++) {
+        op->pages[i].op = op;
+        op->pages[i].slot = NO_SLOT;
+        op->pages[i].tokens = tok ? tokens + i * s->page_tokens : NULL;
+    }
+    return op;
+}
+
+/* Under the lock: the op gets its id and joins the live list. */
+static void op_link_locked(struct dstore *s, struct dop *op)
+{
+    op->id = ++s->last_id;
+    if (s->otail)
+        s->otail->next = op;
+    else
+        s->ohead = op;
+    s->otail = op;
+    s->live++;
+}
+
+static void op_finish_locked(struct dstore *s, struct dop *op)
+{
+    op->ok = 0;
+    for (uint32_t i = 0; i < op->n; i++) {
+        op->results[i] = op->pages[i].req.res;
+        op->ok += op->pages[i].req.res == 0;
+    }
+    op->done = true;
+    pthread_cond_broadcast(&s->done_cv);
+}
+
+void op_page_done_locked(struct dstore *s, struct dop *op)
+{
+    if (--op->pending == 0)
+        op_finish_locked(s, op);
+}
+
+/* Under the lock: take op (done) off the live list. */
+static void op_unlink_locked(struct dstore *s, struct dop *op, struct dop *prev)
+{
+    if (prev)
+        prev->next = op->next;
+    else
+        s->ohead = op->next;
+    if (s->otail == op)
+        s->otail = prev;
+    s->live--;
+}
+
+static void op_report(const struct dop *op, struct dstore_done *d)
+{
+    if (!d)
+        return;
+    d->op = op->id;
+    d->kind = op->kind;
+    d->pages = op->n;
+    d->ok = op->ok;
+}
+
+size_t dstore_poll(struct dstore *s, struct dstore_done *done, size_t max)
+{
+    struct dop *op, *prev = NULL, *next;
+    size_t got = 0;
+
+    if (!s || (max && !done))
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    for (op = s->ohead; op && got < max; op = next) {
+        next = op->next;
+        if (!op->done) {
+            prev = op;
+            continue;
+        }
+        op_unlink_locked(s, op, prev);
+        op_report(op, &done[got++]);
+        free(op);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return got;
+}
+
+static struct timespec deadline_after(int ms)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t); /* the clock the condition variables wait on */
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+/* Under the lock: op by id and the op before it on the live list; NULL when not there. */
+static struct dop *op_find_locked(struct dstore *s, uint64_t id, struct dop **prev)
+{
+    struct dop *op;
+
+    *prev = NULL;
+    for (op = s->ohead; op && op->id != id; op = op->next)
+        *prev = op;
+    return op;
+}
+
+int dstore_wait_for(struct dstore *s, uint64_t id, int timeout_ms, struct dstore_done *done)
+{
+    struct timespec until = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
+    struct dop *op, *prev;
+    bool finished;
+    int rc = 0;
+
+    if (!s || id == 0 || id > s->last_id)
+        return -EINVAL;
+    pthread_mutex_lock(&s->lock);
+    while ((op = op_find_locked(s, id, &prev)) && !op->done && rc != ETIMEDOUT)
+        rc = timeout_ms < 0 ? pthread_cond_wait(&s->done_cv, &s->lock)
+                            : pthread_cond_timedwait(&s->done_cv, &s->lock, &until);
+    finished = op && op->done; /* read under the lock: a worker may finish it any time */
+    if (finished)
+        op_unlink_locked(s, op, prev);
+    pthread_mutex_unlock(&s->lock);
+    if (!op)
+        return -ENOENT;
+    if (!finished)
+        return -ETIMEDOUT;
+    op_report(op, done);
+    free(op);
+    return 0;
+}
+
+int dstore_wait(struct dstore *s, uint64_t id, struct dstore_done *done)
+{
+    return dstore_wait_for(s, id, -1, done);
+}
+
+/* ---- writes and reads ---- */
+
+static int check_batch(const struct dstore *s, const void *pages, size_t n, const int *results,
+                       const uint64_t *id)
+{
+    if (!s || !id || (n && (!pages || !results)) || n > UINT32_MAX / 2)
+        return -EINVAL;
+    return 0;
+}
+
+/* Copy what the committer needs; a page without key or buffer fails alone. */
+static void copy_wpage(struct dstore *s, struct dop_page *p, const struct dstore_wpage *w)
+{
+    if (!w->key || !w->buf) {
+        p->req.res = -EINVAL;
+        return;
+    }
+    memcpy(p->key, w->key, DSTORE_KEY_BYTES);
+    if (w->parent)
+        memcpy(p->parent, w->parent, DSTORE_KEY_BYTES);
+    if (w->ns)
+        memcpy(p->ns, w->ns, DSTORE_NS_BYTES);
+    if (w->tokens && s->page_tokens)
+        memcpy(p->tokens, w->tokens, (size_t)s->page_tokens * sizeof(uint32_t));
+    p->buf = (void *)w->buf;
+}
+
+int dstore_write(struct dstore *s, const struct dstore_wpage *pages, size_t n, int *results,
+                 uint64_t *id)
+{
+    struct dop *op;
+    struct djob *j;
+    int rc = check_batch(s, pages, n, results, id);
+
+    if (rc)
+        return rc;
+    if (s->ro)
+        return -EROFS;
+    op = op_alloc(s, DSTORE_OP_WRITE, n, results);
+    j = calloc(1, sizeof(*j));
+    if (!op || !j) {
+        free(op);
+        free(j);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        copy_wpage(s, &op->pages[i], &pages[i]);
+    j->kind = JOB_WRITE;
+    j->op = op;
+    op->pending = 1; /* the committer finishes a write op whole */
+    pthread_mutex_lock(&s->lock);
+    op_link_locked(s, op);
+    job_push_locked(s, j);
+    pthread_mutex_unlock(&s->lock);
+    *id = op->id;
+    return 0;
+}
+
+int dstore_read(struct dstore *s, const struct dstore_rpage *pages, size_t n, int *results,
+                uint64_t *id)
+{
+    struct dop *op;
+    int rc = check_batch(s, pages, n, results, id);
+
+    if (rc)
+        return rc;
+    op = op_alloc(s, DSTORE_OP_READ, n, results);
+    if (!op)
+        return -ENOMEM;
+    op->pending = 1; /* held by the submission until every page is on its way */
+    pthread_mutex_lock(&s->lock);
+    op_link_locked(s, op);
+    pthread_mutex_unlock(&s->lock);
+    *id = op->id;
+    return read_submit(s, op, pages);
+}
+
+int dstore_put(struct dstore *s, const struct dstore_wpage *pages, size_t n, int *results)
+{
+    uint64_t id;
+    int rc = dstore_write(s, pages, n, results, &id);
+
+    return rc ? rc : dstore_wait(s, id, NULL);
+}
+
+int dstore_get(struct dstore *s, const struct dstore_rpage *pages, size_t n, int *results)
+{
+    uint64_t id;
+    int rc = dstore_read(s, pages, n, results, &id);
+
+    return rc ? rc : dstore_wait(s, id, NULL);
+}
+
+/* ---- existence ---- */
+
+/* Whether key has a valid record whose slot is live (once the slot table is known). */
+static bool present(struct dstore *s, const uint8_t *key)
+{
+    struct drec r;
+    uint64_t digest;
+    bool live = true;
+
+    if (lookup_record(s, s->rtxn, key, &r, &digest))
+        return false;
+    if (s->ro)
+        return true;
+    pthread_mutex_lock(&s->lock);
+    if (s->ready) {
+        uint32_t g = r.slab * s->slab_slots + r.slot;
+
+        live = s->state[g] == SLOT_USED && !memcmp(s->skey[g], key, DSTORE_KEY_BYTES);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return live;
+}
+
+/* Answer for up to n keys, stopping at the first absent one when stop_at_miss. */
+static int probe_keys(struct dstore *s, const uint8_t *keys, size_t n, bool *out, bool stop_at_miss,
+                      size_t *count)
+{
+    int rc;
+
+    if (!s || (n && !keys))
+        return -EINVAL;
+    if ((rc = index_err(mdb_txn_renew(s->rtxn))))
+        return rc;
+    *count = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool here = present(s, keys + i * DSTORE_KEY_BYTES);
+
+        if (out)
+            out[i] = here;
+        if (!here && stop_at_miss)
+            break;
+        *count += here;
+    }
+    mdb_txn_reset(s->rtxn);
+    return 0;
+}
+
+int dstore_exists(struct dstore *s, const uint8_t *keys, size_t n, bool *present_out)
+{
+    size_t count;
+
+    if (n && !present_out)
+        return -EINVAL;
+    return probe_keys(s, keys, n, present_out, false, &count);
+}
+
+int dstore_leading_run(struct dstore *s, const uint8_t *keys, size_t n, size_t *run)
+{
+    if (!run)
+        return -EINVAL;
+    return probe_keys(s, keys, n, NULL, true, run);
+}
+
+/* ---- synchronous jobs ---- */
+
+static int sync_job(struct dstore *s, enum djob_kind kind, const uint8_t *keys, size_t n,
+                    size_t *result)
+{
+    struct djob *j;
+    int rc;
+
+    if (!s || (kind == JOB_DELETE && n && !keys))
+        return -EINVAL;
+    if (s->ro)
+        return -EROFS;
+    j = calloc(1, sizeof(*j));
+    if (!j)
+        return -ENOMEM;
+    j->kind = kind;
+    j->n = n;
+    if (kind == JOB_DELETE && n) {
+        j->keys = malloc(n * DSTORE_KEY_BYTES);
+        if (!j->keys) {
+            free(j);
+            return -ENOMEM;
+        }
+        memcpy(j->keys, keys, n * DSTORE_KEY_BYTES);
+    }
+    rc = job_run(s, j);
+    if (result)
+        *result = j->result;
+    free(j->keys);
+    free(j);
+    return rc;
+}
+
+int dstore_delete(struct dstore *s, const uint8_t *keys, size_t n, size_t *deleted)
+{
+    return sync_job(s, JOB_DELETE, keys, n, deleted);
+}
+
+int dstore_evict(struct dstore *s, size_t max_pages, size_t *evicted)
+{
+    return sync_job(s, JOB_EVICT, NULL, max_pages, evicted);
+}
+
+int dstore_flush(struct dstore *s)
+{
+    return sync_job(s, JOB_FLUSH, NULL, 0, NULL);
+}
+
+int dstore_wait_ready(struct dstore *s)
+{
+    int rc;
+
+    if (!s)
+        return -EINVAL;
+    if (s->ro)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    while (!s->ready)
+        pthread_cond_wait(&s->done_cv, &s->lock);
+    rc = s->broken;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* ---- iteration and counters ---- */
+
+static void entry_fill(struct dstore_entry *e, const struct drec *r, uint32_t *tokens)
+{
+    e->parent = r->parent;
+    e->ns = r->ns;
+    e->ntokens = r->ntokens;
+    for (uint32_t i = 0; i < r->ntokens; i++) {
+        const uint8_t *t = r->tokens + 4 * (size_t)i;
+
+        tokens[i] =
+            (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+    }
+    e->tokens = tokens;
+    e->slab = r->slab;
+    e->slot = r->slot;
+    e->length = r->length;
+    memcpy(e->checksum, r->sum, 16);
+    e->created_ns = r->created;
+    e->last_access_ns = r->last_access;
+}
+
+static int visit(MDB_val *k, MDB_val *v, uint32_t *tokens, dstore_visit_fn fn, void *arg)
+{
+    struct dstore_entry e = {.key = k->mv_data, .status = KVT_ECORRUPT};
+    struct drec r;
+
+    if (k->mv_size == DSTORE_KEY_BYTES && !rec_decode(k->mv_data, v->mv_data, v->mv_size, &r)) {
+        e.status = 0;
+        entry_fill(&e, &r, tokens);
+    }
+    return fn(arg, &e);
+}
+
+int dstore_iterate(struct dstore *s, dstore_visit_fn fn, void *arg)
+{
+    MDB_txn *txn;
+    MDB_cursor *c;
+    MDB_val k, v;
+    uint32_t *tokens;
+    int rc, mrc;
+
+    if (!s || !fn)
+        return -EINVAL;
+    tokens = malloc(DSTORE_MAX_TOKENS * sizeof(uint32_t));
+    if (!tokens)
+        return -ENOMEM;
+    if ((rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))))
+        goto out_tokens;
+    if ((rc = index_err(mdb_cursor_open(txn, s->ix.pages, &c))))
+        goto out_txn;
+    for (mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !mrc && !rc;
+         mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        rc = visit(&k, &v, tokens, fn, arg);
+    if (!rc && mrc != MDB_NOTFOUND)
+        rc = index_err(mrc);
+    mdb_cursor_close(c);
+out_txn:
+    mdb_txn_abort(txn);
+out_tokens:
+    free(tokens);
+    return rc;
+}
+
+static uint64_t index_entries(struct dstore *s)
+{
+    MDB_txn *txn;
+    MDB_stat ms = {0};
+
+    if (mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))
+        return 0;
+    mdb_stat(txn, s->ix.pages, &ms);
+    mdb_txn_abort(txn);
+    return ms.ms_entries;
+}
+
+void dstore_stats(struct dstore *s, struct dstore_stats *st)
+{
+    if (!s || !st)
+        return;
+    pthread_mutex_lock(&s->lock);
+    *st = s->st;
+    st->free_slots = s->ready ? s->nfree : 0;
+    st->ready = s->ro || s->ready;
+    st->ops_in_flight = s->live;
+    st->direct = s->direct; /* may turn off when the first slab is made */
+    pthread_mutex_unlock(&s->lock);
+    st->pages = index_entries(s);
+    st->bytes = st->pages * s->page_bytes;
+    st->capacity_slots = s->nslots;
+    st->page_bytes = s->page_bytes;
+    st->slot_bytes = s->slot_bytes;
+    st->io = dio_kind(s->io);
+    st->fixed_buffers = dio_fixed_buffers(s->io);
+}
+
+/* ---- the data dir ---- */
+
+enum dir_kind { DIR_OURS, DIR_FRESH, DIR_FOREIGN };
+
+/* Names a fresh dir, or one whose creation crashed, may hold. */
+static bool fresh_name(const char *n)
+{
+    return !strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "lock") || !strcmp(n, "slabs") ||
+           !strcmp(n, "index.new");
+}
+
+static int classify(int dirfd, enum dir_kind *kind)
+{
+    struct dirent *de;
+    DIR *d;
+    int fd;
+
+    if (faccessat(dirfd, "index/data.mdb", F_OK, 0) == 0) {
+        *kind = DIR_OURS;
+        return 0;
+    }
+    if ((fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -errno;
+    if (!(d = fdopendir(fd))) {
+        close(fd);
+        return -errno;
+    }
+    *kind = DIR_FRESH;
+    while ((de = readdir(d)))
+        if (!fresh_name(de->d_name))
+            *kind = DIR_FOREIGN;
+    closedir(d);
+    return 0;
+}
+
+/* What a crashed creation left in index.new. */
+static void remove_partial_index(int dirfd)
+{
+    unlinkat(dirfd, "index.new/data.mdb", 0);
+    unlinkat(dirfd, "index.new/lock.mdb", 0);
+    unlinkat(dirfd, "index.new", AT_REMOVEDIR);
+}
+
+static size_t map_bytes(const struct dstore *s)
+{
+    uint64_t per = rec_bytes(s->page_tokens) + 64;
+    uint64_t want = s->nslots * per * 2 + 64 * MIB;
+
+    return (size_t)((want + MIB - 1) / MIB * MIB);
+}
+
+static char *dir_path(const struct dstore *s, const char *name)
+{
+    size_t len = strlen(s->dir) + strlen(name) + 2;
+    char *p = malloc(len);
+
+    if (p)
+        snprintf(p, len, "%s/%s", s->dir, name);
+    return p;
+}
+
+/* The dir's geometry for a new store, from the options. */
+static void geometry_new(struct dstore *s, struct dmeta *m)
+{
+    uint64_t slab_slots = s->o.slab_bytes / s->slot_bytes;
+
+    memset(m, 0, sizeof(*m));
+    m->version = DSTORE_FORMAT_VERSION;
+    m->page_bytes = s->page_bytes;
+    m->page_tokens = s->page_tokens;
+    m->slot_bytes = s->slot_bytes;
+    m->slab_slots =
+        (uint32_t)(slab_slots ? slab_slots > UINT32_MAX / 2 ? UINT32_MAX / 2 : slab_slots : 1);
+    memcpy(m->fingerprint, s->o.fingerprint, DSTORE_FINGERPRINT_BYTES);
+    pthread_mutex_lock(&s->lock);
+    m->created = stamp_locked(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int dir_create(struct dstore *s)
+{
+    struct dmeta m;
+    char *path;
+    int rc;
+
+    if (mkdirat(s->dirfd, "slabs", 0700) && errno != EEXIST)
+        return -errno;
+    remove_partial_index(s->dirfd);
+    if (mkdirat(s->dirfd, "index.new", 0700))
+        return -errno;
+    if (!(path = dir_path(s, "index.new")))
+        return -ENOMEM;
+    geometry_new(s, &m);
+    rc = index_create(path, &m, map_bytes(s));
+    free(path);
+    if (rc)
+        return rc;
+    if (renameat(s->dirfd, "index.new", s->dirfd, "index"))
+        return -errno;
+    return fsync(s->dirfd) ? -errno : 0;
+}
+
+/* Only one writer per dir: a second open (here or in another process) gets -EBUSY. */
+static int take_lock(struct dstore *s)
+{
+    s->lockfd = openat(s->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->lockfd < 0)
+        return -errno;
+    if (flock(s->lockfd, LOCK_EX | LOCK_NB))
+        return errno == EWOULDBLOCK ? -EBUSY : -errno;
+    return 0;
+}
+
+/* Classify before locking, so a foreign dir is refused untouched; again after, since a
+ * creation may have finished in between. */
+static int dir_prepare(struct dstore *s)
+{
+    enum dir_kind kind;
+    int rc;
+
+    if (!s->ro && mkdir(s->dir, 0700) && errno != EEXIST)
+        return -errno;
+    s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dirfd < 0)
+        return -errno;
+    if ((rc = classify(s->dirfd, &kind)))
+        return rc;
+    if (kind == DIR_FOREIGN || (s->ro && kind != DIR_OURS))
+        return KVT_EFORMAT;
+    if (s->ro)
+        return 0;
+    if ((rc = take_lock(s)) || (rc = classify(s->dirfd, &kind)))
+        return rc;
+    if (kind == DIR_FOREIGN)
+        return KVT_EFORMAT;
+    return kind == DIR_FRESH ? dir_create(s) : 0;
+}
+
+/* The options' geometry must be the dir's; its own layout (slots, slabs) is taken as is. */
+static int check_meta(struct dstore *s, const struct dmeta *m)
+{
+    if (memcmp(m->fingerprint, s->o.fingerprint, DSTORE_FINGERPRINT_BYTES) ||
+        m->page_bytes != s->page_bytes || m->page_tokens != s->page_tokens)
+        return KVT_EFINGERPRINT;
+    if (m->slot_bytes < m->page_bytes || m->slot_bytes % 512 || !m->slab_slots)
+        return KVT_ECORRUPT;
+    s->slot_bytes = m->slot_bytes;
+    s->slab_slots = m->slab_slots;
+    s->nslots = s->o.disk_bytes / s->slot_bytes;
+    if (s->nslots >= NO_SLOT)
+        s->nslots = NO_SLOT - 1;
+    if (!s->nslots)
+        return -EINVAL;
+    s->nslabs = (uint32_t)((s->nslots + s->slab_slots - 1) / s->slab_slots);
+    return 0;
+}
+
+static int index_prepare(struct dstore *s)
+{
+    struct dmeta m;
+    char *path = dir_path(s, "index");
+    int rc;
+
+    if (!path)
+        return -ENOMEM;
+    /* Sized for the capacity asked for; reopening with a larger one grows the map. */
+    rc = index_open(&s->ix, path, s->ro, map_bytes(s));
+    free(path);
+    if (rc)
+        return rc;
+    if ((rc = index_read_meta(&s->ix, &m)) || (rc = check_meta(s, &m)))
+        return rc;
+    if ((rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &s->rtxn))))
+        return rc;
+    mdb_txn_reset(s->rtxn);
+    return 0;
+}
+
+/* ---- the slot table ---- */
+
+static int table_alloc(struct dstore *s)
+{
+    size_t n = (size_t)s->nslots;
+
+    s->state = calloc(n, 1);
+    s->pins = calloc(n, sizeof(*s->pins));
+    s->skey = calloc(n, DSTORE_KEY_BYTES);
+    s->atime = calloc(n, sizeof(*s->atime));
+    s->prev = malloc(n * sizeof(*s->prev));
+    s->next = malloc(n * sizeof(*s->next));
+    s->freestk = malloc(n * sizeof(*s->freestk));
+    s->dirty_bit = calloc(n, 1);
+    s->early = malloc(EARLY_MAX * sizeof(*s->early));
+    s->touched = malloc(DIRTY_MAX * sizeof(*s->touched));
+    s->recbuf = malloc(rec_bytes(s->page_tokens));
+    if (!s->early || !s->touched || !s->recbuf || !s->state || !s->pins || !s->skey || !s->atime ||
+        !s->prev || !s->next || !s->freestk || !s->dirty_bit)
+        return -ENOMEM;
+    s->lru_head = s->lru_tail = NO_SLOT;
+    return 0;
+}
+
+static void table_free(struct dstore *s)
+{
+    free(s->state);
+    free(s->pins);
+    free(s->skey);
+    free(s->atime);
+    free(s->prev);
+    free(s->next);
+    free(s->freestk);
+    free(s->dirty_bit);
+    free(s->early);
+    free(s->touched);
+    free(s->recbuf);
+}
+
+/* ---- open and close ---- */
+
+void dstore_options_init(struct dstore_options *o, size_t size)
+{
+    if (!o || size < sizeof(*o))
+        return;
+    memset(o, 0, size);
+    o->size = size;
+    o->disk_bytes = GIB;
+    o->slab_bytes = GIB;
+    o->io = DSTORE_IO_AUTO;
+    o->queue_depth = 64;
+    o->io_threads = 4;
+    o->max_batch = 256;
+}
+
+static int check_options(const struct dstore_options *o)
+{
+    if (!o || o->size != sizeof(*o) || !o->dir || !o->dir[0] || !o->page_bytes)
+        return -EINVAL;
+    if (o->page_tokens > DSTORE_MAX_TOKENS || o->io > DSTORE_IO_PSYNC || !o->max_batch)
+        return -EINVAL;
+    if (o->flags & ~(uint32_t)(DSTORE_READONLY | DSTORE_BUFFERED))
+        return -EINVAL;
+    if (o->page_bytes > UINT32_MAX - SLOT_ALIGN)
+        return -EINVAL;
+    if (o->disk_bytes < (o->page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN)
+        return -EINVAL;
+    return 0;
+}
+
+static int sync_init(struct dstore *s)
+{
+    pthread_condattr_t ca;
+    int rc = 0;
+
+    if (pthread_condattr_init(&ca))
+        return -ENOMEM;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_mutex_init(&s->lock, NULL) || pthread_cond_init(&s->job_cv, &ca) ||
+        pthread_cond_init(&s->done_cv, &ca) || pthread_cond_init(&s->io_cv, &ca))
+        rc = -ENOMEM; /* objects made before a failure hold no memory on Linux */
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+static struct dstore *store_new(const struct dstore_options *o)
+{
+    struct dstore *s = calloc(1, sizeof(*s));
+
+    if (!s)
+        return NULL;
+    s->o = *o;
+    s->dir = strdup(o->dir);
+    s->o.dir = s->dir;
+    s->ro = o->flags & DSTORE_READONLY;
+    s->dirfd = s->slabfd = s->lockfd = -1;
+    s->page_bytes = o->page_bytes;
+    s->page_tokens = o->page_tokens;
+    s->slot_bytes = (o->page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+    s->nslots = o->disk_bytes / s->slot_bytes; /* until the dir's own slot size is known */
+    if (!s->dir || sync_init(s)) {
+        free(s->dir);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int io_start(struct dstore *s)
+{
+    struct dio_config c = {
+        .kind = s->o.io,
+        .depth = s->o.queue_depth,
+        .threads = s->o.io_threads,
+        .reg_base = s->o.register_base,
+        .reg_bytes = s->o.register_base ? s->o.register_bytes : 0,
+        .faults = s->o.faults,
+    };
+
+    return dio_create(&c, &s->io);
+}
+
+/* Everything open() may have made, in reverse; safe on a partly opened store. */
+static void teardown(struct dstore *s)
+{
+    dio_destroy(s->io);
+    for (struct dop *op = s->ohead, *next; op; op = next) {
+        next = op->next;
+        free(op);
+    }
+    for (struct djob *j = s->jhead, *next; j; j = next) {
+        next = j->next;
+        free(j->keys);
+        free(j);
+    }
+    if (s->rtxn)
+        mdb_txn_abort(s->rtxn);
+    index_close(&s->ix);
+    slabs_close(s);
+    table_free(s);
+    if (s->lockfd >= 0)
+        close(s->lockfd); /* releases the flock */
+    if (s->dirfd >= 0)
+        close(s->dirfd);
+    pthread_cond_destroy(&s->io_cv);
+    pthread_cond_destroy(&s->done_cv);
+    pthread_cond_destroy(&s->job_cv);
+    pthread_mutex_destroy(&s->lock);
+    free(s->dir);
+    free(s);
+}
+
+int dstore_open(const struct dstore_options *o, struct dstore **out)
+{
+    struct dstore *s;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if ((rc = check_options(o)))
+        return rc;
+    if (!(s = store_new(o)))
+        return -ENOMEM;
+    if ((rc = dir_prepare(s)) || (rc = index_prepare(s)) || (rc = slabs_open(s)))
+        goto fail;
+    if (!s->ro && (rc = table_alloc(s)))
+        goto fail;
+    if ((rc = io_start(s)))
+        goto fail;
+    if (!s->ro && (rc = committer_start(s)))
+        goto fail;
+    *out = s;
+    return 0;
+
+fail:
+    teardown(s);
+    return rc;
+}
+
+static void wait_ops(struct dstore *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct dop *op = s->ohead; op;) {
+        if (op->done) {
+            op = op->next;
+            continue;
+        }
+        pthread_cond_wait(&s->done_cv, &s->lock);
+        op = s->ohead; /* the list may have changed; look again from the start */
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void dstore_close(struct dstore *s)
+{
+    if (!s)
+        return;
+    wait_ops(s);
+    if (s->committer_started)
+        committer_stop(s);
+    teardown(s);
+}

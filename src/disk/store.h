@@ -1,0 +1,234 @@
+/*
+ * The disk tier: a block store of whole KV pages, named by their 32-byte page hash (opaque
+ * here), kept in a data dir on a local disk.
+ *
+ * Data dir (mode 0700):
+ *   index/            LMDB environment: the "pages" database (hash -> record) and "meta"
+ *                     (format version, page geometry, fingerprint)
+ *   slabs/NNNN.slab   preallocated data files; slot i of a slab sits at i * slot_bytes, where
+ *                     slot_bytes is page_bytes rounded up to 4 KiB so O_DIRECT can reach it
+ *   lock              flock'ed by the one process that may write
+ *
+ * Write order: reserve a slot, write the bytes, fdatasync the slab (once per batch), then
+ * commit the index records (one LMDB transaction per batch, synchronous). An index record
+ * therefore never names bytes that were not written; a crash loses at most pages in flight.
+ * Slots freed by eviction are reused only after the transaction deleting their records has
+ * committed.
+ *
+ * Reads verify an XXH3-128 checksum of the page; a mismatch is a miss, counts an error and
+ * drops the record. Records, lengths and slot numbers read from disk are bounds-checked:
+ * they are input, never trusted.
+ *
+ * Threads: one owner thread calls every function below (as with an LMDB transaction), except
+ * where a function says otherwise. Inside, an I/O engine (io_uring, or pread/pwrite threads)
+ * moves the bytes and a committer thread owns slot reservation, eviction and every index
+ * write; completions are recorded off the owner thread and collected by dstore_poll or
+ * dstore_wait.
+ *
+ * Open is fast whatever the index holds: the committer rebuilds the free-slot set and the LRU
+ * order in the background, and reads, existence checks and iteration serve at once. Writes,
+ * deletes and evictions queue behind the rebuild.
+ */
+#ifndef KVT_DISK_STORE_H
+#define KVT_DISK_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#define DSTORE_KEY_BYTES 32
+#define DSTORE_NS_BYTES 32
+#define DSTORE_FINGERPRINT_BYTES 32
+#define DSTORE_MAX_TOKENS 4096 /* page_tokens at most */
+
+enum dstore_io {
+    DSTORE_IO_AUTO = 0,  /* io_uring, or psync when the kernel refuses it */
+    DSTORE_IO_URING = 1, /* io_uring or fail (-ENOSYS, -EPERM, ...) */
+    DSTORE_IO_PSYNC = 2, /* threads with pread/pwrite */
+};
+
+enum dstore_flags {
+    /* Never write: no lock taken, no rebuild, no drops; safe beside a running engine (in
+     * another process). Writes, deletes and evictions give -EROFS. */
+    DSTORE_READONLY = 1u << 0,
+    DSTORE_BUFFERED = 1u << 1, /* never use O_DIRECT */
+};
+
+/* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
+ * GROW, which concern a whole slab). */
+enum dstore_fault_point {
+    DSTORE_FAULT_READ = 0,  /* before a page read */
+    DSTORE_FAULT_WRITE = 1, /* before a page write */
+    DSTORE_FAULT_SYNC = 2,  /* before the fdatasync of a slab in a write batch */
+    DSTORE_FAULT_GROW = 3,  /* before a slab file is created or extended */
+};
+
+/* Test seam: inject returns 0 to go on, or a -errno the operation then fails with as if the
+ * system had returned it. Called from the store's internal threads, concurrently. */
+struct dstore_faults {
+    int (*inject)(void *arg, enum dstore_fault_point point, uint32_t slab, uint32_t slot);
+    void *arg;
+};
+
+struct dstore_options {
+    size_t size;     /* sizeof(struct dstore_options); set by dstore_options_init */
+    const char *dir; /* the data dir; created (0700) when missing unless read-only */
+    uint8_t fingerprint[DSTORE_FINGERPRINT_BYTES]; /* a dir with another one is refused */
+    uint32_t page_bytes;                           /* bytes of one page: the I/O unit */
+    uint32_t page_tokens; /* tokens recorded per page, at most DSTORE_MAX_TOKENS */
+    uint64_t disk_bytes;  /* capacity of the slabs; default 1 GiB */
+    uint64_t slab_bytes;  /* bytes per slab file when the dir is created; default 1 GiB */
+    uint32_t flags;       /* enum dstore_flags */
+    uint32_t io;          /* enum dstore_io; default AUTO */
+    uint32_t queue_depth; /* page I/Os in flight at most (io_uring); default 64 */
+    uint32_t io_threads;  /* psync workers; default 4 */
+    uint32_t max_batch;   /* pages per write batch (one fdatasync + one commit); default 256 */
+    /* Memory to register with io_uring as fixed buffers (the host pool); may be NULL. Must
+     * stay mapped until dstore_close. */
+    void *register_base;
+    size_t register_bytes;
+    const struct dstore_faults *faults; /* test seam; NULL in production */
+};
+
+/* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay
+ * valid and unchanged until the op completes. */
+struct dstore_wpage {
+    const uint8_t *key;     /* DSTORE_KEY_BYTES */
+    const uint8_t *parent;  /* DSTORE_KEY_BYTES; NULL: none (a first page) */
+    const uint8_t *ns;      /* DSTORE_NS_BYTES; NULL: zeros (the default namespace) */
+    const uint32_t *tokens; /* page_tokens ids; NULL: zeros */
+    const void *buf;        /* page_bytes */
+};
+
+/* One page of a read batch. key is copied at submit; buf (page_bytes) is written by the
+ * store until the op completes, and holds the page only where the page's result is 0. */
+struct dstore_rpage {
+    const uint8_t *key;
+    void *buf;
+};
+
+enum dstore_op_kind {
+    DSTORE_OP_READ = 0,
+    DSTORE_OP_WRITE = 1,
+};
+
+/* A completed op. Per-page results are in the caller's results array given at submit:
+ * writes: 0 stored (or already present), -ENOSPC, -EIO, -EINVAL (bad page), other -errno;
+ * reads: 0 hit, -ENOENT miss, KVT_ECORRUPT (failed a check: dropped, a miss), -EIO. */
+struct dstore_done {
+    uint64_t op;
+    uint32_t kind;  /* enum dstore_op_kind */
+    uint32_t pages; /* pages in the op */
+    uint32_t ok;    /* pages whose result is 0 */
+};
+
+struct dstore_stats {
+    uint64_t pages;          /* records in the index */
+    uint64_t bytes;          /* pages * page_bytes */
+    uint64_t capacity_slots; /* disk_bytes / slot_bytes */
+    uint64_t free_slots;     /* slots a write can take without evicting (0 until ready) */
+    uint32_t page_bytes, slot_bytes;
+    uint32_t io;            /* enum dstore_io in use: URING or PSYNC */
+    uint32_t direct;        /* 1 when O_DIRECT is in use */
+    uint32_t fixed_buffers; /* 1 when the registered region is in use */
+    uint32_t ready;         /* 1 once the background rebuild has finished */
+    uint64_t ops_in_flight; /* submitted ops not yet collected by poll or wait */
+    uint64_t reads, read_hits, writes, write_dups; /* pages; dups were already stored */
+    uint64_t bytes_read, bytes_written;
+    uint64_t fixed_ios;                 /* page I/Os carried by registered buffers */
+    uint64_t evicted, deleted, dropped; /* pages: LRU, by request, found bad */
+    /* errors by kind */
+    uint64_t err_checksum; /* page bytes failed their checksum */
+    uint64_t err_record;   /* index record failed its checks */
+    uint64_t err_bounds;   /* record names a slot outside the slabs */
+    uint64_t err_read_io, err_write_io, err_nospc, err_sync, err_index;
+};
+
+/* What iteration shows of one record. Pointers are valid during the callback only. */
+struct dstore_entry {
+    const uint8_t *key, *parent, *ns;
+    const uint32_t *tokens;
+    uint32_t ntokens;
+    uint32_t slab, slot, length;
+    uint8_t checksum[16];                /* XXH3-128, canonical (big-endian) bytes */
+    uint64_t created_ns, last_access_ns; /* wall clock, ns since the epoch */
+    int status; /* 0; KVT_ECORRUPT for a record that failed its checks (only key is set) */
+};
+
+/* Returns 0 to go on, anything else to stop the iteration (and is returned by it). */
+typedef int (*dstore_visit_fn)(void *arg, const struct dstore_entry *e);
+
+struct dstore;
+
+/* Fill *o with defaults; size must be sizeof(struct dstore_options). */
+void dstore_options_init(struct dstore_options *o, size_t size);
+
+/* Open or create the data dir o->dir. -EBUSY when another process (or another open in this
+ * one) has it for writing; KVT_EFORMAT for a dir that is not kvtier's or has a newer format;
+ * KVT_EFINGERPRINT for another fingerprint or page geometry; KVT_ECORRUPT for a damaged meta
+ * record; -EINVAL for bad options. Returns before the background rebuild finishes. */
+int dstore_open(const struct dstore_options *o, struct dstore **out);
+
+/* Wait for every op and queued job, persist access times, stop the threads and close.
+ * Buffers of ops still in flight must stay valid until this returns. NULL is a no-op. */
+void dstore_close(struct dstore *s);
+
+/* Block until the background rebuild has finished; its result (0, or the error that makes
+ * writes fail). */
+int dstore_wait_ready(struct dstore *s);
+
+/* Queue a batch of n page writes; *op gets its id (ids grow from 1, shared with reads).
+ * results[i] is written when the op completes and must stay valid until then. */
+int dstore_write(struct dstore *s, const struct dstore_wpage *pages, size_t n, int *results,
+                 uint64_t *op);
+
+/* Queue a batch of n page reads: the index is looked up now (a page missing now is a miss),
+ * the bytes land later. results as for dstore_write. */
+int dstore_read(struct dstore *s, const struct dstore_rpage *pages, size_t n, int *results,
+                uint64_t *op);
+
+/* Collect up to max completed ops, oldest submitted first, without blocking; how many. A
+ * collected op is forgotten. */
+size_t dstore_poll(struct dstore *s, struct dstore_done *done, size_t max);
+
+/* Block until op completes and collect it into *done (may be NULL). -ENOENT for an op
+ * already collected, -EINVAL for one never issued. */
+int dstore_wait(struct dstore *s, uint64_t op, struct dstore_done *done);
+
+/* dstore_wait, giving up after timeout_ms (negative: never) with -ETIMEDOUT, the op left
+ * to collect later. */
+int dstore_wait_for(struct dstore *s, uint64_t op, int timeout_ms, struct dstore_done *done);
+
+/* dstore_write + dstore_wait. */
+int dstore_put(struct dstore *s, const struct dstore_wpage *pages, size_t n, int *results);
+
+/* dstore_read + dstore_wait. */
+int dstore_get(struct dstore *s, const struct dstore_rpage *pages, size_t n, int *results);
+
+/* present[i] = whether keys[i] (n keys of DSTORE_KEY_BYTES, back to back) has a valid
+ * record now. */
+int dstore_exists(struct dstore *s, const uint8_t *keys, size_t n, bool *present);
+
+/* *run = how many of the first keys are all present (stops at the first miss). */
+int dstore_leading_run(struct dstore *s, const uint8_t *keys, size_t n, size_t *run);
+
+/* Delete the records of n keys and free their slots; waits until the deletion has
+ * committed (behind writes queued before it). *deleted (may be NULL) = how many existed. */
+int dstore_delete(struct dstore *s, const uint8_t *keys, size_t n, size_t *deleted);
+
+/* Evict up to max_pages least recently accessed pages; waits until committed. *evicted (may
+ * be NULL) = how many went. Writes also evict on their own when the store is full. */
+int dstore_evict(struct dstore *s, size_t max_pages, size_t *evicted);
+
+/* Wait until every job queued so far has been applied and access times are persisted. */
+int dstore_flush(struct dstore *s);
+
+/* Call fn for every record of the index, in key order, from a snapshot. */
+int dstore_iterate(struct dstore *s, dstore_visit_fn fn, void *arg);
+
+/* Counters; may be called from any thread. */
+void dstore_stats(struct dstore *s, struct dstore_stats *st);
+
+#endif

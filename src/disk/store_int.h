@@ -1,0 +1,221 @@
+/*
+ * The block store's private state, shared by its files:
+ *   store.c    open, close, the owner's API, ops and their completion
+ *   read.c     the read path: lookup, pin, I/O, checksum
+ *   slab.c     slab files: scan at open, create and extend, descriptors
+ *   commit.c   the committer thread: write batches, deletes, drops, eviction, access times
+ *   rebuild.c  the committer's first job: free-slot set and LRU order from the index
+ *
+ * Locking: one mutex (lock) guards everything below marked "locked": the slot table, the
+ * LRU list, the free stack, the job queue, the op list, the slab descriptors and the
+ * counters. The slot table's arrays are written without it by the rebuild alone, before
+ * ready is set under it; nobody reads them before seeing ready.
+ *
+ * A global slot g is slot g % slab_slots of slab g / slab_slots; g < nslots always.
+ */
+#ifndef KVT_DISK_STORE_INT_H
+#define KVT_DISK_STORE_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "disk/dio.h"
+#include "disk/index.h"
+#include "disk/store.h"
+
+#define NO_SLOT UINT32_MAX
+#define DIRTY_MAX 4096   /* access times waiting to be persisted, at most */
+#define DIRTY_FLUSH 1024 /* the committer persists them once this many wait */
+#define EARLY_MAX 1024   /* hits before the rebuild ended, kept to apply after it */
+
+/* Where a slot stands. A slot is in exactly one state; pins (reads in flight) are apart. */
+enum slot_state {
+    SLOT_FREE = 0,     /* on the free stack (or, before ready, unknown) */
+    SLOT_RESERVED = 1, /* taken by a write batch in flight */
+    SLOT_USED = 2,     /* a committed record names it; on the LRU list */
+    SLOT_DYING = 3,    /* its record is being deleted: no new pins, not on the LRU */
+    SLOT_DEAD = 4,     /* record deleted, still pinned: freed by the last unpin */
+};
+
+struct dslab {
+    int dfd;        /* O_DIRECT descriptor, -1 when none */
+    int bfd;        /* buffered descriptor, -1 until needed */
+    uint32_t valid; /* slots the file backs now (its size / slot_bytes, capped) */
+};
+
+/* One page of an op: a copy of the caller's description and the I/O that moves it. */
+struct dop_page {
+    struct dop *op;
+    uint8_t key[DSTORE_KEY_BYTES];
+    uint8_t parent[DSTORE_KEY_BYTES];
+    uint8_t ns[DSTORE_NS_BYTES];
+    uint8_t sum[16];
+    uint32_t *tokens; /* writes: page_tokens ids, in the op's allocation */
+    void *buf;
+    uint32_t slot;           /* global slot, NO_SLOT when none */
+    struct dop_page *dup_of; /* writes: an earlier page of the batch with the same key */
+    bool dup;                /* writes: stored already (or by dup_of); no I/O */
+    struct dio_req req;
+};
+
+struct dop {
+    struct dop *next; /* the live list: submitted, not yet collected; locked */
+    struct dstore *s;
+    uint64_t id;
+    uint32_t kind; /* enum dstore_op_kind */
+    uint32_t n, pending, ok;
+    bool done;
+    int *results;
+    struct dop_page pages[];
+};
+
+enum djob_kind {
+    JOB_WRITE = 0, /* a write op: batched with the writes queued right behind it */
+    JOB_DELETE,    /* keys given by the owner; synchronous */
+    JOB_EVICT,     /* count pages of LRU; synchronous */
+    JOB_FLUSH,     /* nothing but the access times; synchronous */
+    JOB_DROP,      /* one record found bad by a read */
+};
+
+struct djob {
+    struct djob *next;
+    enum djob_kind kind;
+    struct dop *op;  /* JOB_WRITE */
+    uint8_t *keys;   /* JOB_DELETE: n keys; JOB_DROP: one */
+    size_t n;        /* JOB_DELETE: keys; JOB_EVICT: pages at most */
+    uint32_t slot;   /* JOB_DROP: the slot the bad bytes came from, or NO_SLOT */
+    uint64_t digest; /* JOB_DROP with NO_SLOT: value_digest of the bad record */
+    /* synchronous jobs: the owner waits for done */
+    bool done;
+    int rc;
+    size_t result;
+};
+
+/* An access time on its way to the index. */
+struct touched {
+    uint32_t g;
+    uint8_t key[DSTORE_KEY_BYTES];
+    uint64_t atime;
+};
+
+struct early_touch {
+    uint32_t g;
+    uint8_t key[DSTORE_KEY_BYTES];
+};
+
+struct dstore {
+    struct dstore_options o;
+    char *dir;
+    bool ro;
+    int dirfd, slabfd, lockfd; /* the data dir, slabs/, the lock file */
+    struct dindex ix;
+    MDB_txn *rtxn; /* the owner's read transaction, reset between calls */
+    MDB_txn *ctxn; /* the committer's */
+
+    /* the dir's geometry, from meta */
+    uint32_t page_bytes, page_tokens, slot_bytes, slab_slots;
+    uint64_t nslots; /* capacity in slots */
+    uint32_t nslabs; /* slabs covering nslots */
+    bool direct;     /* O_DIRECT works and slot offsets meet its alignment */
+    uint32_t mem_align;
+
+    struct dio *io;
+    pthread_t committer;
+    bool committer_started;
+
+    pthread_mutex_t lock;
+    pthread_cond_t job_cv;  /* the committer: a job arrived, or stop */
+    pthread_cond_t done_cv; /* an op or a synchronous job finished; the rebuild ended */
+    pthread_cond_t io_cv;   /* the committer: a write batch's I/O landed */
+
+    struct dslab *slabs; /* locked */
+
+    /* slot table, indexed by global slot */
+    uint8_t *state;
+    uint16_t *pins;                    /* locked */
+    uint8_t (*skey)[DSTORE_KEY_BYTES]; /* the key a RESERVED/USED/DYING slot holds */
+    uint64_t *atime;                   /* last access, ns */
+    uint32_t *prev, *next;             /* LRU links (NO_SLOT ends); head most recent */
+    uint32_t lru_head, lru_tail;       /* locked */
+    uint32_t *freestk;                 /* free slots, lowest on top after the rebuild */
+    uint64_t nfree;                    /* locked */
+    uint8_t *dirty_bit;                /* the slot's access time awaits persisting */
+    uint32_t dirty[DIRTY_MAX];         /* locked */
+    uint32_t ndirty;
+    struct early_touch *early; /* locked: hits served before ready, oldest first */
+    uint32_t nearly;
+    bool ready;     /* locked: the rebuild finished */
+    int broken;     /* locked: the rebuild's failure; writes fail with it */
+    uint64_t clock; /* locked: the last time stamp handed out */
+
+    struct touched *touched; /* the committer's: DIRTY_MAX access times being persisted */
+    uint8_t *recbuf;         /* the committer's: one encoded record */
+
+    struct djob *jhead, *jtail; /* locked */
+    bool stop;                  /* locked: the committer drains and exits */
+    uint32_t batch_pending;     /* locked: I/Os of the write batch in flight */
+
+    struct dop *ohead, *otail; /* locked: live ops in submission order */
+    uint64_t last_id;          /* owner only */
+    uint64_t live;             /* locked */
+
+    struct dstore_stats st; /* locked: the counters; gauges are filled by dstore_stats */
+};
+
+/* ---- store.c ---- */
+
+/* Under the lock: a strictly increasing wall-clock time stamp (ns). */
+uint64_t stamp_locked(struct dstore *s);
+/* Under the lock: one more page of op finished; completes the op when it was the last. */
+void op_page_done_locked(struct dstore *s, struct dop *op);
+/* Under the lock: queue a job for the committer. */
+void job_push_locked(struct dstore *s, struct djob *j);
+/* Under the lock: a page of global slot g was just used (read or rewritten). */
+void touch_locked(struct dstore *s, uint32_t g);
+/* Under the lock: key was read from g before the rebuild ended; applied once it has. */
+void touch_early_locked(struct dstore *s, uint32_t g, const uint8_t *key);
+/* Under the lock: link g at the head of the LRU list, or unlink it. */
+void lru_push_locked(struct dstore *s, uint32_t g);
+void lru_unlink_locked(struct dstore *s, uint32_t g);
+/* Under the lock: g leaves its record behind; free it unless a read still holds it. */
+void slot_release_locked(struct dstore *s, uint32_t g);
+
+/* ---- read.c ---- */
+
+/* Look up and check key's record in txn: 0 and *r, -ENOENT, or KVT_ECORRUPT / bounds
+ * errors (counted). *digest gets the raw value's digest where one was read. */
+int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct drec *r,
+                  uint64_t *digest);
+/* Whether r names a slot the slabs back now (locked). */
+bool record_in_bounds_locked(const struct dstore *s, const struct drec *r);
+int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages);
+
+/* ---- slab.c ---- */
+
+/* Open slabs/ and the slab files found in it; O_DIRECT probed on the first. */
+int slabs_open(struct dstore *s);
+void slabs_close(struct dstore *s);
+/* Make slab whole (created, extended to slab_slots slots): the committer, before a write. */
+int slab_ready(struct dstore *s, uint32_t slab);
+/* Under the lock: the descriptor for a page I/O on slab from/into buf; -1 when none. */
+int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf);
+/* fdatasync one slab (through the fault seam). */
+int slab_sync(struct dstore *s, uint32_t slab);
+
+/* ---- commit.c ---- */
+
+int committer_start(struct dstore *s);
+/* Drain the queue, persist access times, and join. */
+void committer_stop(struct dstore *s);
+/* Queue a synchronous job and wait for it; its rc. */
+int job_run(struct dstore *s, struct djob *j);
+
+/* ---- rebuild.c ---- */
+
+/* The committer's first step: slot table, free stack and LRU from the index; bad records
+ * dropped. Sets ready (and broken on failure). */
+void rebuild(struct dstore *s);
+
+#endif
