@@ -78,6 +78,25 @@ enum kvt_io {
     KVT_IO_DMA = 2,    /* cudaMemcpyAsync (batched where the toolkit has it) per run */
 };
 
+/* When a page goes from the host tier to the disk tier. */
+enum kvt_disk_write {
+    KVT_DISK_WRITE_THROUGH = 0,  /* once its host backup has landed */
+    KVT_DISK_WRITE_ON_EVICT = 1, /* when the host tier evicts it */
+};
+
+/* What kvt_req_begin does with the part of a prefix that only the disk holds. */
+enum kvt_prefetch {
+    KVT_PREFETCH_WAIT_COMPLETE = 0, /* read it to the host and wait: it is served */
+    KVT_PREFETCH_BEST_EFFORT = 1,   /* start the read, serve what has landed, compute the rest */
+    KVT_PREFETCH_TIMEOUT = 2,       /* wait up to prefetch_timeout_ms, then as best_effort */
+};
+
+enum kvt_disk_io {
+    KVT_DISK_IO_AUTO = 0,  /* io_uring, or pread/pwrite threads when the kernel refuses it */
+    KVT_DISK_IO_URING = 1, /* io_uring only: opening fails where it is refused */
+    KVT_DISK_IO_PSYNC = 2, /* pread/pwrite threads */
+};
+
 struct kvt_geometry {
     uint32_t attention;        /* enum kvt_attention */
     uint32_t layers;           /* number of layers held by this engine (this TP rank) */
@@ -116,6 +135,18 @@ struct kvt_options {
                                  instead of loaded back; default 0 (load every page) */
     uint32_t io; /* enum kvt_io; default auto. kernel gives KVT_ENOBACKEND at open where the
                     kernels cannot run (not built, or no code for this GPU) */
+    /* Disk tier: a data dir on a local disk that outlives the process; NULL (the default)
+     * means none. It needs a host tier in page_first layout and hash_pages. A dir written
+     * for another fingerprint is refused (KVT_EFINGERPRINT), one that is not kvtier's
+     * (KVT_EFORMAT), one another process has open (-EBUSY). */
+    const char *disk_dir;
+    uint64_t disk_bytes;          /* capacity of the data; 0: 1 GiB */
+    uint32_t disk_io;             /* enum kvt_disk_io; default auto */
+    uint32_t disk_write_policy;   /* enum kvt_disk_write; default write_through */
+    uint32_t prefetch_policy;     /* enum kvt_prefetch; default wait_complete */
+    uint32_t prefetch_timeout_ms; /* for KVT_PREFETCH_TIMEOUT; default 100 */
+    uint32_t prefetch_min;        /* disk runs shorter than this many tokens are computed
+                                     instead of read; default 0 (read every page) */
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -139,6 +170,7 @@ struct kvt_match {
     size_t device_len;      /* tokens of the longest cached prefix, a multiple of page_size */
     kvt_node_ref last_node; /* node ending that prefix (the root when device_len is 0) */
     size_t host_len;        /* tokens after it that only the host tier holds */
+    size_t disk_len;        /* tokens after those that only the disk tier holds */
 };
 
 /* The state a serving engine keeps per running request. Filled by kvt_req_begin, updated
@@ -149,6 +181,7 @@ struct kvt_req {
     kvt_node_ref last_node; /* locked node ending the protected prefix */
     size_t loaded_len;      /* tokens of the protected prefix loaded back from the host */
     uint64_t load_op;       /* the load the prefix waits for (kvt_load_wait_layer); 0: none */
+    size_t disk_len;        /* tokens of loaded_len that were read from the disk tier first */
 };
 
 struct kvt_stats {
@@ -181,6 +214,16 @@ struct kvt_stats {
     uint64_t host_evicted_tokens;   /* tokens dropped from the host tier */
     uint64_t h2d_bytes, d2h_bytes;  /* bytes of completed transfers */
     uint64_t ops_in_flight;         /* transfers not yet applied by kvt_poll */
+    /* disk tier (all 0 without one) */
+    uint64_t disk_tokens;         /* token capacity of the data dir */
+    uint64_t disk_cached_tokens;  /* tokens the index holds */
+    uint64_t disk_hit_tokens;     /* tokens found on disk past the host part of a match */
+    uint64_t disk_read_tokens;    /* tokens read disk -> host, checked */
+    uint64_t disk_written_tokens; /* tokens written host -> disk, durable */
+    uint64_t disk_errors;         /* failed checksums, bad records, I/O errors, full disk */
+    uint64_t disk_read_bytes, disk_written_bytes;
+    uint64_t disk_ops_in_flight; /* disk reads and writes not yet applied by kvt_poll */
+    uint32_t disk_io;            /* enum kvt_disk_io in use */
 };
 
 typedef struct kvt_engine kvt_engine;
@@ -334,6 +377,15 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied);
 
 /* Wait for every transfer in flight and apply them all: afterwards nothing is pending. */
 int kvt_sync(kvt_engine *e);
+
+/* ---- disk tier ---- */
+
+/* Start reading the part of key's prefix that only the disk tier holds into the host tier,
+ * without waiting (call it when a request is queued; kvt_req_begin then finds the pages on
+ * the host, or waits for them per prefetch_policy). *tokens (may be NULL) gets how many
+ * tokens are being read: 0 when there is nothing to read, it is shorter than prefetch_min,
+ * a read of it is already under way, or the host tier has no room. */
+int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens);
 
 #ifdef __cplusplus
 }

@@ -159,7 +159,7 @@ static int open_parts(kvt_engine *e)
         return -ENOMEM;
     if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)))
         return rc;
-    if ((rc = tiers_open(e, tokens)))
+    if ((rc = tiers_open(e, tokens)) || (rc = disk_open(e)))
         return rc;
     return open_tree(e);
 }
@@ -196,8 +196,10 @@ void kvt_close(kvt_engine *e)
 {
     if (!e)
         return;
-    /* Transfers land first, then the tree hands its pages back through the allocators. */
+    /* Transfers and disk I/O land first, then the tree hands its pages back through the
+     * allocators. */
     tiers_close(e);
+    disk_close(e);
     rdx_destroy(e->tree);
     tiers_close_pool(e);
     if (e->be)
@@ -272,6 +274,7 @@ int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
     st->inserted_tokens = e->count.inserted_tokens;
     st->evicted_tokens = e->count.evicted_tokens;
     tiers_stats(e, st);
+    disk_stats(e, st);
     return 0;
 }
 
@@ -302,13 +305,43 @@ static void pages_to_slots(const kvt_engine *e, const uint32_t *pages, size_t np
             slots[i * ps + j] = (int32_t)(pages[i] * ps + j);
 }
 
+/* What a match found on disk past the host part, and what it read from there. */
+struct disk_part {
+    size_t pages; /* the leading run the disk index holds after the host part */
+    size_t read;  /* pages by which the host part grew through reading (fetch only) */
+};
+
+/* Read the disk part of a hit to the host as prefetch_policy says, then match again. */
+static int fetch_disk(kvt_engine *e, const struct kvt_key *key, struct rdx_hit *hit,
+                      struct disk_part *dp)
+{
+    static const int wait_ms[] = {
+        [KVT_PREFETCH_WAIT_COMPLETE] = -1, [KVT_PREFETCH_BEST_EFFORT] = 0};
+    size_t host = hit->host_pages;
+    uint32_t policy = e->opts.prefetch_policy;
+
+    /* Not started: too short, no room, or a read of it (kvt_prefetch) is under way. */
+    if (disk_fill(e, key, hit, dp->pages) && !disk_reading(e))
+        return 0;
+    disk_wait_reads(e, policy == KVT_PREFETCH_TIMEOUT ? (int)e->opts.prefetch_timeout_ms
+                                                      : wait_ms[policy]);
+    int rc = rdx_match_tiers(e->tree, key, e->pages, e->host_pages, hit);
+    if (rc == 0 && hit->host_pages > host)
+        dp->read = hit->host_pages - host;
+    return rc;
+}
+
 /* Match without validation; slots may be NULL. The host pages of the hit go to
- * e->host_pages. */
-static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct rdx_hit *hit)
+ * e->host_pages. With fetch, the disk part is read to the host first (kvt_req_begin). */
+static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct rdx_hit *hit,
+                 bool fetch, struct disk_part *dp)
 {
     uint32_t ps = e->opts.page_size;
     int rc = rdx_match_tiers(e->tree, key, e->pages, e->has_host ? e->host_pages : NULL, hit);
 
+    *dp = (struct disk_part){0};
+    if (rc == 0 && e->disk && (dp->pages = disk_lookup(e, key, hit)) && fetch)
+        rc = fetch_disk(e, key, hit, dp);
     if (rc)
         return rc;
     if (slots)
@@ -317,6 +350,7 @@ static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struc
     e->count.match_query_tokens += key->len / ps * ps;
     e->count.match_hit_tokens += hit->dev_pages * ps;
     e->count.host_hit_tokens += hit->host_pages * ps;
+    e->count.disk_hit_tokens += dp->pages * ps;
     tiers_after_hit(e, hit->dev_last);
     return 0;
 }
@@ -330,12 +364,32 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
         return rc ? rc : -EINVAL;
     if (e->failed)
         return e->failed;
-    if ((rc = match(e, key, slots, &hit)))
+    struct disk_part dp;
+    if ((rc = match(e, key, slots, &hit, false, &dp)))
         return rc;
     m->device_len = hit.dev_pages * e->opts.page_size;
     m->last_node = hit.dev_last;
     m->host_len = hit.host_pages * e->opts.page_size;
+    m->disk_len = dp.pages * e->opts.page_size;
     return 0;
+}
+
+int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
+{
+    struct rdx_hit hit;
+    size_t n = 0;
+    int rc = check_key(e, key);
+
+    if (rc)
+        return rc;
+    if (e->failed)
+        return e->failed;
+    if (e->disk && (rc = rdx_match_tiers(e->tree, key, NULL, NULL, &hit)) == 0 &&
+        (n = disk_lookup(e, key, &hit)) && disk_fill(e, key, &hit, n))
+        n = 0;
+    if (tokens)
+        *tokens = n * e->opts.page_size;
+    return rc;
 }
 
 /* Insert a validated key: the pages past the cached prefix must be the caller's, and pass to
@@ -356,6 +410,11 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
         return rc;
     kvt_node_ref last = 0;
     rc = rdx_insert_ref(e->tree, key, e->pages, prio, &got, &last);
+    if (rc == -EBUSY && e->disk) {
+        /* The key runs into a fill from disk that has not landed: let it land. */
+        disk_sync(e);
+        rc = rdx_insert_ref(e->tree, key, e->pages, prio, &got, &last);
+    }
     if (rc == 0 && got != cached)
         rc = -EUCLEAN; /* cannot happen: the two walks see the same tree */
     if (rc) {
@@ -510,7 +569,8 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
     ps = e->opts.page_size;
     row = e->reqs.map + (size_t)idx * e->reqs.max_context;
     /* The match writes its slots straight into the request's row. */
-    rc = match(e, key, row, &hit);
+    struct disk_part dp;
+    rc = match(e, key, row, &hit, true, &dp);
     if (rc == 0)
         rc = rdx_lock(e->tree, hit.dev_last);
     if (rc) {
@@ -527,6 +587,7 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
         req->protected_len += req->loaded_len;
         req->last_node = hit.host_last;
         req->load_op = op; /* loads finish in order: waiting for it covers the prefix too */
+        req->disk_len = dp.read * ps;
     }
     e->reqs.filled[idx] = (uint32_t)req->protected_len;
     return 0;

@@ -7,6 +7,7 @@
 #include "device/backend.h"
 #include "device/kv_pool.h"
 #include "device/req_pool.h"
+#include "disk/store.h"
 #include "host/host_pool.h"
 #include "host/transfer.h"
 #include "radix/radix.h"
@@ -31,6 +32,7 @@ struct kvt_engine {
         uint64_t inserted_tokens, evicted_tokens;
         uint64_t host_hit_tokens, loaded_tokens, backed_up_tokens, backup_skipped_tokens;
         uint64_t host_evicted_tokens;
+        uint64_t disk_hit_tokens, disk_read_tokens, disk_written_tokens;
     } count;
 
     /* The host tier; has_host 0 without one. */
@@ -47,8 +49,33 @@ struct kvt_engine {
      * may start under write_back. */
     uint32_t *host_pages, *dev_pages;
     uint32_t *bk_host, *bk_dev;
-    kvt_node_ref defer[KVT_WRITE_BACK_BATCH]; /* write_back: leaves to back up, then evict */
-    int failed;                               /* a load failed: sticky KVT_EBACKEND */
+    kvt_node_ref defer[KVT_WRITE_BACK_BATCH];      /* write_back: leaves to back up, then evict */
+    kvt_node_ref defer_host[KVT_WRITE_BACK_BATCH]; /* the same for host leaves and the disk */
+    int failed;                                    /* a transfer failed: sticky KVT_EBACKEND */
+
+    /* The disk tier; disk NULL without one. */
+    struct dstore *disk;
+    struct disk_ops {
+        struct disk_op *v; /* store ops submitted and not yet applied, in no order */
+        size_t n, cap;
+        uint64_t seq; /* the last tree tag handed out (RDX_OP_DISK | seq) */
+    } dops;
+    /* Scratch, one entry per page of the longest key. */
+    uint8_t (*hashes)[KVT_HASH_LEN];
+    uint32_t *fill_host;
+    struct rdx_disk_page *dpages;
+    struct dstore_wpage *wpages;
+    struct dstore_rpage *rpages;
+};
+
+/* A store op in flight: a fill (read into a new host-only leaf) or a write of a chain. */
+struct disk_op {
+    uint64_t id;  /* the store's op id */
+    uint64_t tag; /* the tree's mark: RDX_OP_DISK | a sequence number */
+    kvt_node_ref node;
+    uint32_t kind; /* enum dstore_op_kind */
+    size_t n;
+    int *results; /* n, written by the store */
 };
 
 /* A submitted transfer and the node whose chain it fills. */
@@ -66,6 +93,13 @@ void tiers_close_pool(kvt_engine *e); /* after the tree is gone */
 
 /* The tree's callback for host pages it drops. */
 void tiers_release_host_pages(void *ctx, const uint32_t *pages, size_t n);
+
+/* Start a backup of node's chain to the host: 1 when one was started. */
+int tiers_backup(kvt_engine *e, kvt_node_ref node);
+
+/* Take n host pages into pages, evicting host leaves (writing them to disk first when the
+ * disk tier wants that) when there is no room: 0 or -ENOMEM. */
+int tiers_host_alloc(kvt_engine *e, size_t n, uint32_t *pages);
 
 /* Back the prefix ending at node up to the host when the write policy wants it now.
  * Best effort: without host room after host eviction it is skipped and counted. */
@@ -96,5 +130,40 @@ int tiers_check(const kvt_engine *e, const uint8_t *held, char *why, size_t why_
  * pending in a free group, or cached by exactly one node; tree sizes add up. 0, or
  * -EUCLEAN with the reason in why. For tests; walks everything. */
 int kvt_engine_check(const kvt_engine *e, char *why, size_t why_len);
+
+/* ---- the disk tier's side of the engine (disk_tier.c) ---- */
+
+/* Open the data dir when the options name one; check the disk options. */
+int disk_open(kvt_engine *e);
+void disk_close(kvt_engine *e); /* waits for every disk op */
+
+/* Pages of key on disk right after hit's host part (the leading run the index holds); their
+ * hashes are left in e->hashes. 0 without a disk tier. */
+size_t disk_lookup(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit);
+
+/* Start reading those n pages into a new host-only leaf after hit: 0 when started, 1 when
+ * not (below prefetch_min, no host room, a fill already under way there). */
+int disk_fill(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit, size_t n);
+
+/* Whether a fill is in flight. */
+bool disk_reading(const kvt_engine *e);
+
+/* Apply what has completed, then wait for the fills in flight: not at all (timeout_ms 0),
+ * up to timeout_ms, or until they are all applied (-1). */
+void disk_wait_reads(kvt_engine *e, int timeout_ms);
+
+/* Apply every completed disk op: how many. */
+size_t disk_poll(kvt_engine *e);
+
+/* Wait for and apply every disk op. */
+void disk_sync(kvt_engine *e);
+
+/* A backup of node's chain landed: write it to disk when the policy says so. */
+void disk_after_backup(kvt_engine *e, kvt_node_ref node);
+
+/* Evict host leaves for pages host pages, writing those not on disk first. */
+void disk_evict_host(kvt_engine *e, size_t pages);
+
+void disk_stats(const kvt_engine *e, struct kvt_stats *st);
 
 #endif

@@ -133,15 +133,16 @@ static int submit(kvt_engine *e, enum xfer_dir dir, const uint32_t *dev_pages,
 
 /* ---- backups ---- */
 
-static int host_room(kvt_engine *e, size_t pages)
+int tiers_host_alloc(kvt_engine *e, size_t n, uint32_t *pages)
 {
-    size_t avail = host_available(&e->host);
-
-    if (avail < pages) {
+    if (host_available(&e->host) < n)
         kvt_poll(e, 0, NULL);
-        rdx_evict_host(e->tree, pages - host_available(&e->host));
-    }
-    return host_alloc(&e->host, pages, e->bk_host);
+    size_t avail = host_available(&e->host);
+    if (avail < n && e->disk && e->opts.disk_write_policy == KVT_DISK_WRITE_ON_EVICT)
+        disk_evict_host(e, n - avail);
+    else if (avail < n)
+        rdx_evict_host(e->tree, n - avail);
+    return host_alloc(&e->host, n, pages);
 }
 
 /* Start a backup of node's chain; 1 when one was started, 0 when not (nothing to copy, no
@@ -154,7 +155,7 @@ static int backup(kvt_engine *e, kvt_node_ref node)
 
     if (rdx_backup_span(e->tree, node, &n) || n == 0 || queue_reserve(q))
         return 0;
-    if (host_room(e, n)) {
+    if (tiers_host_alloc(e, n, e->bk_host)) {
         e->count.backup_skipped_tokens += n * e->opts.page_size;
         return 0;
     }
@@ -169,6 +170,11 @@ static int backup(kvt_engine *e, kvt_node_ref node)
     }
     e->count.backed_up_tokens += n * e->opts.page_size;
     return 1;
+}
+
+int tiers_backup(kvt_engine *e, kvt_node_ref node)
+{
+    return e->has_host ? backup(e, node) : 0;
 }
 
 void tiers_after_insert(kvt_engine *e, kvt_node_ref node)
@@ -288,6 +294,8 @@ static size_t apply(kvt_engine *e, enum xfer_dir dir, size_t max)
         if (status)
             e->failed = KVT_EBACKEND;
         rdx_op_done(e->tree, p->node, op_tag(dir, p->id), status != 0);
+        if (dir == XFER_BACKUP && status == 0)
+            disk_after_backup(e, p->node);
         q->head = (q->head + 1) % q->cap;
         q->n--;
         applied++;
@@ -306,6 +314,7 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
             max = SIZE_MAX;
         n = apply(e, XFER_LOAD, max);
         n += apply(e, XFER_BACKUP, max - n);
+        n += disk_poll(e);
     }
     if (applied)
         *applied = n;
@@ -319,6 +328,8 @@ int kvt_sync(kvt_engine *e)
     for (int d = XFER_LOAD; e->has_host && d <= XFER_BACKUP; d++)
         if (e->ops[d].n)
             xfer_wait(e->xfer, (enum xfer_dir)d, e->ops[d].last_id);
+    kvt_poll(e, 0, NULL); /* applied backups may start disk writes */
+    disk_sync(e);
     return kvt_poll(e, 0, NULL);
 }
 

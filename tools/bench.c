@@ -83,7 +83,7 @@ struct config {
 /* ---- counters and state ---- */
 
 struct counters {
-    uint64_t requests, tokens_total, hit_device, hit_host, computed, decoded;
+    uint64_t requests, tokens_total, hit_device, hit_host, hit_disk, computed, decoded;
     uint64_t pages_checked, mismatches;
     uint64_t bytes_compute, bytes_verify;
 };
@@ -309,7 +309,8 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
         decode(b, req, in, kv_len))
         return -1;
     b->c.hit_device += hit - req->loaded_len;
-    b->c.hit_host += req->loaded_len;
+    b->c.hit_host += req->loaded_len - req->disk_len;
+    b->c.hit_disk += req->disk_len;
     b->c.computed += in - hit;
     b->c.decoded += kv_len - in;
     return 0;
@@ -378,9 +379,9 @@ static void progress(const struct bench *b, uint64_t t0, bool done)
     }
     fprintf(stderr, "\r\033[K%" PRIu64 "/%zu requests  %.0f req/s  %.1f%% of input tokens hit",
             b->c.requests, b->w->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
-            b->c.tokens_total
-                ? 100.0 * (double)(b->c.hit_device + b->c.hit_host) / (double)b->c.tokens_total
-                : 0.0);
+            b->c.tokens_total ? 100.0 * (double)(b->c.hit_device + b->c.hit_host + b->c.hit_disk) /
+                                    (double)b->c.tokens_total
+                              : 0.0);
 }
 
 static int replay(struct bench *b)
@@ -428,6 +429,12 @@ static int open_engine(struct bench *b)
     o.tp_size = cfg->tp_size;
     o.host_tokens = cfg->host_tokens;
     o.write_policy = cfg->write_policy;
+    if (cfg->disk_tokens) {
+        /* A page takes a 4 KiB-aligned slot on disk. */
+        uint64_t page = kvt_cell_bytes(&cfg->g) * ps, slot = (page + 4095) / 4096 * 4096;
+        o.disk_dir = cfg->dir;
+        o.disk_bytes = (cfg->disk_tokens + ps - 1) / ps * slot;
+    }
     int rc = kvt_open(&o, &b->e);
     if (rc)
         return engine_error("kvt_open", rc);
@@ -531,11 +538,18 @@ static void print_text(const struct bench *b)
     } else {
         printf("none");
     }
-    printf("; disk none\n");
+    if (cfg->disk_tokens) {
+        printf("; disk %" PRIu64 " tokens in %s (", b->st.disk_tokens, cfg->dir);
+        print_bytes(b->st.disk_tokens * cell);
+        printf(", %s)\n", b->st.disk_io == KVT_DISK_IO_URING ? "io_uring" : "pread/pwrite");
+    } else {
+        printf("; disk none\n");
+    }
+    uint64_t served = c->hit_device + c->hit_host + c->hit_disk;
     printf("  input tokens  %" PRIu64 "\n", c->tokens_total);
-    printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host %" PRIu64 ", disk 0\n",
-           c->hit_device + c->hit_host, pct(c->hit_device + c->hit_host, c->tokens_total),
-           c->hit_device, c->hit_host);
+    printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host %" PRIu64
+           ", disk %" PRIu64 "\n",
+           served, pct(served, c->tokens_total), c->hit_device, c->hit_host, c->hit_disk);
     printf("  recomputed    %" PRIu64 " (%.1f%%): %.2fx less prefill than without a cache\n",
            c->computed, pct(c->computed, c->tokens_total),
            c->computed ? (double)c->tokens_total / (double)c->computed : 0.0);
@@ -551,10 +565,19 @@ static void print_text(const struct bench *b)
         printf(", host -> device ");
         print_bytes(b->st.h2d_bytes);
     }
+    if (cfg->disk_tokens) {
+        printf(",\n                host -> disk ");
+        print_bytes(b->st.disk_written_bytes);
+        printf(", disk -> host ");
+        print_bytes(b->st.disk_read_bytes);
+    }
     printf("\n  evicted       %" PRIu64 " tokens from the device", b->st.evicted_tokens);
     if (cfg->host_tokens)
         printf(", %" PRIu64 " from the host", b->st.host_evicted_tokens);
     printf("\n");
+    if (cfg->disk_tokens && b->st.disk_errors)
+        printf("  disk errors   %" PRIu64 " (pages found damaged or not written: not served)\n",
+               b->st.disk_errors);
     printf("  time          %.2f s, %.0f input tokens/s (%" PRIu64 " decode steps)\n", b->seconds,
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0, c->decoded);
 }
@@ -584,15 +607,17 @@ static void print_json(const struct bench *b)
     const struct kvt_stats *st = &b->st;
 
     printf("{\"requests\":%" PRIu64 ",\"tokens_total\":%" PRIu64, c->requests, c->tokens_total);
-    printf(",\"tokens_hit\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 ",\"disk\":0}",
-           c->hit_device, c->hit_host);
+    printf(",\"tokens_hit\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 ",\"disk\":%" PRIu64 "}",
+           c->hit_device, c->hit_host, c->hit_disk);
     printf(",\"tokens_computed\":%" PRIu64 ",\"tokens_decoded\":%" PRIu64
            ",\"tokens_evicted\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 "}",
            c->computed, c->decoded, st->evicted_tokens, st->host_evicted_tokens);
     printf(",\"bytes\":{\"compute_to_device\":%" PRIu64 ",\"device_to_verify\":%" PRIu64
            ",\"device_to_host\":%" PRIu64 ",\"host_to_device\":%" PRIu64
-           ",\"host_to_disk\":0,\"disk_to_host\":0}",
-           c->bytes_compute, c->bytes_verify, st->d2h_bytes, st->h2d_bytes);
+           ",\"host_to_disk\":%" PRIu64 ",\"disk_to_host\":%" PRIu64 "}",
+           c->bytes_compute, c->bytes_verify, st->d2h_bytes, st->h2d_bytes, st->disk_written_bytes,
+           st->disk_read_bytes);
+    printf(",\"disk_errors\":%" PRIu64, st->disk_errors);
     printf(",\"seconds\":%.3f,\"tokens_per_second\":%.0f", b->seconds,
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0);
     printf(",\"verify\":{\"pages_checked\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
@@ -654,8 +679,9 @@ static void usage(FILE *f)
             "  --write-policy P      when the host tier gets a copy: write_through (at insert,\n"
             "                        the default), write_through_selective (once a prefix is\n"
             "                        hit twice) or write_back (when the device evicts it)\n"
-            "  --disk-tokens N       disk tier size; only 0: the disk tier is not built yet\n"
-            "  --dir PATH            disk tier directory; needs the disk tier\n"
+            "  --disk-tokens N       disk tier size in tokens; needs a host tier and --dir\n"
+            "  --dir PATH            the disk tier's data dir: created if missing, reused if\n"
+            "                        it holds pages of the same geometry and page size\n"
             "  --backend B           auto, sim or cuda (default auto)\n"
             "  --evict-policy P      lru, lfu, fifo, mru or filo (default lru)\n"
             "\n"
@@ -762,9 +788,9 @@ static int parse_count(struct config *cfg, const char *opt, const char *val)
             return cli_bad_usage(PROG, "--host-tokens needs a count below 2^31", val);
         cfg->host_tokens = v;
     } else if (strcmp(opt, "--disk-tokens") == 0) {
-        if (v)
-            return cli_bad_usage(
-                PROG, "--disk-tokens: the disk tier is not built yet; only 0 is accepted", val);
+        if (v >= INT32_MAX)
+            return cli_bad_usage(PROG, "--disk-tokens needs a count below 2^31", val);
+        cfg->disk_tokens = v;
     } else if (strcmp(opt, "--seed") == 0) {
         cfg->seed = v;
     } else {
@@ -808,7 +834,7 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
     } else if (strcmp(opt, "--geometry") == 0)
         return parse_geometry(cfg, val);
     else if (strcmp(opt, "--dir") == 0)
-        return cli_bad_usage(PROG, "--dir: the disk tier is not built yet", val);
+        cfg->dir = val;
     else if (strcmp(opt, "--backend") == 0) {
         if (parse_name(val, backend_names, 3, &cfg->backend))
             return cli_bad_usage(PROG, "--backend needs auto, sim or cuda", val);
@@ -849,6 +875,10 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         cfg->synthetic = DEFAULT_SYNTHETIC;
     if (cfg->host_tokens && cfg->host_tokens <= cfg->device_tokens)
         return cli_bad_usage(PROG, "--host-tokens must be larger than --device-tokens", NULL);
+    if (cfg->disk_tokens && !cfg->host_tokens)
+        return cli_bad_usage(PROG, "--disk-tokens needs a host tier (--host-tokens)", NULL);
+    if (!cfg->disk_tokens != !cfg->dir)
+        return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
     return 0;
 }
 

@@ -443,6 +443,29 @@ def _():
     eq(sel["bytes"]["device_to_host"], 0, "selective: bytes.device_to_host")
 
 
+@case("disk tier: a second run over the same data dir is served from disk, verified")
+def _():
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "data")
+        args = ("--synthetic", "mixed", "--requests", 150, "--device-tokens", 32768,
+                "--host-tokens", 65536, "--disk-tokens", 1 << 20, "--dir", d)
+        first = run_ok(*args)
+        check(first["bytes"]["host_to_disk"] > 0, "the first run wrote to disk")
+        eq(first["config"]["dir"], d, "config.dir")
+        second = run_ok(*args)
+        total = lambda j: sum(j["tokens_hit"].values())
+        check(second["tokens_hit"]["disk"] > 0, "the second run read from disk")
+        check(total(second) > total(first), "the second run serves more from cache")
+        eq(second["tokens_hit"]["disk"] * TINY_CELL, second["bytes"]["disk_to_host"],
+           "disk hits are the bytes read from disk")
+        eq(second["disk_errors"], 0, "disk_errors")
+        # The same dir for another geometry is refused, with the reason.
+        r = bench("--synthetic", "mixed", "--requests", 5, "--host-tokens", 65536,
+                  "--disk-tokens", 4096, "--dir", d, "--geometry", "tiny,layers=3")
+        eq(r.rc, 1, f"exit status{r.where()}")
+        check(re.search(r"another model|fingerprint", r.err), f"stderr names the cause{r.where()}")
+
+
 @case("eviction: with room for everything no policy evicts")
 def _():
     ids = EVICTION["A B A C A B"][0]
@@ -613,7 +636,9 @@ def _():
 USAGE = [
     (["--host-tokens", "x"], r"--host-tokens"),
     (["--disk-tokens", "5"], r"--disk-tokens"),
-    (["--dir", "/tmp"], r"--dir"),
+    (["--host-tokens", "65536", "--disk-tokens", "4096"], r"--dir"),
+    (["--host-tokens", "65536", "--dir", "/tmp/kvt-never"], r"--disk-tokens.*--dir"),
+    (["--disk-tokens", "x"], r"--disk-tokens"),
     (["--trace", "x.jsonl", "--synthetic", "chat"], r"--trace.*--synthetic|--synthetic.*--trace"),
     (["--synthetic", "nope"], r"--synthetic.*nope|nope.*--synthetic"),
     (["--geometry", "bogus"], r"--geometry.*bogus"),

@@ -28,7 +28,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 
@@ -173,6 +177,28 @@ static void host_options(struct kvt_options *o, uint32_t ps, uint64_t dev, uint6
     o->max_context = MAX_CONTEXT;
 }
 
+/* A fresh data dir for a disk tier, under TMPDIR or /tmp. */
+static void make_data_dir(char *dir, size_t len)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    snprintf(dir, len, "%s/kvt-hicache-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(dir));
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *dir)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* Swap in a transfer engine with the test seams; only right after kvt_open, with nothing in
  * flight. */
 static int set_xfer(kvt_engine *e, const struct xfer_config *xc)
@@ -294,6 +320,14 @@ static void assert_pools_add_up(const kvt_engine *e)
     assert_int_equal(st.device_free_tokens + st.cached_tokens, st.device_tokens);
     assert_int_equal(st.host_free_tokens + st.host_cached_tokens, st.host_tokens);
 }
+
+/* kvt_open with o fails with want and leaves e NULL. */
+#define OPEN_FAILS(want)                                                                           \
+    do {                                                                                           \
+        e = (kvt_engine *)1;                                                                       \
+        assert_int_equal(kvt_open(&o, &e), (want));                                                \
+        assert_null(e);                                                                            \
+    } while (0)
 
 /* ---- focused tests ---- */
 
@@ -929,12 +963,6 @@ static void test_bad_input(void **state)
     kvt_engine *e = (kvt_engine *)1;
 
     (void)state;
-#define OPEN_FAILS(want)                                                                           \
-    do {                                                                                           \
-        e = (kvt_engine *)1;                                                                       \
-        assert_int_equal(kvt_open(&o, &e), (want));                                                \
-        assert_null(e);                                                                            \
-    } while (0)
     /* A host pool no larger than the device pool. */
     host_options(&o, 4, 64, 64);
     OPEN_FAILS(KVT_EHOSTSIZE);
@@ -986,7 +1014,6 @@ static void test_bad_input(void **state)
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (secs > 2.0)
         fail_msg("KVT_EHOSTRAM took %.3f s", secs);
-#undef OPEN_FAILS
 
     /* kvt_load_wait_layer: an op never issued, a layer out of range; op 0 returns at once. */
     host_options(&o, 4, 64, 256);
@@ -1078,6 +1105,8 @@ struct rcfg {
     uint32_t ops;
     int pressure;      /* the device is small enough that kvt_alloc_extend must hit -ENOMEM */
     int host_pressure; /* enough is backed up that the host pool must evict */
+    int disk;          /* with a disk tier in a fresh data dir */
+    uint32_t disk_write_policy, prefetch_policy;
 };
 
 struct rreq {
@@ -1102,6 +1131,7 @@ struct rsim {
     /* what the run exercised */
     uint64_t begins, loaded_begins, waited_other, enomem, full, unfinished, finished;
     uint64_t matches, match_checked, rows_checked, polls, applied, evicts, tail_loaded;
+    uint64_t prefetched; /* tokens kvt_prefetch started reading */
     uint64_t decodes, dropped;
 };
 
@@ -1404,7 +1434,8 @@ static void do_match(struct rsim *s)
     struct kvt_key key = seq_key(&t, t.len);
     EXPECT_RC(s, kvt_match(s->e, &key, slots, &m), 0);
     REQUIRE(s, m.device_len % s->ps == 0 && m.host_len % s->ps == 0);
-    REQUIRE(s, m.device_len + m.host_len <= t.len / s->ps * s->ps);
+    REQUIRE(s, m.device_len + m.host_len + m.disk_len <= t.len / s->ps * s->ps);
+    REQUIRE(s, m.disk_len % s->ps == 0 && (s->cfg->disk || m.disk_len == 0));
     REQUIRE(s, m.last_node != 0);
     s->matches++;
     /* A match locks nothing: its pages are right only while no load may still fill them. */
@@ -1413,6 +1444,20 @@ static void do_match(struct rsim *s)
         verify_rows(s, &t, slots, m.device_len, 0);
         s->match_checked++;
     }
+}
+
+/* Start reading a key's disk part; a later begin of it finds it on the host or waits. */
+static void do_prefetch(struct rsim *s)
+{
+    struct seq t;
+    size_t prompt, tokens = 1;
+
+    s->op = "prefetch";
+    gen_seq(s, &t, &prompt);
+    struct kvt_key key = seq_key(&t, t.len);
+    EXPECT_RC(s, kvt_prefetch(s->e, &key, &tokens), 0);
+    REQUIRE(s, tokens % s->ps == 0 && (s->cfg->disk || tokens == 0));
+    s->prefetched += tokens;
 }
 
 static void one_step(struct rsim *s)
@@ -1450,8 +1495,10 @@ static void one_step(struct rsim *s)
         EXPECT_RC(s, kvt_evict(s->e, want, &got), 0);
         REQUIRE(s, got % s->ps == 0);
         s->evicts++;
-    } else if (r < 93) {
+    } else if (r < 91) {
         do_match(s);
+    } else if (r < 93) {
+        do_prefetch(s);
     } else if ((q = pick(s, NULL))) {
         s->op = "verify";
         serve(s, q);
@@ -1542,6 +1589,11 @@ static void print_summary(struct rsim *s)
            s->dropped, s->decodes, st.loaded_tokens, st.backed_up_tokens, st.backup_skipped_tokens,
            st.host_evicted_tokens, st.host_hit_tokens, st.evicted_tokens, s->rows_checked,
            s->match_checked, s->matches);
+    if (s->cfg->disk)
+        printf("test_hicache: %s: disk: written %" PRIu64 " hit %" PRIu64 " read %" PRIu64
+               " prefetched %" PRIu64 " tokens, %" PRIu64 " held now, %" PRIu64 " errors\n",
+               s->cfg->name, st.disk_written_tokens, st.disk_hit_tokens, st.disk_read_tokens,
+               s->prefetched, st.disk_cached_tokens, st.disk_errors);
     fflush(stdout);
 }
 
@@ -1562,6 +1614,14 @@ static void run(const struct rcfg *cfg)
     fflush(stdout);
 
     host_options(&o, cfg->ps, cfg->device_tokens, cfg->host_tokens);
+    char dir[64] = "";
+    if (cfg->disk) {
+        make_data_dir(dir, sizeof(dir));
+        o.disk_dir = dir;
+        o.disk_write_policy = cfg->disk_write_policy;
+        o.disk_bytes = 2 << 20; /* 512 slots of 4 KiB: the disk tier evicts too */
+        o.prefetch_policy = cfg->prefetch_policy;
+    }
     o.host_layout = cfg->layout;
     o.write_policy = cfg->write_policy;
     o.write_threshold = cfg->write_threshold;
@@ -1592,7 +1652,11 @@ static void run(const struct rcfg *cfg)
      * timing (a sanitizer's slowdown); test_layer_wait checks that case deterministically. */
     REQUIRE(s, s->enomem > 0 || !s->cfg->pressure);
     REQUIRE(s, s->tail_loaded > 0);
+    REQUIRE(s, !cfg->disk || (st.disk_written_tokens > 0 && st.disk_read_tokens > 0 &&
+                              st.disk_hit_tokens > 0 && s->prefetched > 0 && st.disk_errors == 0));
     kvt_close(s->e);
+    if (cfg->disk)
+        remove_tree(dir);
     free(s);
 }
 
@@ -1707,6 +1771,285 @@ static void test_random_page4(void **state)
         run(&cfgs[i]);
 }
 
+/* ---- the disk tier ---- */
+
+static void disk_options(struct kvt_options *o, const char *dir)
+{
+    host_options(o, 4, 64, 256);
+    o->disk_dir = dir;
+    o->disk_bytes = 1 << 20;
+}
+
+/* Flip the first byte of every slot of a slab file (4 KiB slots). */
+static void damage_slab(const char *dir)
+{
+    char path[128];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/slabs/0000.slab", dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &st), 0);
+    for (off_t off = 0; off < st.st_size; off += 4096) {
+        uint8_t b;
+        assert_int_equal(pread(fd, &b, 1, off), 1);
+        b ^= 0x5a;
+        assert_int_equal(pwrite(fd, &b, 1, off), 1);
+    }
+    close(fd);
+}
+
+/* What was written through to disk is served after a restart, byte-exact, in its own
+ * namespace; a dir of another model or page size is refused, and so is a second writer. */
+static void test_disk_restart(void **state)
+{
+    struct kvt_options o;
+    struct seq a, b;
+    struct kvt_match m;
+    char dir[64];
+
+    (void)state;
+    make_data_dir(dir, sizeof(dir));
+    disk_options(&o, dir);
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&a, 0, 16, 3);
+    seq_make(&b, 1, 12, 3); /* the same tokens in another namespace */
+    run_request(e, &a, 0, 1);
+    run_request(e, &b, 0, 1);
+    assert_int_equal(kvt_sync(e), 0);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.disk_written_tokens, 28);
+    assert_int_equal(st.disk_cached_tokens, 28);
+    assert_int_equal(st.disk_errors, 0);
+    assert_int_equal(st.disk_tokens, (1 << 20) / 4096 * 4);
+    kvt_engine *second = NULL;
+    assert_int_equal(kvt_open(&o, &second), -EBUSY);
+    kvt_close(e);
+
+    /* A new engine: the tree is empty, the disk has it all. */
+    e = open_with(&o, NULL);
+    struct kvt_key key = seq_key(&a, 16);
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len + m.host_len, 0);
+    assert_int_equal(m.disk_len, 16);
+    struct kvt_req r = run_request(e, &a, 16, 1); /* verifies every row */
+    assert_int_equal(r.protected_len, 16);
+    assert_int_equal(r.loaded_len, 16);
+    assert_int_equal(r.disk_len, 16);
+    r = run_request(e, &b, 12, 1);
+    assert_int_equal(r.protected_len, 12);
+    assert_int_equal(r.disk_len, 12);
+    st = stats(e);
+    assert_int_equal(st.disk_read_tokens, 28);
+    assert_int_equal(st.disk_written_tokens, 0); /* already there: nothing written twice */
+    check(e);
+    kvt_close(e);
+
+    o.model_id = "another-model";
+    OPEN_FAILS(KVT_EFINGERPRINT);
+    disk_options(&o, dir);
+    o.page_size = 8;
+    OPEN_FAILS(KVT_EFINGERPRINT);
+    remove_tree(dir);
+}
+
+/* The disk tier needs a host tier in page_first layout and page hashes; its enums are
+ * checked. */
+static void test_disk_bad_options(void **state)
+{
+    struct kvt_options o;
+    kvt_engine *e;
+    char dir[64];
+
+    (void)state;
+    make_data_dir(dir, sizeof(dir));
+    disk_options(&o, dir);
+    o.host_tokens = 0;
+    OPEN_FAILS(-EINVAL);
+    disk_options(&o, dir);
+    o.host_layout = KVT_HOST_LAYER_FIRST;
+    OPEN_FAILS(-EINVAL);
+    disk_options(&o, dir);
+    o.hash_pages = 0;
+    OPEN_FAILS(-EINVAL);
+    disk_options(&o, dir);
+    o.disk_write_policy = KVT_DISK_WRITE_ON_EVICT + 1;
+    OPEN_FAILS(-EINVAL);
+    disk_options(&o, dir);
+    o.prefetch_policy = KVT_PREFETCH_TIMEOUT + 1;
+    OPEN_FAILS(-EINVAL);
+    disk_options(&o, dir);
+    o.disk_io = KVT_DISK_IO_PSYNC + 1;
+    OPEN_FAILS(-EINVAL);
+    /* A dir that holds something else is not taken over. */
+    char junk[96];
+    snprintf(junk, sizeof(junk), "%s/notes.txt", dir);
+    FILE *f = fopen(junk, "w");
+    assert_non_null(f);
+    fputs("not kvtier\n", f);
+    fclose(f);
+    disk_options(&o, dir);
+    OPEN_FAILS(KVT_EFORMAT);
+    remove_tree(dir);
+}
+
+/* Damaged pages on disk are never served: the read fails its checksum, the entry goes, the
+ * request computes the prefix, and the engine writes it again. */
+static void test_disk_corruption(void **state)
+{
+    struct kvt_options o;
+    struct seq a;
+    char dir[64];
+
+    (void)state;
+    make_data_dir(dir, sizeof(dir));
+    disk_options(&o, dir);
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&a, 0, 16, 5);
+    run_request(e, &a, 0, 1);
+    assert_int_equal(kvt_sync(e), 0);
+    kvt_close(e);
+    damage_slab(dir);
+
+    e = open_with(&o, NULL);
+    struct kvt_req r = run_request(e, &a, 16, 1); /* computes: nothing served from disk */
+    assert_int_equal(r.protected_len, 0);
+    assert_int_equal(r.disk_len, 0);
+    assert_int_equal(kvt_sync(e), 0);
+    struct kvt_stats st = stats(e);
+    assert_true(st.disk_errors >= 1);
+    assert_int_equal(st.disk_read_tokens, 0);
+    assert_int_equal(st.disk_written_tokens, 16); /* written again from the new backup */
+    check(e);
+    kvt_close(e);
+
+    e = open_with(&o, NULL);
+    r = run_request(e, &a, 16, 1);
+    assert_int_equal(r.disk_len, 16);
+    kvt_close(e);
+    remove_tree(dir);
+}
+
+/* kvt_prefetch reads the disk part ahead; under best_effort a begin takes what has landed.
+ * Under write-on-evict nothing reaches the disk until the host evicts it. */
+static void test_disk_prefetch_and_on_evict(void **state)
+{
+    struct kvt_options o;
+    struct seq a, k[6];
+    char dir[64];
+    size_t tokens = 0;
+
+    (void)state;
+    make_data_dir(dir, sizeof(dir));
+    disk_options(&o, dir);
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&a, 0, 16, 6);
+    run_request(e, &a, 0, 1);
+    assert_int_equal(kvt_sync(e), 0);
+    kvt_close(e);
+
+    disk_options(&o, dir);
+    o.prefetch_policy = KVT_PREFETCH_BEST_EFFORT;
+    e = open_with(&o, NULL);
+    struct kvt_key key = seq_key(&a, 16);
+    assert_int_equal(kvt_prefetch(e, &key, &tokens), 0);
+    assert_int_equal(tokens, 16);
+    assert_int_equal(kvt_prefetch(e, &key, &tokens), 0);
+    assert_int_equal(tokens, 0); /* already under way */
+    assert_int_equal(kvt_sync(e), 0);
+    struct kvt_match m;
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.host_len, 16);
+    assert_int_equal(m.disk_len, 0);
+    struct kvt_req r = run_request(e, &a, 16, 1);
+    assert_int_equal(r.loaded_len, 16);
+    check(e);
+    kvt_close(e);
+    remove_tree(dir);
+
+    /* write on evict: a host pool of 80 tokens must evict to hold six 16-token keys. */
+    make_data_dir(dir, sizeof(dir));
+    disk_options(&o, dir);
+    o.host_tokens = 80;
+    o.disk_write_policy = KVT_DISK_WRITE_ON_EVICT;
+    e = open_with(&o, NULL);
+    for (int i = 0; i < 4; i++) {
+        seq_make(&k[i], 0, 16, 40 + (uint32_t)i);
+        run_request(e, &k[i], 0, 1);
+    }
+    assert_int_equal(kvt_sync(e), 0);
+    assert_int_equal(stats(e).disk_written_tokens, 0);
+    for (int i = 4; i < 6; i++) {
+        seq_make(&k[i], 0, 16, 40 + (uint32_t)i);
+        run_request(e, &k[i], 0, 1);
+    }
+    assert_int_equal(kvt_sync(e), 0);
+    struct kvt_stats st = stats(e);
+    assert_true(st.host_evicted_tokens > 0);
+    assert_int_equal(st.disk_written_tokens, st.host_evicted_tokens);
+    /* The oldest went to disk and comes back from there. */
+    evict_all(e);
+    r = run_request(e, &k[0], 16, 1);
+    assert_int_equal(r.disk_len, 16);
+    check(e);
+    kvt_close(e);
+    remove_tree(dir);
+}
+
+/* The disk tier under the same random load: host eviction leaves pages only on disk, later
+ * begins read them back (or take what landed), and every row served is checked. */
+static void test_random_disk(void **state)
+{
+    static const struct rcfg cfgs[] = {
+        {.name = "ps4-disk-wt-wait",
+         .ps = 4,
+         .device_tokens = 128,
+         .host_tokens = 192,
+         .layout = KVT_HOST_PAGE_FIRST,
+         .write_policy = KVT_WRITE_THROUGH,
+         .max_delay_us = 300,
+         .reuse = 60,
+         .ops = 15000,
+         .host_pressure = 1,
+         .pressure = 1,
+         .disk = 1,
+         .disk_write_policy = KVT_DISK_WRITE_THROUGH,
+         .prefetch_policy = KVT_PREFETCH_WAIT_COMPLETE},
+        {.name = "ps1-disk-wb-onevict-best",
+         .ps = 1,
+         .device_tokens = 96,
+         .host_tokens = 128,
+         .layout = KVT_HOST_PAGE_FIRST,
+         .write_policy = KVT_WRITE_BACK,
+         .max_delay_us = 200,
+         .reuse = 60,
+         .ops = 15000,
+         .host_pressure = 1,
+         .pressure = 1,
+         .disk = 1,
+         .disk_write_policy = KVT_DISK_WRITE_ON_EVICT,
+         .prefetch_policy = KVT_PREFETCH_BEST_EFFORT},
+        {.name = "ps4-disk-sel-timeout",
+         .ps = 4,
+         .device_tokens = 128,
+         .host_tokens = 160,
+         .layout = KVT_HOST_PAGE_FIRST,
+         .write_policy = KVT_WRITE_THROUGH_SELECTIVE,
+         .write_threshold = 1,
+         .max_delay_us = 300,
+         .reuse = 80,
+         .ops = 15000,
+         .host_pressure = 1,
+         .disk = 1,
+         .disk_write_policy = KVT_DISK_WRITE_THROUGH,
+         .prefetch_policy = KVT_PREFETCH_TIMEOUT},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
+        run(&cfgs[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1724,6 +2067,11 @@ int main(void)
         cmocka_unit_test(test_no_host),
         cmocka_unit_test(test_random_page1),
         cmocka_unit_test(test_random_page4),
+        cmocka_unit_test(test_disk_restart),
+        cmocka_unit_test(test_disk_bad_options),
+        cmocka_unit_test(test_disk_corruption),
+        cmocka_unit_test(test_disk_prefetch_and_on_evict),
+        cmocka_unit_test(test_random_disk),
     };
     /* On a GPU these cannot hold: they time their checks by the sim-only delay seams of
      * xfer_config, or watch a load still in flight that a GPU has long finished. */
