@@ -34,34 +34,6 @@
 
 /* ---- configuration ---- */
 
-struct preset {
-    const char *name;
-    struct kvt_geometry g;
-    uint32_t tp_size;
-    const char *about;
-};
-
-#define MHA(l, h, d)                                                                               \
-    {                                                                                              \
-        .attention = KVT_ATTN_MHA, .layers = l, .kv_heads = h, .head_dim = d, .dtype_bytes = 2     \
-    }
-
-static const struct preset presets[] = {
-    {"tiny", MHA(2, 1, 16), 1, "2 layers, 1 KV head of 16, 16-bit"},
-    {"llama3-8b", MHA(32, 8, 128), 1, "32 layers, 8 KV heads of 128, bf16"},
-    {"llama3-70b", MHA(80, 1, 128), 8, "one rank of TP 8: 80 layers, 1 of 8 KV heads of 128, bf16"},
-    {"qwen3-235b-a22b", MHA(94, 4, 128), 1, "94 layers, 4 KV heads of 128, bf16"},
-    {"deepseek-v3",
-     {.attention = KVT_ATTN_MLA,
-      .layers = 61,
-      .kv_lora_rank = 512,
-      .qk_rope_head_dim = 64,
-      .dtype_bytes = 2},
-     1,
-     "MLA: 61 layers, latent 512 + rope 64, bf16"},
-};
-#define NPRESETS (sizeof(presets) / sizeof(presets[0]))
-
 static const char *const policy_names[] = {"lru", "lfu", "fifo", "mru", "filo"};
 static const char *const backend_names[] = {"auto", "sim", "cuda"};
 static const char *const write_policy_names[] = {"write_through", "write_through_selective",
@@ -669,8 +641,7 @@ static void usage(FILE *f)
             "                        head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
             "                        dtype_bytes, tp_size). Default tiny. Presets:\n",
             DEFAULT_SYNTHETIC_REQUESTS);
-    for (size_t i = 0; i < NPRESETS; i++)
-        fprintf(f, "                          %-16s %s\n", presets[i].name, presets[i].about);
+    cli_print_presets(f, "                          ");
     fprintf(f,
             "  --page-size N         tokens per page, a power of two up to 256 (default 16)\n"
             "  --device-tokens N     device KV pool size in tokens (default %d)\n"
@@ -698,70 +669,16 @@ static void usage(FILE *f)
 
 static int parse_name(const char *s, const char *const *names, size_t n, uint32_t *out)
 {
-    for (size_t i = 0; s && i < n; i++) {
-        if (strcmp(s, names[i]) == 0) {
-            *out = (uint32_t)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* One key=value of --geometry. */
-static int geometry_pair(struct config *cfg, const char *kv)
-{
-    static const char *const keys[] = {"layers",      "kv_heads",     "head_dim",
-                                       "v_head_dim",  "kv_lora_rank", "qk_rope_head_dim",
-                                       "dtype_bytes", "tp_size"};
-    uint32_t *fields[] = {&cfg->g.layers,      &cfg->g.kv_heads,     &cfg->g.head_dim,
-                          &cfg->g.v_head_dim,  &cfg->g.kv_lora_rank, &cfg->g.qk_rope_head_dim,
-                          &cfg->g.dtype_bytes, &cfg->tp_size};
-    const char *eq = strchr(kv, '=');
-    uint64_t v;
-
-    if (!eq)
-        return -1;
-    size_t klen = (size_t)(eq - kv);
-    if (klen == 9 && strncmp(kv, "attention", 9) == 0) {
-        static const char *const kinds[] = {"mha", "mla"};
-        return parse_name(eq + 1, kinds, 2, &cfg->g.attention);
-    }
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        if (strlen(keys[i]) == klen && strncmp(kv, keys[i], klen) == 0) {
-            if (!cli_parse_u64(eq + 1, &v) || v > UINT32_MAX)
-                return -1;
-            *fields[i] = (uint32_t)v;
-            return 0;
-        }
-    }
-    return -1;
+    return cli_parse_name(s, names, n, out) ? 0 : -1;
 }
 
 static int parse_geometry(struct config *cfg, const char *arg)
 {
-    char buf[256];
-    char *save = NULL, *tok;
+    int rc = cli_parse_geometry(PROG, arg, &cfg->g, &cfg->tp_size);
 
-    if (strlen(arg) >= sizeof(buf))
-        return cli_bad_usage(PROG, "--geometry is too long", NULL);
-    strcpy(buf, arg);
-    cfg->g = (struct kvt_geometry){0};
-    cfg->tp_size = 1;
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        size_t i;
-        for (i = 0; i < NPRESETS && strcmp(tok, presets[i].name); i++)
-            ;
-        if (i < NPRESETS && tok == buf) {
-            cfg->g = presets[i].g;
-            cfg->tp_size = presets[i].tp_size;
-        } else if (geometry_pair(cfg, tok)) {
-            return cli_bad_usage(PROG, "--geometry: not a preset or a known key=value", tok);
-        }
-    }
-    if (kvt_cell_bytes(&cfg->g) == 0 || cfg->tp_size == 0)
-        return cli_bad_usage(PROG, "--geometry does not describe a valid model (see --help)", arg);
-    cfg->geometry_arg = arg;
-    return 0;
+    if (rc == 0)
+        cfg->geometry_arg = arg;
+    return rc;
 }
 
 /* Options that take a count. */
