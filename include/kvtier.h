@@ -147,6 +147,10 @@ struct kvt_options {
     uint32_t prefetch_timeout_ms; /* for KVT_PREFETCH_TIMEOUT; default 100 */
     uint32_t prefetch_min;        /* disk runs shorter than this many tokens are computed
                                      instead of read; default 0 (read every page) */
+    /* A unix socket path where a thread of the engine serves its stats to kvtier-ctl (one
+     * line in: "stats" for JSON, "metrics" for Prometheus text; the reply, then close).
+     * The figures are those of the last kvt_poll or kvt_sync. NULL (default): none. */
+    const char *stats_socket;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in

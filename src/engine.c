@@ -4,6 +4,7 @@
  * engine as it was.
  */
 #include "engine.h"
+#include "stats_server.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -159,9 +160,12 @@ static int open_parts(kvt_engine *e)
         return -ENOMEM;
     if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)))
         return rc;
-    if ((rc = tiers_open(e, tokens)) || (rc = disk_open(e)))
+    if ((rc = tiers_open(e, tokens)) || (rc = disk_open(e)) || (rc = open_tree(e)))
         return rc;
-    return open_tree(e);
+    if (e->opts.stats_socket && (rc = stats_server_start(e->opts.stats_socket, &e->stats)))
+        return rc;
+    engine_publish(e);
+    return 0;
 }
 
 int kvt_open(const struct kvt_options *opts, kvt_engine **out)
@@ -196,6 +200,7 @@ void kvt_close(kvt_engine *e)
 {
     if (!e)
         return;
+    stats_server_stop(e->stats);
     /* Transfers and disk I/O land first, then the tree hands its pages back through the
      * allocators. */
     tiers_close(e);
@@ -244,6 +249,14 @@ const char *kvt_strerror(int err)
         return s ? s : "unknown error";
     }
     }
+}
+
+void engine_publish(kvt_engine *e)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    if (e->stats && kvt_stats(e, &st) == 0)
+        stats_server_publish(e->stats, &st);
 }
 
 int kvt_stats(const kvt_engine *e, struct kvt_stats *st)

@@ -66,6 +66,8 @@ struct kvt_engine {
     struct rdx_disk_page *dpages;
     struct dstore_wpage *wpages;
     struct dstore_rpage *rpages;
+
+    struct stats_server *stats; /* options.stats_socket; NULL without one */
 };
 
 /* A store op in flight: a fill (read into a new host-only leaf) or a write of a chain. */
@@ -83,6 +85,9 @@ struct pending_op {
     uint64_t id;
     kvt_node_ref node;
 };
+
+/* Hand the stats socket (if any) the figures of now; kvt_poll and kvt_sync call it. */
+void engine_publish(kvt_engine *e);
 
 /* ---- the host tier's side of the engine (tiers.c) ---- */
 

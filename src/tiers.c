@@ -318,6 +318,7 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
     }
     if (applied)
         *applied = n;
+    engine_publish(e);
     return e->failed;
 }
 

@@ -1,0 +1,283 @@
+/*
+ * The engine's stats socket: a thread that answers kvtier-ctl on a unix stream socket.
+ *
+ * The engine is used from one owner thread, so the server never looks at it: the owner
+ * publishes a copy of kvt_stats (kvt_poll, kvt_sync) under a lock, and the server formats the
+ * last copy. A client writes one line, "stats" or "metrics", and reads the reply until EOF.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stats_server.h"
+
+#define REQUEST_MAX 64
+#define CLIENT_TIMEOUT_MS 1000
+
+struct stats_server {
+    int fd;
+    int wake[2]; /* a byte on wake[1] stops the thread */
+    char *path;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    struct kvt_stats snap; /* under lock */
+    uint64_t snap_ns;
+};
+
+/* The published fields: the uint64_t members of struct kvt_stats, by name and kind. */
+struct stat_field {
+    const char *name;
+    size_t off;
+    bool counter; /* only grows; else a gauge */
+    const char *help;
+};
+
+#define G(f, h)                                                                                    \
+    {                                                                                              \
+#f, offsetof(struct kvt_stats, f), false, h                                                \
+    }
+#define C(f, h)                                                                                    \
+    {                                                                                              \
+#f, offsetof(struct kvt_stats, f), true, h                                                 \
+    }
+static const struct stat_field fields[] = {
+    G(device_tokens, "usable KV slots of the device pool"),
+    G(device_free_tokens, "device slots the allocator can hand out"),
+    G(kv_pool_bytes, "bytes of KV buffers on the device"),
+    G(cached_tokens, "tokens the prefix cache holds on the device"),
+    G(evictable_tokens, "cached device tokens in unlocked nodes"),
+    G(protected_tokens, "cached device tokens in locked nodes"),
+    G(nodes, "prefix-cache nodes"),
+    G(tree_bytes, "heap bytes of prefix-cache metadata"),
+    G(req_slots_free, "free request slots"),
+    C(match_calls, "matches and request begins"),
+    C(match_query_tokens, "page-aligned tokens asked for by matches"),
+    C(match_hit_tokens, "tokens matches found on the device"),
+    C(inserted_tokens, "tokens added to the prefix cache"),
+    C(evicted_tokens, "tokens evicted from the device"),
+    G(host_tokens, "token capacity of the host tier"),
+    G(host_free_tokens, "free host slots"),
+    G(host_cached_tokens, "tokens with a host copy"),
+    G(host_pinned, "1 when the host pool is locked in RAM"),
+    C(host_hit_tokens, "tokens matched on the host past the device prefix"),
+    C(loaded_tokens, "tokens loaded back host to device"),
+    C(backed_up_tokens, "tokens backed up device to host"),
+    C(backup_skipped_tokens, "backups given up for lack of host room"),
+    C(host_evicted_tokens, "tokens dropped from the host tier"),
+    C(h2d_bytes, "bytes copied host to device"),
+    C(d2h_bytes, "bytes copied device to host"),
+    G(ops_in_flight, "transfers not yet applied"),
+    G(disk_tokens, "token capacity of the disk tier"),
+    G(disk_cached_tokens, "tokens the disk index holds"),
+    C(disk_hit_tokens, "tokens found on disk past the host part of a match"),
+    C(disk_read_tokens, "tokens read disk to host"),
+    C(disk_written_tokens, "tokens written host to disk"),
+    C(disk_errors, "disk pages found damaged, failed I/O, full disk"),
+    C(disk_read_bytes, "bytes read from disk"),
+    C(disk_written_bytes, "bytes written to disk"),
+    G(disk_ops_in_flight, "disk reads and writes not yet applied"),
+};
+#undef G
+#undef C
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+static uint64_t field(const struct kvt_stats *st, size_t i)
+{
+    uint64_t v;
+
+    memcpy(&v, (const char *)st + fields[i].off, sizeof(v));
+    return v;
+}
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- formatting (into a FILE over the client's socket) ---- */
+
+static void put_json(FILE *f, const struct kvt_stats *st, uint64_t ns)
+{
+    fprintf(f, "{\"kvtier\":1,\"time_ns\":%" PRIu64 ",\"stats\":{", ns);
+    fprintf(f, "\"backend\":%u,\"page_size\":%u,\"disk_io\":%u", st->backend, st->page_size,
+            st->disk_io);
+    for (size_t i = 0; i < NFIELDS; i++)
+        fprintf(f, ",\"%s\":%" PRIu64, fields[i].name, field(st, i));
+    fputs("}}\n", f);
+}
+
+static void put_metrics(FILE *f, const struct kvt_stats *st)
+{
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const char *n = fields[i].name, *type = fields[i].counter ? "counter" : "gauge";
+        fprintf(f, "# HELP kvtier_%s %s\n# TYPE kvtier_%s %s\nkvtier_%s %" PRIu64 "\n", n,
+                fields[i].help, n, type, n, field(st, i));
+    }
+}
+
+/* ---- the thread ---- */
+
+/* One line from the client, within the timeout; false on anything else. */
+static bool read_request(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+
+    while (n + 1 < cap && poll(&p, 1, CLIENT_TIMEOUT_MS) == 1) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        buf[n] = '\0';
+        if (strchr(buf, '\n'))
+            return true;
+    }
+    buf[n] = '\0';
+    return n > 0;
+}
+
+static void serve_client(struct stats_server *sv, int fd)
+{
+    char req[REQUEST_MAX];
+    struct kvt_stats st;
+    uint64_t ns;
+    FILE *f;
+
+    if (!read_request(fd, req, sizeof(req)) || !(f = fdopen(fd, "w"))) {
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&sv->lock);
+    st = sv->snap;
+    ns = sv->snap_ns;
+    pthread_mutex_unlock(&sv->lock);
+    req[strcspn(req, "\r\n")] = '\0';
+    if (strcmp(req, "stats") == 0)
+        put_json(f, &st, ns);
+    else if (strcmp(req, "metrics") == 0)
+        put_metrics(f, &st);
+    else
+        fprintf(f, "error: unknown request \"%s\" (stats or metrics)\n", req);
+    fclose(f);
+}
+
+static void *serve(void *arg)
+{
+    struct stats_server *sv = arg;
+    struct pollfd p[2] = {{.fd = sv->fd, .events = POLLIN}, {.fd = sv->wake[0], .events = POLLIN}};
+
+    for (;;) {
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (p[1].revents)
+            break;
+        if (p[0].revents & POLLIN) {
+            int c = accept4(sv->fd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0)
+                serve_client(sv, c);
+        }
+    }
+    return NULL;
+}
+
+/* ---- lifetime ---- */
+
+static int listen_on(const char *path, int *out)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int fd;
+
+    if (strlen(path) >= sizeof(a.sun_path))
+        return -ENAMETOOLONG;
+    strcpy(a.sun_path, path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    /* A socket file left by a process that died is replaced; a live one answers connect. */
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        close(fd);
+        return -EADDRINUSE;
+    }
+    unlink(path);
+    mode_t old = umask(0177); /* the socket is for its owner: 0600 */
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 8) ? -errno : 0;
+    umask(old);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *out = fd;
+    return 0;
+}
+
+static void server_free(struct stats_server *sv)
+{
+    if (sv->fd >= 0)
+        close(sv->fd);
+    for (int i = 0; i < 2; i++)
+        if (sv->wake[i] >= 0)
+            close(sv->wake[i]);
+    pthread_mutex_destroy(&sv->lock);
+    free(sv->path);
+    free(sv);
+}
+
+int stats_server_start(const char *path, struct stats_server **out)
+{
+    struct stats_server *sv = calloc(1, sizeof(*sv));
+    int rc;
+
+    if (!sv)
+        return -ENOMEM;
+    sv->fd = sv->wake[0] = sv->wake[1] = -1;
+    pthread_mutex_init(&sv->lock, NULL);
+    if (!(sv->path = strdup(path)))
+        rc = -ENOMEM;
+    else if ((rc = listen_on(path, &sv->fd)) == 0 && pipe2(sv->wake, O_CLOEXEC))
+        rc = -errno;
+    if (rc == 0 && (rc = -pthread_create(&sv->thread, NULL, serve, sv)) == 0) {
+        *out = sv;
+        return 0;
+    }
+    if (sv->fd >= 0)
+        unlink(path);
+    server_free(sv);
+    return rc;
+}
+
+void stats_server_publish(struct stats_server *sv, const struct kvt_stats *st)
+{
+    if (!sv)
+        return;
+    pthread_mutex_lock(&sv->lock);
+    sv->snap = *st;
+    sv->snap_ns = wall_ns();
+    pthread_mutex_unlock(&sv->lock);
+}
+
+void stats_server_stop(struct stats_server *sv)
+{
+    if (!sv)
+        return;
+    /* A pipe with room for a byte cannot refuse it; the thread then leaves its loop. */
+    while (write(sv->wake[1], "x", 1) < 0 && errno == EINTR)
+        ;
+    pthread_join(sv->thread, NULL);
+    unlink(sv->path);
+    server_free(sv);
+}
