@@ -58,7 +58,8 @@ PY
 cmd_demo() {
     install_missing
     build build
-    ./build/tools/kvtier-bench --host-tokens 262144
+    # The disk tier's data dir outlives the run: a second ./run.sh demo reads from it.
+    ./build/tools/kvtier-bench --host-tokens 262144 --disk-tokens 2000000 --dir build/demo-data
 }
 
 cmd_test() {
@@ -71,9 +72,9 @@ cmd_test() {
     ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         meson test -C build-asan --suite unit --suite integration --print-errorlogs || rc=1
-    # ThreadSanitizer over the tests that run transfer threads.
+    # ThreadSanitizer over the tests that run transfer and disk I/O threads.
     build build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled
-    TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache \
+    TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache store \
         --print-errorlogs || rc=1
     summary build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
         build-tsan/meson-logs/testlog.json
