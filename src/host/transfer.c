@@ -24,9 +24,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h> /* SSE2, the x86-64 baseline: streaming stores, prefetch, sfence */
+#define SIM_STREAM 1
+#else
+#define SIM_STREAM 0
+#endif
 
 #ifdef KVT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -36,6 +44,13 @@
 #ifdef KVT_HAVE_KERNELS
 #include "kv_copy.h"
 #endif
+
+/* sim: a span handed to sim_copy and not yet copied (n 0: none). */
+struct sim_span {
+    void *dst;
+    const void *src;
+    size_t n;
+};
 
 #ifdef KVT_HAVE_CUDA
 /* A ring of page numbers in pinned staging memory and its device twin: an op takes a
@@ -93,9 +108,10 @@ struct xfer_stream {
     pthread_cond_t work;
     pthread_t thread;
     bool stop;
-    uint64_t cur_id;     /* the op the worker is copying */
-    uint32_t cur_layers; /* layers of cur_id that have landed */
-    uint64_t rng;        /* the delay seam's generator; the worker's alone */
+    uint64_t cur_id;      /* the op the worker is copying */
+    uint32_t cur_layers;  /* layers of cur_id that have landed */
+    uint64_t rng;         /* the delay seam's generator; the worker's alone */
+    struct sim_span held; /* sim_copy's span waiting for the next; the worker's alone */
 #ifdef KVT_HAVE_CUDA
     cudaStream_t cs;
     struct idx_ring ring;   /* kernel path: page numbers on their way to the device */
@@ -210,10 +226,89 @@ static bool load_layer_landed(const struct xfer_stream *s, uint64_t id, uint32_t
 
 /* ---- sim: one worker thread per stream ---- */
 
+/*
+ * Scattered spans (typically 32 KiB: one page of K or V rows of one layer) each start cold
+ * when copied by memcpy one after another: the hardware prefetcher has not yet locked on to
+ * the new source, and every destination line is first read for ownership. So sim_copy holds
+ * each span back until the next one is known, and copies it while prefetching the next
+ * one's source, with streaming stores that write whole lines without reading them first.
+ * Streaming stores are weakly ordered: sim_flush copies the held span and fences, and must
+ * run before anyone is told the bytes are there (a load's layer mark, an op's completion).
+ */
+
+#define SIM_LINE 64 /* bytes per cache line, the unit of the streaming loop */
+/* Shorter spans go by memcpy, too short to be worth it. A build may lower it to put the
+ * unit tests' short spans through the streaming path. */
+#ifndef SIM_STREAM_MIN
+#define SIM_STREAM_MIN 4096
+#endif
+
+#if SIM_STREAM
+/* Copies n bytes to a 16-byte aligned dst with streaming stores, a line at a time, and
+ * prefetches a line of next (next_n bytes) per line copied, so that the next span's source
+ * is in cache by the time it is copied. The tail short of a line goes by memcpy. */
+static void stream_copy(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t *next,
+                        size_t next_n)
+{
+    size_t body = n & ~(size_t)(SIM_LINE - 1), pf = 0;
+
+    for (size_t i = 0; i < body; i += SIM_LINE) {
+        if (pf < next_n) {
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+            pf += SIM_LINE;
+        }
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    memcpy(dst + body, src + body, n - body);
+}
+#endif
+
+/* Copies span h, prefetching next's source meanwhile (next NULL: none). */
+static void sim_copy_span(const struct sim_span *h, const struct sim_span *next)
+{
+#if SIM_STREAM
+    if (h->n >= SIM_STREAM_MIN && !((uintptr_t)h->dst & 15)) {
+        stream_copy(h->dst, h->src, h->n, next ? next->src : NULL, next ? next->n : 0);
+        return;
+    }
+#else
+    (void)next;
+#endif
+    memcpy(h->dst, h->src, h->n);
+}
+
+/* Makes every span handed to sim_copy land and be visible to other threads once they
+ * synchronise with this one (by the stream's lock): copies the held span, then fences the
+ * streaming stores, which the lock alone need not order. */
+static void sim_flush(struct xfer_stream *s)
+{
+    if (!s->held.n)
+        return;
+    sim_copy_span(&s->held, NULL);
+    s->held.n = 0;
+#if SIM_STREAM
+    _mm_sfence();
+#endif
+}
+
+/* The sim backend's copy_fn: copies the span held back before, if any, prefetching this one,
+ * and holds this one back in turn. The bytes land by the next call or sim_flush. */
 static int sim_copy(struct xfer_stream *s, void *dst, const void *src, size_t n)
 {
-    (void)s;
-    memcpy(dst, src, n);
+    struct sim_span next = {.dst = dst, .src = src, .n = n};
+
+    if (!n)
+        return 0; /* held, it would read as none held and sim_flush would skip its fence */
+    if (s->held.n)
+        sim_copy_span(&s->held, &next);
+    s->held = next;
     return 0;
 }
 
@@ -253,6 +348,7 @@ static int sim_run(struct xfer_stream *s, const struct xfer_op *op)
         if (s->dir == XFER_LOAD && l)
             sleep_us(x->cfg.layer_delay_us);
         rc = copy_layer(s, sim_copy, op, l);
+        sim_flush(s); /* the layer's last span, before its mark or the op's completion */
         if (s->dir == XFER_LOAD && !rc)
             sim_mark_layers(s, l + 1);
     }

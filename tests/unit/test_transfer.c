@@ -14,9 +14,9 @@
 #include "host/host_pool.h"
 #include "host/transfer.h"
 
-#define PS 4        /* tokens per page */
-#define MAX_ROW 64  /* bytes of the widest row below */
-#define FILLER 9999 /* tag of pages no copy should reach */
+#define PS 4         /* tokens per page */
+#define MAX_ROW 1024 /* bytes of the widest row below */
+#define FILLER 9999  /* tag of pages no copy should reach */
 
 /* V narrower than K, so a K/V mix-up cannot copy the right bytes. */
 static const struct kvt_geometry mha = {.attention = KVT_ATTN_MHA,
@@ -30,6 +30,15 @@ static const struct kvt_geometry mla = {.attention = KVT_ATTN_MLA,
                                         .kv_lora_rank = 12,
                                         .qk_rope_head_dim = 4,
                                         .dtype_bytes = 2};
+
+/* Wide rows: a page of K is a 4 KiB span, which the sim worker copies with streaming stores,
+ * and V's 2 KiB span goes by memcpy; both paths in one op. */
+static const struct kvt_geometry wide = {.attention = KVT_ATTN_MHA,
+                                         .layers = 2,
+                                         .kv_heads = 4,
+                                         .head_dim = 128,
+                                         .v_head_dim = 64,
+                                         .dtype_bytes = 2};
 
 struct rig {
     struct kv_pool dev;
@@ -273,6 +282,13 @@ static void test_round_trip_mla_layer_first(void **state)
 {
     (void)state;
     round_trip(&mla, HOST_LAYER_FIRST);
+}
+
+static void test_round_trip_wide(void **state)
+{
+    (void)state;
+    round_trip(&wide, HOST_PAGE_FIRST);
+    round_trip(&wide, HOST_LAYER_FIRST);
 }
 
 /* A single long run and a fully scattered list of the same pages move the same bytes. */
@@ -562,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_mha_layer_first),
         cmocka_unit_test(test_round_trip_mla_page_first),
         cmocka_unit_test(test_round_trip_mla_layer_first),
+        cmocka_unit_test(test_round_trip_wide),
         cmocka_unit_test(test_coalesced_and_scattered),
         cmocka_unit_test(test_order_and_watermarks),
         cmocka_unit_test(test_wait_layer),
