@@ -93,7 +93,9 @@ static int pin_locked(struct dstore *s, const uint8_t *key, uint32_t g)
 
 static void unpin_locked(struct dstore *s, uint32_t g)
 {
-    if (s->ro || --s->pins[g])
+    /* Before the rebuild is done the committer is still writing the slot table, and no slot
+     * can be dead yet (deletes queue behind the rebuild): leave the table alone. */
+    if (s->ro || --s->pins[g] || !s->ready)
         return;
     if (s->state[g] == SLOT_DEAD) {
         s->state[g] = SLOT_FREE;
