@@ -26,6 +26,32 @@ bool cli_parse_u64(const char *s, uint64_t *out)
     return true;
 }
 
+bool cli_parse_size(const char *s, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    const char *u;
+    char digits[32];
+    size_t len = s ? strlen(s) : 0;
+    uint64_t v;
+
+    if (len == 0 || len >= sizeof(digits))
+        return false;
+    u = strchr(units, s[len - 1]);
+    if (!u)
+        return cli_parse_u64(s, out);
+    memcpy(digits, s, len - 1);
+    digits[len - 1] = '\0';
+    if (!cli_parse_u64(digits, &v))
+        return false;
+    for (const char *p = units; p <= u; p++) {
+        if (v > UINT64_MAX / 1024)
+            return false;
+        v *= 1024;
+    }
+    *out = v;
+    return true;
+}
+
 void cli_json_string(const char *s)
 {
     if (!s) {

@@ -15,6 +15,10 @@ int cli_bad_usage(const char *prog, const char *msg, const char *arg);
 /* A decimal count, digits only; false for anything else or an overflow. */
 bool cli_parse_u64(const char *s, uint64_t *out);
 
+/* A byte count: digits, then optionally K, M, G or T (powers of 1024); false for anything
+ * else or an overflow. */
+bool cli_parse_size(const char *s, uint64_t *out);
+
 /* s as a JSON string on stdout; NULL prints null. */
 void cli_json_string(const char *s);
 

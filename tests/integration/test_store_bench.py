@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""End-to-end tests of kvtier-store-bench: usage: test_store_bench.py PATH-TO-KVTIER-STORE-BENCH
+
+The program is a benchmark: its timings are never judged here. What is checked is what does
+not depend on the machine's speed: the exit status, that the JSON report has every field with
+a sane type, that byte counts follow from the pages and the page size (slots worked out here
+from the documented 4 KiB rounding), that derived figures (GB/s, pages/s, ratios) follow from
+the measured times, that the store counted exactly the I/Os asked for, that fio is used when
+present and its absence is a note rather than a failure, that the work dir goes away unless
+--keep, that bad arguments are refused with exit 2 and a message, and that --help describes the
+options the program takes. fio is never required: the cases that need it skip without it.
+
+Every case prints one line (PASS, FAIL or SKIP); the script exits 1 when any case FAILed.
+"""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+PROG = None
+WORK = None  # a private --dir for every run
+# A small, quick configuration: 24 pages of 64 KiB written and read back in ops of 8, and an
+# open test over 300 pages.
+SMALL = ["--page-bytes", "64K", "--queue-depth", "4", "--pages", "24", "--batch", "8",
+         "--reps", "1", "--open-pages", "300", "--open-reps", "2"]
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def eq(got, want, what):
+    if got != want:
+        raise Failure(f"{what}: expected {want!r}, got {got!r}")
+
+
+def close(got, want, what, rel=1e-3, abs_=1e-9):
+    check(isinstance(got, (int, float)) and math.isfinite(got), f"{what}: {got!r} is not finite")
+    if abs(got - want) > max(abs_, rel * abs(want)):
+        raise Failure(f"{what}: expected about {want!r}, got {got!r}")
+
+
+def positive(x, what):
+    check(isinstance(x, (int, float)) and not isinstance(x, bool), f"{what}: {x!r} is no number")
+    check(math.isfinite(x) and x > 0, f"{what}: {x!r} is not positive and finite")
+
+
+def slot_of(page_bytes):
+    return (page_bytes + 4095) // 4096 * 4096
+
+
+# ---- running the program ----
+
+
+class Result:
+    def __init__(self, args, proc):
+        self.args = args
+        self.rc = proc.returncode
+        self.out = proc.stdout.decode("utf-8", "replace")
+        self.err = proc.stderr.decode("utf-8", "replace")
+
+    def where(self):
+        return (f"\n    command: kvtier-store-bench {' '.join(self.args)}\n    exit {self.rc}"
+                f"\n    stdout: {self.out[:600]!r}\n    stderr: {self.err[:600]!r}")
+
+    def json(self):
+        lines = self.out.splitlines()
+        check(len(lines) == 1, f"--json should print exactly one line{self.where()}")
+        try:
+            j = json.loads(lines[0])
+        except ValueError as e:
+            raise Failure(f"stdout is not JSON ({e}){self.where()}")
+        check(isinstance(j, dict), f"JSON is not an object{self.where()}")
+        return j
+
+
+def run(*args, dir_=True):
+    args = [str(a) for a in args]
+    if dir_:
+        args = ["--dir", WORK] + args
+    proc = subprocess.run([PROG] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=120)
+    return Result(args, proc)
+
+
+def run_json(*args):
+    r = run(*args, "--json")
+    eq(r.rc, 0, f"exit status{r.where()}")
+    return r.json()
+
+
+def bad_usage(*args, mention):
+    r = run(*args)
+    eq(r.rc, 2, f"exit status for bad usage{r.where()}")
+    eq(r.out, "", f"stdout for bad usage{r.where()}")
+    check(mention in r.err, f"stderr should mention {mention!r}{r.where()}")
+
+
+def has_fio():
+    return shutil.which("fio") is not None
+
+
+# ---- checking a report ----
+
+CONFIG_KEYS = {"work_dir": str, "fs": str, "keep": bool, "reps": int, "batch": int,
+               "read_order": str, "io": str, "seed": int, "page_tokens": int,
+               "fio": (str, type(None)), "fio_note": (str, type(None))}
+TIMING_KEYS = ["median_s", "best_s", "worst_s", "median_gbps", "best_gbps"]
+
+
+def has_keys(obj, keys, what):
+    check(isinstance(obj, dict), f"{what} is not an object: {obj!r}")
+    missing = [k for k in keys if k not in obj]
+    check(not missing, f"{what} lacks {missing}: {obj!r}")
+
+
+def check_timing(t, nbytes, what):
+    has_keys(t, TIMING_KEYS, what)
+    for k in ["median_s", "best_s", "worst_s"]:
+        positive(t[k], f"{what}.{k}")
+    check(t["best_s"] <= t["median_s"] <= t["worst_s"],
+          f"{what}: best {t['best_s']}, median {t['median_s']}, worst {t['worst_s']} out of order")
+    close(t["median_gbps"], nbytes / t["median_s"] / 1e9, f"{what}.median_gbps")
+    close(t["best_gbps"], nbytes / t["best_s"] / 1e9, f"{what}.best_gbps")
+
+
+def check_config(c):
+    has_keys(c, CONFIG_KEYS, "config")
+    for k, ty in CONFIG_KEYS.items():
+        check(isinstance(c[k], ty) and not (ty is int and isinstance(c[k], bool)),
+              f"config.{k}: {c[k]!r} is not {ty}")
+    check(c["read_order"] in ("random", "seq"), f"config.read_order {c['read_order']!r}")
+    check(c["io"] in ("auto", "uring", "psync"), f"config.io {c['io']!r}")
+    # fio is either there (a version) or its absence explained (a note)
+    check(c["fio"] is not None or c["fio_note"], "config: neither fio's version nor a note")
+
+
+def check_point(p, c, fio_wanted):
+    what = f"point {p.get('page_bytes')} B, qd {p.get('queue_depth')}"
+    has_keys(p, ["page_bytes", "slot_bytes", "queue_depth", "pages", "bytes", "store", "fio",
+                 "ratio", "target_ratio"], what)
+    eq(p["slot_bytes"], slot_of(p["page_bytes"]), f"{what}: slot_bytes")
+    eq(p["bytes"], p["pages"] * p["page_bytes"], f"{what}: bytes (pages x page_bytes)")
+    eq(p["target_ratio"], 0.95, f"{what}: target_ratio")
+    s = p["store"]
+    has_keys(s, ["io", "direct", "fixed_buffers", "fixed_ios", "write", "read",
+                 "write_pages_per_s", "read_pages_per_s"], f"{what}: store")
+    check(s["io"] in ("io_uring", "psync"), f"{what}: store.io {s['io']!r}")
+    check(isinstance(s["direct"], bool) and isinstance(s["fixed_buffers"], bool),
+          f"{what}: store.direct / fixed_buffers not booleans")
+    if s["io"] == "psync":
+        eq(s["fixed_buffers"], False, f"{what}: fixed buffers without io_uring")
+    # Every page written once (plus the warm-up page) and read once, all from the registered
+    # buffers when they are in use.
+    eq(s["fixed_ios"], 2 * p["pages"] + 1 if s["fixed_buffers"] else 0, f"{what}: fixed_ios")
+    for k in ["write", "read"]:
+        check_timing(s[k], p["bytes"], f"{what}: store.{k}")
+        close(s[f"{k}_pages_per_s"], p["pages"] / s[k]["median_s"], f"{what}: {k}_pages_per_s")
+    if not fio_wanted or p["fio"] is None:
+        check(not fio_wanted, f"{what}: fio was present but did not run ({c['fio_note']})")
+        eq(p["ratio"], None, f"{what}: ratio without fio")
+        return
+    f = p["fio"]
+    has_keys(f, ["bytes", "fdatasync_every", "write", "write_fdatasync", "read"], f"{what}: fio")
+    eq(f["bytes"], p["pages"] * p["slot_bytes"], f"{what}: fio.bytes (pages x slot)")
+    eq(f["fdatasync_every"], c["batch"], f"{what}: fio.fdatasync_every")
+    for k in ["write", "write_fdatasync", "read"]:
+        check_timing(f[k], f["bytes"], f"{what}: fio.{k}")
+    r = p["ratio"]
+    has_keys(r, ["write", "write_vs_fdatasync", "read"], f"{what}: ratio")
+    for k, fk, sk in [("write", "write", "write"), ("write_vs_fdatasync", "write_fdatasync",
+                                                     "write"), ("read", "read", "read")]:
+        positive(r[k], f"{what}: ratio.{k}")
+        # store I/Os per second over fio's: fio's time over the store's for as many I/Os
+        close(r[k], f[fk]["median_s"] / s[sk]["median_s"], f"{what}: ratio.{k}")
+
+
+def check_open(o, pages, reps):
+    has_keys(o, ["pages", "page_bytes", "keys", "reps", "build_s", "build_pages_per_s", "cold",
+                 "warm", "target_serve_s"], "open")
+    eq((o["pages"], o["page_bytes"], o["keys"], o["reps"]), (pages, 4096, min(64, pages), reps),
+       "open: pages, page_bytes, keys, reps")
+    eq(o["target_serve_s"], 0.2, "open.target_serve_s")
+    positive(o["build_s"], "open.build_s")
+    close(o["build_pages_per_s"], pages / o["build_s"], "open.build_pages_per_s")
+    for kind in ["cold", "warm"]:
+        k = o[kind]
+        has_keys(k, ["open", "serve", "first_read", "ready"], f"open.{kind}")
+        for f in ["open", "serve", "first_read", "ready"]:
+            check_timing(k[f], 0, f"open.{kind}.{f}")
+        # Each open is timed from before dstore_open to each step in turn, so the medians keep
+        # the order of the steps.
+        steps = [k[f]["median_s"] for f in ["open", "serve", "first_read", "ready"]]
+        check(steps == sorted(steps), f"open.{kind}: steps out of order: {steps}")
+
+
+def check_report(j, fio_wanted, open_pages=None, open_reps=None):
+    has_keys(j, ["config", "throughput", "open"], "report")
+    check_config(j["config"])
+    check(isinstance(j["throughput"], list), "throughput is not a list")
+    for p in j["throughput"]:
+        check_point(p, j["config"], fio_wanted)
+    if open_pages:
+        check_open(j["open"], open_pages, open_reps)
+    else:
+        eq(j["open"], None, "open without --open-pages")
+    return j
+
+
+# ---- the cases ----
+
+CASES = []
+
+
+def case(name):
+    def register(fn):
+        CASES.append((name, fn))
+        return fn
+    return register
+
+
+@case("a small run: every field, consistent figures, fio used when present")
+def _():
+    j = check_report(run_json(*SMALL), has_fio(), 300, 2)
+    c = j["config"]
+    eq((c["reps"], c["batch"], c["read_order"], c["io"], c["seed"]), (1, 8, "random", "auto", 1),
+       "config")
+    eq(len(j["throughput"]), 1, "points")
+    p = j["throughput"][0]
+    eq((p["page_bytes"], p["queue_depth"], p["pages"], p["bytes"]), (65536, 4, 24, 24 * 65536),
+       "the point")
+    check(not os.path.exists(c["work_dir"]), f"work dir {c['work_dir']} left behind")
+    if not has_fio():
+        raise Skip("fio is not installed: the report was checked without the comparison")
+
+
+@case("lists: every page size x queue depth, pages from --bytes, slots rounded to 4 KiB")
+def _():
+    j = check_report(run_json("--page-bytes", "4K,6000", "--queue-depth", "1,2", "--bytes", "64K",
+                              "--batch", "4", "--reps", "2", "--open-pages", 0, "--no-fio",
+                              "--read-order", "seq", "--seed", 9), False)
+    pts = [(p["page_bytes"], p["queue_depth"], p["pages"]) for p in j["throughput"]]
+    eq(pts, [(4096, 1, 16), (4096, 2, 16), (6000, 1, 10), (6000, 2, 10)], "points in order")
+    eq(j["throughput"][2]["slot_bytes"], 8192, "slot of a 6000-byte page")
+    # 6000 bytes cannot meet O_DIRECT's alignment: the store goes through the page cache.
+    eq(j["throughput"][2]["store"]["direct"], False, "O_DIRECT with 6000-byte pages")
+    eq((j["config"]["read_order"], j["config"]["seed"]), ("seq", 9), "config")
+    check("--no-fio" in j["config"]["fio_note"], "the note should say --no-fio")
+
+
+@case("no fio: a note on how to install it, the store's figures, exit 0")
+def _():
+    r = run("--fio", "/nonexistent/fio", "--page-bytes", "8K", "--pages", 8, "--batch", 4,
+            "--reps", 1, "--open-pages", 0, "--json")
+    eq(r.rc, 0, f"exit status{r.where()}")
+    j = check_report(r.json(), False)
+    eq(j["config"]["fio"], None, "config.fio")
+    check("apt-get install fio" in j["config"]["fio_note"], "the note should say how to install")
+    check("apt-get install fio" in r.err, f"stderr should carry the note{r.where()}")
+    r = run("--fio", "/nonexistent/fio", "--page-bytes", "8K", "--pages", 8, "--batch", 4,
+            "--reps", 1, "--open-pages", 0)
+    eq(r.rc, 0, f"exit status{r.where()}")
+    check(re.search(r"^  note: .*apt-get install fio", r.out, re.M), f"text note{r.where()}")
+
+
+@case("--pages 0 --open-pages 0 measures nothing and says so in the shape")
+def _():
+    j = check_report(run_json("--pages", 0, "--open-pages", 0, "--no-fio"), False)
+    eq(j["throughput"], [], "throughput")
+
+
+@case("text report")
+def _():
+    r = run(*SMALL)
+    eq(r.rc, 0, f"exit status{r.where()}")
+    eq(r.err, "", f"stderr{r.where()}")
+    want = [r"^kvtier-store-bench: work dir .*removed at the end",
+            r"^page 64\.0 KiB \(slot 65536 B\), queue depth 4: 24 pages, 1\.5 MiB a run",
+            r"^  store: (io_uring|psync), (O_DIRECT|buffered), ", r"^  write +[0-9.]+ \(",
+            r"^  read \(random order\) +[0-9.]+ \(", r"^open: 300 pages of 4 KiB, built in",
+            r"^  cold +[0-9.]+ \(", r"^  warm +[0-9.]+ \(", r"^  serve <= 200 ms: cold "]
+    if has_fio():
+        want += [r"^    vs fio --fdatasync=8 ", r"^  write .*>= 0\.95 (met|MISSED)",
+                 r"^    \$ \S*fio --name=kvtier-store-bench .*--ioengine=io_uring "
+                 r".*--bs=65536 --iodepth=4 --rw=write --size=1572864 --fdatasync=0 "]
+    for w in want:
+        check(re.search(w, r.out, re.M), f"text report lacks /{w}/{r.where()}")
+    # Verdicts follow the figures printed beside them.
+    for m in re.finditer(r"^  (?:write|read \(random order\)) .* ([0-9.]+) +>= 0\.95 (met|MISSED)$",
+                         r.out, re.M):
+        eq(m.group(2), "met" if float(m.group(1)) >= 0.95 else "MISSED", f"verdict of {m.group(0)}")
+    serve = {k: float(v) for k, v in re.findall(r"^  (cold|warm) +[0-9.]+ \( *[0-9.]+\) +([0-9.]+)",
+                                               r.out, re.M)}
+    m = re.search(r"serve <= 200 ms: cold (met|MISSED), warm (met|MISSED)", r.out)
+    check(m and len(serve) == 2, f"open table or verdict missing{r.where()}")
+    eq((m.group(1), m.group(2)), tuple("met" if serve[k] <= 200 else "MISSED"
+                                       for k in ["cold", "warm"]), "open verdicts")
+
+
+@case("--keep keeps the work dir and the open test's data dir")
+def _():
+    j = run_json("--pages", 0, "--open-pages", 100, "--open-reps", 1, "--no-fio", "--keep")
+    d = j["config"]["work_dir"]
+    try:
+        eq(j["config"]["keep"], True, "config.keep")
+        check(os.path.isdir(os.path.join(d, "open", "index")), f"{d}/open/index is gone")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+BAD = [
+    (["--bogus"], "unknown option"),
+    (["--pages"], "needs a value"),
+    (["--pages", "abc"], "--pages"),
+    (["--pages", "-3"], "--pages"),
+    (["--page-bytes", "100"], "--page-bytes"),
+    (["--page-bytes", "1G"], "--page-bytes"),
+    (["--page-bytes", "4K,"], "--page-bytes"),
+    (["--page-bytes", ","], "--page-bytes"),
+    (["--page-bytes", "4Q"], "--page-bytes"),
+    (["--page-bytes", ",".join(["4K"] * 9)], "--page-bytes"),
+    (["--queue-depth", "0"], "--queue-depth"),
+    (["--queue-depth", "5000"], "--queue-depth"),
+    (["--bytes", "0"], "--bytes"),
+    (["--batch", "0"], "--batch"),
+    (["--reps", "0"], "--reps"),
+    (["--open-reps", "0"], "--open-reps"),
+    (["--open-pages", "x"], "--open-pages"),
+    (["--seed", "x"], "--seed"),
+    (["--read-order", "backwards"], "--read-order"),
+    (["--io", "fast"], "--io"),
+    (["--dir", ""], "--dir"),
+]
+
+
+@case("bad arguments: exit 2 with a message, nothing measured")
+def _():
+    for args, mention in BAD:
+        bad_usage(*args, mention=mention)
+    r = run("--dir", "/nonexistent/dir/for/sure", "--no-fio", dir_=False)
+    eq(r.rc, 1, f"exit status with a --dir that does not exist{r.where()}")
+    check("/nonexistent/dir/for/sure" in r.err, f"stderr should name the dir{r.where()}")
+
+
+@case("--help exits 0 and tells the truth about the options")
+def _():
+    r = run("--help", dir_=False)
+    eq(r.rc, 0, f"exit status{r.where()}")
+    eq(r.err, "", f"stderr{r.where()}")
+    check(r.out.startswith("usage: kvtier-store-bench"), f"usage line{r.where()}")
+    documented = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", r.out))
+    wanted = {"--page-bytes", "--queue-depth", "--bytes", "--pages", "--batch", "--reps",
+              "--read-order", "--io", "--fio", "--no-fio", "--open-pages", "--open-reps",
+              "--dir", "--keep", "--seed", "--json", "--help"}
+    check(wanted <= documented, f"--help lacks {sorted(wanted - documented)}")
+    for w in ["--ioengine=io_uring", "--direct=1", "apt-get install fio", "--open-pages 1000000"]:
+        check(w in r.out, f"--help does not mention {w}")
+    # fio's options named in --help are not ours; every other one is taken, and with a bad
+    # value it complains about the value, never that the option is unknown.
+    fio_opts = {"--name", "--filename", "--ioengine", "--direct", "--fixedbufs", "--fallocate",
+                "--bs", "--iodepth", "--rw", "--size", "--fdatasync", "--output",
+                "--output-format"}
+    for opt in sorted(documented - fio_opts - {"--help", "--json", "--keep", "--no-fio",
+                                               "--fio", "--dir"}):
+        r = run(opt, "not-a-value")
+        eq(r.rc, 2, f"{opt} with a bad value{r.where()}")
+        check("unknown option" not in r.err, f"--help documents {opt}, which is unknown{r.where()}")
+    r = run("--json", "--help", dir_=False)
+    eq(r.rc, 0, f"exit status of --json --help{r.where()}")
+    check(r.out.startswith("usage:"), f"--json --help should print the help{r.where()}")
+
+
+# ---- driver ----
+
+def main():
+    global PROG, WORK
+    if len(sys.argv) != 2:
+        print("usage: test_store_bench.py PATH-TO-KVTIER-STORE-BENCH", file=sys.stderr)
+        return 2
+    PROG = os.path.abspath(sys.argv[1])
+    if not os.access(PROG, os.X_OK):
+        print(f"test_store_bench.py: {PROG} is not an executable", file=sys.stderr)
+        return 2
+    WORK = tempfile.mkdtemp(prefix="test_store_bench.")
+    failed, t0 = [], time.monotonic()
+    try:
+        for name, fn in CASES:
+            t = time.monotonic()
+            try:
+                fn()
+                err = None
+            except Skip as e:
+                print(f"SKIP  {name}: {e}", flush=True)
+                continue
+            except Failure as e:
+                err = str(e)
+            except Exception as e:  # a bug in the test, or output of an unexpected shape
+                err = f"{type(e).__name__}: {e}"
+            took = f"({time.monotonic() - t:.2f} s)"
+            if err:
+                failed.append(name)
+                print(f"FAIL  {name} {took}: {err}", flush=True)
+            else:
+                print(f"PASS  {name} {took}", flush=True)
+        left = os.listdir(WORK)
+        if left:
+            failed.append("cleanup")
+            print(f"FAIL  cleanup: the runs left {left} in {WORK}", flush=True)
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed in {time.monotonic() - t0:.1f} s")
+    for name in failed:
+        print(f"failed: {name}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

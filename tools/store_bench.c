@@ -1,0 +1,1727 @@
+/*
+ * kvtier-store-bench: how fast the disk tier's block store moves pages, against fio on the
+ * same disk in the same run, and how soon a big data dir serves after open. It prints
+ * figures; it passes or fails nothing.
+ *
+ * (a) Throughput, for every page size x queue depth asked for, rep by rep:
+ *     store: a fresh data dir; one warm-up page (so the slab file is created and preallocated
+ *     before the clock starts, as fio lays its file out before its own); then N pages written
+ *     with dstore_write in ops of --batch pages (the store's max_batch is the same, so one op
+ *     is one commit batch: its I/O, one fdatasync, one LMDB transaction), two ops in flight so
+ *     the committer always has the next batch queued; then the N pages read back with
+ *     dstore_read in ops of --batch pages, enough ops in flight to keep queue_depth page I/Os
+ *     in the kernel, in random (or written) order. Buffers come from one page-aligned region
+ *     registered with io_uring, as the engine registers its host pool.
+ *     fio: io_uring, O_DIRECT (as the store got it), registered buffers (likewise), block size
+ *     = the store's slot, iodepth = queue depth, size = N slots, on a file in the same dir:
+ *     a plain sequential write, a write with --fdatasync=<batch> (the store syncs once per
+ *     batch), and a randread (or read) of that file.
+ *     Ratio: fio's time over the store's for the same number of I/Os of one slot each, i.e.
+ *     store GB/s over fio GB/s when the page is a whole number of 4 KiB blocks. Target 0.95.
+ *     What still differs: the store drains each batch before its fdatasync, then commits an
+ *     LMDB transaction (more syncs), and only then starts the next batch; it checksums every
+ *     page (XXH3-128) on both paths. fio has no index, and its fdatasync is one more op
+ *     queued after every N writes.
+ *
+ * (b) Open: a data dir indexing M pages of 4 KiB is built (written in batches of 4096 pages,
+ *     timed), closed, then opened again and again: the time to dstore_open, to the first
+ *     dstore_leading_run that finds all of 64 known keys (ready to serve; target 200 ms), to
+ *     one page read back, and to dstore_wait_ready (the background rebuild done). Each rep
+ *     opens once cold (the dir's files dropped from the page cache with posix_fadvise) and
+ *     once warm.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+#include "cli.h"
+#include "disk/store.h"
+#include "host/host_pool.h"
+
+#define PROG "kvtier-store-bench"
+#define MAX_LIST 8
+/* Llama-3-8B, 16 tokens a page: 32 layers x K,V x 8 KV heads x 128 x 2 bytes x 16 = 2 MiB. */
+#define DEFAULT_PAGE_BYTES (2ull << 20)
+#define DEFAULT_QUEUE_DEPTH 32
+#define DEFAULT_BYTES (2ull << 30)
+#define DEFAULT_BATCH 256 /* the store's own max_batch default */
+#define DEFAULT_REPS 3
+#define DEFAULT_OPEN_PAGES 100000
+#define DEFAULT_OPEN_REPS 5
+#define PAGE_TOKENS 16 /* records carry tokens as the engine's do */
+#define SLOT_ALIGN 4096u
+#define OPEN_PAGE_BYTES 4096u
+#define OPEN_BATCH 4096u
+#define OPEN_KEYS 64u
+#define INDEX_BYTES_PER_PAGE 1024u /* a generous guess of the LMDB index per page, for space */
+#define SPACE_MARGIN (64ull << 20)
+#define TARGET_RATIO 0.95
+#define TARGET_SERVE_S 0.200
+#define MAX_JSON_DEPTH 64
+#define WORK_NAME_ROOM 64 /* bytes kept free after the work dir's path for the names in it */
+
+enum read_order { ORDER_RANDOM = 0, ORDER_SEQ = 1 };
+
+static const char *const order_names[] = {"random", "seq"};
+static const char *const io_names[] = {"auto", "uring", "psync"};
+
+struct config {
+    const char *parent; /* --dir: the work dir is made inside it */
+    const char *fio;
+    bool keep, json, no_fio;
+    uint64_t page_bytes[MAX_LIST], queue_depth[MAX_LIST];
+    size_t npage_bytes, nqueue_depth;
+    uint64_t bytes, pages; /* pages per run when pages_set (0 skips (a)), else bytes / page */
+    bool pages_set;
+    uint64_t batch, reps, seed, open_pages, open_reps;
+    uint32_t order, io;
+};
+
+struct timing {
+    double median, best, worst; /* seconds */
+};
+
+/* One page size x queue depth. */
+struct point {
+    uint32_t page_bytes, slot_bytes, queue_depth;
+    uint64_t pages;
+    struct timing write, read;                   /* the store */
+    struct timing fio_write, fio_sync, fio_read; /* fio: plain write, --fdatasync, read */
+    bool fio_ran;
+    uint32_t io, direct, fixed_buffers; /* what the store ended up using */
+    uint64_t fixed_ios;                 /* of the last rep */
+};
+
+struct open_result {
+    uint64_t pages, keys;
+    double build;                                             /* seconds to write them all */
+    struct timing open[2], serve[2], first_read[2], ready[2]; /* [cold, warm] */
+};
+
+/* What the run learned about fio. */
+struct fio_state {
+    bool usable;
+    char path[PATH_MAX];
+    char version[64];
+    char note[512]; /* why there is no comparison, when there is none */
+};
+
+struct bench {
+    const struct config *cfg;
+    char work[PATH_MAX]; /* our own dir under --dir; everything goes in it */
+    char fs[32];
+    struct fio_state fio;
+    struct point *pt;
+    size_t npt;
+    struct open_result open;
+    bool open_ran;
+};
+
+/* ---- small helpers ---- */
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "%s: %s: %s\n", PROG, what, kvt_strerror(rc));
+    return -1;
+}
+
+/* Progress on a terminal only: a 1M-page build takes a while, and pipes want the report. */
+static void progress(const char *fmt, const char *what)
+{
+    if (isatty(STDERR_FILENO))
+        fprintf(stderr, fmt, PROG, what);
+}
+
+/* splitmix64's finalizer: a bijection, so distinct inputs give distinct keys. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    return mix64(*s += 0x9e3779b97f4a7c15ull);
+}
+
+/* Page i's 32-byte key: four words no other page shares (the store dedups equal keys). */
+static void page_key(uint64_t seed, uint64_t i, uint8_t *key)
+{
+    for (uint64_t w = 0; w < 4; w++) {
+        uint64_t v = mix64(seed * 0x9e3779b97f4a7c15ull + 4 * i + w);
+
+        memcpy(key + 8 * w, &v, 8);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Median, best and worst of n samples; sorts them. */
+static struct timing summarize(double *t, size_t n)
+{
+    qsort(t, n, sizeof(*t), cmp_double);
+    return (struct timing){.median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2,
+                           .best = t[0],
+                           .worst = t[n - 1]};
+}
+
+static double gbps(uint64_t bytes, double seconds)
+{
+    return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
+}
+
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0.0;
+}
+
+static uint32_t slot_of(uint64_t page_bytes)
+{
+    return (uint32_t)((page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN);
+}
+
+static const char *met(bool ok)
+{
+    return ok ? "met" : "MISSED";
+}
+
+static void print_size(uint64_t n)
+{
+    if (n >= (1ull << 30))
+        printf("%.2f GiB", (double)n / (1ull << 30));
+    else if (n >= (1ull << 20))
+        printf("%.1f MiB", (double)n / (1ull << 20));
+    else
+        printf("%.1f KiB", (double)n / 1024);
+}
+
+/* Why there is no (more) comparison with fio; the report prints it. */
+static void fio_note(struct fio_state *f, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(f->note, sizeof(f->note), fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the work dir ---- */
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) ? -1 : 0;
+}
+
+/* Remove a tree this program made (never anything it did not). */
+static void rm_tree(const char *path)
+{
+    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int drop_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    int fd;
+
+    (void)st;
+    (void)ftw;
+    if (flag != FTW_F || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    return 0;
+}
+
+/* A cold open without root: the page cache forgets this dir's clean pages. */
+static void drop_cache(const char *path)
+{
+    nftw(path, drop_one, 16, FTW_PHYS);
+}
+
+static uint64_t free_bytes(const char *path)
+{
+    struct statvfs sv;
+
+    return statvfs(path, &sv) ? 0 : (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+static void fs_name(const char *path, char *out, size_t len)
+{
+    static const struct {
+        unsigned long magic;
+        const char *name;
+    } known[] = {{0xEF53, "ext4"},      {0x58465342, "xfs"},     {0x9123683E, "btrfs"},
+                 {0x01021994, "tmpfs"}, {0x794c7630, "overlay"}, {0x6969, "nfs"},
+                 {0x2FC12FC1, "zfs"},   {0xF2F52010, "f2fs"}};
+    struct statfs sf;
+
+    snprintf(out, len, "unknown");
+    if (statfs(path, &sf))
+        return;
+    snprintf(out, len, "0x%lx", (unsigned long)sf.f_type);
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if ((unsigned long)sf.f_type == known[i].magic)
+            snprintf(out, len, "%s", known[i].name);
+}
+
+static int make_work(struct bench *b)
+{
+    int n = snprintf(b->work, sizeof(b->work), "%s/%s.XXXXXX", b->cfg->parent, PROG);
+
+    if (n < 0 || (size_t)n >= sizeof(b->work) - WORK_NAME_ROOM)
+        return fail("--dir", -ENAMETOOLONG);
+    if (!mkdtemp(b->work)) {
+        fprintf(stderr, "%s: cannot make a dir in %s: %s\n", PROG, b->cfg->parent, strerror(errno));
+        return -1;
+    }
+    fs_name(b->work, b->fs, sizeof(b->fs));
+    return 0;
+}
+
+/* make_work leaves room under PATH_MAX for every name used here. */
+static void work_path(const struct bench *b, const char *name, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s/%s", b->work, name);
+
+    if (n < 0 || (size_t)n >= len)
+        abort();
+}
+
+/* Refuse a phase the disk cannot hold, before writing a byte of it. */
+static int check_space(const struct bench *b, uint64_t need, const char *hint)
+{
+    uint64_t have = free_bytes(b->work);
+
+    if (have >= need + SPACE_MARGIN)
+        return 0;
+    fprintf(stderr, "%s: this needs %.2f GiB free in %s and %.2f GiB are: %s\n", PROG,
+            (double)(need + SPACE_MARGIN) / (1ull << 30), b->work, (double)have / (1ull << 30),
+            hint);
+    return -1;
+}
+
+/* ---- buffers ---- */
+
+/* Page-aligned memory the pages are written from and read into, registered with the store
+ * (io_uring fixed buffers) as the engine registers its host pool. Position p uses slot
+ * p % pages, and no more than pages positions are ever in flight. */
+struct ring {
+    uint8_t *base;
+    size_t bytes;
+    uint32_t slot_bytes;
+    uint64_t pages;
+};
+
+static int ring_create(struct ring *r, uint32_t slot_bytes, uint64_t pages)
+{
+    uint64_t rng = 0x5eed;
+    uint64_t avail = host_memory_available();
+
+    r->slot_bytes = slot_bytes;
+    r->pages = pages;
+    r->bytes = (size_t)(slot_bytes * pages);
+    if (avail && r->bytes > avail / 2) {
+        fprintf(stderr,
+                "%s: the buffers need %.2f GiB of RAM and %.2f GiB are available: lower "
+                "--batch\n",
+                PROG, (double)r->bytes / (1ull << 30), (double)avail / (1ull << 30));
+        return -1;
+    }
+    r->base = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r->base == MAP_FAILED) {
+        r->base = NULL;
+        return fail("buffers", -errno);
+    }
+    /* Random bytes, as fio writes: a disk that compresses or skips zeros would flatter us. */
+    for (size_t i = 0; i + 8 <= r->bytes; i += 8) {
+        uint64_t v = rng_next(&rng);
+
+        memcpy(r->base + i, &v, 8);
+    }
+    return 0;
+}
+
+static void ring_destroy(struct ring *r)
+{
+    if (r->base)
+        munmap(r->base, r->bytes);
+    r->base = NULL;
+}
+
+static uint8_t *ring_page(const struct ring *r, uint64_t pos)
+{
+    return r->base + (size_t)(pos % r->pages) * r->slot_bytes;
+}
+
+/* ---- driving the store ---- */
+
+/* One stream of ops: n pages in ops of batch, at most window ops in flight. */
+struct pump {
+    struct dstore *s;
+    const struct ring *ring;
+    bool write;
+    uint64_t seed;
+    const uint32_t *order; /* page of each position; NULL: the position itself */
+    uint64_t n;
+    uint32_t batch, window;
+};
+
+struct inflight {
+    uint64_t id;
+    uint32_t pages;
+    int *results;
+};
+
+/* Scratch for building one op's page list. */
+struct op_scratch {
+    uint8_t *keys;
+    struct dstore_wpage *w;
+    struct dstore_rpage *r;
+};
+
+static uint64_t page_at(const struct pump *p, uint64_t pos)
+{
+    return p->order ? p->order[pos] : pos;
+}
+
+static int pump_submit(const struct pump *p, uint64_t first, struct inflight *f,
+                       struct op_scratch *sc)
+{
+    uint32_t n = (uint32_t)(p->n - first < p->batch ? p->n - first : p->batch);
+    int rc;
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t page = page_at(p, first + i);
+        uint8_t *buf = ring_page(p->ring, first + i), *key = sc->keys + i * DSTORE_KEY_BYTES;
+
+        page_key(p->seed, page, key);
+        if (p->write) {
+            memcpy(buf, &page, sizeof(page)); /* every page differs, as fio scrambles */
+            sc->w[i] = (struct dstore_wpage){.key = key, .buf = buf};
+        } else {
+            sc->r[i] = (struct dstore_rpage){.key = key, .buf = buf};
+        }
+    }
+    f->pages = n;
+    rc = p->write ? dstore_write(p->s, sc->w, n, f->results, &f->id)
+                  : dstore_read(p->s, sc->r, n, f->results, &f->id);
+    return rc ? fail(p->write ? "dstore_write" : "dstore_read", rc) : 0;
+}
+
+/* Wait for the oldest op; every page of it must have been stored or found. */
+static int pump_collect(const struct pump *p, const struct inflight *f)
+{
+    struct dstore_done d;
+    int rc = dstore_wait(p->s, f->id, &d);
+
+    if (rc)
+        return fail("dstore_wait", rc);
+    if (d.ok == f->pages)
+        return 0;
+    for (uint32_t i = 0; i < f->pages; i++)
+        if (f->results[i])
+            return fail(p->write ? "a page write" : "a page read", f->results[i]);
+    return fail("an op", -EIO);
+}
+
+static int scratch_alloc(struct op_scratch *sc, uint32_t batch)
+{
+    sc->keys = malloc((size_t)batch * DSTORE_KEY_BYTES);
+    sc->w = malloc((size_t)batch * sizeof(*sc->w));
+    sc->r = malloc((size_t)batch * sizeof(*sc->r));
+    return sc->keys && sc->w && sc->r ? 0 : fail("op scratch", -ENOMEM);
+}
+
+static void scratch_free(struct op_scratch *sc)
+{
+    free(sc->keys);
+    free(sc->w);
+    free(sc->r);
+}
+
+/* Submit and collect until every page has moved; *seconds from the first submit to the last
+ * collection. After an error the ops still in flight are waited for (their buffers and
+ * results are ours) and -1 is returned. */
+static int pump_run(const struct pump *p, double *seconds)
+{
+    struct inflight *f = calloc(p->window, sizeof(*f));
+    int *results = malloc((size_t)p->window * p->batch * sizeof(*results));
+    struct op_scratch sc = {0};
+    uint64_t next = 0;
+    size_t head = 0, live = 0;
+    int rc = f && results ? scratch_alloc(&sc, p->batch) : fail("ops", -ENOMEM);
+    double t0 = now();
+
+    while (!rc && (next < p->n || live)) {
+        if (next < p->n && live < p->window) {
+            struct inflight *slot = &f[(head + live) % p->window];
+
+            slot->results = results + (size_t)((head + live) % p->window) * p->batch;
+            if (!(rc = pump_submit(p, next, slot, &sc))) {
+                next += slot->pages;
+                live++;
+            }
+        } else {
+            rc = pump_collect(p, &f[head]);
+            head = (head + 1) % p->window;
+            live--;
+        }
+    }
+    *seconds = now() - t0;
+    for (; live; live--, head = (head + 1) % p->window)
+        dstore_wait(p->s, f[head].id, NULL);
+    scratch_free(&sc);
+    free(results);
+    free(f);
+    return rc;
+}
+
+static void store_options(struct dstore_options *o, const char *dir, uint32_t page_bytes)
+{
+    dstore_options_init(o, sizeof(*o));
+    o->dir = dir;
+    o->page_bytes = page_bytes;
+    o->page_tokens = PAGE_TOKENS;
+    memcpy(o->fingerprint, PROG,
+           sizeof(PROG) < DSTORE_FINGERPRINT_BYTES ? sizeof(PROG) : DSTORE_FINGERPRINT_BYTES);
+}
+
+/* Read ops in flight: enough pages queued to keep queue_depth I/Os in the kernel while the
+ * oldest op is collected, and never fewer than two ops. */
+static uint32_t read_window(uint32_t batch, uint32_t qd)
+{
+    uint32_t ops = (2 * qd + batch - 1) / batch;
+
+    return ops < 2 ? 2 : ops;
+}
+
+/* A random order of n pages (Fisher-Yates), or the order they were written in. */
+static uint32_t *read_order(const struct config *cfg, uint64_t n)
+{
+    uint32_t *o = malloc((size_t)n * sizeof(*o));
+    uint64_t rng = cfg->seed;
+
+    if (!o)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++)
+        o[i] = (uint32_t)i;
+    for (uint64_t i = n; cfg->order == ORDER_RANDOM && i > 1; i--) {
+        uint64_t j = rng_next(&rng) % i;
+        uint32_t t = o[i - 1];
+
+        o[i - 1] = o[j];
+        o[j] = t;
+    }
+    return o;
+}
+
+/* The counters must show exactly what was asked: every page once, no error of any kind. */
+static int check_counters(const struct dstore_stats *st, uint64_t writes, uint64_t reads)
+{
+    uint64_t errors = st->err_checksum + st->err_record + st->err_bounds + st->err_read_io +
+                      st->err_write_io + st->err_nospc + st->err_sync + st->err_index;
+
+    if (st->writes == writes && st->write_dups == 0 && st->read_hits == reads &&
+        st->bytes_written == writes * st->page_bytes && st->bytes_read == reads * st->page_bytes &&
+        errors == 0 && st->evicted == 0)
+        return 0;
+    fprintf(stderr,
+            "%s: the store's counters disagree: %" PRIu64 " writes (%" PRIu64 " wanted), %" PRIu64
+            " read hits (%" PRIu64 " wanted), %" PRIu64 " errors, %" PRIu64 " evicted\n",
+            PROG, st->writes, writes, st->read_hits, reads, errors, st->evicted);
+    return -1;
+}
+
+/* The warm-up page: creates and preallocates the slab outside the timing. */
+static int warm_up(struct dstore *s, const struct ring *ring, uint64_t seed, uint64_t page)
+{
+    uint8_t key[DSTORE_KEY_BYTES];
+    struct dstore_wpage w = {.key = key, .buf = ring_page(ring, 0)};
+    int res = 0, rc;
+
+    page_key(seed, page, key);
+    rc = dstore_put(s, &w, 1, &res);
+    return rc || res ? fail("warm-up write", rc ? rc : res) : 0;
+}
+
+static int store_phases(const struct bench *b, struct point *pt, struct dstore *s,
+                        const struct ring *ring, const uint32_t *order, double t[2])
+{
+    const struct config *cfg = b->cfg;
+    struct pump w = {.s = s,
+                     .ring = ring,
+                     .write = true,
+                     .seed = cfg->seed,
+                     .n = pt->pages,
+                     .batch = (uint32_t)cfg->batch,
+                     .window = 2};
+    struct pump r = w;
+    struct dstore_stats st;
+    int rc;
+
+    r.write = false;
+    r.order = order;
+    r.window = read_window(r.batch, pt->queue_depth);
+    if ((rc = dstore_wait_ready(s)))
+        return fail("dstore_wait_ready", rc);
+    if (warm_up(s, ring, cfg->seed, pt->pages) || pump_run(&w, &t[0]) || pump_run(&r, &t[1]))
+        return -1;
+    dstore_stats(s, &st);
+    pt->io = st.io;
+    pt->direct = st.direct;
+    pt->fixed_buffers = st.fixed_buffers;
+    pt->fixed_ios = st.fixed_ios;
+    return check_counters(&st, pt->pages + 1, pt->pages);
+}
+
+/* One rep of the store: a fresh dir, write, read, close, remove. */
+static int store_rep(const struct bench *b, struct point *pt, const struct ring *ring,
+                     const uint32_t *order, double t[2])
+{
+    struct dstore_options o;
+    struct dstore *s;
+    char dir[PATH_MAX];
+    int rc;
+
+    work_path(b, "store", dir, sizeof(dir));
+    store_options(&o, dir, pt->page_bytes);
+    o.disk_bytes = o.slab_bytes = (pt->pages + 1) * pt->slot_bytes; /* one slab, no eviction */
+    o.io = b->cfg->io;
+    o.queue_depth = pt->queue_depth;
+    o.max_batch = (uint32_t)b->cfg->batch;
+    o.register_base = ring->base;
+    o.register_bytes = ring->bytes;
+    if ((rc = dstore_open(&o, &s)))
+        return fail("dstore_open", rc);
+    rc = store_phases(b, pt, s, ring, order, t);
+    dstore_close(s);
+    rm_tree(dir);
+    return rc;
+}
+
+/* ---- fio ---- */
+
+extern char **environ;
+
+/* Run argv with stdout and stderr into log; its exit status, or -errno. */
+static int spawn_wait(char *const argv[], const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    pid_t pid;
+    int st, rc;
+
+    if (posix_spawn_file_actions_init(&fa))
+        return -ENOMEM;
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc)
+        return -rc;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A whole small file, NUL-terminated; NULL when unreadable. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long len;
+
+    if (!f)
+        return NULL;
+    if (!fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
+        (buf = malloc((size_t)len + 1))) {
+        size_t got = fread(buf, 1, (size_t)len, f);
+
+        buf[got] = '\0';
+    }
+    fclose(f);
+    return buf;
+}
+
+/* The first line of a file, for a note. */
+static void first_line(const char *path, char *out, size_t len)
+{
+    char *text = slurp(path);
+
+    snprintf(out, len, "%s", text ? text : "(no output)");
+    out[strcspn(out, "\n")] = '\0';
+    free(text);
+}
+
+/* name as given when it holds a slash, else the first executable of that name on PATH. */
+static bool find_program(const char *name, char *out, size_t len)
+{
+    const char *path = getenv("PATH");
+
+    if (strchr(name, '/')) {
+        snprintf(out, len, "%s", name);
+        return access(out, X_OK) == 0;
+    }
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        size_t n = strcspn(p, ":");
+
+        snprintf(out, len, "%.*s/%s", (int)n, n ? p : ".", name);
+        if (access(out, X_OK) == 0)
+            return true;
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
+
+static void fio_setup(struct bench *b)
+{
+    struct fio_state *f = &b->fio;
+    char log[PATH_MAX];
+    char *argv[] = {f->path, "--version", NULL};
+    int rc;
+
+    if (b->cfg->no_fio) {
+        fio_note(f, "--no-fio: no comparison with fio");
+        return;
+    }
+    if (!find_program(b->cfg->fio, f->path, sizeof(f->path))) {
+        fio_note(f, "fio not found (%s); install fio: apt-get install fio. No comparison with fio",
+                 b->cfg->fio);
+        return;
+    }
+    work_path(b, "fio-version.log", log, sizeof(log));
+    if ((rc = spawn_wait(argv, log)) != 0) {
+        fio_note(f, "%s --version failed (%d); no comparison with fio", f->path, rc);
+        return;
+    }
+    first_line(log, f->version, sizeof(f->version));
+    f->usable = true;
+}
+
+/* ---- a small JSON reader: just enough to walk fio's report ---- */
+
+static const char *ws(const char *p)
+{
+    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
+        p++;
+    return p;
+}
+
+/* p at a quote: past the closing one, or NULL. */
+static const char *skip_string(const char *p)
+{
+    for (p++; *p && *p != '"'; p++)
+        if (*p == '\\' && p[1])
+            p++;
+    return *p ? p + 1 : NULL;
+}
+
+static const char *skip_value(const char *p, int depth);
+
+/* One "key": value of an object, p at the key; past the value, or NULL. */
+static const char *skip_member(const char *p, int depth)
+{
+    if (*p != '"' || !(p = skip_string(p)))
+        return NULL;
+    p = ws(p);
+    return *p == ':' ? skip_value(ws(p + 1), depth) : NULL;
+}
+
+static const char *skip_container(const char *p, int depth)
+{
+    char close = *p == '{' ? '}' : ']';
+
+    p = ws(p + 1);
+    if (*p == close)
+        return p + 1;
+    for (;;) {
+        p = close == '}' ? skip_member(p, depth + 1) : skip_value(p, depth + 1);
+        if (!p)
+            return NULL;
+        p = ws(p);
+        if (*p != ',')
+            return *p == close ? p + 1 : NULL;
+        p = ws(p + 1);
+    }
+}
+
+static const char *skip_value(const char *p, int depth)
+{
+    const char *start = p;
+
+    if (depth > MAX_JSON_DEPTH)
+        return NULL;
+    if (*p == '"')
+        return skip_string(p);
+    if (*p == '{' || *p == '[')
+        return skip_container(p, depth);
+    while (*p && !strchr(",}] \t\r\n", *p))
+        p++;
+    return p > start ? p : NULL;
+}
+
+/* The value of key in the object at p; NULL when absent or malformed. */
+static const char *json_member(const char *p, const char *key)
+{
+    size_t klen = strlen(key);
+
+    if (!p || *(p = ws(p)) != '{')
+        return NULL;
+    for (p = ws(p + 1); *p == '"';) {
+        const char *k = p + 1, *end = skip_string(p), *val;
+
+        if (!end || *(val = ws(end)) != ':')
+            return NULL;
+        val = ws(val + 1);
+        if ((size_t)(end - 1 - k) == klen && !strncmp(k, key, klen))
+            return val;
+        if (!(p = skip_value(val, 0)) || *(p = ws(p)) != ',')
+            return NULL;
+        p = ws(p + 1);
+    }
+    return NULL;
+}
+
+static const char *json_first(const char *p)
+{
+    if (!p || *(p = ws(p)) != '[' || *(p = ws(p + 1)) == ']')
+        return NULL;
+    return p;
+}
+
+static bool json_number(const char *p, double *out)
+{
+    char *end;
+
+    if (!p)
+        return false;
+    *out = strtod(p, &end);
+    return end != p;
+}
+
+/* From fio's JSON: the job's bytes and bandwidth in direction dir ("read" or "write"). */
+static int fio_parse(const char *text, const char *dir, double *io_bytes, double *bw_bytes)
+{
+    const char *root = text ? strchr(text, '{') : NULL;
+    const char *job = json_first(json_member(root, "jobs"));
+    const char *d = json_member(job, dir);
+    double err = 0;
+
+    if (!json_number(json_member(job, "error"), &err) || err != 0)
+        return -1;
+    if (!json_number(json_member(d, "io_bytes"), io_bytes) ||
+        !json_number(json_member(d, "bw_bytes"), bw_bytes) || *bw_bytes <= 0)
+        return -1;
+    return 0;
+}
+
+/* ---- fio runs ---- */
+
+/* One fio job's command line; the strings live in the struct. */
+struct fio_job {
+    char args[12][PATH_MAX + 32];
+    char *argv[16];
+    char json[PATH_MAX], log[PATH_MAX];
+};
+
+/* rw: write, read or randread; fdatasync: writes between syncs, 0 for none. */
+static void fio_job_init(struct fio_job *j, const struct bench *b, const struct point *pt,
+                         const char *rw, uint64_t fdatasync)
+{
+    char file[PATH_MAX];
+    int n = 0;
+
+    work_path(b, "fio.data", file, sizeof(file));
+    work_path(b, "fio.json", j->json, sizeof(j->json));
+    work_path(b, "fio.log", j->log, sizeof(j->log));
+    snprintf(j->args[n++], sizeof(j->args[0]), "--name=%s", PROG);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--filename=%s", file);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--ioengine=io_uring");
+    snprintf(j->args[n++], sizeof(j->args[0]), "--direct=%u", pt->direct);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--fixedbufs=%u", pt->fixed_buffers);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--fallocate=native");
+    snprintf(j->args[n++], sizeof(j->args[0]), "--bs=%u", pt->slot_bytes);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--iodepth=%u", pt->queue_depth);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--rw=%s", rw);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--size=%" PRIu64, pt->pages * pt->slot_bytes);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--fdatasync=%" PRIu64, fdatasync);
+    snprintf(j->args[n++], sizeof(j->args[0]), "--output=%s", j->json);
+    j->argv[0] = (char *)b->fio.path;
+    for (int i = 0; i < n; i++)
+        j->argv[i + 1] = j->args[i];
+    j->argv[n + 1] = "--output-format=json";
+    j->argv[n + 2] = NULL;
+}
+
+/* Run a job; its seconds for the point's pages (io_bytes / bw_bytes). On failure the note
+ * says why and -1 comes back. */
+static int fio_job_run(struct bench *b, struct fio_job *j, const char *dir, const struct point *pt,
+                       double *seconds)
+{
+    double io_bytes, bw;
+    char *text;
+    int rc = spawn_wait(j->argv, j->log), prc;
+
+    if (rc) {
+        char line[256];
+
+        first_line(j->log, line, sizeof(line));
+        fio_note(&b->fio, "fio exited %d (%s); comparison stopped", rc, line);
+        return -1;
+    }
+    text = slurp(j->json);
+    prc = fio_parse(text, dir, &io_bytes, &bw);
+    free(text);
+    if (prc || io_bytes != (double)(pt->pages * pt->slot_bytes)) {
+        fio_note(&b->fio,
+                 "fio's report (%s) lacks a %s bandwidth over the whole size; comparison stopped",
+                 j->json, dir);
+        return -1;
+    }
+    *seconds = io_bytes / bw;
+    return 0;
+}
+
+static int fio_run(struct bench *b, const struct point *pt, const char *rw, uint64_t fdatasync,
+                   double *seconds)
+{
+    struct fio_job j;
+    const char *dir = strcmp(rw, "write") ? "read" : "write";
+
+    fio_job_init(&j, b, pt, rw, fdatasync);
+    return fio_job_run(b, &j, dir, pt, seconds);
+}
+
+/* One rep of fio: a fresh file written plainly; another written with an fdatasync per store
+ * batch, then read. t: plain write, synced write, read. */
+static int fio_rep(struct bench *b, const struct point *pt, double t[3])
+{
+    const char *rd = b->cfg->order == ORDER_RANDOM ? "randread" : "read";
+    char file[PATH_MAX];
+    int rc;
+
+    work_path(b, "fio.data", file, sizeof(file));
+    unlink(file);
+    rc = fio_run(b, pt, "write", 0, &t[0]);
+    unlink(file);
+    if (!rc)
+        rc = fio_run(b, pt, "write", b->cfg->batch, &t[1]);
+    if (!rc)
+        rc = fio_run(b, pt, rd, 0, &t[2]);
+    unlink(file);
+    return rc;
+}
+
+/* ---- (a) throughput ---- */
+
+struct samples {
+    double *v[5]; /* store write, store read, fio write, fio synced write, fio read */
+};
+
+static int samples_alloc(struct samples *s, size_t reps)
+{
+    for (int k = 0; k < 5; k++)
+        if (!(s->v[k] = calloc(reps, sizeof(double))))
+            return fail("samples", -ENOMEM);
+    return 0;
+}
+
+static void samples_free(struct samples *s)
+{
+    for (int k = 0; k < 5; k++)
+        free(s->v[k]);
+}
+
+/* Reps alternate store and fio, so that drift in the disk hits both alike. */
+static int point_reps(struct bench *b, struct point *pt, const struct ring *ring,
+                      const uint32_t *order, struct samples *sm)
+{
+    size_t reps = b->cfg->reps;
+
+    pt->fio_ran = b->fio.usable;
+    for (size_t i = 0; i < reps; i++) {
+        double st[2], ft[3];
+
+        if (store_rep(b, pt, ring, order, st))
+            return -1;
+        sm->v[0][i] = st[0];
+        sm->v[1][i] = st[1];
+        if (pt->fio_ran && fio_rep(b, pt, ft) == 0) {
+            for (int k = 0; k < 3; k++)
+                sm->v[2 + k][i] = ft[k];
+        } else {
+            pt->fio_ran = false;
+            b->fio.usable = false; /* the note says why; later points skip fio too */
+        }
+    }
+    pt->write = summarize(sm->v[0], reps);
+    pt->read = summarize(sm->v[1], reps);
+    if (pt->fio_ran) {
+        pt->fio_write = summarize(sm->v[2], reps);
+        pt->fio_sync = summarize(sm->v[3], reps);
+        pt->fio_read = summarize(sm->v[4], reps);
+    }
+    return 0;
+}
+
+static uint64_t point_pages(const struct config *cfg, uint64_t page_bytes)
+{
+    uint64_t n = cfg->pages_set ? cfg->pages : cfg->bytes / page_bytes;
+
+    return n ? n : 1;
+}
+
+static int run_point(struct bench *b, struct point *pt)
+{
+    const struct config *cfg = b->cfg;
+    /* Reads keep more ops in flight than writes (two), so their window sizes the buffers. */
+    uint64_t ring_pages = cfg->batch * read_window((uint32_t)cfg->batch, pt->queue_depth);
+    struct ring ring = {0};
+    struct samples sm = {{0}};
+    uint32_t *order = NULL;
+    char what[96];
+    int rc = -1;
+
+    if (ring_pages > pt->pages + 1)
+        ring_pages = pt->pages + 1; /* every position has its own buffer */
+    snprintf(what, sizeof(what), "%u B pages, queue depth %u", pt->page_bytes, pt->queue_depth);
+    progress("%s: throughput with %s\n", what);
+    if (check_space(b, (pt->pages + 1) * pt->slot_bytes + pt->pages * INDEX_BYTES_PER_PAGE,
+                    "lower --bytes or --pages, or pick another --dir"))
+        return -1;
+    if (!(order = read_order(cfg, pt->pages)))
+        rc = fail("read order", -ENOMEM);
+    else if (!samples_alloc(&sm, cfg->reps) && !ring_create(&ring, pt->slot_bytes, ring_pages))
+        rc = point_reps(b, pt, &ring, order, &sm);
+    ring_destroy(&ring);
+    samples_free(&sm);
+    free(order);
+    return rc;
+}
+
+static int run_throughput(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+
+    if (!cfg->pages_set || cfg->pages) {
+        b->npt = cfg->npage_bytes * cfg->nqueue_depth;
+        if (!(b->pt = calloc(b->npt, sizeof(*b->pt))))
+            return fail("points", -ENOMEM);
+    }
+    for (size_t i = 0; i < b->npt; i++) {
+        struct point *pt = &b->pt[i];
+
+        pt->page_bytes = (uint32_t)cfg->page_bytes[i / cfg->nqueue_depth];
+        pt->slot_bytes = slot_of(pt->page_bytes);
+        pt->queue_depth = (uint32_t)cfg->queue_depth[i % cfg->nqueue_depth];
+        pt->pages = point_pages(cfg, pt->page_bytes);
+        if (run_point(b, pt))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- (b) open ---- */
+
+static void open_options(struct dstore_options *o, const char *dir, const struct config *cfg)
+{
+    store_options(o, dir, OPEN_PAGE_BYTES);
+    o->disk_bytes = cfg->open_pages * OPEN_PAGE_BYTES;
+    o->io = cfg->io;
+}
+
+/* Write open_pages pages in big batches; the time from open to close. */
+static int open_build(struct bench *b, const char *dir)
+{
+    const struct config *cfg = b->cfg;
+    struct dstore_options o;
+    struct ring ring = {0};
+    struct dstore *s = NULL;
+    struct pump p = {.write = true, .seed = cfg->seed, .n = cfg->open_pages, .window = 2};
+    struct dstore_stats st;
+    double t0 = now(), t;
+    int rc;
+
+    p.batch = cfg->open_pages < OPEN_BATCH ? (uint32_t)cfg->open_pages : OPEN_BATCH;
+    if (ring_create(&ring, OPEN_PAGE_BYTES, 2ull * p.batch))
+        return -1;
+    open_options(&o, dir, cfg);
+    o.max_batch = p.batch;
+    o.register_base = ring.base;
+    o.register_bytes = ring.bytes;
+    if ((rc = dstore_open(&o, &s)))
+        rc = fail("dstore_open (build)", rc);
+    p.s = s;
+    p.ring = &ring;
+    if (!rc && (rc = dstore_wait_ready(s)))
+        rc = fail("dstore_wait_ready (build)", rc);
+    if (!rc && !(rc = pump_run(&p, &t))) {
+        dstore_stats(s, &st);
+        rc = check_counters(&st, cfg->open_pages, 0);
+    }
+    dstore_close(s);
+    b->open.build = now() - t0;
+    ring_destroy(&ring);
+    return rc;
+}
+
+/* The 64 keys asked for: spread over the pages, as a request's prefix would not be. */
+static void open_keys(const struct config *cfg, uint8_t *keys, uint64_t nkeys)
+{
+    for (uint64_t i = 0; i < nkeys; i++)
+        page_key(cfg->seed, i * (cfg->open_pages / nkeys), keys + i * DSTORE_KEY_BYTES);
+}
+
+/* Poll leading_run until it finds every key; it should at once (reads do not wait for the
+ * rebuild), but if not, the time it took is the figure. */
+static int serve_keys(struct dstore *s, const uint8_t *keys, uint64_t nkeys)
+{
+    size_t run = 0;
+    int rc;
+
+    for (int tries = 0; tries < 100000; tries++) {
+        if ((rc = dstore_leading_run(s, keys, nkeys, &run)))
+            return fail("dstore_leading_run", rc);
+        if (run == nkeys)
+            return 0;
+        usleep(100);
+    }
+    fprintf(stderr, "%s: leading_run found %zu of %" PRIu64 " keys\n", PROG, run, nkeys);
+    return -1;
+}
+
+static int read_one(struct dstore *s, const uint8_t *key, void *buf)
+{
+    struct dstore_rpage r = {.key = key, .buf = buf};
+    int res = 0, rc = dstore_get(s, &r, 1, &res);
+
+    return rc || res ? fail("first read", rc ? rc : res) : 0;
+}
+
+/* One open, timed: t = open, serve, first read, ready (seconds from before dstore_open). */
+static int open_once(const struct bench *b, const char *dir, const uint8_t *keys, void *buf,
+                     bool cold, double t[4])
+{
+    struct dstore_options o;
+    struct dstore *s;
+    double t0;
+    int rc;
+
+    open_options(&o, dir, b->cfg);
+    if (cold)
+        drop_cache(dir);
+    t0 = now();
+    if ((rc = dstore_open(&o, &s)))
+        return fail("dstore_open", rc);
+    t[0] = now() - t0;
+    rc = serve_keys(s, keys, b->open.keys);
+    t[1] = now() - t0;
+    if (!rc)
+        rc = read_one(s, keys, buf);
+    t[2] = now() - t0;
+    if (!rc && (rc = dstore_wait_ready(s)))
+        rc = fail("dstore_wait_ready", rc);
+    t[3] = now() - t0;
+    dstore_close(s);
+    return rc;
+}
+
+/* reps opens of each kind, cold then warm; t[kind][figure][rep]. */
+static int open_reps(struct bench *b, const char *dir, double *t)
+{
+    size_t reps = b->cfg->open_reps;
+    uint8_t keys[OPEN_KEYS * DSTORE_KEY_BYTES];
+    void *buf = NULL;
+    int rc = posix_memalign(&buf, SLOT_ALIGN, OPEN_PAGE_BYTES) ? fail("buffer", -ENOMEM) : 0;
+
+    open_keys(b->cfg, keys, b->open.keys);
+    for (size_t i = 0; i < reps && !rc; i++) {
+        for (int cold = 1; cold >= 0 && !rc; cold--) {
+            double one[4];
+
+            rc = open_once(b, dir, keys, buf, cold, one);
+            for (int k = 0; k < 4; k++)
+                t[((size_t)(1 - cold) * 4 + k) * reps + i] = one[k];
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static int run_open(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    size_t reps = cfg->open_reps;
+    double *t;
+    char dir[PATH_MAX];
+    int rc;
+
+    if (!cfg->open_pages)
+        return 0;
+    b->open.pages = cfg->open_pages;
+    b->open.keys = cfg->open_pages < OPEN_KEYS ? cfg->open_pages : OPEN_KEYS;
+    if (check_space(b, cfg->open_pages * (OPEN_PAGE_BYTES + INDEX_BYTES_PER_PAGE),
+                    "lower --open-pages, or pick another --dir"))
+        return -1;
+    work_path(b, "open", dir, sizeof(dir));
+    progress("%s: building the open test's dir in %s\n", dir);
+    if (open_build(b, dir))
+        return -1;
+    if (!(t = calloc(8 * reps, sizeof(*t))))
+        return fail("samples", -ENOMEM);
+    progress("%s: timing opens of %s\n", dir);
+    if (!(rc = open_reps(b, dir, t))) {
+        for (int kind = 0; kind < 2; kind++) {
+            double *k = t + (size_t)kind * 4 * reps;
+
+            b->open.open[kind] = summarize(k, reps);
+            b->open.serve[kind] = summarize(k + reps, reps);
+            b->open.first_read[kind] = summarize(k + 2 * reps, reps);
+            b->open.ready[kind] = summarize(k + 3 * reps, reps);
+        }
+        b->open_ran = true;
+    }
+    free(t);
+    return rc;
+}
+
+/* ---- report: text ---- */
+
+static const char *io_name(uint32_t io)
+{
+    return io == DSTORE_IO_URING ? "io_uring" : io == DSTORE_IO_PSYNC ? "psync" : "?";
+}
+
+static void print_text_head(const struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+
+    printf("%s: work dir %s (%s)%s\n", PROG, b->work, b->fs,
+           cfg->keep ? ", kept" : ", removed at the end");
+    if (b->fio.usable || b->fio.version[0])
+        printf("  fio: %s (%s)\n", b->fio.path, b->fio.version);
+    if (b->fio.note[0])
+        printf("  note: %s\n", b->fio.note);
+}
+
+static void print_store_how(const struct point *pt)
+{
+    printf("  store: %s, %s, %s\n", io_name(pt->io), pt->direct ? "O_DIRECT" : "buffered",
+           pt->fixed_buffers ? "registered buffers" : "plain buffers");
+}
+
+static void print_fio_lines(const struct bench *b, const struct point *pt)
+{
+    const char *rd = b->cfg->order == ORDER_RANDOM ? "randread" : "read";
+    const char *rw[3] = {"write", "write", rd};
+    const uint64_t sync[3] = {0, b->cfg->batch, 0};
+
+    for (int k = 0; k < 3; k++) {
+        struct fio_job j;
+
+        fio_job_init(&j, b, pt, rw[k], sync[k]);
+        printf("    $");
+        for (int i = 0; j.argv[i]; i++)
+            printf(" %s", j.argv[i]);
+        printf("\n");
+    }
+}
+
+/* One row: the store's figure, fio's (when it ran), their ratio and the target when judged. */
+static void print_row(const char *name, const struct point *pt, const struct timing *st,
+                      const struct timing *fio, bool judged)
+{
+    uint64_t bytes = pt->pages * pt->page_bytes, fbytes = pt->pages * pt->slot_bytes;
+    double r = ratio(fio->median, st->median);
+
+    printf("  %-24s %7.3f (%7.3f) %9.0f", name, gbps(bytes, st->median), gbps(bytes, st->best),
+           ratio((double)pt->pages, st->median));
+    if (pt->fio_ran)
+        printf("   %7.3f (%7.3f) %7.3f", gbps(fbytes, fio->median), gbps(fbytes, fio->best), r);
+    if (pt->fio_ran && judged)
+        printf("   >= %.2f %s", TARGET_RATIO, met(r >= TARGET_RATIO));
+    printf("\n");
+}
+
+static void print_text_point(const struct bench *b, const struct point *pt)
+{
+    char sync[64];
+
+    printf("\npage ");
+    print_size(pt->page_bytes);
+    printf(" (slot %u B), queue depth %u: %" PRIu64 " pages, ", pt->slot_bytes, pt->queue_depth,
+           pt->pages);
+    print_size(pt->pages * pt->page_bytes);
+    printf(" a run; median (best) of %" PRIu64 " runs\n", b->cfg->reps);
+    print_store_how(pt);
+    printf("  %-24s %-17s %9s", "", "store GB/s", "pages/s");
+    if (pt->fio_ran)
+        printf("   %-17s %7s   %s", "fio GB/s", "ratio", "target");
+    printf("\n");
+    print_row("write", pt, &pt->write, &pt->fio_write, true);
+    snprintf(sync, sizeof(sync), "  vs fio --fdatasync=%" PRIu64, b->cfg->batch);
+    if (pt->fio_ran)
+        print_row(sync, pt, &pt->write, &pt->fio_sync, false);
+    print_row(b->cfg->order == ORDER_RANDOM ? "read (random order)" : "read (written order)", pt,
+              &pt->read, &pt->fio_read, true);
+    if (pt->fio_ran) {
+        printf("  fio, each run:\n");
+        print_fio_lines(b, pt);
+    }
+}
+
+static void print_open_row(const char *name, const struct open_result *o, int kind)
+{
+    printf("  %-5s %8.2f (%8.2f) %8.2f (%8.2f) %8.2f (%8.2f) %9.1f (%9.1f)\n", name,
+           o->open[kind].median * 1e3, o->open[kind].worst * 1e3, o->serve[kind].median * 1e3,
+           o->serve[kind].worst * 1e3, o->first_read[kind].median * 1e3,
+           o->first_read[kind].worst * 1e3, o->ready[kind].median * 1e3,
+           o->ready[kind].worst * 1e3);
+}
+
+static void print_text_open(const struct bench *b)
+{
+    const struct open_result *o = &b->open;
+
+    printf("\nopen: %" PRIu64 " pages of 4 KiB, built in %.2f s (%.0f pages/s); ms from "
+           "dstore_open, median (worst) of %" PRIu64 "\n",
+           o->pages, o->build, o->build > 0 ? (double)o->pages / o->build : 0.0, b->cfg->open_reps);
+    printf("  %-5s %-19s %-19s %-19s %-21s\n", "", "open returned", "serve (64 keys)",
+           "+ one page read", "ready (rebuild done)");
+    print_open_row("cold", o, 0);
+    print_open_row("warm", o, 1);
+    printf("  serve <= %.0f ms: cold %s, warm %s\n", TARGET_SERVE_S * 1e3,
+           met(o->serve[0].median <= TARGET_SERVE_S), met(o->serve[1].median <= TARGET_SERVE_S));
+}
+
+/* ---- report: JSON ---- */
+
+static void print_json_timing(const char *name, const struct timing *t, uint64_t bytes)
+{
+    printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"worst_s\":%.9g,\"median_gbps\":%.6g,"
+           "\"best_gbps\":%.6g}",
+           name, t->median, t->best, t->worst, gbps(bytes, t->median), gbps(bytes, t->best));
+}
+
+static void print_json_fio(const struct bench *b, const struct point *pt)
+{
+    uint64_t fbytes = pt->pages * pt->slot_bytes;
+
+    if (!pt->fio_ran) {
+        printf("\"fio\":null,\"ratio\":null");
+        return;
+    }
+    printf("\"fio\":{\"bytes\":%" PRIu64 ",\"fdatasync_every\":%" PRIu64 ",", fbytes,
+           b->cfg->batch);
+    print_json_timing("write", &pt->fio_write, fbytes);
+    putchar(',');
+    print_json_timing("write_fdatasync", &pt->fio_sync, fbytes);
+    putchar(',');
+    print_json_timing("read", &pt->fio_read, fbytes);
+    printf("},\"ratio\":{\"write\":%.6g,\"write_vs_fdatasync\":%.6g,\"read\":%.6g}",
+           ratio(pt->fio_write.median, pt->write.median),
+           ratio(pt->fio_sync.median, pt->write.median),
+           ratio(pt->fio_read.median, pt->read.median));
+}
+
+static void print_json_point(const struct bench *b, const struct point *pt)
+{
+    uint64_t bytes = pt->pages * pt->page_bytes;
+
+    printf("{\"page_bytes\":%u,\"slot_bytes\":%u,\"queue_depth\":%u,\"pages\":%" PRIu64
+           ",\"bytes\":%" PRIu64 ",\"store\":{\"io\":\"%s\",\"direct\":%s,\"fixed_buffers\":%s,"
+           "\"fixed_ios\":%" PRIu64 ",",
+           pt->page_bytes, pt->slot_bytes, pt->queue_depth, pt->pages, bytes, io_name(pt->io),
+           pt->direct ? "true" : "false", pt->fixed_buffers ? "true" : "false", pt->fixed_ios);
+    print_json_timing("write", &pt->write, bytes);
+    putchar(',');
+    print_json_timing("read", &pt->read, bytes);
+    printf(",\"write_pages_per_s\":%.6g,\"read_pages_per_s\":%.6g},",
+           ratio((double)pt->pages, pt->write.median), ratio((double)pt->pages, pt->read.median));
+    print_json_fio(b, pt);
+    printf(",\"target_ratio\":%.2f}", TARGET_RATIO);
+}
+
+static void print_json_config(const struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+
+    printf("\"config\":{\"work_dir\":");
+    cli_json_string(b->work);
+    printf(",\"fs\":");
+    cli_json_string(b->fs);
+    printf(",\"keep\":%s,\"reps\":%" PRIu64 ",\"batch\":%" PRIu64 ",\"read_order\":\"%s\","
+           "\"io\":\"%s\",\"seed\":%" PRIu64 ",\"page_tokens\":%u,\"fio\":",
+           cfg->keep ? "true" : "false", cfg->reps, cfg->batch, order_names[cfg->order],
+           io_names[cfg->io], cfg->seed, PAGE_TOKENS);
+    cli_json_string(b->fio.version[0] ? b->fio.version : NULL);
+    printf(",\"fio_note\":");
+    cli_json_string(b->fio.note[0] ? b->fio.note : NULL);
+    putchar('}');
+}
+
+static void print_json_open_kind(const char *name, const struct open_result *o, int kind)
+{
+    printf("\"%s\":{", name);
+    print_json_timing("open", &o->open[kind], 0);
+    putchar(',');
+    print_json_timing("serve", &o->serve[kind], 0);
+    putchar(',');
+    print_json_timing("first_read", &o->first_read[kind], 0);
+    putchar(',');
+    print_json_timing("ready", &o->ready[kind], 0);
+    putchar('}');
+}
+
+static void print_json_open(const struct bench *b)
+{
+    const struct open_result *o = &b->open;
+
+    if (!b->open_ran) {
+        printf("\"open\":null");
+        return;
+    }
+    printf("\"open\":{\"pages\":%" PRIu64 ",\"page_bytes\":%u,\"keys\":%" PRIu64
+           ",\"reps\":%" PRIu64 ",\"build_s\":%.6g,\"build_pages_per_s\":%.6g,",
+           o->pages, OPEN_PAGE_BYTES, o->keys, b->cfg->open_reps, o->build,
+           ratio((double)o->pages, o->build));
+    print_json_open_kind("cold", o, 0);
+    putchar(',');
+    print_json_open_kind("warm", o, 1);
+    printf(",\"target_serve_s\":%.3f}", TARGET_SERVE_S);
+}
+
+static void print_report(const struct bench *b)
+{
+    if (!b->cfg->json) {
+        print_text_head(b);
+        for (size_t i = 0; i < b->npt; i++)
+            print_text_point(b, &b->pt[i]);
+        if (b->open_ran)
+            print_text_open(b);
+        return;
+    }
+    putchar('{');
+    print_json_config(b);
+    printf(",\"throughput\":[");
+    for (size_t i = 0; i < b->npt; i++) {
+        if (i)
+            putchar(',');
+        print_json_point(b, &b->pt[i]);
+    }
+    printf("],");
+    print_json_open(b);
+    printf("}\n");
+}
+
+/* ---- command line ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "\n"
+            "Measure kvtier's disk block store and print figures (a benchmark: timing never\n"
+            "fails a run). Everything is written in a fresh dir made under --dir and removed\n"
+            "at the end (--keep keeps the open test's dir and fio's last report).\n"
+            "\n"
+            "(a) Throughput, for each page size x queue depth: pages written with\n"
+            "    dstore_write (ops of --batch pages = one commit batch each: I/O, one\n"
+            "    fdatasync, one LMDB transaction; two ops in flight) into a fresh data dir,\n"
+            "    then read back with dstore_read (ops of --batch pages, enough in flight for\n"
+            "    queue-depth I/Os), from page-aligned buffers registered with io_uring. In the\n"
+            "    same run, rep by rep, fio on a file in the same dir with the same block size\n"
+            "    (the store's slot: the page rounded up to 4 KiB), iodepth and size:\n"
+            "      fio --name=%s --filename=DIR/fio.data --ioengine=io_uring --direct=1\n"
+            "          --fixedbufs=1 --fallocate=native --bs=SLOT --iodepth=QD --rw=RW\n"
+            "          --size=PAGES*SLOT --fdatasync=K --output=DIR/fio.json\n"
+            "          --output-format=json\n"
+            "    with RW=write K=0 (plain), RW=write K=--batch (an fdatasync per store batch:\n"
+            "    the durable baseline), then RW=randread (or read, with --read-order seq)\n"
+            "    K=0 on that file. --direct and --fixedbufs follow what the store got.\n"
+            "    Ratio = store GB/s / fio GB/s (per slot-sized I/O); target >= %.2f against\n"
+            "    the plain write and the read. Without fio a note says so and (a) reports the\n"
+            "    store alone (install fio: apt-get install fio).\n"
+            "(b) Open: a data dir indexing --open-pages pages of 4 KiB is built (timed), then\n"
+            "    opened --open-reps times cold (its files dropped from the page cache) and\n"
+            "    warm: ms to dstore_open, to a dstore_leading_run finding all of 64 known\n"
+            "    keys (ready to serve; target <= %.0f ms), to one page read, and to\n"
+            "    dstore_wait_ready (the background rebuild done).\n"
+            "    The issue's figure, a million pages (about 5 GiB of disk):\n"
+            "      %s --pages 0 --open-pages 1000000\n"
+            "\n"
+            "Throughput:\n"
+            "  --page-bytes LIST   page sizes, comma separated, 512 B to 256M, suffixes K, M, G\n"
+            "                      (default 2M: Llama-3-8B, 16 tokens a page); a multiple of\n"
+            "                      4K keeps the store on O_DIRECT and equal to fio's block\n"
+            "  --queue-depth LIST  I/Os in flight (the store's queue_depth, fio's iodepth),\n"
+            "                      comma separated, 1 to 4096 (default %d)\n"
+            "  --bytes SIZE        bytes per run of each point (default 2G); pages = SIZE / page\n"
+            "  --pages N           pages per run instead (0: skip the throughput part)\n"
+            "  --batch N           pages per op and per commit batch (the store's max_batch;\n"
+            "                      default %d, the store's default); fio syncs every N writes\n"
+            "  --reps N            runs of each point, store and fio alternating; medians and\n"
+            "                      bests are reported (default %d)\n"
+            "  --read-order O      random (default; fio randread) or seq (the written order;\n"
+            "                      fio read)\n"
+            "  --io M              the store's I/O engine: auto, uring or psync (default auto)\n"
+            "  --fio PATH          the fio to run (default: fio on PATH)\n"
+            "  --no-fio            do not run fio\n"
+            "\n"
+            "Open:\n"
+            "  --open-pages N      pages the open test's dir indexes (default %d; 0: skip)\n"
+            "  --open-reps N       opens of each kind, cold and warm (default %d)\n"
+            "\n"
+            "Common:\n"
+            "  --dir PATH          where the work dir is made (default /tmp); the file system\n"
+            "                      measured\n"
+            "  --keep              keep the work dir\n"
+            "  --seed N            seeds the keys and the read order (default 1)\n"
+            "  --json              one JSON object on stdout instead of the text report\n"
+            "  --help              print this and exit\n"
+            "\n"
+            "Exit status: 0 when the figures were measured (with or without fio), 1 on an\n"
+            "error (a failed store op, no space, no memory), 2 on bad usage.\n",
+            PROG, PROG, TARGET_RATIO, TARGET_SERVE_S * 1e3, PROG, DEFAULT_QUEUE_DEPTH,
+            DEFAULT_BATCH, DEFAULT_REPS, DEFAULT_OPEN_PAGES, DEFAULT_OPEN_REPS);
+}
+
+/* A count within [lo, hi]. */
+static int parse_bounded(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool size,
+                         uint64_t *out)
+{
+    char msg[128];
+    bool ok = size ? cli_parse_size(val, out) : cli_parse_u64(val, out);
+
+    if (ok && *out >= lo && *out <= hi)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s needs a whole number from %" PRIu64 " to %" PRIu64, opt, lo, hi);
+    return cli_bad_usage(PROG, msg, val);
+}
+
+/* A comma separated list of up to MAX_LIST values within [lo, hi]; no empty items. */
+static int parse_list(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool size,
+                      uint64_t *out, size_t *n)
+{
+    char item[64];
+    int rc;
+
+    for (*n = 0;; val++) {
+        size_t len = strcspn(val, ",");
+
+        if (*n == MAX_LIST)
+            return cli_bad_usage(PROG, "too many values (8 at most)", opt);
+        if (len == 0 || len >= sizeof(item))
+            return cli_bad_usage(PROG, "a list item is empty or too long", opt);
+        memcpy(item, val, len);
+        item[len] = '\0';
+        if ((rc = parse_bounded(opt, item, lo, hi, size, &out[(*n)++])))
+            return rc;
+        val += len;
+        if (!*val)
+            return 0;
+    }
+}
+
+static int parse_named(const char *opt, const char *val, const char *const *names, size_t n,
+                       uint32_t *out)
+{
+    char msg[128];
+    size_t len = 0;
+
+    if (cli_parse_name(val, names, n, out))
+        return 0;
+    len += (size_t)snprintf(msg, sizeof(msg), "%s needs", opt);
+    for (size_t i = 0; i < n && len < sizeof(msg); i++)
+        len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s %s",
+                                i ? (i + 1 < n ? "," : " or") : "", names[i]);
+    return cli_bad_usage(PROG, msg, val);
+}
+
+#define MAX_PAGES (1ull << 31) /* positions are 32-bit in the read order */
+
+/* Options that take one count: bounds, whether K/M/G suffixes are allowed, the field. */
+struct count_option {
+    const char *name;
+    uint64_t lo, hi;
+    bool size;
+    size_t field;
+};
+
+#define COUNT(name, lo, hi, size, f)                                                               \
+    {                                                                                              \
+        name, lo, hi, size, offsetof(struct config, f)                                             \
+    }
+static const struct count_option count_options[] = {
+    COUNT("--bytes", 1, 1ull << 44, true, bytes),
+    COUNT("--pages", 0, MAX_PAGES, false, pages),
+    COUNT("--batch", 1, 65536, false, batch),
+    COUNT("--reps", 1, 100, false, reps),
+    COUNT("--seed", 0, UINT64_MAX, false, seed),
+    COUNT("--open-pages", 0, 1ull << 30, false, open_pages),
+    COUNT("--open-reps", 1, 100, false, open_reps),
+};
+
+static const char *const value_options[] = {"--page-bytes", "--queue-depth", "--read-order",
+                                            "--io",         "--dir",         "--fio"};
+
+#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static bool takes_value(const char *opt)
+{
+    for (size_t i = 0; i < COUNT_OF(count_options); i++)
+        if (!strcmp(opt, count_options[i].name))
+            return true;
+    for (size_t i = 0; i < COUNT_OF(value_options); i++)
+        if (!strcmp(opt, value_options[i]))
+            return true;
+    return false;
+}
+
+static int parse_value(struct config *cfg, const char *opt, const char *val)
+{
+    for (size_t i = 0; i < COUNT_OF(count_options); i++) {
+        const struct count_option *o = &count_options[i];
+
+        if (!strcmp(opt, o->name)) {
+            cfg->pages_set |= !strcmp(opt, "--pages");
+            return parse_bounded(opt, val, o->lo, o->hi, o->size,
+                                 (uint64_t *)((char *)cfg + o->field));
+        }
+    }
+    if (!strcmp(opt, "--page-bytes"))
+        return parse_list(opt, val, 512, 256ull << 20, true, cfg->page_bytes, &cfg->npage_bytes);
+    if (!strcmp(opt, "--queue-depth"))
+        return parse_list(opt, val, 1, 4096, false, cfg->queue_depth, &cfg->nqueue_depth);
+    if (!strcmp(opt, "--read-order"))
+        return parse_named(opt, val, order_names, COUNT_OF(order_names), &cfg->order);
+    if (!strcmp(opt, "--io"))
+        return parse_named(opt, val, io_names, COUNT_OF(io_names), &cfg->io);
+    if (!*val)
+        return cli_bad_usage(PROG, "needs a non-empty value", opt);
+    if (!strcmp(opt, "--dir"))
+        cfg->parent = val;
+    else
+        cfg->fio = val;
+    return 0;
+}
+
+static bool flag(const char *a, struct config *cfg)
+{
+    bool *f = !strcmp(a, "--json")     ? &cfg->json
+              : !strcmp(a, "--keep")   ? &cfg->keep
+              : !strcmp(a, "--no-fio") ? &cfg->no_fio
+                                       : NULL;
+
+    if (f)
+        *f = true;
+    return f != NULL;
+}
+
+/* 0 to go on, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, struct config *cfg)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc;
+
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (flag(a, cfg))
+            continue;
+        if (!takes_value(a))
+            return cli_bad_usage(PROG, "unknown option", a);
+        if (i + 1 >= argc)
+            return cli_bad_usage(PROG, "option needs a value", a);
+        if ((rc = parse_value(cfg, a, argv[++i])))
+            return rc;
+    }
+    return 0;
+}
+
+static void config_defaults(struct config *cfg)
+{
+    *cfg = (struct config){.parent = "/tmp",
+                           .fio = "fio",
+                           .bytes = DEFAULT_BYTES,
+                           .batch = DEFAULT_BATCH,
+                           .reps = DEFAULT_REPS,
+                           .seed = 1,
+                           .open_pages = DEFAULT_OPEN_PAGES,
+                           .open_reps = DEFAULT_OPEN_REPS,
+                           .npage_bytes = 1,
+                           .nqueue_depth = 1};
+    cfg->page_bytes[0] = DEFAULT_PAGE_BYTES;
+    cfg->queue_depth[0] = DEFAULT_QUEUE_DEPTH;
+}
+
+static void finish(struct bench *b)
+{
+    char path[PATH_MAX];
+
+    if (!b->work[0])
+        return;
+    if (b->cfg->keep) {
+        work_path(b, "fio.data", path, sizeof(path)); /* never worth keeping */
+        unlink(path);
+    } else {
+        rm_tree(b->work);
+    }
+    free(b->pt);
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg;
+    struct bench b = {.cfg = &cfg};
+    int rc;
+
+    config_defaults(&cfg);
+    if ((rc = parse_args(argc, argv, &cfg)))
+        return rc < 0 ? 0 : rc;
+    if (make_work(&b))
+        return 1;
+    fio_setup(&b);
+    if (cfg.json && b.fio.note[0] && !cfg.no_fio)
+        fprintf(stderr, "%s: note: %s\n", PROG, b.fio.note);
+    rc = run_throughput(&b) || run_open(&b) ? 1 : 0;
+    if (!rc)
+        print_report(&b);
+    finish(&b);
+    return rc;
+}
