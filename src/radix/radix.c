@@ -1574,6 +1574,7 @@ struct checker {
     struct page_hasher hasher;
     uint32_t *kids, *dev_kids;
     uint64_t *child_locks; /* sum of the children's lock refs, per node */
+    uint64_t *ns_nodes;    /* nodes per namespace id */
     struct rdx_sizes sz;
     char *why;
     size_t why_len;
@@ -1614,6 +1615,8 @@ static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
         return fail(c, idx, "parent holds fewer lock refs than its child");
     if (n->ns >= t->nns || !t->ns[n->ns].used)
         return fail(c, idx, "namespace is not live");
+    if (n->parent != ROOT && node_at(t, n->parent)->ns != n->ns)
+        return fail(c, idx, "namespace differs from its parent's");
     if (!n->on_device && !n->on_host)
         return fail(c, idx, "node has no copy anywhere");
     if (n->on_device && !node_at(t, n->parent)->on_device)
@@ -1634,6 +1637,7 @@ static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
     c->kids[n->parent]++;
     c->dev_kids[n->parent] += n->on_device;
     c->child_locks[n->parent] += n->lock_ref;
+    c->ns_nodes[n->ns]++;
     c->sz.nodes++;
     if (n->on_host)
         c->sz.host_pages += n->npages;
@@ -1678,6 +1682,9 @@ static int check_shape(struct checker *c)
     }
     if (check_list(c, LIST_DEV) || check_list(c, LIST_HOST))
         return -EUCLEAN;
+    for (uint32_t i = 0; i < t->nns; i++)
+        if (t->ns[i].used && t->ns[i].nodes != c->ns_nodes[i])
+            return fail(c, ROOT, "a namespace's node count differs from its nodes");
     if (t->nedges != c->sz.nodes)
         return fail(c, ROOT, "edge count differs from node count");
     if (c->sz.nodes != t->sz.nodes || c->sz.cached_pages != t->sz.cached_pages ||
@@ -1705,7 +1712,8 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
     c.kids = calloc(t->cap, sizeof(*c.kids));
     c.dev_kids = calloc(t->cap, sizeof(*c.dev_kids));
     c.child_locks = calloc(t->cap, sizeof(*c.child_locks));
-    if (!c.kids || !c.dev_kids || !c.child_locks ||
+    c.ns_nodes = calloc(t->nns, sizeof(*c.ns_nodes));
+    if (!c.kids || !c.dev_kids || !c.child_locks || !c.ns_nodes ||
         (t->cfg.hash_pages && page_hasher_init(&c.hasher)))
         goto out;
     rc = 0;
@@ -1722,6 +1730,7 @@ out:
     free(c.kids);
     free(c.dev_kids);
     free(c.child_locks);
+    free(c.ns_nodes);
     return rc;
 }
 
