@@ -338,3 +338,26 @@ int index_read_meta(struct dindex *ix, struct dmeta *m)
     mdb_txn_abort(txn);
     return rc;
 }
+
+int index_peek_version(struct dindex *ix, uint32_t *version)
+{
+    MDB_txn *txn;
+    MDB_val k = {sizeof(META_KEY) - 1, (void *)META_KEY}, v;
+    int rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn);
+
+    if (rc)
+        return index_err(rc);
+    rc = mdb_get(txn, ix->meta, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        rc = KVT_EFORMAT;
+    else if (rc)
+        rc = index_err(rc);
+    else if (v.mv_size < 8 || memcmp(v.mv_data, META_MAGIC, 8) != 0)
+        rc = KVT_EFORMAT;
+    else if (v.mv_size < 12)
+        rc = KVT_ECORRUPT;
+    else
+        *version = get32((const uint8_t *)v.mv_data + 8);
+    mdb_txn_abort(txn);
+    return rc;
+}

@@ -75,6 +75,10 @@ void index_close(struct dindex *ix);
  * one that fails its check. */
 int index_read_meta(struct dindex *ix, struct dmeta *m);
 
+/* The meta record's format version, whatever it is: KVT_EFORMAT when there is no record
+ * of ours, KVT_ECORRUPT when it is too short to carry one. */
+int index_peek_version(struct dindex *ix, uint32_t *version);
+
 size_t rec_bytes(uint32_t ntokens);
 
 /* Encode r (with tokens, r->ntokens host-order ids, NULL for zeros) for key into out,

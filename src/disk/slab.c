@@ -213,13 +213,11 @@ int slab_ready(struct dstore *s, uint32_t slab)
     return 0;
 }
 
-int slab_sync(struct dstore *s, uint32_t slab)
+int slab_flush(struct dstore *s, uint32_t slab)
 {
     struct dslab *d = &s->slabs[slab];
-    int fd, rc = fault(s, DSTORE_FAULT_SYNC, slab);
+    int fd;
 
-    if (rc)
-        return rc;
     pthread_mutex_lock(&s->lock);
     fd = d->dfd >= 0 ? d->dfd : d->bfd;
     pthread_mutex_unlock(&s->lock);
@@ -227,4 +225,49 @@ int slab_sync(struct dstore *s, uint32_t slab)
         return -EIO;
     /* Per file, not per descriptor: one call covers writes through either. */
     return fdatasync(fd) ? -errno : 0;
+}
+
+int slab_sync(struct dstore *s, uint32_t slab)
+{
+    int rc = fault(s, DSTORE_FAULT_SYNC, slab);
+
+    return rc ? rc : slab_flush(s, slab);
+}
+
+int slabs_found(struct dstore *s, uint32_t *count)
+{
+    struct dirent *de;
+    DIR *d;
+    int fd = openat(s->dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    uint32_t slab;
+
+    *count = 0;
+    if (fd < 0)
+        return errno == ENOENT ? KVT_EFORMAT : -errno;
+    if (!(d = fdopendir(fd))) {
+        close(fd);
+        return -errno;
+    }
+    while ((de = readdir(d)))
+        if (parse_name(de->d_name, &slab) && slab >= *count)
+            *count = slab + 1; /* at most 9 digits: no overflow */
+    closedir(d);
+    return 0;
+}
+
+void slab_refresh(struct dstore *s, uint32_t slab)
+{
+    char name[32];
+    struct stat st;
+    uint64_t slots;
+
+    if (!s->ro || slab >= s->nslabs)
+        return;
+    slab_name(slab, name, sizeof(name));
+    if (fstatat(s->slabfd, name, &st, 0))
+        return;
+    slots = (uint64_t)st.st_size / s->slot_bytes;
+    pthread_mutex_lock(&s->lock);
+    s->slabs[slab].valid = (uint32_t)(slots < s->slab_slots ? slots : s->slab_slots);
+    pthread_mutex_unlock(&s->lock);
 }

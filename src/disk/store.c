@@ -504,45 +504,103 @@ static void entry_fill(struct dstore_entry *e, const struct drec *r, uint32_t *t
     e->last_access_ns = r->last_access;
 }
 
-static int visit(MDB_val *k, MDB_val *v, uint32_t *tokens, dstore_visit_fn fn, void *arg)
+/* One walk over the index: its snapshot and what each record is shown with. */
+struct walk {
+    struct dstore *s;
+    MDB_txn *txn;
+    uint32_t *tokens;
+    dstore_visit_fn fn;
+    void *arg;
+};
+
+/* The key the slot table gives r's slot, in the walk's snapshot; NULL when none. */
+static const uint8_t *slot_owner(const struct walk *w, const struct drec *r)
 {
-    struct dstore_entry e = {.key = k->mv_data, .status = KVT_ECORRUPT};
+    uint64_t g = (uint64_t)r->slab * w->s->slab_slots + r->slot;
+    unsigned int slot = (unsigned int)g;
+    MDB_val k = {sizeof(slot), &slot}, v;
+
+    if (r->slot >= w->s->slab_slots || g >= NO_SLOT)
+        return NULL;
+    if (mdb_get(w->txn, w->s->ix.slots, &k, &v) || v.mv_size != SLOT_ENTRY_BYTES)
+        return NULL;
+    return v.mv_data;
+}
+
+static int visit(const struct walk *w, MDB_val *k, MDB_val *v)
+{
+    struct dstore_entry e = {
+        .key = k->mv_data, .status = KVT_ECORRUPT, .key_bytes = (uint32_t)k->mv_size};
     struct drec r;
 
     if (k->mv_size == DSTORE_KEY_BYTES && !rec_decode(k->mv_data, v->mv_data, v->mv_size, &r)) {
         e.status = 0;
-        entry_fill(&e, &r, tokens);
+        entry_fill(&e, &r, w->tokens);
+        e.slot_owner = slot_owner(w, &r);
     }
-    return fn(arg, &e);
+    return w->fn(w->arg, &e);
+}
+
+static int walk_begin(struct dstore *s, struct walk *w, dstore_visit_fn fn, void *arg)
+{
+    int rc;
+
+    if (!s || !fn)
+        return -EINVAL;
+    *w = (struct walk){.s = s, .fn = fn, .arg = arg};
+    if (!(w->tokens = malloc(DSTORE_MAX_TOKENS * sizeof(uint32_t))))
+        return -ENOMEM;
+    if ((rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &w->txn))))
+        free(w->tokens);
+    return rc;
+}
+
+static void walk_end(struct walk *w)
+{
+    mdb_txn_abort(w->txn);
+    free(w->tokens);
+}
+
+int dstore_iterate_from(struct dstore *s, const uint8_t *from, dstore_visit_fn fn, void *arg)
+{
+    struct walk w;
+    MDB_cursor *c;
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)from}, v;
+    int rc = walk_begin(s, &w, fn, arg), mrc;
+
+    if (rc)
+        return rc;
+    if ((rc = index_err(mdb_cursor_open(w.txn, s->ix.pages, &c))))
+        goto out;
+    for (mrc = mdb_cursor_get(c, &k, &v, from ? MDB_SET_RANGE : MDB_FIRST); !mrc && !rc;
+         mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        rc = visit(&w, &k, &v);
+    if (!rc && mrc != MDB_NOTFOUND)
+        rc = index_err(mrc);
+    mdb_cursor_close(c);
+out:
+    walk_end(&w);
+    return rc;
 }
 
 int dstore_iterate(struct dstore *s, dstore_visit_fn fn, void *arg)
 {
-    MDB_txn *txn;
-    MDB_cursor *c;
-    MDB_val k, v;
-    uint32_t *tokens;
-    int rc, mrc;
+    return dstore_iterate_from(s, NULL, fn, arg);
+}
 
-    if (!s || !fn)
+int dstore_lookup(struct dstore *s, const uint8_t *key, dstore_visit_fn fn, void *arg)
+{
+    struct walk w;
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)key}, v;
+    int rc;
+
+    if (!key)
         return -EINVAL;
-    tokens = malloc(DSTORE_MAX_TOKENS * sizeof(uint32_t));
-    if (!tokens)
-        return -ENOMEM;
-    if ((rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))))
-        goto out_tokens;
-    if ((rc = index_err(mdb_cursor_open(txn, s->ix.pages, &c))))
-        goto out_txn;
-    for (mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !mrc && !rc;
-         mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
-        rc = visit(&k, &v, tokens, fn, arg);
-    if (!rc && mrc != MDB_NOTFOUND)
-        rc = index_err(mrc);
-    mdb_cursor_close(c);
-out_txn:
-    mdb_txn_abort(txn);
-out_tokens:
-    free(tokens);
+    if ((rc = walk_begin(s, &w, fn, arg)))
+        return rc;
+    rc = mdb_get(w.txn, s->ix.pages, &k, &v);
+    rc = rc ? index_err(rc) : visit(&w, &k, &v);
+    walk_end(&w);
     return rc;
 }
 
@@ -576,6 +634,82 @@ void dstore_stats(struct dstore *s, struct dstore_stats *st)
     st->slot_bytes = s->slot_bytes;
     st->io = dio_kind(s->io);
     st->fixed_buffers = dio_fixed_buffers(s->io);
+}
+
+/* ---- for inspectors ---- */
+
+uint64_t dstore_slot_entries(struct dstore *s)
+{
+    MDB_txn *txn;
+    MDB_stat ms = {0};
+
+    if (!s || mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))
+        return 0;
+    mdb_stat(txn, s->ix.slots, &ms);
+    mdb_txn_abort(txn);
+    return ms.ms_entries;
+}
+
+void dstore_info(struct dstore *s, struct dstore_info *info)
+{
+    if (!s || !info)
+        return;
+    memset(info, 0, sizeof(*info));
+    info->format_version = s->meta.version;
+    memcpy(info->fingerprint, s->meta.fingerprint, DSTORE_FINGERPRINT_BYTES);
+    info->page_bytes = s->page_bytes;
+    info->page_tokens = s->page_tokens;
+    info->slot_bytes = s->slot_bytes;
+    info->slab_slots = s->slab_slots;
+    info->slabs = s->nslabs;
+    info->capacity_slots = s->nslots;
+    info->created_ns = s->meta.created;
+    pthread_mutex_lock(&s->lock);
+    for (uint32_t i = 0; i < s->nslabs; i++) {
+        info->slab_files += s->slabs[i].dfd >= 0 || s->slabs[i].bfd >= 0;
+        info->backed_slots += s->slabs[i].valid;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool dstore_entry_in_bounds(struct dstore *s, const struct dstore_entry *e)
+{
+    struct drec r = {.slab = e->slab, .slot = e->slot, .length = e->length};
+    bool ok;
+
+    if (!s || e->status)
+        return false;
+    for (int pass = 0; pass < 2; pass++) {
+        pthread_mutex_lock(&s->lock);
+        ok = record_in_bounds_locked(s, &r);
+        pthread_mutex_unlock(&s->lock);
+        if (ok || pass || r.length != s->page_bytes)
+            break;
+        slab_refresh(s, r.slab); /* a writer beside us may have made it since open */
+    }
+    return ok;
+}
+
+int dstore_peek_version(const char *dir, uint32_t *version)
+{
+    struct dindex ix = {0};
+    size_t len = dir ? strlen(dir) + sizeof("/index/data.mdb") : 0;
+    char *path;
+    int rc;
+
+    if (!dir || !version)
+        return -EINVAL;
+    if (!(path = malloc(len)))
+        return -ENOMEM;
+    snprintf(path, len, "%s/index/data.mdb", dir);
+    rc = access(path, F_OK) ? (errno == ENOENT ? KVT_EFORMAT : -errno) : 0;
+    path[strlen(path) - strlen("/data.mdb")] = '\0';
+    if (!rc && !(rc = index_open(&ix, path, true, 64 * MIB))) {
+        rc = index_peek_version(&ix, version);
+        index_close(&ix);
+    }
+    free(path);
+    return rc;
 }
 
 /* ---- the data dir ---- */
@@ -698,14 +832,16 @@ static int dir_prepare(struct dstore *s)
     enum dir_kind kind;
     int rc;
 
-    if (!s->ro && mkdir(s->dir, 0700) && errno != EEXIST)
+    bool create = !s->ro && !(s->o.flags & DSTORE_AS_FOUND);
+
+    if (create && mkdir(s->dir, 0700) && errno != EEXIST)
         return -errno;
     s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dirfd < 0)
         return -errno;
     if ((rc = classify(s->dirfd, &kind)))
         return rc;
-    if (kind == DIR_FOREIGN || (s->ro && kind != DIR_OURS))
+    if (kind == DIR_FOREIGN || (!create && kind != DIR_OURS))
         return KVT_EFORMAT;
     if (s->ro)
         return 0;
@@ -716,17 +852,52 @@ static int dir_prepare(struct dstore *s)
     return kind == DIR_FRESH ? dir_create(s) : 0;
 }
 
+/* DSTORE_AS_FOUND: the dir's fingerprint and page geometry become the options'. */
+static int adopt_meta(struct dstore *s, const struct dmeta *m)
+{
+    if (!m->page_bytes || m->page_tokens > DSTORE_MAX_TOKENS)
+        return KVT_ECORRUPT;
+    memcpy(s->o.fingerprint, m->fingerprint, DSTORE_FINGERPRINT_BYTES);
+    s->o.page_bytes = s->page_bytes = m->page_bytes;
+    s->o.page_tokens = s->page_tokens = m->page_tokens;
+    return 0;
+}
+
+/* DSTORE_AS_FOUND: the capacity covers every slab file, so none of their records is out of
+ * bounds (and a writer's rebuild drops none of them). */
+static int capacity_as_found(struct dstore *s)
+{
+    uint32_t files;
+    int rc = slabs_found(s, &files);
+
+    if (rc)
+        return rc;
+    if (!files)
+        files = 1;
+    if ((uint64_t)files * s->slab_slots > s->nslots)
+        s->nslots = (uint64_t)files * s->slab_slots;
+    return 0;
+}
+
 /* The options' geometry must be the dir's; its own layout (slots, slabs) is taken as is. */
 static int check_meta(struct dstore *s, const struct dmeta *m)
 {
+    bool as_found = s->o.flags & DSTORE_AS_FOUND;
+    int rc;
+
+    if (as_found && (rc = adopt_meta(s, m)))
+        return rc;
     if (memcmp(m->fingerprint, s->o.fingerprint, DSTORE_FINGERPRINT_BYTES) ||
         m->page_bytes != s->page_bytes || m->page_tokens != s->page_tokens)
         return KVT_EFINGERPRINT;
     if (m->slot_bytes < m->page_bytes || m->slot_bytes % 512 || !m->slab_slots)
         return KVT_ECORRUPT;
+    s->meta = *m;
     s->slot_bytes = m->slot_bytes;
     s->slab_slots = m->slab_slots;
     s->nslots = s->o.disk_bytes / s->slot_bytes;
+    if (as_found && (rc = capacity_as_found(s)))
+        return rc;
     if (s->nslots >= NO_SLOT)
         s->nslots = NO_SLOT - 1;
     if (!s->nslots)
@@ -749,6 +920,10 @@ static int index_prepare(struct dstore *s)
     if (rc)
         return rc;
     if ((rc = index_read_meta(&s->ix, &m)) || (rc = check_meta(s, &m)))
+        return rc;
+    /* The map was sized before the capacity was known; LMDB never shrinks it below the data. */
+    if ((s->o.flags & DSTORE_AS_FOUND) && !s->ro &&
+        (rc = index_err(mdb_env_set_mapsize(s->ix.env, map_bytes(s)))))
         return rc;
     if ((rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &s->rtxn))))
         return rc;
@@ -813,11 +988,13 @@ void dstore_options_init(struct dstore_options *o, size_t size)
 
 static int check_options(const struct dstore_options *o)
 {
-    if (!o || o->size != sizeof(*o) || !o->dir || !o->dir[0] || !o->page_bytes)
+    if (!o || o->size != sizeof(*o) || !o->dir || !o->dir[0])
+        return -EINVAL;
+    if (!o->page_bytes && !(o->flags & DSTORE_AS_FOUND))
         return -EINVAL;
     if (o->page_tokens > DSTORE_MAX_TOKENS || o->io > DSTORE_IO_PSYNC || !o->max_batch)
         return -EINVAL;
-    if (o->flags & ~(uint32_t)(DSTORE_READONLY | DSTORE_BUFFERED))
+    if (o->flags & ~(uint32_t)(DSTORE_READONLY | DSTORE_BUFFERED | DSTORE_AS_FOUND))
         return -EINVAL;
     if (o->page_bytes > UINT32_MAX - SLOT_ALIGN)
         return -EINVAL;
@@ -855,6 +1032,8 @@ static struct dstore *store_new(const struct dstore_options *o)
     s->page_bytes = o->page_bytes;
     s->page_tokens = o->page_tokens;
     s->slot_bytes = (o->page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+    if (!s->slot_bytes)
+        s->slot_bytes = SLOT_ALIGN;            /* DSTORE_AS_FOUND: the dir's comes with its meta */
     s->nslots = o->disk_bytes / s->slot_bytes; /* until the dir's own slot size is known */
     if (!s->dir || sync_init(s)) {
         free(s->dir);

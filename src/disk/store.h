@@ -54,6 +54,12 @@ enum dstore_flags {
      * another process). Writes, deletes and evictions give -EROFS. */
     DSTORE_READONLY = 1u << 0,
     DSTORE_BUFFERED = 1u << 1, /* never use O_DIRECT */
+    /* Open a dir as it was written, for tools that know nothing of its model: the dir's own
+     * fingerprint and page geometry are taken (the options' are ignored; page_bytes may be
+     * 0), and the capacity is disk_bytes (may be 0) raised to cover every slab file found,
+     * at least one slab, so no record of a live slab is out of bounds. Never creates a dir:
+     * a missing one gives -ENOENT, an empty one KVT_EFORMAT. */
+    DSTORE_AS_FOUND = 1u << 2,
 };
 
 /* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
@@ -154,7 +160,12 @@ struct dstore_entry {
     uint32_t slab, slot, length;
     uint8_t checksum[16];                /* XXH3-128, canonical (big-endian) bytes */
     uint64_t created_ns, last_access_ns; /* wall clock, ns since the epoch */
-    int status; /* 0; KVT_ECORRUPT for a record that failed its checks (only key is set) */
+    int status;         /* 0; KVT_ECORRUPT for a record that failed its checks (only key is set) */
+    uint32_t key_bytes; /* length of key: DSTORE_KEY_BYTES unless the index holds junk */
+    /* The key the slot table gives this record's slot, read in the same snapshot; NULL when
+     * it gives the slot to nobody (or the record named no valid slot). A record whose slot
+     * belongs to another key is never served: the store drops it when a read finds it. */
+    const uint8_t *slot_owner;
 };
 
 /* Returns 0 to go on, anything else to stop the iteration (and is returned by it). */
@@ -230,5 +241,43 @@ int dstore_iterate(struct dstore *s, dstore_visit_fn fn, void *arg);
 
 /* Counters; may be called from any thread. */
 void dstore_stats(struct dstore *s, struct dstore_stats *st);
+
+/* ---- for inspectors (kvtier-ctl) ---- */
+
+/* What a data dir is, from its meta record and its slab files as found at open. */
+struct dstore_info {
+    uint32_t format_version;
+    uint8_t fingerprint[DSTORE_FINGERPRINT_BYTES];
+    uint32_t page_bytes, page_tokens;
+    uint32_t slot_bytes; /* page_bytes rounded up to the I/O alignment */
+    uint32_t slab_slots; /* slots per slab file */
+    uint32_t slabs;      /* slab files the capacity spans */
+    uint32_t slab_files; /* of those, files found */
+    uint64_t capacity_slots;
+    uint64_t backed_slots; /* slots the slab files back (their sizes, rounded down) */
+    uint64_t created_ns;   /* when the dir was created, wall clock */
+};
+
+void dstore_info(struct dstore *s, struct dstore_info *info);
+
+/* *version = the format version of the data dir at dir, whatever it is, without judging it:
+ * 0 when the dir holds a kvtier index (of any version), KVT_EFORMAT when it does not (or its
+ * index is not an LMDB environment), KVT_ECORRUPT for a meta record of ours too short to
+ * carry a version; -errno for a system error. Read-only, no lock. */
+int dstore_peek_version(const char *dir, uint32_t *version);
+
+/* dstore_iterate from the first key not below from (DSTORE_KEY_BYTES; NULL: the first). */
+int dstore_iterate_from(struct dstore *s, const uint8_t *from, dstore_visit_fn fn, void *arg);
+
+/* Call fn for key's record alone: its result, or -ENOENT when the index has none. */
+int dstore_lookup(struct dstore *s, const uint8_t *key, dstore_visit_fn fn, void *arg);
+
+/* Whether e (a valid entry) names a slot the slab files back now, with a page's length. A
+ * slab file that grew since open is looked at again. */
+bool dstore_entry_in_bounds(struct dstore *s, const struct dstore_entry *e);
+
+/* Entries in the slot table (one per stored page, unless something outside kvtier changed
+ * the index). */
+uint64_t dstore_slot_entries(struct dstore *s);
 
 #endif

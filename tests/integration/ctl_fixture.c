@@ -1,0 +1,176 @@
+/*
+ * ctl_fixture: damages a data dir's index the ways kvtier-ctl must notice, for test_ctl.py
+ * (built only for the tests; no engine may have the dir open). The slab files need no
+ * helper: the test flips and truncates them itself.
+ *
+ *   ctl_fixture junk DIR HASH              HASH's record becomes bytes that fail its check
+ *   ctl_fixture move DIR HASH SLAB SLOT    HASH's record, still well formed, names SLAB:SLOT
+ *   ctl_fixture version DIR N              the meta record claims format version N
+ *   ctl_fixture delete DIR HASH            delete HASH's page through the store (its
+ *                                          descendants are left orphaned)
+ * HASH is 64 hex digits. Exit 0 on success, 1 on failure, 2 on bad usage.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disk/index.h"
+#include "disk/store.h"
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "ctl_fixture: %s: %s\n", what, kvt_strerror(rc));
+    return 1;
+}
+
+static int parse_key(const char *hex, uint8_t *key)
+{
+    if (strlen(hex) != 2 * DSTORE_KEY_BYTES)
+        return -1;
+    for (int i = 0; i < DSTORE_KEY_BYTES; i++)
+        if (sscanf(hex + 2 * i, "%2hhx", &key[i]) != 1)
+            return -1;
+    return 0;
+}
+
+/* Open dir's index for writing and start a transaction. */
+static int begin(const char *dir, struct dindex *ix, MDB_txn **txn)
+{
+    char path[4096];
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/index", dir);
+    if ((rc = index_open(ix, path, false, 256u << 20)))
+        return fail("index_open", rc);
+    if ((rc = index_err(mdb_txn_begin(ix->env, NULL, 0, txn)))) {
+        index_close(ix);
+        return fail("mdb_txn_begin", rc);
+    }
+    return 0;
+}
+
+static int end(struct dindex *ix, MDB_txn *txn, int rc)
+{
+    if (rc)
+        mdb_txn_abort(txn);
+    else if ((rc = index_err(mdb_txn_commit(txn))))
+        fail("mdb_txn_commit", rc);
+    index_close(ix);
+    return rc ? 1 : 0;
+}
+
+/* Rewrite key's record with f applied to a copy of its value. */
+static int rewrite(const char *dir, const uint8_t *key,
+                   int (*f)(const uint8_t *key, uint8_t *val, size_t len, char **argv), char **argv)
+{
+    struct dindex ix = {0};
+    MDB_txn *txn;
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)key}, v;
+    uint8_t *copy = NULL;
+    int rc = begin(dir, &ix, &txn);
+
+    if (rc)
+        return rc;
+    if ((rc = index_err(mdb_get(txn, ix.pages, &k, &v))))
+        fail("no such record", rc);
+    else if (!(copy = malloc(v.mv_size)))
+        rc = -ENOMEM;
+    else {
+        memcpy(copy, v.mv_data, v.mv_size);
+        v.mv_data = copy;
+        if (!(rc = f(key, copy, v.mv_size, argv)))
+            rc = index_err(mdb_put(txn, ix.pages, &k, &v, 0));
+    }
+    rc = end(&ix, txn, rc);
+    free(copy);
+    return rc;
+}
+
+static int make_junk(const uint8_t *key, uint8_t *val, size_t len, char **argv)
+{
+    (void)key;
+    (void)argv;
+    for (size_t i = 4; i < len; i += 7)
+        val[i] ^= 0x5a; /* the version stays: the record's own check must catch it */
+    return 0;
+}
+
+static int move_slot(const uint8_t *key, uint8_t *val, size_t len, char **argv)
+{
+    struct drec r;
+    uint32_t *tokens;
+    int rc = rec_decode(key, val, len, &r);
+
+    if (rc)
+        return fail("rec_decode", rc);
+    if (!(tokens = malloc((r.ntokens + 1) * sizeof(*tokens))))
+        return -ENOMEM;
+    for (uint32_t i = 0; i < r.ntokens; i++)
+        memcpy(&tokens[i], r.tokens + 4 * (size_t)i, 4); /* little-endian hosts only */
+    r.slab = (uint32_t)strtoul(argv[0], NULL, 10);
+    r.slot = (uint32_t)strtoul(argv[1], NULL, 10);
+    rec_encode(key, &r, tokens, val);
+    free(tokens);
+    return 0;
+}
+
+static int set_version(const char *dir, uint32_t version)
+{
+    struct dindex ix = {0};
+    MDB_txn *txn;
+    MDB_val k = {6, (void *)"format"}, v;
+    uint8_t buf[256];
+    int rc = begin(dir, &ix, &txn);
+
+    if (rc)
+        return rc;
+    if (!(rc = index_err(mdb_get(txn, ix.meta, &k, &v))) && v.mv_size <= sizeof(buf)) {
+        memcpy(buf, v.mv_data, v.mv_size);
+        for (int i = 0; i < 4; i++)
+            buf[8 + i] = (uint8_t)(version >> (8 * i));
+        v.mv_data = buf;
+        rc = index_err(mdb_put(txn, ix.meta, &k, &v, 0));
+    }
+    return end(&ix, txn, rc);
+}
+
+static int delete_page(const char *dir, const uint8_t *key)
+{
+    struct dstore_options o;
+    struct dstore *s;
+    size_t n = 0;
+    int rc;
+
+    dstore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    o.flags = DSTORE_AS_FOUND;
+    o.disk_bytes = 0;
+    if ((rc = dstore_open(&o, &s)))
+        return fail("dstore_open", rc);
+    if ((rc = dstore_delete(s, key, 1, &n)) || n != 1)
+        fail("dstore_delete", rc ? rc : -ENOENT);
+    dstore_close(s);
+    return rc || n != 1;
+}
+
+int main(int argc, char **argv)
+{
+    uint8_t key[DSTORE_KEY_BYTES];
+    const char *cmd = argc > 2 ? argv[1] : "";
+
+    if (!strcmp(cmd, "version") && argc == 4)
+        return set_version(argv[2], (uint32_t)strtoul(argv[3], NULL, 10));
+    if (argc < 4 || parse_key(argv[3], key)) {
+        fprintf(stderr, "usage: ctl_fixture junk|move|version|delete DIR ...\n");
+        return 2;
+    }
+    if (!strcmp(cmd, "junk") && argc == 4)
+        return rewrite(argv[2], key, make_junk, argv + 4);
+    if (!strcmp(cmd, "move") && argc == 6)
+        return rewrite(argv[2], key, move_slot, argv + 4);
+    if (!strcmp(cmd, "delete") && argc == 4)
+        return delete_page(argv[2], key);
+    fprintf(stderr, "ctl_fixture: unknown command or wrong arguments: %s\n", cmd);
+    return 2;
+}

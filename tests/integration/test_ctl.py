@@ -1,0 +1,835 @@
+#!/usr/bin/env python3
+"""End-to-end tests of kvtier-ctl.
+
+usage: test_ctl.py KVTIER-CTL KVTIER-BENCH LIVE-ENGINE CTL-FIXTURE
+
+Every case prints one line (PASS, FAIL or SKIP); the script exits 1 when any case FAILed.
+
+The data dirs are written by the real engine: kvtier-bench (tiny geometry, page 16, default
+namespace) and live_engine (the same geometry under another model id, three namespaces),
+then damaged by ctl_fixture (index records, the meta record) and by this script (slab
+bytes, slab length, the LMDB file). What kvtier-ctl reports is checked against what is
+worked out here, independently of its code:
+  * the fingerprint is SHA256(model id, NUL, 12 u32 LE: attention, layers, kv_heads,
+    head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim, dtype_bytes, page_size, tp_rank,
+    tp_size, hash version), as docs/design.md describes it;
+  * a namespace's root is SHA256("kvtier/1" || fingerprint || namespace bytes) and a page's
+    hash is SHA256(parent || its tokens as u32 LE), so every chain `show` prints is
+    recomputed here;
+  * orphans, dangling pages and descendants are derived from the parent links `ls --json`
+    lists, and the damage this script did.
+The live cases run live_engine in the background and read its stats socket.
+"""
+import hashlib
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+CTL = BENCH = LIVE = FIXTURE = None
+TMP = None
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PAGE_TOKENS = 16
+PAGE_BYTES = 16 * 2 * 2 * 16 * 2  # page x (layers 2 x K,V x 16 elements x 2 bytes)
+SLOT_BYTES = 4096
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def eq(got, want, what):
+    if got != want:
+        raise Failure(f"{what}: expected {want!r}, got {got!r}")
+
+
+# ---- running kvtier-ctl ----
+
+
+class Result:
+    def __init__(self, args, proc):
+        self.args = args
+        self.rc = proc.returncode
+        self.out = proc.stdout.decode("utf-8", "replace")
+        self.err = proc.stderr.decode("utf-8", "replace")
+
+    def where(self):
+        return (f"\n    command: kvtier-ctl {' '.join(self.args)}\n    exit {self.rc}"
+                f"\n    stdout: {self.out[:800]!r}\n    stderr: {self.err[:800]!r}")
+
+    def json(self):
+        try:
+            return json.loads(self.out)
+        except ValueError as e:
+            raise Failure(f"stdout is not one JSON document ({e}){self.where()}")
+
+
+def ctl(*args, timeout=60):
+    args = [str(a) for a in args]
+    try:
+        proc = subprocess.run([CTL] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"kvtier-ctl {' '.join(args)} ran past {timeout} s")
+    return Result(args, proc)
+
+
+def ok(*args):
+    r = ctl(*args)
+    eq(r.rc, 0, f"exit status{r.where()}")
+    return r
+
+
+def ok_json(*args):
+    r = ok(*args, "--json")
+    eq(r.err, "", f"stderr{r.where()}")
+    return r.json()
+
+
+def fails(rc, pattern, *args):
+    """The command exits rc with nothing on stdout and a message matching pattern."""
+    r = ctl(*args)
+    eq(r.rc, rc, f"exit status{r.where()}")
+    eq(r.out, "", f"stdout of a failure{r.where()}")
+    check(re.search(pattern, r.err, re.I), f"stderr should match /{pattern}/{r.where()}")
+    return r
+
+
+# ---- what the engine computes, recomputed here ----
+
+
+def fingerprint(model_id):
+    fields = [0, 2, 1, 16, 16, 0, 0, 2, PAGE_TOKENS, 0, 1, 1]  # tiny MHA, page 16, TP 1/1, v1
+    return hashlib.sha256(model_id.encode() + b"\0" + struct.pack("<12I", *fields)).hexdigest()
+
+
+def ns_root(fp_hex, ns=b""):
+    return hashlib.sha256(b"kvtier/1" + bytes.fromhex(fp_hex) + ns).hexdigest()
+
+
+def page_hash(parent_hex, tokens):
+    return hashlib.sha256(bytes.fromhex(parent_hex) + struct.pack(f"<{len(tokens)}I",
+                                                                  *tokens)).hexdigest()
+
+
+def pages_of(d):
+    """hash -> page, from ls --json."""
+    j = ok_json("ls", d)
+    eq(j["count"], len(j["pages"]), "ls count")
+    return {p["hash"]: p for p in j["pages"]}
+
+
+def descendants(pages, roots):
+    """Every page below the given hashes (not themselves), by parent links."""
+    kids = {}
+    for h, p in pages.items():
+        if "parent" in p:
+            kids.setdefault(p["parent"], []).append(h)
+    out, todo = set(), list(roots)
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out - set(roots)
+
+
+def file_digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def dir_digest(d):
+    """What a read-only command must leave alone: the index data and every slab."""
+    out = {"index": file_digest(os.path.join(d, "index", "data.mdb"))}
+    for n in sorted(os.listdir(os.path.join(d, "slabs"))):
+        out[n] = file_digest(os.path.join(d, "slabs", n))
+    return out
+
+
+# ---- data dirs the engine wrote ----
+
+_dirs = {}
+
+
+def bench_dir():
+    """A dir kvtier-bench wrote (default namespace, model id "tiny"); made once, copied."""
+    if "bench" not in _dirs:
+        d = os.path.join(TMP, "bench")
+        r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000", "--dir",
+                            d, "--synthetic", "mixed", "--requests", "40", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
+        _dirs["bench"] = d
+    return _dirs["bench"]
+
+
+def copy_of(d, name):
+    dst = os.path.join(TMP, name)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(d, dst)
+    return dst
+
+
+class Engine:
+    """live_engine in the background, with a stats socket and perhaps a data dir."""
+
+    def __init__(self, name, disk_dir=None, namespaces=3, requests=None, pause_us=1000):
+        self.sock = os.path.join(TMP, f"{name}.sock")
+        args = [LIVE, "--socket", self.sock, "--namespaces", str(namespaces), "--pause-us",
+                str(pause_us)]
+        if disk_dir:
+            args += ["--dir", disk_dir]
+        if requests:
+            args += ["--requests", str(requests)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.wait_line("ready")
+        if requests:
+            self.wait_line(f"served {requests}")
+
+    def wait_line(self, want, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if ready:
+                line = self.proc.stdout.readline().decode().strip()
+                if line == want:
+                    return
+                if not line and self.proc.poll() is not None:
+                    break
+        self.stop()
+        raise Failure(f"live_engine never printed {want!r}: {self.proc.stderr.read()[-400:]!r}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def live_dir():
+    """A dir live_engine wrote: namespaces default, tenant-1, tenant-2 (model "live-engine")."""
+    if "live" not in _dirs:
+        d = os.path.join(TMP, "live")
+        eng = Engine("live-writer", disk_dir=d, requests=400, pause_us=0)
+        eq(eng.stop(), 0, "live_engine exit status")
+        _dirs["live"] = d
+    return _dirs["live"]
+
+
+# ---- cases ----
+
+CASES = []
+
+
+def case(name):
+    def register(fn):
+        CASES.append((name, fn))
+        return fn
+    return register
+
+
+COMMANDS = ["stat", "ls", "show", "tree", "verify", "gc", "evict", "export", "import", "top",
+            "metrics"]
+
+
+@case("--help lists every command; each command's --help names what it takes")
+def _():
+    r = ok("--help")
+    for c in COMMANDS:
+        check(re.search(rf"^\s+{c}\b", r.out, re.M), f"--help does not list {c}{r.where()}")
+    for c in COMMANDS:
+        h = ok(c, "--help")
+        check(h.out.startswith(f"usage: kvtier-ctl {c}"), f"{c} --help usage line{h.where()}")
+        check("--json" in h.out, f"{c} --help does not mention --json{h.where()}")
+        eq(ok("help", c).out, h.out, f"help {c}")
+
+
+VALUES = {"--live": "/nonexistent.sock", "--ns": "default", "--prefix": "abcd", "--sort": "time",
+          "--limit": "3", "--to": "1M", "--capacity": "1M", "--count": "1", "--interval": "0.1"}
+
+
+@case("--help tells the truth: every option it names is accepted, others are refused")
+def _():
+    for c in COMMANDS:
+        text = ok(c, "--help").out
+        opts = set(re.findall(r"^\s+(--[a-z-]+)", text, re.M)) - {"--help"}
+        check(opts, f"{c} --help names no options")
+        for o in sorted(opts):
+            args = [c, o] + ([VALUES[o]] if o in VALUES else [])
+            r = ctl(*args)
+            check("unknown option" not in r.err, f"{c} --help names {o}, which is refused"
+                  f"{r.where()}")
+        r = ctl(c, "--frobnicate")
+        eq(r.rc, 2, f"{c} --frobnicate exit status{r.where()}")
+        check("unknown option" in r.err, f"{c} --frobnicate message{r.where()}")
+
+
+@case("bad usage exits 2 with a message")
+def _():
+    d = bench_dir()
+    for args, pat in [((), "missing command"), (("frob",), "unknown command"),
+                      (("stat",), "data dir or --live"), (("stat", d, "--live", "x"), "one of"),
+                      (("evict", d), "--to"), (("evict", d, "--to", "12X"), "size"),
+                      (("export", d, d + "x"), "choose what"), (("ls", d, "--sort", "age"), "sort"),
+                      (("ls", d, "--limit", "-1"), "integer"), (("show", d), "missing"),
+                      (("show", d, "zz"), "hex"), (("tree", d, "--dot", "--json"), "one"),
+                      (("export", d, "t", "--all", "--ns", "default"), "alone"),
+                      (("top", "s", "--interval", "0"), "interval"), (("ls", d, "x"), "unexpected")]:
+        fails(2, pat, *args)
+
+
+@case("stat on a dir kvtier-bench wrote: fingerprint, geometry, counts, namespaces")
+def _():
+    d = bench_dir()
+    j = ok_json("stat", d)
+    fp = fingerprint("tiny")
+    eq(j["fingerprint"], fp, "fingerprint")
+    eq(j["format_version"], 1, "format_version")
+    eq((j["page_tokens"], j["page_bytes"], j["slot_bytes"]), (PAGE_TOKENS, PAGE_BYTES, SLOT_BYTES),
+       "geometry")
+    eq(j["capacity_slots"], 300000 // PAGE_TOKENS, "capacity_slots (300000 tokens of 16)")
+    pages = pages_of(d)
+    check(len(pages) > 1000, f"only {len(pages)} pages")
+    eq(j["pages"], len(pages), "pages")
+    eq(j["bytes"], len(pages) * PAGE_BYTES, "bytes")
+    eq(j["free_slots"], j["capacity_slots"] - len(pages), "free_slots")
+    eq(j["problems"]["total"], 0, "problems")
+    eq([(n["root"], n["default"], n["pages"]) for n in j["namespaces"]],
+       [(ns_root(fp), True, len(pages))], "namespaces")
+    check(j["oldest_ns"] <= j["newest_ns"] <= j["last_access_ns"], "oldest/newest order")
+    t = ok("stat", d).out
+    for want in (fp, "version 1", "16 tokens", f"{len(pages)} ", "default"):
+        check(want in t, f"stat text lacks {want!r}:\n{t}")
+
+
+@case("stat, ls and tree on live_engine's dir: three namespaces, named by their bytes")
+def _():
+    d = live_dir()
+    j = ok_json("stat", d)
+    fp = fingerprint("live-engine")
+    eq(j["fingerprint"], fp, "fingerprint")
+    roots = {ns_root(fp): "default", ns_root(fp, b"tenant-1"): "tenant-1",
+             ns_root(fp, b"tenant-2"): "tenant-2"}
+    eq(sorted(n["root"] for n in j["namespaces"]), sorted(roots), "namespace roots")
+    pages = pages_of(d)
+    for n in j["namespaces"]:
+        name = roots[n["root"]]
+        mine = [p for p in pages.values() if p["namespace"] == n["root"]]
+        eq(n["pages"], len(mine), f"pages of {name}")
+        sel = "default" if name == "default" else f"name:{name}"
+        eq(ok_json("ls", d, "--ns", sel)["count"], len(mine), f"ls --ns {sel}")
+        eq(ok_json("ls", d, "--ns", n["root"][:10])["count"], len(mine), f"ls --ns by hex")
+        tree = ok_json("tree", d, "--ns", sel)
+        eq([t["root"] for t in tree["namespaces"]], [n["root"]], f"tree --ns {sel}")
+    fails(1, "no page", "ls", d, "--ns", "name:tenant-9")
+    # every page is listed in the namespace its chain starts from
+    for h, p in pages.items():
+        k = h
+        while pages[k]["parent"] in pages:
+            k = pages[k]["parent"]
+        eq(p["namespace"], pages[k]["namespace"], f"{h[:12]}: namespace of its chain")
+        check(pages[k]["parent"] in roots, f"{h[:12]}: the chain reaches a namespace root")
+
+
+@case("ls sorts by time and size, reverses, limits, and --prefix is chain + subtree")
+def _():
+    d = bench_dir()
+    pages = pages_of(d)
+    by_time = ok_json("ls", d, "--sort", "time")["pages"]
+    times = [p["last_access_ns"] for p in by_time]
+    eq(times, sorted(times, reverse=True), "--sort time: newest access first")
+    sizes = [p["prefix_tokens"] for p in ok_json("ls", d, "--sort", "size")["pages"]]
+    eq(sizes, sorted(sizes, reverse=True), "--sort size: longest prefix first")
+    created = [p["created_ns"] for p in ok_json("ls", d, "--sort", "created")["pages"]]
+    eq(created, sorted(created, reverse=True), "--sort created")
+    rev = ok_json("ls", d, "--sort", "time", "--reverse")["pages"]
+    eq([p["hash"] for p in rev], [p["hash"] for p in by_time][::-1], "--reverse")
+    eq(ok_json("ls", d, "--limit", "7")["count"], 7, "--limit")
+    eq(list(pages), sorted(pages), "default order is by hash")
+    # a page in the middle of a long chain with a branch below it
+    mid = max((p for p in pages.values() if p["prefix_tokens"] == 10 * PAGE_TOKENS),
+              key=lambda p: len(descendants(pages, [p["hash"]])))
+    chain, h = set(), mid["hash"]
+    while h in pages:
+        chain.add(h)
+        h = pages[h]["parent"]
+    want = chain | descendants(pages, [mid["hash"]])
+    got = {p["hash"] for p in ok_json("ls", d, "--prefix", mid["hash"][:12])["pages"]}
+    eq(got, want, "ls --prefix: the chain to the root and everything below")
+    lines = ok("ls", d, "--limit", "3").out.splitlines()
+    eq(len(lines), 4, "ls text: a header and 3 lines")
+    check(lines[0].split()[:2] == ["HASH", "NAMESPACE"], f"ls header: {lines[0]!r}")
+
+
+@case("show: the record and its chain, every hash recomputed from parent and tokens")
+def _():
+    d = bench_dir()
+    pages = pages_of(d)
+    deep = max(pages.values(), key=lambda p: p["prefix_tokens"])
+    j = ok_json("show", d, deep["hash"][:10])
+    eq(j["page"]["hash"], deep["hash"], "page")
+    eq(j["chain_complete"], True, "chain_complete")
+    chain = j["chain"]
+    eq(len(chain) * PAGE_TOKENS, deep["prefix_tokens"], "chain length")
+    parent = ns_root(fingerprint("tiny"))
+    for k, p in enumerate(chain):
+        eq(p["parent"], parent, f"chain[{k}].parent")
+        eq(len(p["tokens"]), PAGE_TOKENS, f"chain[{k}] tokens")
+        eq(page_hash(p["parent"], p["tokens"]), p["hash"], f"chain[{k}] hash")
+        parent = p["hash"]
+    eq(chain[-1]["hash"], deep["hash"], "the chain ends at the page")
+    eq(j["page"]["tokens"], chain[-1]["tokens"], "tokens")
+    t = ok("show", d, deep["hash"]).out
+    check(deep["hash"] in t and "chain from the namespace root" in t, f"show text:\n{t[:600]}")
+    check(" ".join(map(str, j["page"]["tokens"])) in t, "show text lacks the tokens")
+    # an ambiguous prefix: two hashes sharing their first 4 digits
+    hashes = sorted(pages)
+    pair = next((a for a, b in zip(hashes, hashes[1:]) if a[:4] == b[:4]), None)
+    if pair:
+        fails(1, "ambiguous", "show", d, pair[:4])
+    fails(1, "no page", "show", d, "f" * 63 + "e" if "f" * 63 + "e" not in pages else "0" * 64)
+
+
+@case("tree: text, JSON and Graphviz agree with the parent links")
+def _():
+    d = bench_dir()
+    pages = pages_of(d)
+    j = ok_json("tree", d)
+
+    def walk(node, parent_last):
+        first, last = node["first"], node["last"]
+        eq(pages[first]["parent"], parent_last, f"node {first[:12]} hangs from its parent")
+        n, h = 1, last
+        while h != first:
+            h = pages[h]["parent"]
+            n += 1
+        eq(n, node["pages"], f"node {first[:12]} pages")
+        kids = [k for k, p in pages.items() if p["parent"] == last]
+        eq(len(node["children"]), len(kids) if len(kids) != 1 else 0,
+           f"node {first[:12]}: children (a single child would extend the node)")
+        return n + sum(walk(c, last) for c in node["children"])
+
+    total = sum(walk(c, ns["root"]) for ns in j["namespaces"] for c in ns["children"])
+    eq(total, len(pages), "pages in the tree")
+    eq(j["orphaned"], [], "orphaned")
+    nodes = 0
+
+    def count(n):
+        return 1 + sum(count(c) for c in n["children"])
+    nodes = sum(count(c) for ns in j["namespaces"] for c in ns["children"])
+    dot = ok("tree", d, "--dot").out
+    check(dot.startswith("digraph kvtier {") and dot.rstrip().endswith("}"), "dot framing")
+    eq(dot.count("->"), nodes, "dot edges (one per node)")
+    text = ok("tree", d).out.splitlines()
+    check(text[0].startswith("namespace default"), f"tree text: {text[0]!r}")
+    eq(sum(1 for ln in text if re.search(r"[|`]-- [0-9a-f]{12}", ln)), nodes, "tree text lines")
+
+
+@case("verify on a clean dir: every page read, exit 0, nothing changed")
+def _():
+    d = copy_of(bench_dir(), "clean")
+    before = dir_digest(d)
+    j = ok_json("verify", d)
+    n = len(pages_of(d))
+    eq((j["pages"], j["pages_read"], j["problems"], j["ok"]), (n, n, 0, True), "verify")
+    t = ok("verify", d).out
+    check(t.rstrip().endswith("OK"), f"verify text: {t!r}")
+    for args in (("stat", d), ("ls", d), ("tree", d), ("show", d, next(iter(pages_of(d))))):
+        ok(*args)
+    eq(dir_digest(d), before, "the dir after read-only commands")
+
+
+def flip(d, slot, at=100):
+    with open(os.path.join(d, "slabs", "0000.slab"), "r+b") as f:
+        f.seek(slot * SLOT_BYTES + at)
+        b = f.read(1)
+        f.seek(slot * SLOT_BYTES + at)
+        f.write(bytes([b[0] ^ 0xff]))
+
+
+@case("verify finds flipped page bytes (and orphans below); --repair drops them")
+def _():
+    d = copy_of(bench_dir(), "flipped")
+    pages = pages_of(d)
+    victim = max((p for p in pages.values() if p["prefix_tokens"] == 3 * PAGE_TOKENS),
+                 key=lambda p: len(descendants(pages, [p["hash"]])))
+    below = descendants(pages, [victim["hash"]])
+    check(below, "the victim has pages below it")
+    flip(d, victim["slot"])
+    before = dir_digest(d)
+    r = ctl("verify", d, "--json")
+    eq(r.rc, 1, f"verify exit status{r.where()}")
+    j = r.json()
+    eq((j["corrupt"], j["orphaned"], j["dangling"], j["stale"]), (1, len(below), 0, 0),
+       "corrupt, orphaned, dangling, stale")
+    bad = {b["hash"]: b["problem"] for b in j["bad"]}
+    eq(bad.get(victim["hash"]), "corrupt (checksum)", "the victim's problem")
+    eq(set(bad) - {victim["hash"]}, below, "orphans are exactly the pages below")
+    eq(dir_digest(d), before, "verify without --repair changed the dir")
+    r = ctl("verify", d)
+    eq(r.rc, 1, f"verify text exit{r.where()}")
+    check("PROBLEMS FOUND" in r.out and victim["hash"] in r.out, f"verify text{r.where()}")
+    j = ok_json("verify", d, "--repair")
+    eq((j["repaired"], j["dropped"], j["left"], j["ok"]), (True, 1 + len(below), 0, True),
+       "--repair")
+    j = ok_json("verify", d)
+    eq((j["pages"], j["problems"]), (len(pages) - 1 - len(below), 0), "verify after the repair")
+
+
+@case("a truncated slab: dangling pages; gc drops them and what hangs below")
+def _():
+    d = copy_of(bench_dir(), "truncated")
+    pages = pages_of(d)
+    cut = sorted(p["slot"] for p in pages.values())[len(pages) // 2]
+    os.truncate(os.path.join(d, "slabs", "0000.slab"), cut * SLOT_BYTES)
+    dangling = {h for h, p in pages.items() if p["slot"] >= cut}
+    orphans = descendants(pages, dangling) - dangling
+    r = ctl("verify", d, "--json")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    j = r.json()
+    eq((j["dangling"], j["orphaned"], j["corrupt"]), (len(dangling), len(orphans), 0),
+       "dangling, orphaned, corrupt")
+    eq(j["pages_read"], len(pages) - len(dangling) - len(orphans), "pages read")
+    eq(ok_json("stat", d)["problems"]["dangling"], len(dangling), "stat's problems")
+    j = ok_json("gc", d, "--dry-run")
+    eq((j["problems"], j["repaired"]), (len(dangling) + len(orphans), False), "gc --dry-run")
+    eq(len(pages_of(d)), len(pages), "gc --dry-run dropped nothing")
+    j = ok_json("gc", d)
+    eq((j["dropped"], j["left"]), (len(dangling) + len(orphans), 0), "gc")
+    eq(ok_json("verify", d)["problems"], 0, "verify after gc")
+
+
+@case("records damaged in the index: junk, a slot outside the slabs, a deleted parent")
+def _():
+    d = copy_of(bench_dir(), "records")
+    pages = pages_of(d)
+    by_depth = sorted(pages.values(), key=lambda p: (p["prefix_tokens"], p["hash"]))
+    junk, moved, deleted = (max((p for p in by_depth if p["prefix_tokens"] == k * PAGE_TOKENS),
+                                key=lambda p: len(descendants(pages, [p["hash"]])))
+                            for k in (2, 5, 8))
+    for args in (("junk", d, junk["hash"]), ("move", d, moved["hash"], "7", "0"),
+                 ("delete", d, deleted["hash"])):
+        r = subprocess.run([FIXTURE] + list(args), capture_output=True)
+        eq(r.returncode, 0, f"ctl_fixture {args[0]}: {r.stderr!r}")
+    below = descendants(pages, [junk["hash"], moved["hash"], deleted["hash"]])
+    below -= {junk["hash"], moved["hash"], deleted["hash"]}
+    r = ctl("verify", d, "--json")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    j = r.json()
+    eq((j["corrupt"], j["dangling"], j["orphaned"]), (1, 1, len(below)),
+       "corrupt, dangling, orphaned")
+    bad = {b["hash"]: b["problem"] for b in j["bad"]}
+    eq(bad[junk["hash"]], "corrupt record", "junk record")
+    eq(bad[moved["hash"]], "dangling", "moved record")
+    check(deleted["hash"] not in bad and deleted["hash"] not in pages_of(d), "deleted page")
+    eq(ok_json("show", d, junk["hash"])["page"]["state"], "corrupt record", "show a junk record")
+    check("corrupt record" in ok("ls", d).out, "ls marks the junk record")
+    # below the deleted page, and below the junk record (which names no parent of its own)
+    eq(len(ok_json("tree", d)["orphaned"]), 2, "tree: orphaned subtrees")
+    j = ok_json("gc", d)
+    eq((j["dropped"], j["left"]), (2 + len(below), 0), "gc")
+    eq(ok_json("verify", d)["ok"], True, "verify after gc")
+
+
+@case("clear errors: not a dir, not kvtier's, a newer format, a corrupt index")
+def _():
+    fails(1, "no such data dir", "stat", os.path.join(TMP, "missing"))
+    f = os.path.join(TMP, "a-file")
+    open(f, "w").close()
+    fails(1, "not a directory", "stat", f)
+    foreign = os.path.join(TMP, "foreign")
+    os.makedirs(foreign, exist_ok=True)
+    with open(os.path.join(foreign, "notes.txt"), "w") as fh:
+        fh.write("mine\n")
+    for cmd in (("stat",), ("verify",), ("gc",), ("evict", "--to", "0")):
+        fails(1, "not a kvtier data dir", *cmd[:1], foreign, *cmd[1:])
+    eq(sorted(os.listdir(foreign)), ["notes.txt"], "a foreign dir after kvtier-ctl")
+    empty = os.path.join(TMP, "empty")
+    os.makedirs(empty, exist_ok=True)
+    fails(1, "not a kvtier data dir", "gc", empty)
+    eq(os.listdir(empty), [], "an empty dir after gc")
+    newer = copy_of(bench_dir(), "newer")
+    r = subprocess.run([FIXTURE, "version", newer, "2"], capture_output=True)
+    eq(r.returncode, 0, f"ctl_fixture version: {r.stderr!r}")
+    for cmd in ("stat", "ls", "verify", "gc"):
+        fails(1, r"version 2 is newer", cmd, newer)
+    bad = copy_of(bench_dir(), "badindex")
+    with open(os.path.join(bad, "index", "data.mdb"), "r+b") as fh:
+        fh.write(os.urandom(16384))
+    for cmd in ("stat", "verify", "gc"):
+        fails(1, "corrupt index", cmd, bad)
+
+
+@case("beside a running engine: reads work, writes are refused as locked")
+def _():
+    d = os.path.join(TMP, "busy")
+    eng = Engine("busy", disk_dir=d, requests=60)
+    try:
+        n = ok_json("stat", d)["pages"]
+        check(n > 0, "the engine wrote pages")
+        ok("ls", d)
+        ok("tree", d)
+        eq(ok_json("verify", d)["ok"], True, "verify beside the engine")
+        for args in (("gc", d), ("evict", d, "--to", "0"), ("verify", d, "--repair"),
+                     ("import", d, live_dir(), "--all")):
+            fails(1, "locked.*running engine", *args)
+        t = os.path.join(TMP, "from-busy")
+        eq(ok_json("export", d, t, "--all")["copied"], n, "export from a busy dir")
+    finally:
+        eq(eng.stop(), 0, "live_engine exit status")
+    eq(ok_json("verify", t)["pages"], n, "the export")
+
+
+@case("evict --to SIZE: least recently used pages go, down to SIZE")
+def _():
+    d = copy_of(bench_dir(), "evict")
+    pages = pages_of(d)
+    j = ok_json("evict", d, "--to", "1M")
+    keep = (1 << 20) // PAGE_BYTES
+    eq((j["pages_before"], j["pages"], j["evicted"]), (len(pages), keep, len(pages) - keep),
+       "evict counts")
+    after = pages_of(d)
+    gone = set(pages) - set(after)
+    eq(len(gone), len(pages) - keep, "pages gone")
+    check(max(pages[h]["last_access_ns"] for h in gone) <=
+          min(p["last_access_ns"] for p in after.values()), "only the least recently used went")
+    eq(ok_json("evict", d, "--to", "1M")["evicted"], 0, "a second evict to the same size")
+    t = ok("evict", d, "--to", "0").out
+    check("left (0 B)" in t or " 0 left" in t, f"evict text: {t!r}")
+    eq(ok_json("stat", d)["pages"], 0, "evict --to 0")
+
+
+@case("export and import between dirs of one fingerprint; another is refused")
+def _():
+    src = live_dir()
+    pages = pages_of(src)
+    fp = fingerprint("live-engine")
+    t1 = os.path.join(TMP, "exp-tenant1")
+    mine = {h for h, p in pages.items() if p["namespace"] == ns_root(fp, b"tenant-1")}
+    j = ok_json("export", src, t1, "--ns", "name:tenant-1")
+    eq((j["selected"], j["copied"], j["skipped"]), (len(mine), len(mine), 0), "export --ns")
+    eq(ok_json("stat", t1)["fingerprint"], fp, "the new dir's fingerprint")
+    eq(set(pages_of(t1)), mine, "pages exported")
+    eq(ok_json("verify", t1)["ok"], True, "verify the export")
+    j = ok_json("import", t1, src, "--all")
+    eq((j["copied"], j["already_there"]), (len(pages) - len(mine), len(mine)), "import --all")
+    eq(set(pages_of(t1)), set(pages), "after import --all")
+    eq(ok_json("import", t1, src, "--all")["copied"], 0, "import again")
+    # --prefix: the chain and the subtree
+    mid = max((p for p in pages.values() if p["prefix_tokens"] == 5 * PAGE_TOKENS),
+              key=lambda p: len(descendants(pages, [p["hash"]])))
+    chain, h = set(), mid["hash"]
+    while h in pages:
+        chain.add(h)
+        h = pages[h]["parent"]
+    t2 = os.path.join(TMP, "exp-prefix")
+    ok("export", src, t2, "--prefix", mid["hash"])
+    eq(set(pages_of(t2)), chain | descendants(pages, [mid["hash"]]), "export --prefix")
+    # bytes went along: a page read back from the export is the source's
+    one = next(iter(mine))
+    eq(file_page(t1, pages_of(t1)[one]["slot"]), file_page(src, pages[one]["slot"]),
+       "page bytes")
+    # another model
+    other = copy_of(bench_dir(), "other-model")
+    before = dir_digest(other)
+    fails(1, "another model", "export", src, other, "--all")
+    fails(1, "another model", "import", other, src, "--all")
+    eq(dir_digest(other), before, "a dir of another model after a refused copy")
+    # the engine serves the export
+    eng = Engine("reader", disk_dir=t2, requests=1)
+    try:
+        st = ok_json("stat", "--live", eng.sock)["stats"]
+        check(st["disk_cached_tokens"] >= len(chain) * PAGE_TOKENS,
+              f"the engine sees the exported pages: {st['disk_cached_tokens']}")
+    finally:
+        eq(eng.stop(), 0, "live_engine exit status")
+
+
+def file_page(d, slot):
+    with open(os.path.join(d, "slabs", "0000.slab"), "rb") as f:
+        f.seek(slot * SLOT_BYTES)
+        return f.read(PAGE_BYTES)
+
+
+def stats_fields():
+    """The field names of struct kvt_stats in include/kvtier.h."""
+    text = open(os.path.join(SRC, "include", "kvtier.h")).read()
+    body = re.search(r"struct kvt_stats \{(.*?)\};", text, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    names = set()
+    for decl in body.split(";"):
+        m = re.match(r"\s*(?:uint32_t|uint64_t|size_t)\s+(.*)", decl, re.S)
+        if m:
+            names |= {n.strip() for n in m.group(1).split(",")}
+    return names - {"size"}
+
+
+@case("live: stat --live, --json, metrics and top against a running engine; figures move")
+def _():
+    eng = Engine("live", disk_dir=os.path.join(TMP, "live-dir"), pause_us=2000)
+    try:
+        t = ok("stat", "--live", eng.sock).out
+        for want in ("device", "host", "disk", "sim backend", "moved", "in flight", "errors"):
+            check(want in t, f"stat --live text lacks {want!r}:\n{t}")
+        a = ok_json("stat", "--live", eng.sock)
+        fields = set(a["stats"])
+        check(fields <= stats_fields(), f"fields not in struct kvt_stats: "
+              f"{fields - stats_fields()}")
+        check({"device_tokens", "host_tokens", "disk_tokens", "match_calls", "h2d_bytes",
+               "ops_in_flight", "disk_errors"} <= fields, f"fields: {sorted(fields)}")
+        s = a["stats"]
+        eq((s["device_tokens"], s["host_tokens"], s["page_size"]), (4096, 16384, 16), "sizes")
+        check(s["device_free_tokens"] <= s["device_tokens"], "device free <= capacity")
+        check(s["host_free_tokens"] <= s["host_tokens"], "host free <= capacity")
+        check(s["match_hit_tokens"] <= s["match_query_tokens"], "hits <= asked")
+        eq(s["disk_errors"], 0, "disk errors")
+        time.sleep(0.3)
+        b = ok_json("stat", "--live", eng.sock)
+        check(b["time_ns"] > a["time_ns"], "time_ns moves")
+        for k in ("match_calls", "match_query_tokens", "h2d_bytes"):
+            check(b["stats"][k] > a["stats"][k], f"{k} moves: {a['stats'][k]} -> {b['stats'][k]}")
+        m = ok("metrics", eng.sock).out
+        samples = {}
+        for line in m.splitlines():
+            if line.startswith("#"):
+                check(re.match(r"# (HELP|TYPE) kvtier_[a-z0-9_]+ \S", line), f"line {line!r}")
+                continue
+            mm = re.fullmatch(r"(kvtier_[a-z0-9_]+) (\d+)", line)
+            check(mm, f"metrics line {line!r}")
+            samples[mm.group(1)] = int(mm.group(2))
+            check(f"# TYPE {mm.group(1)} " in m, f"no # TYPE for {mm.group(1)}")
+        check(samples["kvtier_match_calls"] >= b["stats"]["match_calls"], "metrics are current")
+        check({f"kvtier_{k}" for k in ("device_tokens", "disk_cached_tokens")} <= set(samples),
+              "metrics fields")
+        mj = ok_json("metrics", eng.sock)["metrics"]
+        eq(set(mj), set(samples), "metrics --json names")
+        r = ok("top", eng.sock, "--count", "3", "--interval", "0.2", "--json")
+        frames = [json.loads(x) for x in r.out.splitlines()]
+        eq([f["refresh"] for f in frames], [1, 2, 3], "top refreshes")
+        eq(frames[0]["rates"], None, "no rates on the first refresh")
+        check(frames[2]["rates"]["match_calls"] > 0, f"rates move: {frames[2]['rates']}")
+        check(frames[2]["stats"]["match_calls"] > frames[0]["stats"]["match_calls"], "top moves")
+        r = ok("top", eng.sock, "--count", "2", "--interval", "0.1")
+        eq(r.out.count("TIER"), 2, "top text frames")
+        check("matches/s" in r.out, f"top text rates{r.where()}")
+    finally:
+        eq(eng.stop(), 0, "live_engine exit status")
+    fails(1, "no such socket", "stat", "--live", eng.sock)
+
+
+@case("live: a stale socket, a server that is not kvtier's")
+def _():
+    path = os.path.join(TMP, "stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()
+    fails(1, "nobody is listening", "stat", "--live", path)
+    path = os.path.join(TMP, "other.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    proc = subprocess.Popen([CTL, "stat", "--live", path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    conn, _ = srv.accept()
+    conn.recv(64)
+    conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nhello\n")
+    conn.close()
+    out, err = proc.communicate(timeout=10)
+    srv.close()
+    eq(proc.returncode, 1, f"exit status; stderr {err!r}")
+    check(b"not a kvtier stats reply" in err, f"stderr {err!r}")
+
+
+@case("verify shows progress on a terminal, and --json stays clean")
+def _():
+    d = bench_dir()
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([CTL, "verify", d, "--json"], stdout=subprocess.PIPE,
+                                stderr=slave, stdin=subprocess.DEVNULL)
+        os.close(slave)
+        tty = b""
+        while True:
+            ready, _, _ = select.select([master], [], [], 10)
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            tty += chunk
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        os.close(master)
+    eq(proc.returncode, 0, f"exit status; terminal got {tty[-300:]!r}")
+    check(b"verify: " in tty and b"pages" in tty, f"no progress on the terminal: {tty[:300]!r}")
+    check(tty.endswith(b"\r\x1b[K"), f"the progress line is cleared: {tty[-40:]!r}")
+    eq(json.loads(out)["ok"], True, "JSON with a terminal on stderr")
+
+
+# ---- driver ----
+
+def main():
+    global CTL, BENCH, LIVE, FIXTURE, TMP
+    if len(sys.argv) != 5:
+        print(__doc__.splitlines()[2], file=sys.stderr)
+        return 2
+    CTL, BENCH, LIVE, FIXTURE = (os.path.abspath(a) for a in sys.argv[1:])
+    failed, t0 = [], time.monotonic()
+    only = os.environ.get("CTL_CASE")  # run the cases whose name contains this
+    with tempfile.TemporaryDirectory(prefix="kvtier-ctl-test-") as tmp:
+        TMP = tmp
+        for name, fn in CASES:
+            if only and only not in name:
+                continue
+            t = time.monotonic()
+            try:
+                fn()
+                err = None
+            except Skip as e:
+                print(f"SKIP  {name}: {e}", flush=True)
+                continue
+            except Failure as e:
+                err = str(e)
+            except Exception as e:  # a bug in the test, or output of an unexpected shape
+                err = f"{type(e).__name__}: {e}"
+            took = f"({time.monotonic() - t:.2f} s)"
+            if err:
+                failed.append(name)
+                print(f"FAIL  {name} {took}: {err}", flush=True)
+            else:
+                print(f"PASS  {name} {took}", flush=True)
+    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed in "
+          f"{time.monotonic() - t0:.1f} s")
+    for name in failed:
+        print(f"failed: {name}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

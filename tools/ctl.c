@@ -1,0 +1,513 @@
+/*
+ * kvtier-ctl: inspect, verify and manage every tier of kvtier. Offline commands work on a
+ * data dir, with or without an engine running on it: read-only ones open it read-only (no
+ * lock, no write, a consistent LMDB snapshot), writing ones take the dir's lock as an engine
+ * does. Live commands ask a running engine's stats socket.
+ *
+ * This file holds the command table, option parsing, help and the shared output helpers.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ctl.h"
+#include "disk/index.h"
+
+/* ---- output helpers ---- */
+
+int ctl_fail(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs(PROG ": ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+void ctl_hex(const uint8_t *b, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+void ctl_json_hex(const uint8_t *b, size_t n)
+{
+    char buf[2 * 256 + 1];
+
+    ctl_hex(b, n < 256 ? n : 256, buf);
+    printf("\"%s\"", buf);
+}
+
+const char *ctl_time(uint64_t ns, char *buf)
+{
+    time_t t = (time_t)(ns / 1000000000u);
+    struct tm tm;
+
+    if (!ns || !gmtime_r(&t, &tm))
+        return strcpy(buf, "-");
+    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+const char *ctl_bytes(uint64_t n, char *buf)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)n;
+    int u = 0;
+
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, 32, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, 32, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+/* ---- opening a data dir ---- */
+
+bool ctl_dir_locked(const char *dir)
+{
+    char path[4096];
+    int fd;
+    bool locked;
+
+    snprintf(path, sizeof(path), "%s/lock", dir);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return false;
+    locked = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* releases the shared lock at once */
+    return locked;
+}
+
+/* KVT_EFORMAT says "not ours, or too new": tell which from the meta record itself. */
+static int format_error(const char *dir)
+{
+    char path[4096];
+    uint32_t version = 0;
+    int rc = dstore_peek_version(dir, &version);
+
+    snprintf(path, sizeof(path), "%s/index/data.mdb", dir);
+    if (rc == 0 && version > DSTORE_FORMAT_VERSION)
+        return ctl_fail("%s: data format version %u is newer than this kvtier-ctl reads (%u); "
+                        "use the kvtier that wrote it",
+                        dir, version, DSTORE_FORMAT_VERSION);
+    if (rc == KVT_ECORRUPT)
+        return ctl_fail("%s: corrupt index: the meta record is damaged", dir);
+    if (rc == 0)
+        return ctl_fail("%s: not a usable kvtier data dir (format %u, but slabs/ is missing or "
+                        "the index lacks a database)",
+                        dir, version);
+    if (access(path, F_OK) == 0)
+        return ctl_fail("%s: corrupt index: %s is not a kvtier index (damaged, or another "
+                        "program's LMDB environment)",
+                        dir, path);
+    return ctl_fail("%s: not a kvtier data dir (it has no index/data.mdb)", dir);
+}
+
+int ctl_open_error(const char *dir, int rc, bool writing)
+{
+    switch (rc) {
+    case KVT_EFORMAT:
+        return format_error(dir);
+    case KVT_ECORRUPT:
+        return ctl_fail("%s: corrupt index: %s", dir, kvt_strerror(rc));
+    case -EBUSY:
+        return ctl_fail("%s: locked: another process (a running engine?) has it open for "
+                        "writing; stop it to %s, or use a read-only command (stat, ls, show, "
+                        "tree, verify, export from it), which work beside it",
+                        dir, writing ? "write" : "use it");
+    case -ENOENT:
+        return ctl_fail("%s: no such data dir", dir);
+    case -ENOTDIR:
+        return ctl_fail("%s: not a directory", dir);
+    default:
+        return ctl_fail("%s: cannot open: %s", dir, kvt_strerror(rc));
+    }
+}
+
+int ctl_open(const char *dir, bool writing, uint64_t disk_bytes, struct dstore **out)
+{
+    struct dstore_options o;
+    int rc;
+
+    dstore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    o.flags = DSTORE_AS_FOUND | (writing ? 0 : DSTORE_READONLY);
+    o.disk_bytes = disk_bytes;
+    o.page_bytes = 0;
+    if ((rc = dstore_open(&o, out)))
+        return ctl_open_error(dir, rc, writing);
+    if (writing && (rc = dstore_wait_ready(*out))) {
+        dstore_close(*out);
+        return ctl_fail("%s: the index could not be scanned for writing: %s", dir,
+                        kvt_strerror(rc));
+    }
+    return 0;
+}
+
+/* ---- commands ---- */
+
+struct command {
+    const char *name;
+    int (*run)(const struct ctl_args *a);
+    int min_pos, max_pos;
+    const char *options; /* the options it takes, each followed by a space */
+    const char *synopsis;
+    const char *help;
+};
+
+#define DIR_NOTE                                                                                   \
+    "DIR is a kvtier data dir; it is opened read-only (no lock, no write), so this is safe\n"      \
+    "beside an engine running on it.\n"
+#define WRITE_NOTE                                                                                 \
+    "This writes DIR: it takes the dir's lock, so it is refused (exit 1) while an engine\n"        \
+    "has the dir open.\n"
+#define SELECT_HELP                                                                                \
+    "  --ns NS               pages of namespace NS: \"default\", \"name:TEXT\" (the namespace's\n" \
+    "                        bytes) or a hex prefix of its root hash as stat prints it\n"          \
+    "  --prefix HASH         the page HASH, its chain to the root and every page below it\n"
+#define JSON_HELP "  --json                one JSON object on stdout instead of text\n"
+
+static const struct command commands[] = {
+    {"stat", cmd_stat, 0, 1, "--json --live ", "stat DIR | stat --live SOCKET",
+     "Offline (DIR): the data format, the fingerprint (model, geometry, page size, TP),\n"
+     "the page geometry, the slab files, pages and bytes in total and per namespace,\n"
+     "pages with problems found by the record checks, free slots, and the oldest and\n"
+     "newest pages.\n" DIR_NOTE
+     "\nLive (--live SOCKET): a running engine's figures from its stats socket:\n"
+     "per tier (device, host, disk) capacity, use, cached and hit tokens; bytes moved;\n"
+     "operations in flight; errors.\n\n" JSON_HELP
+     "  --live SOCKET         ask the engine serving stats at SOCKET instead of a dir\n"},
+    {"ls", cmd_ls, 1, 1, "--json --ns --prefix --sort --reverse --limit ", "ls DIR [options]",
+     "One line per page: hash, namespace, prefix length in tokens through the page,\n"
+     "slab:slot, created, last access, first token, and its problem if any.\n" DIR_NOTE
+     "\n" SELECT_HELP
+     "  --sort KEY            hash (default, index order), time (last access, newest\n"
+     "                        first), created (newest first) or size (longest prefix first)\n"
+     "  --reverse             reverse the order\n"
+     "  --limit N             at most N lines\n" JSON_HELP},
+    {"show", cmd_show, 2, 2, "--json ", "show DIR HASH",
+     "One page's record (slab, slot, length, checksum, times, namespace, parent, tokens)\n"
+     "and its chain from the namespace root down to it, one page per line with its\n"
+     "tokens. HASH is a page hash or a unique prefix of one (at least 4 hex digits).\n" DIR_NOTE
+     "\n" JSON_HELP},
+    {"tree", cmd_tree, 1, 1, "--json --dot --ns --prefix ", "tree DIR [options]",
+     "The prefix forest rebuilt from parent links: one tree per namespace, a run of pages\n"
+     "with one child each shown as one node (first hash, last hash, pages, tokens).\n"
+     "Orphaned pages (no chain to a root) are listed after the forest.\n" DIR_NOTE "\n" SELECT_HELP
+     "  --dot                 write Graphviz (dot) instead of text\n" JSON_HELP},
+    {"verify", cmd_verify, 1, 1, "--json --repair ", "verify DIR [--repair]",
+     "Read every page and check its checksum; check every record (its own check, its\n"
+     "hash chain, its length), its slot (inside the slab files: else dangling; its own in\n"
+     "the slot table: else stale) and its links (a chain of present pages to a namespace\n"
+     "root: else orphaned). A page the engine evicts during the scan is not counted; a\n"
+     "checksum failure is confirmed by a second read. A progress line is shown on stderr\n"
+     "when it is a terminal.\n" DIR_NOTE "\n"
+     "  --repair              then drop every page found bad (corrupt, dangling, stale,\n"
+     "                        orphaned); this writes DIR and takes its lock, so it is refused\n"
+     "                        while an engine has the dir open\n" JSON_HELP
+     "\nExit status: 0 when nothing is wrong (or --repair dropped everything found), 1 when\n"
+     "problems remain or on an error, 2 on bad usage.\n"},
+    {"gc", cmd_gc, 1, 1, "--json --dry-run ", "gc DIR [--dry-run]",
+     "Drop what the engine can never serve, found from the index alone (no page is read):\n"
+     "records that fail their checks, dangling and stale records, and orphaned pages.\n"
+     "verify --repair also drops pages whose bytes fail their checksum.\n" WRITE_NOTE "\n"
+     "  --dry-run             only say what would be dropped (read-only)\n" JSON_HELP},
+    {"evict", cmd_evict, 1, 1, "--json --to ", "evict DIR --to SIZE",
+     "Evict least recently used pages until the pages held take at most SIZE bytes (as\n"
+     "stat counts them: pages x page bytes). Slab files keep their size; the slots are\n"
+     "reused. SIZE is a byte count with an optional K, M, G or T suffix (powers of "
+     "1024).\n" WRITE_NOTE
+     "\n  --to SIZE             the size to shrink to (required)\n" JSON_HELP},
+    {"export", cmd_export, 2, 2, "--json --all --ns --prefix --capacity ",
+     "export DIR TARGET (--all | --ns NS | --prefix HASH)...",
+     "Copy chosen prefixes from DIR into the data dir TARGET, which must have the same\n"
+     "fingerprint and page geometry; TARGET is created with DIR's when missing. Every\n"
+     "page's bytes are checked on the way; a page that fails is not copied, nor anything\n"
+     "below it. Parents are written before children. DIR is opened read-only (safe beside\n"
+     "an engine); TARGET is written and locked (refused while an engine has it open).\n\n"
+     "  --all                 every page that can be served\n" SELECT_HELP
+     "  --capacity SIZE       TARGET's capacity when it is created (default DIR's, as its\n"
+     "                        slab files span); raised as needed to hold what is copied\n"
+     "                        (--ns and --prefix may be repeated)\n" JSON_HELP},
+    {"import", cmd_import, 2, 2, "--json --all --ns --prefix --capacity ",
+     "import DIR SOURCE (--all | --ns NS | --prefix HASH)...",
+     "Copy chosen prefixes from the data dir SOURCE into DIR: export SOURCE DIR, with the\n"
+     "same options. DIR is written and locked (refused while an engine has it open);\n"
+     "SOURCE is only read.\n\n"
+     "  --all                 every page that can be served\n" SELECT_HELP
+     "  --capacity SIZE       DIR's capacity when it is created (default SOURCE's)\n" JSON_HELP},
+    {"top", cmd_top, 1, 1, "--json --count --interval ", "top SOCKET [options]",
+     "stat --live, refreshed: the figures of the engine serving stats at SOCKET, with\n"
+     "rates (per second) since the last refresh. On a terminal the screen is redrawn;\n"
+     "otherwise each refresh is printed after the last.\n\n"
+     "  --interval SECONDS    time between refreshes (default 1; fractions allowed)\n"
+     "  --count N             stop after N refreshes (default: until interrupted)\n"
+     "  --json                one JSON object per refresh, one per line\n"},
+    {"metrics", cmd_metrics, 1, 1, "--json ", "metrics SOCKET",
+     "The engine's figures in Prometheus text format, as its stats socket serves them\n"
+     "(kvtier_<field> lines with # HELP and # TYPE).\n\n"
+     "  --json                one JSON object, {\"metrics\": {name: value, ...}}\n"},
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s COMMAND ARGS [options]\n"
+            "       %s COMMAND --help\n"
+            "\n"
+            "Inspect, verify and manage kvtier's tiers: a data dir (the disk tier) with or\n"
+            "without an engine running on it, and a running engine's tiers through its stats\n"
+            "socket (options.stats_socket).\n"
+            "\n"
+            "On a data dir (read-only, safe beside a running engine, unless it says writes):\n"
+            "  stat DIR              format, fingerprint, pages and bytes (total and per\n"
+            "                        namespace), free slots, oldest and newest pages\n"
+            "  ls DIR                pages, by namespace or prefix, sorted by hash, time or size\n"
+            "  show DIR HASH         a page's record and its chain to the root, with tokens\n"
+            "  tree DIR              the prefix forest rebuilt from parent links; --dot: Graphviz\n"
+            "  verify DIR            read every page: checksums, records, corrupt, orphaned and\n"
+            "                        dangling entries; exit 1 when anything is wrong;\n"
+            "                        --repair (writes) drops what is bad\n"
+            "  gc DIR                writes: drop orphaned, dangling and corrupt records\n"
+            "  evict DIR --to SIZE   writes: evict least recently used pages down to SIZE\n"
+            "  export DIR TARGET     writes TARGET: copy chosen prefixes to a dir of the same\n"
+            "                        fingerprint (created when missing)\n"
+            "  import DIR SOURCE     writes DIR: copy chosen prefixes from SOURCE\n"
+            "\n"
+            "On a running engine (its stats socket):\n"
+            "  stat --live SOCKET    per tier occupancy, hits, bytes moved, ops in flight, errors\n"
+            "  top SOCKET            the same, refreshed, with rates\n"
+            "  metrics SOCKET        Prometheus text format\n"
+            "\n"
+            "Every command takes --json (JSON on stdout) and --help. HASH is a page hash in hex\n"
+            "or a unique prefix of one (at least 4 digits).\n"
+            "Exit status: 0 ok; 1 an error, or problems found (verify); 2 bad usage.\n",
+            PROG, PROG);
+}
+
+static void command_help(const struct command *c)
+{
+    printf("usage: %s %s\n\n%s", PROG, c->synopsis, c->help);
+    printf("  --help                print this and exit\n");
+}
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+/* ---- options ---- */
+
+static bool takes(const struct command *c, const char *opt)
+{
+    size_t len = strlen(opt);
+
+    for (const char *p = strstr(c->options, opt); p; p = strstr(p + 1, opt))
+        if ((p == c->options || p[-1] == ' ') && p[len] == ' ')
+            return true;
+    return false;
+}
+
+static int bad(const struct command *c, const char *msg, const char *arg)
+{
+    char prog[64];
+
+    snprintf(prog, sizeof(prog), "%s %s", PROG, c->name);
+    return cli_bad_usage(prog, msg, arg);
+}
+
+static int parse_interval(const struct command *c, const char *val, double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(val, &end);
+    if (errno || *end || end == val || !(v > 0) || v > 86400)
+        return bad(c, "--interval needs seconds above 0 (e.g. 0.5)", val);
+    *out = v;
+    return 0;
+}
+
+static int add_select(const struct command *c, const char **list, int *n, const char *opt,
+                      const char *val)
+{
+    if (*n == MAX_SELECT)
+        return bad(c, "too many selections (at most 16 of each)", opt);
+    list[(*n)++] = val;
+    return 0;
+}
+
+static int parse_count(const struct command *c, const char *opt, const char *val, uint64_t *out)
+{
+    if (!cli_parse_u64(val, out))
+        return bad(c, "expected a non-negative integer", opt);
+    return 0;
+}
+
+static int parse_size(const struct command *c, const char *opt, const char *val, uint64_t *out)
+{
+    if (!cli_parse_size(val, out))
+        return bad(c, "expected a size: digits with an optional K, M, G or T", opt);
+    return 0;
+}
+
+static int parse_valued(const struct command *c, struct ctl_args *a, const char *opt,
+                        const char *val)
+{
+    if (!strcmp(opt, "--live"))
+        a->live = val;
+    else if (!strcmp(opt, "--ns"))
+        return add_select(c, a->ns, &a->nns, opt, val);
+    else if (!strcmp(opt, "--prefix"))
+        return add_select(c, a->prefix, &a->nprefix, opt, val);
+    else if (!strcmp(opt, "--sort"))
+        a->sort = val;
+    else if (!strcmp(opt, "--limit"))
+        return parse_count(c, opt, val, &a->limit);
+    else if (!strcmp(opt, "--count"))
+        return parse_count(c, opt, val, &a->count);
+    else if (!strcmp(opt, "--interval"))
+        return parse_interval(c, val, &a->interval);
+    else if (!strcmp(opt, "--capacity"))
+        return parse_size(c, opt, val, &a->capacity);
+    else if (!strcmp(opt, "--to")) {
+        a->to_set = true;
+        return parse_size(c, opt, val, &a->to_bytes);
+    }
+    return 0;
+}
+
+static bool set_flag(struct ctl_args *a, const char *opt)
+{
+    static const char *const names[] = {"--json",    "--dot", "--repair",
+                                        "--reverse", "--all", "--dry-run"};
+    bool *flags[] = {&a->json, &a->dot, &a->repair, &a->reverse, &a->all, &a->dry_run};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (!strcmp(opt, names[i])) {
+            *flags[i] = true;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* One option at argv[*i] ("--opt VALUE" or "--opt=VALUE"). */
+static int parse_option(const struct command *c, struct ctl_args *a, int argc, char **argv, int *i)
+{
+    char opt[32];
+    const char *arg = argv[*i], *eq = strchr(arg, '='), *val;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+
+    if (len >= sizeof(opt))
+        return bad(c, "unknown option", arg);
+    memcpy(opt, arg, len);
+    opt[len] = '\0';
+    if (!takes(c, opt))
+        return bad(c, "unknown option", opt);
+    if (!eq && set_flag(a, opt))
+        return 0;
+    if (eq && set_flag(a, opt))
+        return bad(c, "option takes no value", opt);
+    val = eq ? eq + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (!val)
+        return bad(c, "option needs a value", opt);
+    return parse_valued(c, a, opt, val);
+}
+
+/* 0 to run, -1 after --help, else the exit status. */
+static int parse_args(const struct command *c, int argc, char **argv, struct ctl_args *a)
+{
+    int rc;
+
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i];
+
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            command_help(c);
+            return -1;
+        }
+        if (arg[0] == '-' && arg[1]) {
+            if ((rc = parse_option(c, a, argc, argv, &i)))
+                return rc;
+        } else if (a->npos == c->max_pos) {
+            return bad(c, "unexpected argument", arg);
+        } else {
+            a->pos[a->npos++] = arg;
+        }
+    }
+    if (a->npos < c->min_pos)
+        return bad(c, "missing argument; usage", c->synopsis);
+    return 0;
+}
+
+/* What one command needs beyond its arguments' count. */
+static int check_args(const struct command *c, const struct ctl_args *a)
+{
+    if (c->run == cmd_stat && !a->live == !a->npos)
+        return bad(c, "give a data dir or --live SOCKET (one of them)", NULL);
+    if (c->run == cmd_evict && !a->to_set)
+        return bad(c, "--to SIZE is required", NULL);
+    if ((c->run == cmd_export || c->run == cmd_import) && !a->all && !a->nns && !a->nprefix)
+        return bad(c, "choose what to copy: --all, --ns NS or --prefix HASH", NULL);
+    if (a->all && (a->nns || a->nprefix))
+        return bad(c, "--all selects everything: give it alone", NULL);
+    if (a->sort && strcmp(a->sort, "hash") && strcmp(a->sort, "time") &&
+        strcmp(a->sort, "created") && strcmp(a->sort, "size"))
+        return bad(c, "--sort needs hash, time, created or size", a->sort);
+    if (a->dot && a->json)
+        return bad(c, "--dot and --json are two formats: give one", NULL);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct ctl_args a = {.interval = 1.0};
+    const struct command *c;
+    int rc;
+
+    if (argc < 2)
+        return cli_bad_usage(PROG, "missing command", NULL);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        if (argc > 2 && (c = find_command(argv[2])))
+            command_help(c);
+        else
+            usage(stdout);
+        return 0;
+    }
+    if (!(c = find_command(argv[1])))
+        return cli_bad_usage(PROG, "unknown command", argv[1]);
+    rc = parse_args(c, argc, argv, &a);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if ((rc = check_args(c, &a)))
+        return rc;
+    if (c->run == cmd_stat && a.live)
+        return cmd_stat_live(&a);
+    return c->run(&a);
+}

@@ -1,0 +1,160 @@
+/*
+ * kvtier-ctl's pieces (tools/ctl*.c):
+ *   ctl.c         main: subcommands, options, help, errors, output helpers
+ *   ctl_index.c   a data dir's index in memory: pages, namespaces, parent links, checks
+ *   ctl_show.c    stat, ls, show, tree (read-only)
+ *   ctl_check.c   verify, gc, evict
+ *   ctl_copy.c    export, import
+ *   ctl_live.c    stat --live, top, metrics (a running engine's stats socket)
+ */
+#ifndef KVT_TOOLS_CTL_H
+#define KVT_TOOLS_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "disk/store.h"
+
+#define PROG "kvtier-ctl"
+#define HASH_BYTES DSTORE_KEY_BYTES
+#define SHORT_HEX 12 /* hex digits of a hash in tables */
+#define MAX_SELECT 16
+
+/* ---- the command line ---- */
+
+struct ctl_args {
+    const char *pos[2]; /* positional arguments: DIR or SOCKET, then HASH or another DIR */
+    int npos;
+    bool json, dot, repair, reverse, all, dry_run;
+    const char *live;               /* stat --live SOCKET */
+    const char *ns[MAX_SELECT];     /* --ns, repeatable */
+    const char *prefix[MAX_SELECT]; /* --prefix, repeatable */
+    int nns, nprefix;
+    const char *sort;  /* ls --sort */
+    uint64_t limit;    /* ls --limit; 0: all */
+    uint64_t to_bytes; /* evict --to */
+    bool to_set;
+    uint64_t capacity; /* export/import --capacity; 0: default */
+    uint64_t count;    /* top --count; 0: forever */
+    double interval;   /* top --interval, seconds */
+};
+
+/* ---- output helpers (ctl.c) ---- */
+
+/* Print "kvtier-ctl: ..." on stderr; returns 1, the error status. */
+int ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Explain why a data dir could not be opened (rc from dstore_open) and return 1. */
+int ctl_open_error(const char *dir, int rc, bool writing);
+void ctl_hex(const uint8_t *b, size_t n, char *out); /* out: 2n + 1 chars */
+/* "YYYY-MM-DDTHH:MM:SSZ" for ns since the epoch ("-" for 0); buf of 32. */
+const char *ctl_time(uint64_t ns, char *buf);
+/* "1.5 MiB"; buf of 32. */
+const char *ctl_bytes(uint64_t n, char *buf);
+void ctl_json_hex(const uint8_t *b, size_t n);
+
+/* Open a data dir as found; read-only unless writing. 0, or an exit status after saying why. */
+int ctl_open(const char *dir, bool writing, uint64_t disk_bytes, struct dstore **out);
+/* Whether a writer (a running engine) holds dir's lock now; a quick check before a long scan. */
+bool ctl_dir_locked(const char *dir);
+
+/* ---- the index in memory (ctl_index.c) ---- */
+
+enum page_problem {
+    BAD_RECORD = 1u << 0,   /* corrupt: the record failed its checks */
+    BAD_HASH = 1u << 1,     /* corrupt: key is not SHA256(parent || tokens) */
+    BAD_LENGTH = 1u << 2,   /* corrupt: length is not the dir's page size */
+    BAD_CHECKSUM = 1u << 3, /* corrupt: the page's bytes failed their checksum (verify) */
+    BAD_DANGLING = 1u << 4, /* the slot is outside the slabs or past a truncated file */
+    BAD_STALE = 1u << 5,    /* the slot table gives the slot to another page or none */
+    BAD_ORPHAN = 1u << 6,   /* no chain of present pages leads to a namespace root */
+    BAD_IO = 1u << 7,       /* reading the page failed (verify) */
+};
+#define BAD_CORRUPT (BAD_RECORD | BAD_HASH | BAD_LENGTH | BAD_CHECKSUM)
+#define NO_PAGE UINT32_MAX
+
+struct page {
+    uint8_t key[HASH_BYTES], parent[HASH_BYTES];
+    uint32_t ns;    /* index into ix->ns; NO_PAGE for a record that failed its checks */
+    uint32_t up;    /* index of the parent page; NO_PAGE for a first page or a missing one */
+    uint32_t child; /* first child, NO_PAGE when none */
+    uint32_t next;  /* next sibling, NO_PAGE when none */
+    uint32_t depth; /* pages from the namespace root through this one; 0: unreachable */
+    uint32_t slab, slot;
+    uint32_t first_token; /* for listings */
+    uint32_t problems;    /* enum page_problem */
+    bool owns_slot;       /* the slot table gives its slot to it */
+    uint64_t created, atime;
+};
+
+struct ns_info {
+    uint8_t root[HASH_BYTES];
+    bool is_default;
+    uint32_t first; /* first of its first pages (linked by next), NO_PAGE when none */
+    uint64_t pages, good;
+    uint64_t oldest, newest; /* created */
+};
+
+struct ctl_index {
+    struct dstore *s;
+    struct dstore_info info;
+    struct page *p; /* in key order */
+    uint32_t n, cap;
+    struct ns_info *ns;
+    uint32_t nns;
+    uint8_t default_root[HASH_BYTES];
+    uint64_t bad_keys;     /* records whose key is not 32 bytes: listed apart, never dropped */
+    uint64_t slot_entries; /* the slot table's size */
+    bool quiet_dir;        /* no writer held the dir while it was read: slot_entries agrees */
+};
+
+/* Read every record of s into ix and run the record checks (not the page bytes). */
+int index_load(struct dstore *s, struct ctl_index *ix);
+void index_free(struct ctl_index *ix);
+/* The page whose key starts with hex (a unique prefix, 4 to 64 digits): 0 and *out, or an
+ * exit status after saying why. */
+int index_find(const struct ctl_index *ix, const char *hex, uint32_t *out);
+/* The namespace named by arg: "default", "name:TEXT" (its bytes) or a unique hex prefix of a
+ * root hash; 0 and *out, or an exit status after saying why. */
+int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out);
+/* Mark (sel[i] = true) the pages chosen by a's --ns, --prefix (the page, its chain to the
+ * root and its descendants) or --all (also when none is given); with good_only, only pages
+ * without problems. 0, or an exit status after saying why. */
+int index_select(const struct ctl_index *ix, const struct ctl_args *a, bool good_only, bool *sel);
+/* After problems changed (verify's reads): orphans and per-namespace counts again. */
+int index_relink(struct ctl_index *ix);
+/* Open dir read-only and load its index: 0, or an exit status after saying why. */
+int ctl_load(const char *dir, struct dstore **s, struct ctl_index *ix);
+void ctl_unload(struct dstore *s, struct ctl_index *ix);
+/* Problems by kind, over the pages of ix. */
+struct problem_counts {
+    uint64_t corrupt, dangling, stale, orphaned, io, total;
+};
+void index_count_problems(const struct ctl_index *ix, struct problem_counts *c);
+/* Short hex of a namespace for tables: "default" or the root's first digits. */
+const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf);
+/* Name of the first problem in mask, e.g. "orphaned"; "ok" for none. */
+const char *problem_name(uint32_t mask);
+/* Whether a page with these problems can be served: none, or only a checksum not yet read. */
+static inline bool page_good(const struct page *p)
+{
+    return p->problems == 0;
+}
+
+/* ---- subcommands: each returns the exit status ---- */
+
+int cmd_stat(const struct ctl_args *a);
+int cmd_ls(const struct ctl_args *a);
+int cmd_show(const struct ctl_args *a);
+int cmd_tree(const struct ctl_args *a);
+int cmd_verify(const struct ctl_args *a);
+int cmd_gc(const struct ctl_args *a);
+int cmd_evict(const struct ctl_args *a);
+int cmd_export(const struct ctl_args *a);
+int cmd_import(const struct ctl_args *a);
+int cmd_stat_live(const struct ctl_args *a);
+int cmd_top(const struct ctl_args *a);
+int cmd_metrics(const struct ctl_args *a);
+
+#endif

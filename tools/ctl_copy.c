@@ -1,0 +1,297 @@
+/*
+ * export and import: copy chosen prefixes from one data dir to another of the same
+ * fingerprint. The source is opened read-only (safe beside an engine); the target is
+ * opened for writing (its lock) and created with the source's fingerprint and geometry when
+ * missing. Pages go top-down, parents before children, each through the store's read path
+ * (checksum checked) and write path (slot, bytes, fdatasync, then the index), so a crash
+ * mid-copy leaves a target whose every page is whole and whose chains start at a root.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ctl.h"
+
+#define COPY_BATCH_BYTES (16u << 20)
+#define COPY_BATCH_MAX 256u
+
+struct copy {
+    const char *src, *dst;
+    struct ctl_index *ix;
+    struct dstore *w;
+    uint32_t *order, n; /* selected pages, parents first */
+    bool *failed;       /* not copied: bad bytes, or below such a page */
+    uint32_t batch;
+    uint8_t *buf;
+    uint32_t *tokens; /* batch x page_tokens */
+    struct dstore_rpage *rp;
+    struct dstore_wpage *wp;
+    int *res;
+    uint64_t copied, present, skipped;
+};
+
+/* ---- the target ---- */
+
+static bool same_model(const struct dstore_info *a, const struct dstore_info *b)
+{
+    return !memcmp(a->fingerprint, b->fingerprint, HASH_BYTES) && a->page_bytes == b->page_bytes &&
+           a->page_tokens == b->page_tokens;
+}
+
+static int fingerprint_error(const struct copy *c, const struct dstore_info *t)
+{
+    char a[2 * HASH_BYTES + 1], b[2 * HASH_BYTES + 1];
+
+    ctl_hex(c->ix->info.fingerprint, HASH_BYTES, a);
+    ctl_hex(t->fingerprint, HASH_BYTES, b);
+    return ctl_fail("%s holds KV of another model or geometry (fingerprint %.16s.., page %u "
+                    "tokens) than %s (fingerprint %.16s.., page %u tokens): refused",
+                    c->dst, b, t->page_tokens, c->src, a, c->ix->info.page_tokens);
+}
+
+/* An existing target: same model, then opened for writing with room for the copy. */
+static int open_existing(struct copy *c, uint64_t capacity)
+{
+    struct dstore_info t;
+    struct dstore_stats st;
+    struct dstore *r;
+    int rc = ctl_open(c->dst, false, 0, &r);
+
+    if (rc)
+        return rc;
+    dstore_info(r, &t);
+    dstore_stats(r, &st);
+    dstore_close(r);
+    if (!same_model(&c->ix->info, &t))
+        return fingerprint_error(c, &t);
+    if ((st.pages + c->n) * t.slot_bytes > capacity)
+        capacity = (st.pages + c->n) * t.slot_bytes;
+    return ctl_open(c->dst, true, capacity, &c->w);
+}
+
+/* A new target: the source's fingerprint, geometry and slab size. */
+static int create_target(struct copy *c, uint64_t capacity)
+{
+    const struct dstore_info *in = &c->ix->info;
+    struct dstore_options o;
+    int rc;
+
+    dstore_options_init(&o, sizeof(o));
+    o.dir = c->dst;
+    memcpy(o.fingerprint, in->fingerprint, HASH_BYTES);
+    o.page_bytes = in->page_bytes;
+    o.page_tokens = in->page_tokens;
+    o.disk_bytes =
+        capacity > (uint64_t)c->n * in->slot_bytes ? capacity : (uint64_t)c->n * in->slot_bytes;
+    o.slab_bytes = (uint64_t)in->slab_slots * in->slot_bytes;
+    if (o.slab_bytes > o.disk_bytes)
+        o.slab_bytes = o.disk_bytes; /* as the engine does: no slab larger than the tier */
+    if ((rc = dstore_open(&o, &c->w)))
+        return ctl_open_error(c->dst, rc, true);
+    if ((rc = dstore_wait_ready(c->w))) {
+        dstore_close(c->w);
+        return ctl_fail("%s: %s", c->dst, kvt_strerror(rc));
+    }
+    return 0;
+}
+
+static int open_target(struct copy *c, uint64_t capacity)
+{
+    char path[4096];
+
+    if (!capacity)
+        capacity = c->ix->info.capacity_slots * c->ix->info.slot_bytes;
+    snprintf(path, sizeof(path), "%s/index/data.mdb", c->dst);
+    if (access(path, F_OK) == 0)
+        return open_existing(c, capacity);
+    return create_target(c, capacity);
+}
+
+/* ---- the copy ---- */
+
+static const struct page *depth_base;
+
+static int cmp_depth(const void *x, const void *y)
+{
+    uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
+    uint32_t a = depth_base[i].depth, b = depth_base[j].depth;
+
+    if (a != b)
+        return a < b ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+static int copy_init(struct copy *c)
+{
+    const struct dstore_info *in = &c->ix->info;
+
+    c->batch = COPY_BATCH_BYTES / in->page_bytes ? COPY_BATCH_BYTES / in->page_bytes : 1;
+    if (c->batch > COPY_BATCH_MAX)
+        c->batch = COPY_BATCH_MAX;
+    c->order = malloc(((size_t)c->ix->n + 1) * sizeof(*c->order));
+    c->failed = calloc((size_t)c->ix->n + 1, sizeof(*c->failed));
+    c->tokens = malloc((size_t)c->batch * (in->page_tokens + 1) * sizeof(uint32_t));
+    c->rp = malloc(c->batch * sizeof(*c->rp));
+    c->wp = malloc(c->batch * sizeof(*c->wp));
+    c->res = malloc(c->batch * sizeof(*c->res));
+    if (!c->order || !c->failed || !c->tokens || !c->rp || !c->wp || !c->res ||
+        posix_memalign((void **)&c->buf, 4096, (size_t)c->batch * in->page_bytes))
+        return -ENOMEM;
+    return 0;
+}
+
+/* The selected pages, parents first. */
+static void copy_order(struct copy *c, const bool *sel)
+{
+    for (uint32_t i = 0; i < c->ix->n; i++)
+        if (sel[i])
+            c->order[c->n++] = i;
+    depth_base = c->ix->p;
+    qsort(c->order, c->n, sizeof(*c->order), cmp_depth);
+}
+
+static void copy_free(struct copy *c)
+{
+    free(c->order);
+    free(c->failed);
+    free(c->tokens);
+    free(c->rp);
+    free(c->wp);
+    free(c->res);
+    free(c->buf);
+}
+
+static int take_tokens(void *arg, const struct dstore_entry *e)
+{
+    uint32_t *out = arg;
+
+    if (e->status)
+        return KVT_ECORRUPT;
+    memcpy(out, e->tokens, (size_t)e->ntokens * sizeof(uint32_t));
+    return 0;
+}
+
+/* Page k of the batch, read into its buffer already: its write, or false to skip it. */
+static bool prepare_write(struct copy *c, uint32_t i, uint32_t k, uint32_t *tokens)
+{
+    const struct page *p = &c->ix->p[i];
+
+    if (c->res[k] || (p->up != NO_PAGE && c->failed[p->up]) ||
+        dstore_lookup(c->ix->s, p->key, take_tokens, tokens)) {
+        c->failed[i] = true;
+        c->skipped++;
+        return false;
+    }
+    c->wp[k] = (struct dstore_wpage){p->key, p->parent, c->ix->ns[p->ns].root, tokens,
+                                     c->buf + (size_t)k * c->ix->info.page_bytes};
+    return true;
+}
+
+static int copy_batch(struct copy *c, const uint32_t *idx, uint32_t n)
+{
+    const struct dstore_info *in = &c->ix->info;
+    uint32_t m = 0;
+    int rc;
+
+    for (uint32_t k = 0; k < n; k++)
+        c->rp[k] = (struct dstore_rpage){c->ix->p[idx[k]].key, c->buf + (size_t)k * in->page_bytes};
+    if ((rc = dstore_get(c->ix->s, c->rp, n, c->res)))
+        return rc;
+    for (uint32_t k = 0; k < n; k++)
+        if (prepare_write(c, idx[k], k, c->tokens + (size_t)k * in->page_tokens))
+            c->wp[m++] = c->wp[k];
+    if (!m)
+        return 0;
+    if ((rc = dstore_put(c->w, c->wp, m, c->res)))
+        return rc;
+    for (uint32_t k = 0; k < m; k++)
+        if (c->res[k])
+            return c->res[k]; /* the target is full or failing: stop */
+    c->copied += m;
+    return 0;
+}
+
+/* Batches never mix depths, so a parent has landed (or failed) before its children go. */
+static int copy_all(struct copy *c)
+{
+    struct dstore_stats before, after;
+    int rc = 0;
+
+    dstore_stats(c->w, &before);
+    for (uint32_t i = 0; i < c->n && !rc;) {
+        uint32_t n = 1, d = c->ix->p[c->order[i]].depth;
+
+        while (i + n < c->n && n < c->batch && c->ix->p[c->order[i + n]].depth == d)
+            n++;
+        rc = copy_batch(c, c->order + i, n);
+        i += n;
+    }
+    dstore_stats(c->w, &after);
+    c->present = after.write_dups - before.write_dups;
+    c->copied -= c->present;
+    return rc;
+}
+
+static void report(const struct copy *c, bool json)
+{
+    char b[32];
+
+    if (json) {
+        printf("{\"from\":");
+        cli_json_string(c->src);
+        printf(",\"to\":");
+        cli_json_string(c->dst);
+        printf(",\"selected\":%u,\"copied\":%" PRIu64 ",\"already_there\":%" PRIu64
+               ",\"skipped\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n",
+               c->n, c->copied, c->present, c->skipped, c->copied * c->ix->info.page_bytes);
+        return;
+    }
+    printf("%s -> %s: %u pages selected, %" PRIu64 " copied (%s), %" PRIu64
+           " already there, %" PRIu64 " skipped (bad bytes, or below such a page)\n",
+           c->src, c->dst, c->n, c->copied, ctl_bytes(c->copied * c->ix->info.page_bytes, b),
+           c->present, c->skipped);
+}
+
+static int copy_dirs(const char *src, const char *dst, const struct ctl_args *a)
+{
+    struct copy c = {.src = src, .dst = dst};
+    struct ctl_index ix;
+    struct dstore *s;
+    bool *sel = NULL;
+    int rc;
+
+    if (ctl_dir_locked(dst))
+        return ctl_open_error(dst, -EBUSY, true);
+    if ((rc = ctl_load(src, &s, &ix)))
+        return rc;
+    c.ix = &ix;
+    if (!(sel = calloc((size_t)ix.n + 1, 1)) || copy_init(&c))
+        rc = ctl_fail("out of memory");
+    else if (!(rc = index_select(&ix, a, true, sel))) {
+        copy_order(&c, sel);
+        if (!(rc = open_target(&c, a->capacity))) {
+            if ((rc = copy_all(&c)))
+                rc = ctl_fail("copying into %s: %s", dst, kvt_strerror(rc));
+            dstore_close(c.w);
+            if (!rc)
+                report(&c, a->json);
+        }
+    }
+    copy_free(&c);
+    free(sel);
+    ctl_unload(s, &ix);
+    return rc;
+}
+
+int cmd_export(const struct ctl_args *a)
+{
+    return copy_dirs(a->pos[0], a->pos[1], a);
+}
+
+int cmd_import(const struct ctl_args *a)
+{
+    return copy_dirs(a->pos[1], a->pos[0], a);
+}

@@ -1,0 +1,511 @@
+/*
+ * A data dir's index in memory, for the offline commands: every record, its namespace, its
+ * parent and children, its depth from the namespace root, and what is wrong with it.
+ *
+ * The records come from one LMDB snapshot, so a writer beside us cannot make the picture
+ * inconsistent. What the record checks find here (a record that fails its own check, a key
+ * that is not the hash of its parent and tokens, a slot outside the slab files or not its
+ * own in the slot table) the engine would never serve; a page below such a page or below a
+ * missing one is orphaned, since a match walks the chain from the root and stops there.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "radix/hash.h"
+
+/* ---- loading ---- */
+
+struct loader {
+    struct ctl_index *ix;
+    struct page_hasher h;
+    uint32_t *order; /* namespace ids, sorted by root: ix->ns is in order of discovery */
+};
+
+static struct page *page_push(struct ctl_index *ix)
+{
+    if (ix->n == ix->cap) {
+        uint32_t cap = ix->cap ? 2 * ix->cap : 1024;
+        struct page *p = realloc(ix->p, (size_t)cap * sizeof(*p));
+
+        if (!p)
+            return NULL;
+        ix->p = p;
+        ix->cap = cap;
+    }
+    struct page *p = &ix->p[ix->n++];
+    memset(p, 0, sizeof(*p));
+    p->ns = p->up = p->child = p->next = NO_PAGE;
+    return p;
+}
+
+/* The namespace of root, appended when new (pages already loaded keep their ids): its id, or
+ * NO_PAGE without memory. */
+static uint32_t ns_of(struct loader *l, const uint8_t *root)
+{
+    struct ctl_index *ix = l->ix;
+    uint32_t lo = 0, hi = ix->nns;
+
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        int c = memcmp(ix->ns[l->order[mid]].root, root, HASH_BYTES);
+
+        if (c == 0)
+            return l->order[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    struct ns_info *v = realloc(ix->ns, (ix->nns + 1) * sizeof(*v));
+    if (v)
+        ix->ns = v;
+    uint32_t *o = v ? realloc(l->order, (ix->nns + 1) * sizeof(*o)) : NULL;
+    if (!o)
+        return NO_PAGE;
+    l->order = o;
+    memmove(&o[lo + 1], &o[lo], (ix->nns - lo) * sizeof(*o));
+    o[lo] = ix->nns;
+    memset(&v[ix->nns], 0, sizeof(*v));
+    memcpy(v[ix->nns].root, root, HASH_BYTES);
+    v[ix->nns].is_default = !memcmp(root, ix->default_root, HASH_BYTES);
+    v[ix->nns].first = NO_PAGE;
+    return ix->nns++;
+}
+
+/* Namespaces in root order, and the pages' ids with them. */
+static int ns_sort(struct loader *l)
+{
+    struct ctl_index *ix = l->ix;
+    struct ns_info *v = malloc((ix->nns ? ix->nns : 1) * sizeof(*v));
+    uint32_t *rank = malloc((ix->nns ? ix->nns : 1) * sizeof(*rank));
+
+    if (!v || !rank) {
+        free(v);
+        free(rank);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < ix->nns; i++) {
+        v[i] = ix->ns[l->order[i]];
+        rank[l->order[i]] = i;
+    }
+    for (uint32_t i = 0; i < ix->n; i++)
+        if (ix->p[i].ns != NO_PAGE)
+            ix->p[i].ns = rank[ix->p[i].ns];
+    free(ix->ns);
+    ix->ns = v;
+    free(rank);
+    return 0;
+}
+
+/* The checks a record gets without reading its page. */
+static uint32_t record_problems(struct loader *l, const struct dstore_entry *e)
+{
+    const struct dstore_info *in = &l->ix->info;
+    uint8_t h[HASH_BYTES];
+
+    if (e->length != in->page_bytes || e->ntokens != in->page_tokens)
+        return BAD_LENGTH;
+    if (page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h) || memcmp(h, e->key, HASH_BYTES))
+        return BAD_HASH;
+    if (!dstore_entry_in_bounds(l->ix->s, e))
+        return BAD_DANGLING;
+    if (!e->slot_owner || memcmp(e->slot_owner, e->key, HASH_BYTES))
+        return BAD_STALE;
+    return 0;
+}
+
+static int on_entry(void *arg, const struct dstore_entry *e)
+{
+    struct loader *l = arg;
+    struct page *p;
+
+    if (e->key_bytes != HASH_BYTES) {
+        l->ix->bad_keys++;
+        return 0;
+    }
+    if (!(p = page_push(l->ix)))
+        return -ENOMEM;
+    memcpy(p->key, e->key, HASH_BYTES);
+    if (e->status) {
+        p->problems = BAD_RECORD;
+        return 0;
+    }
+    memcpy(p->parent, e->parent, HASH_BYTES);
+    if ((p->ns = ns_of(l, e->ns)) == NO_PAGE)
+        return -ENOMEM;
+    p->slab = e->slab;
+    p->slot = e->slot;
+    p->created = e->created_ns;
+    p->atime = e->last_access_ns;
+    p->first_token = e->ntokens ? e->tokens[0] : 0;
+    p->owns_slot = e->slot_owner && !memcmp(e->slot_owner, e->key, HASH_BYTES);
+    p->problems = record_problems(l, e);
+    return 0;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    return memcmp(a, ((const struct page *)b)->key, HASH_BYTES);
+}
+
+/* Parents and children: a first page hangs from its namespace, the rest from the present
+ * record their parent hash names, when it is of the same namespace (whatever its state;
+ * reach() decides what is served). */
+static void link_pages(struct ctl_index *ix)
+{
+    for (uint32_t i = ix->n; i-- > 0;) {
+        struct page *p = &ix->p[i], *up;
+
+        if (p->ns == NO_PAGE)
+            continue;
+        if (!memcmp(p->parent, ix->ns[p->ns].root, HASH_BYTES)) {
+            p->next = ix->ns[p->ns].first;
+            ix->ns[p->ns].first = i;
+        } else if ((up = bsearch(p->parent, ix->p, ix->n, sizeof(*up), cmp_key)) &&
+                   up->ns == p->ns) {
+            p->up = (uint32_t)(up - ix->p);
+            p->next = up->child;
+            up->child = i;
+        }
+    }
+}
+
+/* Depth-first from each namespace's first pages through good pages only; what is not
+ * reached and has no other problem is orphaned. Run again after verify finds bad bytes. */
+static int reach(struct ctl_index *ix)
+{
+    uint32_t *stack = malloc(((size_t)ix->n + 1) * sizeof(*stack)), top = 0;
+
+    if (!stack)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < ix->n; i++) {
+        ix->p[i].problems &= ~(uint32_t)BAD_ORPHAN;
+        ix->p[i].depth = 0;
+    }
+    for (uint32_t n = 0; n < ix->nns; n++) {
+        for (uint32_t c = ix->ns[n].first; c != NO_PAGE; c = ix->p[c].next)
+            if (page_good(&ix->p[c])) {
+                ix->p[c].depth = 1;
+                stack[top++] = c;
+            }
+        while (top) {
+            const struct page *p = &ix->p[stack[--top]];
+
+            for (uint32_t c = p->child; c != NO_PAGE; c = ix->p[c].next)
+                if (page_good(&ix->p[c]) && !ix->p[c].depth) {
+                    ix->p[c].depth = p->depth + 1;
+                    stack[top++] = c;
+                }
+        }
+    }
+    free(stack);
+    for (uint32_t i = 0; i < ix->n; i++)
+        if (!ix->p[i].depth && !ix->p[i].problems)
+            ix->p[i].problems = BAD_ORPHAN;
+    return 0;
+}
+
+static void count_namespaces(struct ctl_index *ix)
+{
+    for (uint32_t n = 0; n < ix->nns; n++) {
+        ix->ns[n].pages = ix->ns[n].good = 0;
+        ix->ns[n].oldest = ix->ns[n].newest = 0;
+    }
+    for (uint32_t i = 0; i < ix->n; i++) {
+        const struct page *p = &ix->p[i];
+        struct ns_info *n;
+
+        if (p->ns == NO_PAGE)
+            continue;
+        n = &ix->ns[p->ns];
+        n->pages++;
+        n->good += page_good(p);
+        if (!n->oldest || p->created < n->oldest)
+            n->oldest = p->created;
+        if (p->created > n->newest)
+            n->newest = p->created;
+    }
+}
+
+int index_relink(struct ctl_index *ix)
+{
+    int rc = reach(ix);
+
+    if (!rc)
+        count_namespaces(ix);
+    return rc;
+}
+
+int index_load(struct dstore *s, struct ctl_index *ix)
+{
+    struct loader l = {.ix = ix};
+    int rc;
+
+    memset(ix, 0, sizeof(*ix));
+    ix->s = s;
+    dstore_info(s, &ix->info);
+    if ((rc = page_hasher_init(&l.h)))
+        return rc;
+    rc = page_hash_root(&l.h, ix->info.fingerprint, NULL, 0, ix->default_root);
+    if (!rc)
+        rc = dstore_iterate(s, on_entry, &l);
+    if (!rc)
+        rc = ns_sort(&l);
+    page_hasher_finish(&l.h);
+    free(l.order);
+    if (rc)
+        return rc;
+    ix->slot_entries = dstore_slot_entries(s);
+    link_pages(ix);
+    return index_relink(ix);
+}
+
+void index_free(struct ctl_index *ix)
+{
+    free(ix->p);
+    free(ix->ns);
+    memset(ix, 0, sizeof(*ix));
+}
+
+/* ---- names ---- */
+
+const char *problem_name(uint32_t mask)
+{
+    static const char *const names[] = {
+        "corrupt record", "corrupt (hash chain)", "corrupt (length)", "corrupt (checksum)",
+        "dangling",       "stale slot",           "orphaned",         "read error"};
+
+    for (int i = 0; i < 8; i++)
+        if (mask & (1u << i))
+            return names[i];
+    return "ok";
+}
+
+const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf)
+{
+    char hex[2 * HASH_BYTES + 1];
+
+    if (ns == NO_PAGE)
+        return strcpy(buf, "?");
+    if (ix->ns[ns].is_default)
+        return strcpy(buf, "default");
+    ctl_hex(ix->ns[ns].root, HASH_BYTES, hex);
+    hex[SHORT_HEX] = '\0';
+    return strcpy(buf, hex);
+}
+
+/* ---- finding pages and namespaces by hex prefix ---- */
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* A hex prefix as the lowest key it names (padded with zeros); its length in digits, or -1. */
+static int parse_hex(const char *hex, uint8_t *low)
+{
+    size_t len = strlen(hex);
+
+    if (len < 4 || len > 2 * HASH_BYTES)
+        return -1;
+    memset(low, 0, HASH_BYTES);
+    for (size_t i = 0; i < len; i++) {
+        int d = hex_digit(hex[i]);
+
+        if (d < 0)
+            return -1;
+        low[i / 2] |= (uint8_t)(i % 2 ? d : d << 4);
+    }
+    return (int)len;
+}
+
+static bool hex_match(const uint8_t *key, const uint8_t *low, int digits)
+{
+    if (memcmp(key, low, (size_t)digits / 2))
+        return false;
+    return digits % 2 == 0 || (key[digits / 2] >> 4) == (low[digits / 2] >> 4);
+}
+
+/* The first index of keys (n, stride apart, sorted) not below low. */
+static uint32_t lower_bound(const uint8_t *keys, size_t stride, uint32_t n, const uint8_t *low)
+{
+    uint32_t lo = 0, hi = n;
+
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+
+        if (memcmp(keys + mid * stride, low, HASH_BYTES) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Unique match of hex among n sorted keys: 0 and *out, 1 none, 2 ambiguous, -1 bad hex. */
+static int match_prefix(const uint8_t *keys, size_t stride, uint32_t n, const char *hex,
+                        uint32_t *out)
+{
+    uint8_t low[HASH_BYTES];
+    int digits = parse_hex(hex, low);
+    uint32_t i;
+
+    if (digits < 0)
+        return -1;
+    i = lower_bound(keys, stride, n, low);
+    if (i == n || !hex_match(keys + i * stride, low, digits))
+        return 1;
+    if (i + 1 < n && hex_match(keys + (i + 1) * stride, low, digits))
+        return 2;
+    *out = i;
+    return 0;
+}
+
+static int prefix_error(int rc, const char *what, const char *hex)
+{
+    if (rc < 0) {
+        ctl_fail("%s: not a %s hash: give 4 to 64 hex digits", hex, what);
+        return 2; /* bad usage */
+    }
+    if (rc == 1)
+        return ctl_fail("%s: no %s has this hash", hex, what);
+    return ctl_fail("%s: ambiguous: several %ss start with it; give more digits", hex, what);
+}
+
+int index_find(const struct ctl_index *ix, const char *hex, uint32_t *out)
+{
+    int rc = ix->n ? match_prefix(ix->p[0].key, sizeof(struct page), ix->n, hex, out) : 1;
+
+    return rc ? prefix_error(rc, "page", hex) : 0;
+}
+
+static int find_ns_root(const struct ctl_index *ix, const uint8_t *root, const char *arg,
+                        uint32_t *out)
+{
+    for (uint32_t n = 0; n < ix->nns; n++) {
+        if (!memcmp(ix->ns[n].root, root, HASH_BYTES)) {
+            *out = n;
+            return 0;
+        }
+    }
+    return ctl_fail("namespace %s: no page of it is stored here", arg);
+}
+
+int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out)
+{
+    struct page_hasher h;
+    uint8_t root[HASH_BYTES];
+    int rc;
+
+    if (!strcmp(arg, "default"))
+        return find_ns_root(ix, ix->default_root, arg, out);
+    if (!strncmp(arg, "name:", 5)) {
+        if (strlen(arg + 5) > KVT_NS_MAX)
+            return ctl_fail("namespace %s: longer than %d bytes", arg, KVT_NS_MAX);
+        if ((rc = page_hasher_init(&h)))
+            return ctl_fail("SHA256: %s", kvt_strerror(rc));
+        rc = page_hash_root(&h, ix->info.fingerprint, arg + 5, strlen(arg + 5), root);
+        page_hasher_finish(&h);
+        return rc ? ctl_fail("SHA256: %s", kvt_strerror(rc)) : find_ns_root(ix, root, arg, out);
+    }
+    rc = ix->nns ? match_prefix(ix->ns[0].root, sizeof(struct ns_info), ix->nns, arg, out) : 1;
+    return rc ? prefix_error(rc, "namespace", arg) : 0;
+}
+
+/* ---- selections ---- */
+
+/* page i, its ancestors and its descendants (good ones only when good_only). */
+static int select_prefix(const struct ctl_index *ix, uint32_t i, bool good_only, bool *sel)
+{
+    uint32_t *stack = malloc(((size_t)ix->n + 1) * sizeof(*stack)), top = 0;
+
+    if (!stack)
+        return ctl_fail("out of memory");
+    for (uint32_t u = ix->p[i].up; u != NO_PAGE; u = ix->p[u].up)
+        sel[u] = true;
+    stack[top++] = i;
+    while (top) {
+        uint32_t k = stack[--top];
+
+        sel[k] = true;
+        for (uint32_t c = ix->p[k].child; c != NO_PAGE; c = ix->p[c].next)
+            if (!good_only || page_good(&ix->p[c]))
+                stack[top++] = c;
+    }
+    free(stack);
+    return 0;
+}
+
+int index_select(const struct ctl_index *ix, const struct ctl_args *a, bool good_only, bool *sel)
+{
+    bool all = a->all || (!a->nns && !a->nprefix);
+    uint32_t k;
+    int rc;
+
+    for (uint32_t i = 0; i < ix->n; i++)
+        sel[i] = all && (!good_only || page_good(&ix->p[i]));
+    for (int j = 0; j < a->nns; j++) {
+        if ((rc = index_find_ns(ix, a->ns[j], &k)))
+            return rc;
+        for (uint32_t i = 0; i < ix->n; i++)
+            sel[i] |= ix->p[i].ns == k && (!good_only || page_good(&ix->p[i]));
+    }
+    for (int j = 0; j < a->nprefix; j++) {
+        if ((rc = index_find(ix, a->prefix[j], &k)))
+            return rc;
+        if (good_only && !page_good(&ix->p[k]))
+            return ctl_fail("%s: this page is %s: it cannot be served", a->prefix[j],
+                            problem_name(ix->p[k].problems));
+        if ((rc = select_prefix(ix, k, good_only, sel)))
+            return rc;
+    }
+    return 0;
+}
+
+int ctl_load(const char *dir, struct dstore **s, struct ctl_index *ix)
+{
+    bool quiet = !ctl_dir_locked(dir);
+    int rc = ctl_open(dir, false, 0, s);
+
+    if (rc)
+        return rc;
+    rc = index_load(*s, ix);
+    /* The slot table is counted in a snapshot of its own: it agrees only without a writer. */
+    ix->quiet_dir = quiet && !ctl_dir_locked(dir);
+    if (rc) {
+        index_free(ix);
+        dstore_close(*s);
+        return ctl_fail("%s: reading the index: %s", dir, kvt_strerror(rc));
+    }
+    return 0;
+}
+
+void ctl_unload(struct dstore *s, struct ctl_index *ix)
+{
+    index_free(ix);
+    dstore_close(s);
+}
+
+void index_count_problems(const struct ctl_index *ix, struct problem_counts *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->corrupt = ix->bad_keys;
+    for (uint32_t i = 0; i < ix->n; i++) {
+        uint32_t m = ix->p[i].problems;
+
+        c->corrupt += (m & BAD_CORRUPT) != 0;
+        c->dangling += (m & BAD_DANGLING) != 0;
+        c->stale += (m & BAD_STALE) != 0;
+        c->orphaned += (m & BAD_ORPHAN) != 0;
+        c->io += (m & BAD_IO) != 0;
+    }
+    c->total = c->corrupt + c->dangling + c->stale + c->orphaned + c->io;
+}
