@@ -213,11 +213,13 @@ int slab_ready(struct dstore *s, uint32_t slab)
     return 0;
 }
 
-int slab_flush(struct dstore *s, uint32_t slab)
+int slab_sync(struct dstore *s, uint32_t slab)
 {
     struct dslab *d = &s->slabs[slab];
-    int fd;
+    int fd, rc = fault(s, DSTORE_FAULT_SYNC, slab);
 
+    if (rc)
+        return rc;
     pthread_mutex_lock(&s->lock);
     fd = d->dfd >= 0 ? d->dfd : d->bfd;
     pthread_mutex_unlock(&s->lock);
@@ -225,13 +227,6 @@ int slab_flush(struct dstore *s, uint32_t slab)
         return -EIO;
     /* Per file, not per descriptor: one call covers writes through either. */
     return fdatasync(fd) ? -errno : 0;
-}
-
-int slab_sync(struct dstore *s, uint32_t slab)
-{
-    int rc = fault(s, DSTORE_FAULT_SYNC, slab);
-
-    return rc ? rc : slab_flush(s, slab);
 }
 
 int slabs_found(struct dstore *s, uint32_t *count)

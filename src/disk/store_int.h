@@ -157,9 +157,6 @@ struct dstore {
     struct djob *jhead, *jtail; /* locked */
     bool stop;                  /* locked: the committer drains and exits */
     uint32_t batch_pending;     /* locked: I/Os of the write batch in flight */
-    uint32_t batch_landed;      /* locked: I/Os of the write batch landed */
-    uint32_t batch_wake;        /* locked: wake the committer every this many landed (0: at
-                                   the end only), for its early flushes */
 
     struct dop *ohead, *otail; /* locked: live ops in submission order */
     uint64_t last_id;          /* owner only */
@@ -207,8 +204,6 @@ int slab_ready(struct dstore *s, uint32_t slab);
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf);
 /* fdatasync one slab (through the fault seam). */
 int slab_sync(struct dstore *s, uint32_t slab);
-/* fdatasync one slab, no fault seam: the committer's early flushes, which only add syncs. */
-int slab_flush(struct dstore *s, uint32_t slab);
 /* *count = 1 + the highest slab number among the files in slabs/ (0 when none). */
 int slabs_found(struct dstore *s, uint32_t *count);
 /* Read-only stores: learn again how many slots slab's file backs (it may have grown). */

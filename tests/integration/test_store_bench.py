@@ -181,7 +181,9 @@ def check_point(p, c, fio_wanted):
     for k in ["write", "write_fdatasync", "read"]:
         check_timing(f[k], f["bytes"], f"{what}: fio.{k}")
     r = p["ratio"]
-    has_keys(r, ["write", "write_vs_fdatasync", "read"], f"{what}: ratio")
+    has_keys(r, ["write", "write_vs_fdatasync", "read", "judged"], f"{what}: ratio")
+    # Writes are judged durable against durable: fio's plain write syncs nothing.
+    eq(r["judged"], ["write_vs_fdatasync", "read"], f"{what}: ratio.judged")
     for k, fk, sk in [("write", "write", "write"), ("write_vs_fdatasync", "write_fdatasync",
                                                      "write"), ("read", "read", "read")]:
         positive(r[k], f"{what}: ratio.{k}")
@@ -290,17 +292,22 @@ def _():
     eq(r.err, "", f"stderr{r.where()}")
     want = [r"^kvtier-store-bench: work dir .*removed at the end",
             r"^page 64\.0 KiB \(slot 65536 B\), queue depth 4: 24 pages, 1\.5 MiB a run",
-            r"^  store: (io_uring|psync), (O_DIRECT|buffered), ", r"^  write +[0-9.]+ \(",
+            r"^  store: (io_uring|psync), (O_DIRECT|buffered), ",
+            r"^  write \(durable\) +[0-9.]+ \(",
             r"^  read \(random order\) +[0-9.]+ \(", r"^open: 300 pages of 4 KiB, built in",
             r"^  cold +[0-9.]+ \(", r"^  warm +[0-9.]+ \(", r"^  serve <= 200 ms: cold "]
     if has_fio():
-        want += [r"^    vs fio --fdatasync=8 ", r"^  write .*>= 0\.95 (met|MISSED)",
+        want += [r"^    vs fio plain write ", r"^  write \(durable\) .*>= 0\.95 (met|MISSED)",
                  r"^    \$ \S*fio --name=kvtier-store-bench .*--ioengine=io_uring "
-                 r".*--bs=65536 --iodepth=4 --rw=write --size=1572864 --fdatasync=0 "]
+                 r".*--bs=65536 --iodepth=4 --rw=write --size=1572864 --fdatasync=0 ",
+                 r"^    \$ \S*fio --name=kvtier-store-bench .*--ioengine=io_uring "
+                 r".*--bs=65536 --iodepth=4 --rw=write --size=1572864 --fdatasync=8 "
+                 r"--end_fsync=1 "]
     for w in want:
         check(re.search(w, r.out, re.M), f"text report lacks /{w}/{r.where()}")
     # Verdicts follow the figures printed beside them.
-    for m in re.finditer(r"^  (?:write|read \(random order\)) .* ([0-9.]+) +>= 0\.95 (met|MISSED)$",
+    for m in re.finditer(r"^  (?:write \(durable\)|read \(random order\)) .* ([0-9.]+) +>= 0\.95 "
+                         r"(met|MISSED)$",
                          r.out, re.M):
         eq(m.group(2), "met" if float(m.group(1)) >= 0.95 else "MISSED", f"verdict of {m.group(0)}")
     serve = {k: float(v) for k, v in re.findall(r"^  (cold|warm) +[0-9.]+ \( *[0-9.]+\) +([0-9.]+)",
@@ -371,8 +378,9 @@ def _():
         check(w in r.out, f"--help does not mention {w}")
     # fio's options named in --help are not ours; every other one is taken, and with a bad
     # value it complains about the value, never that the option is unknown.
+    # ("--end" is how the pattern above reads fio's --end_fsync.)
     fio_opts = {"--name", "--filename", "--ioengine", "--direct", "--fixedbufs", "--fallocate",
-                "--bs", "--iodepth", "--rw", "--size", "--fdatasync", "--output",
+                "--bs", "--iodepth", "--rw", "--size", "--fdatasync", "--end", "--output",
                 "--output-format"}
     for opt in sorted(documented - fio_opts - {"--help", "--json", "--keep", "--no-fio",
                                                "--fio", "--dir"}):
