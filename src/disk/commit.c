@@ -36,18 +36,23 @@ static int txn_begin(struct dstore *s, MDB_txn **txn)
     return rc;
 }
 
+/* A failed index write: the disk full, or anything else LMDB said. */
+static void count_index_error(struct dstore *s, int rc)
+{
+    pthread_mutex_lock(&s->lock);
+    if (rc == -ENOSPC)
+        s->st.err_nospc++;
+    else
+        s->st.err_index++;
+    pthread_mutex_unlock(&s->lock);
+}
+
 static int txn_commit(struct dstore *s, MDB_txn *txn)
 {
     int rc = index_err(mdb_txn_commit(txn));
 
-    if (rc) {
-        pthread_mutex_lock(&s->lock);
-        if (rc == -ENOSPC)
-            s->st.err_nospc++;
-        else
-            s->st.err_index++;
-        pthread_mutex_unlock(&s->lock);
-    }
+    if (rc)
+        count_index_error(s, rc);
     return rc;
 }
 
@@ -615,12 +620,7 @@ static int commit_pages(struct dstore *s, struct batch *b, uint64_t now)
         return txn_commit(s, txn);
     }
     mdb_txn_abort(txn);
-    pthread_mutex_lock(&s->lock);
-    if (rc == -ENOSPC)
-        s->st.err_nospc++;
-    else
-        s->st.err_index++;
-    pthread_mutex_unlock(&s->lock);
+    count_index_error(s, rc);
     return rc;
 }
 

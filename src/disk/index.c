@@ -320,7 +320,8 @@ void index_close(struct dindex *ix)
     ix->env = NULL;
 }
 
-int index_read_meta(struct dindex *ix, struct dmeta *m)
+/* The meta record's raw bytes, handed to fn inside one read transaction. */
+static int with_meta(struct dindex *ix, int (*fn)(const MDB_val *v, void *arg), void *arg)
 {
     MDB_txn *txn;
     MDB_val k = {sizeof(META_KEY) - 1, (void *)META_KEY}, v;
@@ -334,30 +335,32 @@ int index_read_meta(struct dindex *ix, struct dmeta *m)
     else if (rc)
         rc = index_err(rc);
     else
-        rc = meta_decode(v.mv_data, v.mv_size, m);
+        rc = fn(&v, arg);
     mdb_txn_abort(txn);
     return rc;
 }
 
+static int decode_meta(const MDB_val *v, void *m)
+{
+    return meta_decode(v->mv_data, v->mv_size, m);
+}
+
+int index_read_meta(struct dindex *ix, struct dmeta *m)
+{
+    return with_meta(ix, decode_meta, m);
+}
+
+static int decode_version(const MDB_val *v, void *version)
+{
+    if (v->mv_size < 8 || memcmp(v->mv_data, META_MAGIC, 8) != 0)
+        return KVT_EFORMAT;
+    if (v->mv_size < 12)
+        return KVT_ECORRUPT;
+    *(uint32_t *)version = get32((const uint8_t *)v->mv_data + 8);
+    return 0;
+}
+
 int index_peek_version(struct dindex *ix, uint32_t *version)
 {
-    MDB_txn *txn;
-    MDB_val k = {sizeof(META_KEY) - 1, (void *)META_KEY}, v;
-    int rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn);
-
-    if (rc)
-        return index_err(rc);
-    rc = mdb_get(txn, ix->meta, &k, &v);
-    if (rc == MDB_NOTFOUND)
-        rc = KVT_EFORMAT;
-    else if (rc)
-        rc = index_err(rc);
-    else if (v.mv_size < 8 || memcmp(v.mv_data, META_MAGIC, 8) != 0)
-        rc = KVT_EFORMAT;
-    else if (v.mv_size < 12)
-        rc = KVT_ECORRUPT;
-    else
-        *version = get32((const uint8_t *)v.mv_data + 8);
-    mdb_txn_abort(txn);
-    return rc;
+    return with_meta(ix, decode_version, version);
 }
