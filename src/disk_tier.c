@@ -45,9 +45,27 @@ static int alloc_scratch(kvt_engine *e)
     return e->hashes && e->fill_host && e->dpages && e->wpages && e->rpages ? 0 : -ENOMEM;
 }
 
-int disk_open(kvt_engine *e)
+void disk_store_options(const kvt_engine *e, struct dstore_options *so)
 {
     static const uint32_t io[] = {DSTORE_IO_AUTO, DSTORE_IO_URING, DSTORE_IO_PSYNC};
+
+    dstore_options_init(so, sizeof(*so));
+    so->dir = e->opts.disk_dir;
+    memcpy(so->fingerprint, e->fingerprint, DSTORE_FINGERPRINT_BYTES);
+    so->page_bytes = (uint32_t)e->host.page_bytes;
+    so->page_tokens = e->opts.page_size;
+    if (e->opts.disk_bytes)
+        so->disk_bytes = e->opts.disk_bytes;
+    if (so->slab_bytes > so->disk_bytes)
+        so->slab_bytes = so->disk_bytes; /* no slab file larger than the whole tier */
+    so->io = io[e->opts.disk_io];
+    /* The host pool is where every disk read lands and every write comes from. */
+    so->register_base = e->host.base;
+    so->register_bytes = e->host.bytes;
+}
+
+int disk_open(kvt_engine *e)
+{
     struct dstore_options so;
     int rc;
 
@@ -57,19 +75,7 @@ int disk_open(kvt_engine *e)
         return rc;
     if (e->opts.prefetch_timeout_ms == 0)
         e->opts.prefetch_timeout_ms = 100;
-    dstore_options_init(&so, sizeof(so));
-    so.dir = e->opts.disk_dir;
-    memcpy(so.fingerprint, e->fingerprint, DSTORE_FINGERPRINT_BYTES);
-    so.page_bytes = (uint32_t)e->host.page_bytes;
-    so.page_tokens = e->opts.page_size;
-    if (e->opts.disk_bytes)
-        so.disk_bytes = e->opts.disk_bytes;
-    if (so.slab_bytes > so.disk_bytes)
-        so.slab_bytes = so.disk_bytes; /* no slab file larger than the whole tier */
-    so.io = io[e->opts.disk_io];
-    /* The host pool is where every disk read lands and every write comes from. */
-    so.register_base = e->host.base;
-    so.register_bytes = e->host.bytes;
+    disk_store_options(e, &so);
     return dstore_open(&so, &e->disk);
 }
 

@@ -140,6 +140,8 @@ int kvt_engine_check(const kvt_engine *e, char *why, size_t why_len);
 
 /* Open the data dir when the options name one; check the disk options. */
 int disk_open(kvt_engine *e);
+/* The store options disk_open uses (a test seam opens the store again with faults). */
+void disk_store_options(const kvt_engine *e, struct dstore_options *so);
 void disk_close(kvt_engine *e); /* waits for every disk op */
 
 /* Pages of key on disk right after hit's host part (the leading run the index holds); their

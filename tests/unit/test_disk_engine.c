@@ -779,24 +779,12 @@ static void faults_off(struct fault_ctl *c)
  * the fault seam; right after kvt_open, with nothing in flight. */
 static void swap_store(kvt_engine *e, const struct dstore_faults *f)
 {
-    static const uint32_t io[] = {DSTORE_IO_AUTO, DSTORE_IO_URING, DSTORE_IO_PSYNC};
     struct dstore_options so;
 
     REQUIRE(e->disk != NULL && e->dops.n == 0);
     dstore_close(e->disk);
     e->disk = NULL;
-    dstore_options_init(&so, sizeof(so));
-    so.dir = e->opts.disk_dir;
-    memcpy(so.fingerprint, e->fingerprint, DSTORE_FINGERPRINT_BYTES);
-    so.page_bytes = (uint32_t)e->host.page_bytes;
-    so.page_tokens = e->opts.page_size;
-    if (e->opts.disk_bytes)
-        so.disk_bytes = e->opts.disk_bytes;
-    if (so.slab_bytes > so.disk_bytes)
-        so.slab_bytes = so.disk_bytes;
-    so.io = io[e->opts.disk_io];
-    so.register_base = e->host.base;
-    so.register_bytes = e->host.bytes;
+    disk_store_options(e, &so);
     so.faults = f;
     RC(dstore_open(&so, &e->disk), 0);
 }
