@@ -82,6 +82,21 @@ bool cli_parse_name(const char *s, const char *const *names, size_t n, uint32_t 
     return false;
 }
 
+int cli_parse_named(const char *prog, const char *opt, const char *val, const char *const *names,
+                    size_t n, uint32_t *out)
+{
+    char msg[128];
+    size_t len = 0;
+
+    if (cli_parse_name(val, names, n, out))
+        return 0;
+    len += (size_t)snprintf(msg, sizeof(msg), "%s needs", opt);
+    for (size_t i = 0; i < n && len < sizeof(msg); i++)
+        len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s %s",
+                                i ? (i + 1 < n ? "," : " or") : "", names[i]);
+    return cli_bad_usage(prog, msg, val);
+}
+
 /* ---- geometry ---- */
 
 #define MHA(l, h, d)                                                                               \

@@ -25,6 +25,11 @@ void cli_json_string(const char *s);
 /* s's index in names[0 .. n-1] into *out; false when it is none of them. */
 bool cli_parse_name(const char *s, const char *const *names, size_t n, uint32_t *out);
 
+/* cli_parse_name for option opt, or bad usage listing the names ("--io needs auto, uring or
+ * psync"): 0, or the bad-usage status. */
+int cli_parse_named(const char *prog, const char *opt, const char *val, const char *const *names,
+                    size_t n, uint32_t *out);
+
 /* A model's KV geometry under a short name, for --geometry. */
 struct cli_preset {
     const char *name;

@@ -1597,21 +1597,6 @@ static int parse_list(const char *opt, const char *val, uint64_t lo, uint64_t hi
     }
 }
 
-static int parse_named(const char *opt, const char *val, const char *const *names, size_t n,
-                       uint32_t *out)
-{
-    char msg[128];
-    size_t len = 0;
-
-    if (cli_parse_name(val, names, n, out))
-        return 0;
-    len += (size_t)snprintf(msg, sizeof(msg), "%s needs", opt);
-    for (size_t i = 0; i < n && len < sizeof(msg); i++)
-        len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s %s",
-                                i ? (i + 1 < n ? "," : " or") : "", names[i]);
-    return cli_bad_usage(PROG, msg, val);
-}
-
 #define MAX_PAGES (1ull << 31) /* positions are 32-bit in the read order */
 
 /* Options that take one count: bounds, whether K/M/G suffixes are allowed, the field. */
@@ -1668,9 +1653,9 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
     if (!strcmp(opt, "--queue-depth"))
         return parse_list(opt, val, 1, 4096, false, cfg->queue_depth, &cfg->nqueue_depth);
     if (!strcmp(opt, "--read-order"))
-        return parse_named(opt, val, order_names, COUNT_OF(order_names), &cfg->order);
+        return cli_parse_named(PROG, opt, val, order_names, COUNT_OF(order_names), &cfg->order);
     if (!strcmp(opt, "--io"))
-        return parse_named(opt, val, io_names, COUNT_OF(io_names), &cfg->io);
+        return cli_parse_named(PROG, opt, val, io_names, COUNT_OF(io_names), &cfg->io);
     if (!*val)
         return cli_bad_usage(PROG, "needs a non-empty value", opt);
     if (!strcmp(opt, "--dir"))

@@ -1004,21 +1004,6 @@ static int parse_page_size(struct config *cfg, const char *val)
     return 0;
 }
 
-static int parse_named(const char *opt, const char *val, const char *const *names, size_t n,
-                       uint32_t *out)
-{
-    char msg[128];
-    size_t len = 0;
-
-    if (cli_parse_name(val, names, n, out))
-        return 0;
-    len += (size_t)snprintf(msg, sizeof(msg), "%s needs", opt);
-    for (size_t i = 0; i < n && len < sizeof(msg); i++)
-        len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s %s",
-                                i ? (i + 1 < n ? "," : " or") : "", names[i]);
-    return cli_bad_usage(PROG, msg, val);
-}
-
 /* The limits keep every page and slot number inside the 32-bit types the engine uses. */
 #define MAX_POOL_PAGES (1u << 24)
 
@@ -1110,7 +1095,7 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
         const struct name_option *o = &name_options[i];
 
         if (!strcmp(opt, o->name))
-            return parse_named(opt, val, o->names, o->n, (uint32_t *)(base + o->field));
+            return cli_parse_named(PROG, opt, val, o->names, o->n, (uint32_t *)(base + o->field));
     }
     for (size_t i = 0; i < COUNT_OF(override_options); i++)
         if (!strcmp(opt, override_options[i].name))
