@@ -30,6 +30,9 @@ import sys
 import tempfile
 import time
 
+from harness import Failure, Skip, case, check, eq
+import harness
+
 BLOCK = 512  # tokens per Mooncake hash id
 TINY_CELL = 2 * 2 * 16 * 2  # tiny: 2 layers x (K + V) x 16 elements x 2 bytes
 CUDA_ERROR = re.compile(r"backend|cuda|gpu", re.I)
@@ -38,57 +41,11 @@ BENCH = None
 TMP = None
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def eq(got, want, what):
-    if got != want:
-        raise Failure(f"{what}: expected {want!r}, got {got!r}")
-
-
 # ---- running the bench ----
 
 
-class Result:
-    def __init__(self, args, proc):
-        self.args = args
-        self.rc = proc.returncode
-        self.out = proc.stdout.decode("utf-8", "replace")
-        self.err = proc.stderr.decode("utf-8", "replace")
-
-    def where(self):
-        return (f"\n    command: kvtier-bench {' '.join(self.args)}\n    exit {self.rc}"
-                f"\n    stdout: {self.out[:600]!r}\n    stderr: {self.err[:600]!r}")
-
-    def json(self):
-        lines = self.out.splitlines()
-        check(len(lines) == 1, f"--json should print exactly one line{self.where()}")
-        try:
-            j = json.loads(lines[0])
-        except ValueError as e:
-            raise Failure(f"stdout is not JSON ({e}){self.where()}")
-        check(isinstance(j, dict), f"JSON is not an object{self.where()}")
-        return j
-
-
 def bench(*args, timeout=120):
-    args = [str(a) for a in args]
-    try:
-        proc = subprocess.run([BENCH] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise Failure(f"kvtier-bench {' '.join(args)} ran past {timeout} s")
-    return Result(args, proc)
+    return harness.Result("kvtier-bench", BENCH, args, timeout)
 
 
 def run_ok(*args):
@@ -199,16 +156,6 @@ def check_location(r, path, line):
 
 
 # ---- the cases ----
-
-CASES = []
-
-
-def case(name, known_bug=None):
-    def register(fn):
-        CASES.append((name, fn, known_bug))
-        return fn
-    return register
-
 
 # 1. Known answers
 
@@ -940,47 +887,14 @@ def _():
 
 def main():
     global BENCH, TMP
-    if len(sys.argv) != 2:
-        print("usage: test_bench.py PATH-TO-KVTIER-BENCH", file=sys.stderr)
+    BENCH = harness.program_arg("test_bench.py", "PATH-TO-KVTIER-BENCH")
+    if BENCH is None:
         return 2
-    BENCH = os.path.abspath(sys.argv[1])
-    if not os.access(BENCH, os.X_OK):
-        print(f"test_bench.py: {BENCH} is not an executable", file=sys.stderr)
-        return 2
-    strict = os.environ.get("KVT_STRICT") == "1"
-    failed, xfailed, t0 = [], [], time.monotonic()
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvtier-bench-test-") as tmp:
         TMP = tmp
-        for name, fn, known_bug in CASES:
-            t = time.monotonic()
-            try:
-                fn()
-                err = None
-            except Skip as e:
-                print(f"SKIP  {name}: {e}", flush=True)
-                continue
-            except Failure as e:
-                err = str(e)
-            except Exception as e:  # a bug in the test, or output of an unexpected shape
-                err = f"{type(e).__name__}: {e}"
-            took = f"({time.monotonic() - t:.2f} s)"
-            if known_bug and err:
-                xfailed.append(name)
-                print(f"XFAIL {name} {took}: known bug: {known_bug}\n    {err}", flush=True)
-                if strict:
-                    failed.append(name)
-            elif known_bug:
-                print(f"XPASS {name} {took}: fixed? drop its known_bug marker", flush=True)
-            elif err:
-                failed.append(name)
-                print(f"FAIL  {name} {took}: {err}", flush=True)
-            else:
-                print(f"PASS  {name} {took}", flush=True)
-    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed ({len(xfailed)} known bugs) in "
-          f"{time.monotonic() - t0:.1f} s")
-    for name in failed:
-        print(f"failed: {name}")
-    return 1 if failed else 0
+        failed, xfailed = harness.run_cases()
+    return harness.summary(failed, t0, f" ({len(xfailed)} known bugs)")
 
 
 if __name__ == "__main__":

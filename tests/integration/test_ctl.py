@@ -35,6 +35,9 @@ import sys
 import tempfile
 import time
 
+from harness import Failure, case, check, eq
+import harness
+
 CTL = BENCH = LIVE = FIXTURE = None
 TMP = None
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,37 +46,11 @@ PAGE_BYTES = 16 * 2 * 2 * 16 * 2  # page x (layers 2 x K,V x 16 elements x 2 byt
 SLOT_BYTES = 4096
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def eq(got, want, what):
-    if got != want:
-        raise Failure(f"{what}: expected {want!r}, got {got!r}")
-
-
 # ---- running kvtier-ctl ----
 
 
-class Result:
-    def __init__(self, args, proc):
-        self.args = args
-        self.rc = proc.returncode
-        self.out = proc.stdout.decode("utf-8", "replace")
-        self.err = proc.stderr.decode("utf-8", "replace")
-
-    def where(self):
-        return (f"\n    command: kvtier-ctl {' '.join(self.args)}\n    exit {self.rc}"
-                f"\n    stdout: {self.out[:800]!r}\n    stderr: {self.err[:800]!r}")
+class Result(harness.Result):
+    shown = 800
 
     def json(self):
         try:
@@ -83,13 +60,7 @@ class Result:
 
 
 def ctl(*args, timeout=60):
-    args = [str(a) for a in args]
-    try:
-        proc = subprocess.run([CTL] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise Failure(f"kvtier-ctl {' '.join(args)} ran past {timeout} s")
-    return Result(args, proc)
+    return Result("kvtier-ctl", CTL, args, timeout)
 
 
 def ok(*args):
@@ -240,16 +211,6 @@ def live_dir():
 
 
 # ---- cases ----
-
-CASES = []
-
-
-def case(name):
-    def register(fn):
-        CASES.append((name, fn))
-        return fn
-    return register
-
 
 COMMANDS = ["stat", "ls", "show", "tree", "verify", "gc", "evict", "export", "import", "top",
             "metrics"]
@@ -800,35 +761,11 @@ def main():
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
     CTL, BENCH, LIVE, FIXTURE = (os.path.abspath(a) for a in sys.argv[1:])
-    failed, t0 = [], time.monotonic()
-    only = os.environ.get("CTL_CASE")  # run the cases whose name contains this
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvtier-ctl-test-") as tmp:
         TMP = tmp
-        for name, fn in CASES:
-            if only and only not in name:
-                continue
-            t = time.monotonic()
-            try:
-                fn()
-                err = None
-            except Skip as e:
-                print(f"SKIP  {name}: {e}", flush=True)
-                continue
-            except Failure as e:
-                err = str(e)
-            except Exception as e:  # a bug in the test, or output of an unexpected shape
-                err = f"{type(e).__name__}: {e}"
-            took = f"({time.monotonic() - t:.2f} s)"
-            if err:
-                failed.append(name)
-                print(f"FAIL  {name} {took}: {err}", flush=True)
-            else:
-                print(f"PASS  {name} {took}", flush=True)
-    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed in "
-          f"{time.monotonic() - t0:.1f} s")
-    for name in failed:
-        print(f"failed: {name}")
-    return 1 if failed else 0
+        failed, _ = harness.run_cases(os.environ.get("CTL_CASE"))  # names holding CTL_CASE
+    return harness.summary(failed, t0)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,15 @@ options the program takes. fio is never required: the cases that need it skip wi
 
 Every case prints one line (PASS, FAIL or SKIP); the script exits 1 when any case FAILed.
 """
-import json
-import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
+
+from harness import Skip, case, check, eq, has_keys, has_types, positive
+import harness
 
 PROG = None
 WORK = None  # a private --dir for every run
@@ -30,33 +30,8 @@ SMALL = ["--page-bytes", "64K", "--queue-depth", "4", "--pages", "24", "--batch"
          "--reps", "1", "--open-pages", "300", "--open-reps", "2"]
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def eq(got, want, what):
-    if got != want:
-        raise Failure(f"{what}: expected {want!r}, got {got!r}")
-
-
-def close(got, want, what, rel=1e-3, abs_=1e-9):
-    check(isinstance(got, (int, float)) and math.isfinite(got), f"{what}: {got!r} is not finite")
-    if abs(got - want) > max(abs_, rel * abs(want)):
-        raise Failure(f"{what}: expected about {want!r}, got {got!r}")
-
-
-def positive(x, what):
-    check(isinstance(x, (int, float)) and not isinstance(x, bool), f"{what}: {x!r} is no number")
-    check(math.isfinite(x) and x > 0, f"{what}: {x!r} is not positive and finite")
+def close(got, want, what):
+    harness.close(got, want, what, abs_=1e-9)
 
 
 def slot_of(page_bytes):
@@ -66,35 +41,10 @@ def slot_of(page_bytes):
 # ---- running the program ----
 
 
-class Result:
-    def __init__(self, args, proc):
-        self.args = args
-        self.rc = proc.returncode
-        self.out = proc.stdout.decode("utf-8", "replace")
-        self.err = proc.stderr.decode("utf-8", "replace")
-
-    def where(self):
-        return (f"\n    command: kvtier-store-bench {' '.join(self.args)}\n    exit {self.rc}"
-                f"\n    stdout: {self.out[:600]!r}\n    stderr: {self.err[:600]!r}")
-
-    def json(self):
-        lines = self.out.splitlines()
-        check(len(lines) == 1, f"--json should print exactly one line{self.where()}")
-        try:
-            j = json.loads(lines[0])
-        except ValueError as e:
-            raise Failure(f"stdout is not JSON ({e}){self.where()}")
-        check(isinstance(j, dict), f"JSON is not an object{self.where()}")
-        return j
-
-
 def run(*args, dir_=True):
-    args = [str(a) for a in args]
     if dir_:
-        args = ["--dir", WORK] + args
-    proc = subprocess.run([PROG] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=120)
-    return Result(args, proc)
+        args = ["--dir", WORK] + list(args)
+    return harness.Result("kvtier-store-bench", PROG, args, 120)
 
 
 def run_json(*args):
@@ -122,12 +72,6 @@ CONFIG_KEYS = {"work_dir": str, "fs": str, "keep": bool, "reps": int, "batch": i
 TIMING_KEYS = ["median_s", "best_s", "worst_s", "median_gbps", "best_gbps"]
 
 
-def has_keys(obj, keys, what):
-    check(isinstance(obj, dict), f"{what} is not an object: {obj!r}")
-    missing = [k for k in keys if k not in obj]
-    check(not missing, f"{what} lacks {missing}: {obj!r}")
-
-
 def check_timing(t, nbytes, what):
     has_keys(t, TIMING_KEYS, what)
     for k in ["median_s", "best_s", "worst_s"]:
@@ -139,10 +83,7 @@ def check_timing(t, nbytes, what):
 
 
 def check_config(c):
-    has_keys(c, CONFIG_KEYS, "config")
-    for k, ty in CONFIG_KEYS.items():
-        check(isinstance(c[k], ty) and not (ty is int and isinstance(c[k], bool)),
-              f"config.{k}: {c[k]!r} is not {ty}")
+    has_types(c, CONFIG_KEYS, "config")
     check(c["read_order"] in ("random", "seq"), f"config.read_order {c['read_order']!r}")
     check(c["io"] in ("auto", "uring", "psync"), f"config.io {c['io']!r}")
     # fio is either there (a version) or its absence explained (a note)
@@ -224,16 +165,6 @@ def check_report(j, fio_wanted, open_pages=None, open_reps=None):
 
 
 # ---- the cases ----
-
-CASES = []
-
-
-def case(name):
-    def register(fn):
-        CASES.append((name, fn))
-        return fn
-    return register
-
 
 @case("a small run: every field, consistent figures, fio used when present")
 def _():
@@ -396,44 +327,20 @@ def _():
 
 def main():
     global PROG, WORK
-    if len(sys.argv) != 2:
-        print("usage: test_store_bench.py PATH-TO-KVTIER-STORE-BENCH", file=sys.stderr)
+    PROG = harness.program_arg("test_store_bench.py", "PATH-TO-KVTIER-STORE-BENCH")
+    if PROG is None:
         return 2
-    PROG = os.path.abspath(sys.argv[1])
-    if not os.access(PROG, os.X_OK):
-        print(f"test_store_bench.py: {PROG} is not an executable", file=sys.stderr)
-        return 2
+    t0 = time.monotonic()
     WORK = tempfile.mkdtemp(prefix="test_store_bench.")
-    failed, t0 = [], time.monotonic()
     try:
-        for name, fn in CASES:
-            t = time.monotonic()
-            try:
-                fn()
-                err = None
-            except Skip as e:
-                print(f"SKIP  {name}: {e}", flush=True)
-                continue
-            except Failure as e:
-                err = str(e)
-            except Exception as e:  # a bug in the test, or output of an unexpected shape
-                err = f"{type(e).__name__}: {e}"
-            took = f"({time.monotonic() - t:.2f} s)"
-            if err:
-                failed.append(name)
-                print(f"FAIL  {name} {took}: {err}", flush=True)
-            else:
-                print(f"PASS  {name} {took}", flush=True)
+        failed, _ = harness.run_cases()
         left = os.listdir(WORK)
         if left:
             failed.append("cleanup")
             print(f"FAIL  cleanup: the runs left {left} in {WORK}", flush=True)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
-    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed in {time.monotonic() - t0:.1f} s")
-    for name in failed:
-        print(f"failed: {name}")
-    return 1 if failed else 0
+    return harness.summary(failed, t0)
 
 
 if __name__ == "__main__":

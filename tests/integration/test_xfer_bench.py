@@ -10,13 +10,13 @@ with exit 2 and a message, and that --help describes the options the program tak
 
 Every case prints one line (PASS, FAIL or SKIP); the script exits 1 when any case FAILed.
 """
-import json
 import math
-import os
 import re
-import subprocess
 import sys
 import time
+
+from harness import Skip, case, check, close, eq, has_keys, has_types, positive
+import harness
 
 PROG = None
 # A small, quick configuration: tiny geometry (2 layers, 1 KV head of 16, 2 bytes).
@@ -25,68 +25,11 @@ SMALL = ["--geometry", "tiny", "--pages", "64", "--reps", "2", "--overlap-pages"
 COMPUTE = ["1", "50", "auto"]  # 1 us is below a layer's copy, so the ideal is copy-bound
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def eq(got, want, what):
-    if got != want:
-        raise Failure(f"{what}: expected {want!r}, got {got!r}")
-
-
-def close(got, want, what, rel=1e-3, abs_=1e-12):
-    check(isinstance(got, (int, float)) and math.isfinite(got), f"{what}: {got!r} is not finite")
-    if abs(got - want) > max(abs_, rel * abs(want)):
-        raise Failure(f"{what}: expected about {want!r}, got {got!r}")
-
-
-def positive(x, what):
-    check(isinstance(x, (int, float)) and not isinstance(x, bool), f"{what}: {x!r} is no number")
-    check(math.isfinite(x) and x > 0, f"{what}: {x!r} is not positive and finite")
-
-
 # ---- running the program ----
 
 
-class Result:
-    def __init__(self, args, proc):
-        self.args = args
-        self.rc = proc.returncode
-        self.out = proc.stdout.decode("utf-8", "replace")
-        self.err = proc.stderr.decode("utf-8", "replace")
-
-    def where(self):
-        return (f"\n    command: kvtier-xfer-bench {' '.join(self.args)}\n    exit {self.rc}"
-                f"\n    stdout: {self.out[:600]!r}\n    stderr: {self.err[:600]!r}")
-
-    def json(self):
-        lines = self.out.splitlines()
-        check(len(lines) == 1, f"--json should print exactly one line{self.where()}")
-        try:
-            j = json.loads(lines[0])
-        except ValueError as e:
-            raise Failure(f"stdout is not JSON ({e}){self.where()}")
-        check(isinstance(j, dict), f"JSON is not an object{self.where()}")
-        return j
-
-
 def run(*args, timeout=120):
-    args = [str(a) for a in args]
-    try:
-        proc = subprocess.run([PROG] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise Failure(f"kvtier-xfer-bench {' '.join(args)} ran past {timeout} s")
-    return Result(args, proc)
+    return harness.Result("kvtier-xfer-bench", PROG, args, timeout)
 
 
 def run_json(*args):
@@ -129,12 +72,6 @@ CONFIG_KEYS = {
 TIMING_KEYS = ["median_s", "best_s", "median_gbps", "best_gbps"]
 
 
-def has_keys(obj, keys, what):
-    check(isinstance(obj, dict), f"{what} is not an object: {obj!r}")
-    missing = [k for k in keys if k not in obj]
-    check(not missing, f"{what} lacks {missing}: {obj!r}")
-
-
 def check_timing(t, nbytes, what):
     has_keys(t, TIMING_KEYS, what)
     for k in TIMING_KEYS:
@@ -145,10 +82,7 @@ def check_timing(t, nbytes, what):
 
 
 def check_config(c):
-    has_keys(c, CONFIG_KEYS, "config")
-    for k, ty in CONFIG_KEYS.items():
-        check(isinstance(c[k], ty) and not (ty is int and isinstance(c[k], bool)),
-              f"config.{k}: {c[k]!r} is not {ty}")
+    has_types(c, CONFIG_KEYS, "config")
     eq(c["page_bytes"], page_bytes(c, c["page_size"]), "config.page_bytes")
     check(c["pages"] <= c["pool_pages"], "config: pages above pool_pages")
     check(1 <= c["runs"] <= c["pages"], f"config.runs {c['runs']} out of 1..pages")
@@ -240,16 +174,6 @@ def check_report(j, compute=COMPUTE):
 
 
 # ---- the cases ----
-
-CASES = []
-
-
-def case(name):
-    def register(fn):
-        CASES.append((name, fn))
-        return fn
-    return register
-
 
 @case("a small sim run: every field, consistent figures")
 def _():
@@ -412,36 +336,12 @@ def _():
 
 def main():
     global PROG
-    if len(sys.argv) != 2:
-        print("usage: test_xfer_bench.py PATH-TO-KVTIER-XFER-BENCH", file=sys.stderr)
+    PROG = harness.program_arg("test_xfer_bench.py", "PATH-TO-KVTIER-XFER-BENCH")
+    if PROG is None:
         return 2
-    PROG = os.path.abspath(sys.argv[1])
-    if not os.access(PROG, os.X_OK):
-        print(f"test_xfer_bench.py: {PROG} is not an executable", file=sys.stderr)
-        return 2
-    failed, t0 = [], time.monotonic()
-    for name, fn in CASES:
-        t = time.monotonic()
-        try:
-            fn()
-            err = None
-        except Skip as e:
-            print(f"SKIP  {name}: {e}", flush=True)
-            continue
-        except Failure as e:
-            err = str(e)
-        except Exception as e:  # a bug in the test, or output of an unexpected shape
-            err = f"{type(e).__name__}: {e}"
-        took = f"({time.monotonic() - t:.2f} s)"
-        if err:
-            failed.append(name)
-            print(f"FAIL  {name} {took}: {err}", flush=True)
-        else:
-            print(f"PASS  {name} {took}", flush=True)
-    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed in {time.monotonic() - t0:.1f} s")
-    for name in failed:
-        print(f"failed: {name}")
-    return 1 if failed else 0
+    t0 = time.monotonic()
+    failed, _ = harness.run_cases()
+    return harness.summary(failed, t0)
 
 
 if __name__ == "__main__":

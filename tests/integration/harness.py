@@ -1,0 +1,169 @@
+"""What the integration scripts share: checks that raise Failure, a program run and its
+report, the case registry, and the runner that prints one line a case (PASS, FAIL, SKIP, or
+XFAIL and XPASS for a case marked with a known bug) and a summary.
+
+A case raises Skip to say why it cannot run here. KVT_STRICT=1 in the environment makes an
+XFAIL count as a failure.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def eq(got, want, what):
+    if got != want:
+        raise Failure(f"{what}: expected {want!r}, got {got!r}")
+
+
+def close(got, want, what, rel=1e-3, abs_=1e-12):
+    check(isinstance(got, (int, float)) and math.isfinite(got), f"{what}: {got!r} is not finite")
+    if abs(got - want) > max(abs_, rel * abs(want)):
+        raise Failure(f"{what}: expected about {want!r}, got {got!r}")
+
+
+def positive(x, what):
+    check(isinstance(x, (int, float)) and not isinstance(x, bool), f"{what}: {x!r} is no number")
+    check(math.isfinite(x) and x > 0, f"{what}: {x!r} is not positive and finite")
+
+
+def has_keys(obj, keys, what):
+    check(isinstance(obj, dict), f"{what} is not an object: {obj!r}")
+    missing = [k for k in keys if k not in obj]
+    check(not missing, f"{what} lacks {missing}: {obj!r}")
+
+
+def has_types(obj, types, what):
+    """obj has every key of types, each value of its type (a bool is no int)."""
+    has_keys(obj, types, what)
+    for k, ty in types.items():
+        check(isinstance(obj[k], ty) and not (ty is int and isinstance(obj[k], bool)),
+              f"{what}.{k}: {obj[k]!r} is not {ty}")
+
+
+# ---- running a program ----
+
+
+class Result:
+    """Runs the program at path (called name in messages) with args, stdin empty, and keeps
+    its exit status and output; running past timeout seconds is a Failure."""
+    shown = 600  # characters of stdout and of stderr that where() quotes
+
+    def __init__(self, name, path, args, timeout):
+        self.name = name
+        self.args = [str(a) for a in args]
+        try:
+            proc = subprocess.run([path] + self.args, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"{name} {' '.join(self.args)} ran past {timeout} s")
+        self.rc = proc.returncode
+        self.out = proc.stdout.decode("utf-8", "replace")
+        self.err = proc.stderr.decode("utf-8", "replace")
+
+    def where(self):
+        n = self.shown
+        return (f"\n    command: {self.name} {' '.join(self.args)}\n    exit {self.rc}"
+                f"\n    stdout: {self.out[:n]!r}\n    stderr: {self.err[:n]!r}")
+
+    def json(self):
+        lines = self.out.splitlines()
+        check(len(lines) == 1, f"--json should print exactly one line{self.where()}")
+        try:
+            j = json.loads(lines[0])
+        except ValueError as e:
+            raise Failure(f"stdout is not JSON ({e}){self.where()}")
+        check(isinstance(j, dict), f"JSON is not an object{self.where()}")
+        return j
+
+
+def program_arg(script, what):
+    """The path of the one program script tests, its only argument; None, once the reason is
+    printed, when the command line does not name an executable."""
+    if len(sys.argv) != 2:
+        print(f"usage: {script} {what}", file=sys.stderr)
+        return None
+    path = os.path.abspath(sys.argv[1])
+    if not os.access(path, os.X_OK):
+        print(f"{script}: {path} is not an executable", file=sys.stderr)
+        return None
+    return path
+
+
+# ---- the cases ----
+
+CASES = []
+
+
+def case(name, known_bug=None):
+    def register(fn):
+        CASES.append((name, fn, known_bug))
+        return fn
+    return register
+
+
+def run_case(fn):
+    """None when fn passes, else what went wrong; Skip passes through."""
+    try:
+        fn()
+    except Failure as e:
+        return str(e)
+    except Skip:
+        raise
+    except Exception as e:  # a bug in the test, or output of an unexpected shape
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def run_cases(only=None):
+    """Runs every case (those whose name holds only, when given), one line each; returns the
+    names that failed and those that failed with a known bug."""
+    strict = os.environ.get("KVT_STRICT") == "1"
+    failed, xfailed = [], []
+    for name, fn, known_bug in CASES:
+        if only and only not in name:
+            continue
+        t = time.monotonic()
+        try:
+            err = run_case(fn)
+        except Skip as e:
+            print(f"SKIP  {name}: {e}", flush=True)
+            continue
+        took = f"({time.monotonic() - t:.2f} s)"
+        if known_bug and err:
+            xfailed.append(name)
+            print(f"XFAIL {name} {took}: known bug: {known_bug}\n    {err}", flush=True)
+            if strict:
+                failed.append(name)
+        elif known_bug:
+            print(f"XPASS {name} {took}: fixed? drop its known_bug marker", flush=True)
+        elif err:
+            failed.append(name)
+            print(f"FAIL  {name} {took}: {err}", flush=True)
+        else:
+            print(f"PASS  {name} {took}", flush=True)
+    return failed, xfailed
+
+
+def summary(failed, t0, note=""):
+    """Prints the count and the failed names; the script's exit status."""
+    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed{note} in "
+          f"{time.monotonic() - t0:.1f} s")
+    for name in failed:
+        print(f"failed: {name}")
+    return 1 if failed else 0
