@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -151,14 +152,33 @@ static bool read_request(int fd, char *buf, size_t cap)
     return n > 0;
 }
 
+/* All of buf to the client, or as much as it takes within the timeout. MSG_NOSIGNAL: a
+ * client that went away must not take the engine's process with it (SIGPIPE). */
+static void send_all(int fd, const char *buf, size_t len)
+{
+    struct timeval tv = {CLIENT_TIMEOUT_MS / 1000, (CLIENT_TIMEOUT_MS % 1000) * 1000};
+
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    while (len) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        buf += w;
+        len -= (size_t)w;
+    }
+}
+
 static void serve_client(struct stats_server *sv, int fd)
 {
-    char req[REQUEST_MAX];
+    char req[REQUEST_MAX], *reply = NULL;
+    size_t len = 0;
     struct kvt_stats st;
     uint64_t ns;
     FILE *f;
 
-    if (!read_request(fd, req, sizeof(req)) || !(f = fdopen(fd, "w"))) {
+    if (!read_request(fd, req, sizeof(req)) || !(f = open_memstream(&reply, &len))) {
         close(fd);
         return;
     }
@@ -173,7 +193,10 @@ static void serve_client(struct stats_server *sv, int fd)
         put_metrics(f, &st);
     else
         fprintf(f, "error: unknown request \"%s\" (stats or metrics)\n", req);
-    fclose(f);
+    if (fclose(f) == 0)
+        send_all(fd, reply, len);
+    free(reply);
+    close(fd);
 }
 
 static void *serve(void *arg)
