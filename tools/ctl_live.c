@@ -58,15 +58,32 @@ static int connect_to(const char *path, int *out)
     return ctl_fail("%s: cannot connect: %s", path, strerror(e));
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The reply, up to EOF, within REPLY_TIMEOUT_MS in all. */
 static int read_reply(const char *path, int fd, char *buf, size_t cap, size_t *len)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
+    int64_t deadline = now_ms() + REPLY_TIMEOUT_MS;
     ssize_t r = 1;
 
     *len = 0;
     while (r > 0) {
-        if (poll(&p, 1, REPLY_TIMEOUT_MS) != 1)
-            return ctl_fail("%s: no reply within %d ms", path, REPLY_TIMEOUT_MS);
+        int64_t left = deadline - now_ms();
+        int pr = left > 0 ? poll(&p, 1, (int)left) : 0;
+
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            return ctl_fail("%s: waiting for the reply: %s", path, strerror(errno));
+        if (pr == 0)
+            return ctl_fail("%s: no whole reply within %d ms", path, REPLY_TIMEOUT_MS);
         r = read(fd, buf + *len, cap - 1 - *len);
         if (r < 0 && errno == EINTR)
             r = 1;
@@ -77,11 +94,38 @@ static int read_reply(const char *path, int fd, char *buf, size_t cap, size_t *l
     return r < 0 ? ctl_fail("%s: reading: %s", path, strerror(errno)) : 0;
 }
 
+/* All of buf; MSG_NOSIGNAL, so a server that closed first is an error here, not SIGPIPE. */
+static int send_all(int fd, const char *buf, size_t len)
+{
+    while (len) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The start of a reply's first line, made printable: for an error message. */
+static const char *excerpt(const char *reply, char *buf, size_t cap)
+{
+    size_t i = 0;
+
+    for (; reply[i] && reply[i] != '\n' && i + 1 < cap; i++)
+        buf[i] = reply[i] >= 0x20 && reply[i] < 0x7f ? reply[i] : '?';
+    buf[i] = '\0';
+    return buf;
+}
+
 /* Ask one question; *reply (malloc'ed, NUL-terminated) is the answer. */
 static int ask(const char *path, const char *question, char **reply)
 {
-    size_t len, qlen = strlen(question);
-    int fd = -1, rc = connect_to(path, &fd);
+    size_t len;
+    int fd = -1, rc = connect_to(path, &fd), wrc;
 
     if (rc)
         return rc;
@@ -89,13 +133,15 @@ static int ask(const char *path, const char *question, char **reply)
         close(fd);
         return ctl_fail("out of memory");
     }
-    if (write(fd, question, qlen) != (ssize_t)qlen)
-        rc = ctl_fail("%s: writing the request: %s", path, strerror(errno));
+    if ((wrc = send_all(fd, question, strlen(question))))
+        rc = ctl_fail("%s: writing the request: %s", path, strerror(-wrc));
     else
         rc = read_reply(path, fd, *reply, REPLY_MAX, &len);
     close(fd);
-    if (!rc && !strncmp(*reply, "error:", 6))
-        rc = ctl_fail("%s: the engine answered: %.*s", path, (int)strcspn(*reply, "\n"), *reply);
+    if (!rc && !strncmp(*reply, "error:", 6)) {
+        char b[81];
+        rc = ctl_fail("%s: the engine answered: %s", path, excerpt(*reply, b, sizeof(b)));
+    }
     if (rc) {
         free(*reply);
         *reply = NULL;
@@ -131,13 +177,19 @@ static const char *parse_u64(const char *p, uint64_t *v)
     return errno ? NULL : end;
 }
 
+/* Length of the name at p: lower-case letters, digits and '_', as struct kvt_stats's. */
+static size_t name_len(const char *p)
+{
+    return strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+}
+
 /* "name":value; the text after it, or NULL. */
 static const char *parse_field(const char *p, struct live *l)
 {
     const char *q;
     size_t len;
 
-    if (!(p = expect(p, "\"")) || !(q = strchr(p, '"')))
+    if (!(p = expect(p, "\"")) || *(q = p + name_len(p)) != '"')
         return NULL;
     len = (size_t)(q - p);
     if (len == 0 || len >= FIELD_NAME_MAX || l->n == FIELDS_MAX || !(q = expect(q + 1, ":")))
@@ -185,8 +237,11 @@ static int fetch(const char *path, struct live *l)
 
     if (rc)
         return rc;
-    if (!parse_stats(reply, l))
-        rc = ctl_fail("%s: not a kvtier stats reply (protocol 1): %.80s", path, reply);
+    if (!parse_stats(reply, l)) {
+        char b[81];
+        rc = ctl_fail("%s: not a kvtier stats reply (protocol 1): %s", path,
+                      excerpt(reply, b, sizeof(b)));
+    }
     free(reply);
     return rc;
 }
@@ -358,16 +413,56 @@ int cmd_top(const struct ctl_args *a)
 
 /* ---- metrics ---- */
 
+/* Whether line is one of the exposition lines the engine writes: "# HELP kvtier_x ...",
+ * "# TYPE kvtier_x counter|gauge" or "kvtier_x N" (*name and *v then set). */
+static bool metrics_line(const char *line, size_t len, size_t *name, uint64_t *v)
+{
+    const char *end = line + len, *p;
+
+    *name = 0;
+    if (!strncmp(line, "# HELP kvtier_", 14))
+        return name_len(line + 14) > 0 && line[14 + name_len(line + 14)] == ' ';
+    if (!strncmp(line, "# TYPE kvtier_", 14)) {
+        p = line + 14 + name_len(line + 14);
+        return p > line + 14 && (!strncmp(p, " counter", 8) ? p + 8 == end
+                                 : !strncmp(p, " gauge", 6) ? p + 6 == end
+                                                            : false);
+    }
+    if (strncmp(line, "kvtier_", 7) || line[7 + name_len(line + 7)] != ' ')
+        return false;
+    *name = 7 + name_len(line + 7);
+    p = parse_u64(line + *name, v);
+    return p == end;
+}
+
+/* The engine's metrics, checked line by line: 0, or an exit status after saying why. */
+static int metrics_check(const char *path, const char *text)
+{
+    size_t lines = 0, name;
+    uint64_t v;
+
+    for (const char *line = text; *line; lines++) {
+        size_t len = strcspn(line, "\n");
+        if (!metrics_line(line, len, &name, &v)) {
+            char b[81];
+            return ctl_fail("%s: not kvtier's metrics (line %zu): %s", path, lines + 1,
+                            excerpt(line, b, sizeof(b)));
+        }
+        line += len + (line[len] == '\n');
+    }
+    return lines ? 0 : ctl_fail("%s: an empty metrics reply", path);
+}
+
 static void metrics_json(const char *text)
 {
     bool comma = false;
 
     printf("{\"metrics\":{");
     for (const char *line = text; *line;) {
-        size_t len = strcspn(line, "\n"), name = strcspn(line, " ");
+        size_t len = strcspn(line, "\n"), name;
         uint64_t v;
 
-        if (line[0] != '#' && name < len && parse_u64(line + name, &v)) {
+        if (metrics_line(line, len, &name, &v) && name) {
             printf("%s\"%.*s\":%" PRIu64, comma ? "," : "", (int)name, line, v);
             comma = true;
         }
@@ -381,12 +476,12 @@ int cmd_metrics(const struct ctl_args *a)
     char *reply;
     int rc = ask(a->pos[0], "metrics\n", &reply);
 
-    if (rc)
-        return rc;
-    if (a->json)
-        metrics_json(reply);
-    else
-        fputs(reply, stdout);
+    if (!rc && !(rc = metrics_check(a->pos[0], reply))) {
+        if (a->json)
+            metrics_json(reply);
+        else
+            fputs(reply, stdout);
+    }
     free(reply);
-    return 0;
+    return rc;
 }
