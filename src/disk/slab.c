@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define DEFAULT_ALIGN 4096u
+#define MAX_FOUND_SLABS 1000000u /* slabs_found looks no further */
 
 static void slab_name(uint32_t slab, char *buf, size_t len)
 {
@@ -231,22 +232,21 @@ int slab_sync(struct dstore *s, uint32_t slab)
 
 int slabs_found(struct dstore *s, uint32_t *count)
 {
-    struct dirent *de;
-    DIR *d;
+    struct stat st;
+    char name[32];
     int fd = openat(s->dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    uint32_t slab;
 
     *count = 0;
     if (fd < 0)
         return errno == ENOENT ? KVT_EFORMAT : -errno;
-    if (!(d = fdopendir(fd))) {
-        close(fd);
-        return -errno;
+    /* The store makes slabs in order; counting stops at the first gap, so a stray file with a
+     * big number cannot blow the capacity up. */
+    for (;; (*count)++) {
+        slab_name(*count, name, sizeof(name));
+        if (fstatat(fd, name, &st, 0) || !S_ISREG(st.st_mode) || *count == MAX_FOUND_SLABS)
+            break;
     }
-    while ((de = readdir(d)))
-        if (parse_name(de->d_name, &slab) && slab >= *count)
-            *count = slab + 1; /* at most 9 digits: no overflow */
-    closedir(d);
+    close(fd);
     return 0;
 }
 

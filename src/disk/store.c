@@ -23,6 +23,7 @@
 #define SLOT_ALIGN 4096u
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
+#define LOCK_TRIES 100 /* ms a writer waits out an inspector's look at the lock */
 
 /* ---- small shared helpers ---- */
 
@@ -815,13 +816,22 @@ static int dir_create(struct dstore *s)
 }
 
 /* Only one writer per dir: a second open (here or in another process) gets -EBUSY. */
+/* The writer's lock. An inspector checking whether a writer is there holds the lock shared
+ * for a moment, so a refusal is retried for LOCK_TRIES ms before it means another writer. */
 static int take_lock(struct dstore *s)
 {
+    const struct timespec ms = {0, 1000000};
+
     s->lockfd = openat(s->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (s->lockfd < 0)
         return -errno;
-    if (flock(s->lockfd, LOCK_EX | LOCK_NB))
-        return errno == EWOULDBLOCK ? -EBUSY : -errno;
+    for (int i = 0; flock(s->lockfd, LOCK_EX | LOCK_NB); i++) {
+        if (errno != EWOULDBLOCK)
+            return -errno;
+        if (i == LOCK_TRIES)
+            return -EBUSY;
+        nanosleep(&ms, NULL);
+    }
     return 0;
 }
 

@@ -56,8 +56,9 @@ enum dstore_flags {
     DSTORE_BUFFERED = 1u << 1, /* never use O_DIRECT */
     /* Open a dir as it was written, for tools that know nothing of its model: the dir's own
      * fingerprint and page geometry are taken (the options' are ignored; page_bytes may be
-     * 0), and the capacity is disk_bytes (may be 0) raised to cover every slab file found,
-     * at least one slab, so no record of a live slab is out of bounds. Never creates a dir:
+     * 0), and the capacity is disk_bytes (may be 0) raised to cover the slab files found
+     * (numbered from 0000 up to the first gap), at least one slab, so no record of a live
+     * slab is out of bounds. Never creates a dir:
      * a missing one gives -ENOENT, an empty one KVT_EFORMAT. */
     DSTORE_AS_FOUND = 1u << 2,
 };

@@ -204,7 +204,7 @@ int slab_ready(struct dstore *s, uint32_t slab);
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf);
 /* fdatasync one slab (through the fault seam). */
 int slab_sync(struct dstore *s, uint32_t slab);
-/* *count = 1 + the highest slab number among the files in slabs/ (0 when none). */
+/* *count = how many slab files there are from 0000 on, up to the first one missing. */
 int slabs_found(struct dstore *s, uint32_t *count);
 /* Read-only stores: learn again how many slots slab's file backs (it may have grown). */
 void slab_refresh(struct dstore *s, uint32_t slab);

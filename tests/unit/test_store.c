@@ -25,6 +25,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
@@ -776,6 +777,76 @@ static void test_locked(void **state)
     assert_int_equal(get_id(f, 2), 0);
 }
 
+static void *unlock_later(void *arg)
+{
+    struct timespec t = {0, 20 * 1000000};
+
+    nanosleep(&t, NULL);
+    flock(*(int *)arg, LOCK_UN);
+    return NULL;
+}
+
+/* An inspector's brief shared hold of the lock (kvtier-ctl checks for a writer that way)
+ * delays a writer's open; it does not refuse it. */
+static void test_lock_probe(void **state)
+{
+    struct fx *f = *state;
+    char path[96];
+    pthread_t t;
+    int fd;
+
+    fx_open(f);
+    put_range(f, 1, 2);
+    dstore_close(f->s);
+    f->s = NULL;
+    snprintf(path, sizeof(path), "%s/lock", f->dir);
+    assert_true((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0);
+    assert_int_equal(flock(fd, LOCK_SH | LOCK_NB), 0);
+    assert_int_equal(pthread_create(&t, NULL, unlock_later, &fd), 0);
+    assert_int_equal(dstore_open(&f->o, &f->s), 0);
+    pthread_join(t, NULL);
+    close(fd);
+    assert_int_equal(get_id(f, 2), 0);
+}
+
+/* DSTORE_AS_FOUND takes the dir's geometry and covers its slab files, numbered from 0000:
+ * a stray file with a big number does not count. */
+static void test_as_found(void **state)
+{
+    struct fx *f = *state;
+    struct dstore_options o;
+    struct dstore_info in;
+    struct dstore *s;
+    char path[96];
+    int fd;
+
+    fx_open(f);
+    put_range(f, 1, 20); /* 16 slots a slab: two slab files */
+    dstore_close(f->s);
+    f->s = NULL;
+    snprintf(path, sizeof(path), "%s/slabs/99999.slab", f->dir);
+    assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
+    close(fd);
+    dstore_options_init(&o, sizeof(o));
+    o.dir = f->dir;
+    o.disk_bytes = 64ull * PAGE;
+    o.flags = DSTORE_AS_FOUND | DSTORE_READONLY;
+    assert_int_equal(dstore_open(&o, &s), 0);
+    dstore_info(s, &in);
+    assert_int_equal(in.page_bytes, PAGE);
+    assert_int_equal(in.page_tokens, TOKENS);
+    assert_memory_equal(in.fingerprint, f->o.fingerprint, sizeof(in.fingerprint));
+    assert_int_equal(in.slab_slots, 16);
+    assert_int_equal(in.capacity_slots, 64); /* disk_bytes 64 pages, the files cover 32 */
+    dstore_close(s);
+    o.disk_bytes = 0;
+    o.flags = DSTORE_AS_FOUND;
+    assert_int_equal(dstore_open(&o, &s), 0);
+    dstore_info(s, &in);
+    assert_int_equal(in.capacity_slots, 32);
+    dstore_close(s);
+}
+
 /* A read-only open beside a writer in another process: reads serve, nothing is written,
  * and a second writer is refused with -EBUSY. */
 static void test_readonly(void **state)
@@ -1394,6 +1465,8 @@ int main(void)
         T(test_foreign_dir),
         T(test_format_version),
         T(test_locked),
+        T(test_lock_probe),
+        T(test_as_found),
         T(test_readonly),
         T(test_flipped_bytes),
         T(test_truncated_slab),
