@@ -119,9 +119,13 @@ struct kvt_options {
     uint32_t max_context;   /* tokens per request in req_to_token; default 32768 */
     uint32_t evict_policy;  /* enum kvt_evict_policy; default KVT_EVICT_LRU */
     uint32_t hash_pages;    /* 1 (default): keep a chained SHA256 per page; 0: none */
-    const char *model_id;   /* fingerprint input, copied at open; NULL means "" */
-    uint32_t tp_rank;       /* fingerprint input; default 0 */
-    uint32_t tp_size;       /* fingerprint input; default 1 */
+    /* Fingerprint input, copied at open; NULL means "". Name the weights and the KV format
+     * in it ("llama-3-8b@rev/bf16"): the geometry gives the element size only, so fp16 and
+     * bf16 (or two fp8 formats, or two KV scale schemes) of one model would otherwise share
+     * a fingerprint, and a disk tier written by one would be served to the other. */
+    const char *model_id;
+    uint32_t tp_rank; /* fingerprint input; default 0 */
+    uint32_t tp_size; /* fingerprint input; default 1 */
     /* Host tier (pinned host memory): sized by host_tokens, else host_bytes, else
      * host_ratio times the device pool; all 0 (the default) means no host tier. It must be
      * larger than the device pool (KVT_EHOSTSIZE) and fit in free RAM (KVT_EHOSTRAM). */

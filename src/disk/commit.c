@@ -157,7 +157,8 @@ static int persist_one(struct dstore *s, MDB_txn *txn, const struct touched *t, 
 
     if (rc)
         return rc == MDB_NOTFOUND ? 0 : index_err(rc);
-    if (rec_decode(t->key, v.mv_data, v.mv_size, &r) ||
+    /* recbuf holds a record of the dir's page_tokens: anything else is not rewritten. */
+    if (rec_decode(t->key, v.mv_data, v.mv_size, &r) || r.ntokens != s->page_tokens ||
         (uint64_t)r.slab * s->slab_slots + r.slot != t->g || r.last_access >= t->atime)
         return 0;
     rec_touch(t->key, v.mv_data, v.mv_size, t->atime, buf);
@@ -782,6 +783,19 @@ static void free_jobs(struct djob *jobs)
 
 static void run_jobs(struct dstore *s, struct djob *jobs)
 {
+    int broken;
+
+    pthread_mutex_lock(&s->lock);
+    broken = s->broken;
+    pthread_mutex_unlock(&s->lock);
+    /* Without a slot table nothing may be dropped, deleted or evicted (writes fail too). */
+    if (broken && jobs->kind != JOB_WRITE && jobs->kind != JOB_FLUSH) {
+        if (jobs->kind == JOB_DROP)
+            free_jobs(jobs);
+        else
+            job_done(s, jobs, broken);
+        return;
+    }
     switch (jobs->kind) {
     case JOB_WRITE:
         run_writes(s, jobs);

@@ -41,6 +41,8 @@ int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct dre
     pthread_mutex_lock(&s->lock);
     if (rc)
         s->st.err_record++;
+    else if (r->ntokens != s->page_tokens && (rc = KVT_ECORRUPT))
+        s->st.err_record++;
     else if (!record_in_layout(s, r) && (rc = KVT_ECORRUPT))
         s->st.err_bounds++;
     pthread_mutex_unlock(&s->lock);
@@ -78,7 +80,7 @@ static int pin_locked(struct dstore *s, const uint8_t *key, uint32_t g)
 
     if (s->ro)
         return 0;
-    if (s->ready) {
+    if (table_known_locked(s)) {
         st = s->state[g];
         if (st == SLOT_FREE || (st == SLOT_USED && memcmp(s->skey[g], key, DSTORE_KEY_BYTES)))
             return -ESTALE;
@@ -95,7 +97,7 @@ static void unpin_locked(struct dstore *s, uint32_t g)
 {
     /* Before the rebuild is done the committer is still writing the slot table, and no slot
      * can be dead yet (deletes queue behind the rebuild): leave the table alone. */
-    if (s->ro || --s->pins[g] || !s->ready)
+    if (s->ro || --s->pins[g] || !table_known_locked(s))
         return;
     if (s->state[g] == SLOT_DEAD) {
         s->state[g] = SLOT_FREE;
@@ -134,7 +136,7 @@ static void count_read_locked(struct dstore *s, const struct dio_req *req, int r
  * the drop job frees it. Before the rebuild the slot table is unknown: hits wait. */
 static void slot_after_read_locked(struct dstore *s, const struct dop_page *p, int res)
 {
-    if (s->ro)
+    if (s->ro || s->broken)
         return;
     if (!s->ready) {
         if (!res)

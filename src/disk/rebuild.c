@@ -83,9 +83,10 @@ static int scan(struct dstore *s, struct drops *d, struct scan_counts *c)
     MDB_txn *txn;
     MDB_cursor *cur;
     MDB_val k, v;
-    int rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn)), mrc;
+    const struct dstore_faults *f = s->o.faults;
+    int rc = f && f->inject ? f->inject(f->arg, DSTORE_FAULT_REBUILD, 0, 0) : 0, mrc;
 
-    if (rc)
+    if (rc || (rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))))
         return rc;
     if ((rc = index_err(mdb_cursor_open(txn, s->ix.slots, &cur)))) {
         mdb_txn_abort(txn);

@@ -370,7 +370,7 @@ static bool present(struct dstore *s, const uint8_t *key)
     if (s->ro)
         return true;
     pthread_mutex_lock(&s->lock);
-    if (s->ready) {
+    if (table_known_locked(s)) {
         uint32_t g = r.slab * s->slab_slots + r.slot;
 
         live = s->state[g] == SLOT_USED && !memcmp(s->skey[g], key, DSTORE_KEY_BYTES);

@@ -64,12 +64,13 @@ enum dstore_flags {
 };
 
 /* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
- * GROW, which concern a whole slab). */
+ * GROW, which concern a whole slab; both are 0 for REBUILD). */
 enum dstore_fault_point {
-    DSTORE_FAULT_READ = 0,  /* before a page read */
-    DSTORE_FAULT_WRITE = 1, /* before a page write */
-    DSTORE_FAULT_SYNC = 2,  /* before the fdatasync of a slab in a write batch */
-    DSTORE_FAULT_GROW = 3,  /* before a slab file is created or extended */
+    DSTORE_FAULT_READ = 0,    /* before a page read */
+    DSTORE_FAULT_WRITE = 1,   /* before a page write */
+    DSTORE_FAULT_SYNC = 2,    /* before the fdatasync of a slab in a write batch */
+    DSTORE_FAULT_GROW = 3,    /* before a slab file is created or extended */
+    DSTORE_FAULT_REBUILD = 4, /* before the rebuild at open reads the slot table */
 };
 
 /* Test seam: inject returns 0 to go on, or a -errno the operation then fails with as if the

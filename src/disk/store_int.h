@@ -209,6 +209,14 @@ int slabs_found(struct dstore *s, uint32_t *count);
 /* Read-only stores: learn again how many slots slab's file backs (it may have grown). */
 void slab_refresh(struct dstore *s, uint32_t slab);
 
+/* Under the lock: whether the slot table (state, keys, LRU) can be trusted. Before the
+ * rebuild it is being written; after a failed one it is partial, and reads then go by the
+ * records and checksums alone, as a read-only store does, and nothing is dropped. */
+static inline bool table_known_locked(const struct dstore *s)
+{
+    return s->ready && !s->broken;
+}
+
 /* ---- commit.c ---- */
 
 int committer_start(struct dstore *s);

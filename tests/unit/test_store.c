@@ -1019,8 +1019,9 @@ static void test_truncated_slab(void **state)
 
 /* Junk written into an index record, and checked records that lie, with LMDB directly. */
 static void poke_records(const char *dir, const uint8_t *junk_key, const uint8_t *liar_key,
-                         const uint8_t *victim_key)
+                         const uint8_t *victim_key, const uint8_t *long_key)
 {
+    static uint8_t longer[REC_HEAD_BYTES + 4 * (TOKENS + 100)];
     char path[96];
     MDB_env *env;
     MDB_txn *txn;
@@ -1054,6 +1055,14 @@ static void poke_records(const char *dir, const uint8_t *junk_key, const uint8_t
     rec_encode(liar_key, &r, NULL, rec);
     v = (MDB_val){sizeof(rec), rec};
     assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+    /* a well-formed record with more tokens than the dir's pages have */
+    k.mv_data = (void *)long_key;
+    assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+    assert_int_equal(rec_decode(long_key, v.mv_data, v.mv_size, &r), 0);
+    r.ntokens = TOKENS + 100;
+    rec_encode(long_key, &r, NULL, longer);
+    v = (MDB_val){sizeof(longer), longer};
+    assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
     assert_int_equal(mdb_txn_commit(txn), 0);
     mdb_env_close(env);
 }
@@ -1061,7 +1070,7 @@ static void poke_records(const char *dir, const uint8_t *junk_key, const uint8_t
 static void test_garbled_index(void **state)
 {
     struct fx *f = *state;
-    uint8_t junk[KEY], liar[KEY], victim[KEY];
+    uint8_t junk[KEY], liar[KEY], victim[KEY], longer[KEY];
 
     fx_open(f);
     put_range(f, 1, 8);
@@ -1070,19 +1079,21 @@ static void test_garbled_index(void **state)
     make_key(2, junk);
     make_key(4, liar);
     make_key(6, victim);
-    poke_records(f->dir, junk, liar, victim);
+    make_key(7, longer);
+    poke_records(f->dir, junk, liar, victim, longer);
     assert_int_equal(dstore_open(&f->o, &f->s), 0);
     /* whatever the rebuild has done yet: never served wrong */
     assert_int_not_equal(get_id(f, 2), 0);
     assert_int_not_equal(get_id(f, 4), 0);
+    assert_int_not_equal(get_id(f, 7), 0);
     assert_int_equal(dstore_wait_ready(f->s), 0);
     assert_int_equal(dstore_flush(f->s), 0);
     assert_false(has_id(f, 2));
     for (uint64_t id = 1; id <= 8; id++)
-        assert_int_equal(get_id(f, id), id == 2 || id == 4 ? -ENOENT : 0);
+        assert_int_equal(get_id(f, id), id == 2 || id == 4 || id == 7 ? -ENOENT : 0);
     struct dstore_stats st = stats_of(f);
-    assert_true(st.err_record >= 1);
-    assert_int_equal(st.pages, 6);
+    assert_true(st.err_record >= 2);
+    assert_int_equal(st.pages, 5);
     /* after a restart the survivors still serve */
     fx_reopen(f);
     assert_int_equal(dstore_wait_ready(f->s), 0);
@@ -1094,7 +1105,7 @@ static void test_garbled_index(void **state)
 /* ---- injected faults ---- */
 
 struct inject {
-    _Atomic int err[4]; /* by fault point: the error to return, 0 none */
+    _Atomic int err[5]; /* by fault point: the error to return, 0 none */
     _Atomic int budget; /* faults left to inject; negative: no limit */
 };
 
@@ -1180,6 +1191,43 @@ static void test_faults(void **state)
     fx_reopen(f);
     check_all(f, 1, 30);
     put_ids(f, ids, 4, 0);
+    assert_int_equal(stats_of(f).pages, 8);
+}
+
+/* A rebuild that fails (an index error at open) leaves the slot table unknown: reads are
+ * served by record and checksum, nothing is dropped, writes and deletes fail, and a later
+ * open finds every page. */
+static void test_rebuild_failed(void **state)
+{
+    struct fx *f = *state;
+    struct inject in = {.budget = -1};
+    struct dstore_faults faults = {inject_fn, &in};
+    uint64_t more = 40;
+    uint8_t key[KEY];
+    bool present[1];
+    int res[1];
+
+    fx_open(f);
+    put_range(f, 1, 8);
+    dstore_close(f->s);
+    f->s = NULL;
+    f->o.faults = &faults;
+    arm(&in, DSTORE_FAULT_REBUILD, -EIO, -1);
+    assert_int_equal(dstore_open(&f->o, &f->s), 0);
+    assert_int_equal(dstore_wait_ready(f->s), -EIO);
+    for (uint64_t id = 1; id <= 8; id++)
+        assert_int_equal(get_id(f, id), 0);
+    make_key(3, key);
+    assert_int_equal(dstore_exists(f->s, key, 1, present), 0);
+    assert_true(present[0]);
+    assert_int_equal(put_core(f->s, f->bufs, &more, 1, res), 0);
+    assert_int_equal(res[0], -EIO);
+    assert_int_equal(dstore_delete(f->s, key, 1, NULL), -EIO);
+    assert_int_equal(stats_of(f).dropped, 0);
+    arm(&in, DSTORE_FAULT_REBUILD, 0, -1);
+    fx_reopen(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    check_all(f, 1, 8);
     assert_int_equal(stats_of(f).pages, 8);
 }
 
@@ -1472,6 +1520,7 @@ int main(void)
         T(test_truncated_slab),
         T(test_garbled_index),
         T(test_faults),
+        T(test_rebuild_failed),
         T(test_lru_eviction),
         T(test_pinned_slot),
         T(test_wait_timeout),
