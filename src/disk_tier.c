@@ -281,13 +281,15 @@ static int submit_fill(kvt_engine *e, kvt_node_ref leaf, uint64_t tag, size_t n)
 int disk_fill(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit, size_t n)
 {
     size_t first = hit->dev_pages + hit->host_pages;
-    uint64_t t = RDX_OP_DISK | (e->dops.seq + 1);
     kvt_node_ref leaf = 0;
+    uint64_t t;
 
     if (n == 0 || n * e->opts.page_size < e->opts.prefetch_min || !host_parent(e, hit->host_last))
         return 1;
     if (tiers_host_alloc(e, n, e->fill_host))
         return 1;
+    /* Only now: making room above may have started disk writes, which take tags too. */
+    t = RDX_OP_DISK | (e->dops.seq + 1);
     /* Making room may have evicted what the hit named: the tree says so (a stale ref). */
     if (rdx_attach_fill(e->tree, key, hit->host_last, first, e->fill_host, n, t, &leaf)) {
         host_free(&e->host, e->fill_host, n);
