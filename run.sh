@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(gcc libc6-dev meson ninja-build pkg-config python3 libssl-dev liburing-dev liblmdb-dev
-          libcmocka-dev libxxhash-dev fio)
+          libcmocka-dev libxxhash-dev fio gdb)
 
 install_missing() {
     local missing=() p

@@ -222,8 +222,11 @@ static const struct command commands[] = {
      "root: else orphaned). A page the engine evicts during the scan is not counted; a\n"
      "checksum failure is confirmed by a second read. A progress line is shown on stderr\n"
      "when it is a terminal.\n" DIR_NOTE "\n"
-     "  --repair              then drop every page found bad (corrupt, dangling, stale,\n"
-     "                        orphaned); this writes DIR and takes its lock, so it is refused\n"
+     "  --repair              then drop the pages found bad: corrupt (checksum included),\n"
+     "                        dangling, stale and orphaned. Pages whose read failed (read\n"
+     "                        error) are kept, since the failure may pass, and so are the\n"
+     "                        orphans below them (orphaned by nothing else); they are counted\n"
+     "                        as left. This writes DIR and takes its lock, so it is refused\n"
      "                        while an engine has the dir open\n" JSON_HELP
      "\nExit status: 0 when nothing is wrong (or --repair dropped everything found), 1 when\n"
      "problems remain or on an error, 2 on bad usage.\n"},
@@ -247,7 +250,12 @@ static const struct command commands[] = {
      "an engine); TARGET is written and locked (refused while an engine has it open).\n\n"
      "  --all                 every page that can be served\n" SELECT_HELP
      "  --capacity SIZE       TARGET's capacity when it is created (default DIR's, as its\n"
-     "                        slab files span); raised as needed to hold what is copied\n"
+     "                        slab files span; raised as needed to hold what is copied).\n"
+     "                        An existing TARGET keeps its capacity (what its slab files\n"
+     "                        span) and the copy is refused when it does not fit in its free\n"
+     "                        slots; --capacity grows it to SIZE, and the engine must then\n"
+     "                        open TARGET with disk_bytes of at least SIZE, or it drops the\n"
+     "                        pages beyond its own capacity\n"
      "                        (--ns and --prefix may be repeated)\n" JSON_HELP},
     {"import", cmd_import, 2, 2, "--json --all --ns --prefix --capacity ",
      "import DIR SOURCE (--all | --ns NS | --prefix HASH)...",
@@ -255,7 +263,12 @@ static const struct command commands[] = {
      "same options. DIR is written and locked (refused while an engine has it open);\n"
      "SOURCE is only read.\n\n"
      "  --all                 every page that can be served\n" SELECT_HELP
-     "  --capacity SIZE       DIR's capacity when it is created (default SOURCE's)\n" JSON_HELP},
+     "  --capacity SIZE       DIR's capacity when it is created (default SOURCE's). An\n"
+     "                        existing DIR keeps its capacity (what its slab files span)\n"
+     "                        and the copy is refused when it does not fit in its free\n"
+     "                        slots; --capacity grows it to SIZE, and the engine must then\n"
+     "                        open DIR with disk_bytes of at least SIZE, or it drops the\n"
+     "                        pages beyond its own capacity\n" JSON_HELP},
     {"top", cmd_top, 1, 1, "--json --count --interval ", "top SOCKET [options]",
      "stat --live, refreshed: the figures of the engine serving stats at SOCKET, with\n"
      "rates (per second) since the last refresh. On a terminal the screen is redrawn;\n"

@@ -77,7 +77,8 @@ enum page_problem {
 struct page {
     uint8_t key[HASH_BYTES], parent[HASH_BYTES];
     uint32_t ns;    /* index into ix->ns; NO_PAGE for a record that failed its checks */
-    uint32_t up;    /* index of the parent page; NO_PAGE for a first page or a missing one */
+    uint32_t up;    /* index of the parent page; NO_PAGE for a first page, a missing parent
+                     * or a key that is not the hash of its parent (links never loop) */
     uint32_t child; /* first child, NO_PAGE when none */
     uint32_t next;  /* next sibling, NO_PAGE when none */
     uint32_t depth; /* pages from the namespace root through this one; 0: unreachable */
@@ -85,6 +86,7 @@ struct page {
     uint32_t first_token; /* for listings */
     uint32_t problems;    /* enum page_problem */
     bool owns_slot;       /* the slot table gives its slot to it */
+    bool key_ok;          /* key is SHA256(parent || tokens): it may hang below its parent */
     uint64_t created, atime;
 };
 

@@ -237,8 +237,9 @@ static void report_text(const struct ctl_index *ix, const struct verdict *v,
                leaked_slots(ix));
     list_text(ix);
     if (v->repaired)
-        printf("repaired: dropped %" PRIu64 " page%s; %" PRIu64 " bad left\n", v->dropped,
-               v->dropped == 1 ? "" : "s", v->left);
+        printf("repaired: dropped %" PRIu64 " page%s; %" PRIu64 " bad left%s\n", v->dropped,
+               v->dropped == 1 ? "" : "s", v->left,
+               c->io ? " (read errors, and the orphans below them, are kept: verify again)" : "");
     else if (v->dry_run && c->total)
         printf("dry run: %" PRIu64 " page%s would be dropped\n", c->total,
                c->total == 1 ? "" : "s");
@@ -269,21 +270,47 @@ static int delete_chunk(struct dstore *w, const uint8_t *keys, size_t n)
     return dstore_delete(w, keys, n, NULL);
 }
 
-/* Delete the keys of every page with a problem from dir, opened for writing now. */
-static int drop_bad(const char *dir, const struct ctl_index *ix, struct verdict *v)
+/* Pages the repair leaves: a read that failed may fail no more (the page is likely whole),
+ * so a page with a read error stays, and so does every orphan that is one only because such
+ * a page is above it (its first ancestor that is not merely orphaned has the read error).
+ * keep[i] for those; the orphans are found walking down from each read error. */
+static int pages_kept(const struct ctl_index *ix, bool *keep)
+{
+    uint32_t *stack = malloc(((size_t)ix->n + 1) * sizeof(*stack)), top = 0;
+
+    if (!stack)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < ix->n; i++) {
+        if (!(ix->p[i].problems & BAD_IO))
+            continue;
+        keep[i] = true;
+        stack[top++] = i;
+        while (top) {
+            uint32_t k = stack[--top];
+
+            for (uint32_t c = ix->p[k].child; c != NO_PAGE; c = ix->p[c].next)
+                if (ix->p[c].problems == BAD_ORPHAN && !keep[c]) {
+                    keep[c] = true;
+                    stack[top++] = c;
+                }
+        }
+    }
+    free(stack);
+    return 0;
+}
+
+/* Delete the keys of the pages with a problem (but those kept: pages_kept) from dir, opened
+ * for writing now; count what went and what is left. */
+static int delete_bad(struct dstore *w, const struct ctl_index *ix, const bool *keep,
+                      struct verdict *v)
 {
     uint8_t *keys = malloc((size_t)DELETE_CHUNK * HASH_BYTES);
     bool present;
-    struct dstore *w;
     size_t n = 0;
-    int rc = keys ? ctl_open(dir, true, 0, &w) : ctl_fail("out of memory");
+    int rc = keys ? 0 : -ENOMEM;
 
-    if (rc) {
-        free(keys);
-        return rc;
-    }
     for (uint32_t i = 0; i <= ix->n && !rc; i++) {
-        if (i < ix->n && ix->p[i].problems)
+        if (i < ix->n && ix->p[i].problems && !keep[i])
             memcpy(keys + HASH_BYTES * n++, ix->p[i].key, HASH_BYTES);
         if (n && (n == DELETE_CHUNK || i == ix->n)) {
             rc = delete_chunk(w, keys, n);
@@ -294,8 +321,27 @@ static int drop_bad(const char *dir, const struct ctl_index *ix, struct verdict 
         if (ix->p[i].problems && !(rc = dstore_exists(w, ix->p[i].key, 1, &present)))
             present ? v->left++ : v->dropped++;
     v->left += ix->bad_keys; /* keys of the wrong length: the store's API cannot name them */
-    dstore_close(w);
     free(keys);
+    return rc;
+}
+
+static int drop_bad(const char *dir, const struct ctl_index *ix, struct verdict *v)
+{
+    bool *keep = calloc((size_t)ix->n + 1, sizeof(*keep));
+    struct dstore *w;
+    int rc;
+
+    if (!keep || pages_kept(ix, keep)) {
+        free(keep);
+        return ctl_fail("out of memory");
+    }
+    if ((rc = ctl_open(dir, true, 0, &w))) {
+        free(keep);
+        return rc;
+    }
+    rc = delete_bad(w, ix, keep, v);
+    dstore_close(w);
+    free(keep);
     v->repaired = !rc;
     return rc ? ctl_fail("%s: dropping: %s", dir, kvt_strerror(rc)) : 0;
 }

@@ -52,24 +52,71 @@ static int fingerprint_error(const struct copy *c, const struct dstore_info *t)
                     c->dst, b, t->page_tokens, c->src, a, c->ix->info.page_tokens);
 }
 
-/* An existing target: same model, then opened for writing with room for the copy. */
+/* Selected pages the target lacks: each needs a free slot there. */
+static int pages_missing(const struct copy *c, uint64_t *missing)
+{
+    enum { CHUNK = 1024 };
+    uint8_t *keys = malloc((size_t)CHUNK * HASH_BYTES);
+    bool present[CHUNK];
+    int rc = 0;
+
+    if (!keys)
+        return -ENOMEM;
+    *missing = 0;
+    for (uint32_t i = 0; i < c->n && !rc; i += CHUNK) {
+        uint32_t m = c->n - i < CHUNK ? c->n - i : CHUNK;
+
+        for (uint32_t k = 0; k < m; k++)
+            memcpy(keys + (size_t)k * HASH_BYTES, c->ix->p[c->order[i + k]].key, HASH_BYTES);
+        if (!(rc = dstore_exists(c->w, keys, m, present)))
+            for (uint32_t k = 0; k < m; k++)
+                *missing += !present[k];
+    }
+    free(keys);
+    return rc;
+}
+
+/* The copy must fit in the target's free slots: a full store evicts to make room, and would
+ * throw out what it holds, or pages just copied, to take the rest. */
+static int check_room(const struct copy *c, bool grown)
+{
+    struct dstore_stats st;
+    uint64_t missing;
+    int rc = pages_missing(c, &missing);
+
+    if (rc)
+        return ctl_fail("%s: %s", c->dst, kvt_strerror(rc));
+    dstore_stats(c->w, &st);
+    if (missing <= st.free_slots)
+        return 0;
+    return ctl_fail("%s: %" PRIu64 " of the %u pages to copy are not there yet, but only %" PRIu64
+                    " fit (free slots, of a capacity of %" PRIu64 " slots%s): refused; give a "
+                    "larger --capacity (then open the engine on it with disk_bytes at least that) "
+                    "or make room with `" PROG " evict`",
+                    c->dst, missing, c->n, st.free_slots, st.capacity_slots,
+                    grown ? ", as --capacity asks" : ", kept as found");
+}
+
+/* An existing target: same model, then opened for writing. Its capacity stays as found (what
+ * its slab files span) unless --capacity asks for more: the engine that owns the dir opens it
+ * with its own disk_bytes and drops every record beyond them. */
 static int open_existing(struct copy *c, uint64_t capacity)
 {
     struct dstore_info t;
-    struct dstore_stats st;
     struct dstore *r;
     int rc = ctl_open(c->dst, false, 0, &r);
 
     if (rc)
         return rc;
     dstore_info(r, &t);
-    dstore_stats(r, &st);
     dstore_close(r);
     if (!same_model(&c->ix->info, &t))
         return fingerprint_error(c, &t);
-    if ((st.pages + c->n) * t.slot_bytes > capacity)
-        capacity = (st.pages + c->n) * t.slot_bytes;
-    return ctl_open(c->dst, true, capacity, &c->w);
+    if ((rc = ctl_open(c->dst, true, capacity, &c->w)))
+        return rc;
+    if ((rc = check_room(c, capacity != 0)))
+        dstore_close(c->w);
+    return rc;
 }
 
 /* A new target: the source's fingerprint, geometry and slab size. */
@@ -98,15 +145,16 @@ static int create_target(struct copy *c, uint64_t capacity)
     return 0;
 }
 
+/* capacity: --capacity, 0 when not given. */
 static int open_target(struct copy *c, uint64_t capacity)
 {
     char path[4096];
 
-    if (!capacity)
-        capacity = c->ix->info.capacity_slots * c->ix->info.slot_bytes;
     snprintf(path, sizeof(path), "%s/index/data.mdb", c->dst);
     if (access(path, F_OK) == 0)
         return open_existing(c, capacity);
+    if (!capacity)
+        capacity = c->ix->info.capacity_slots * c->ix->info.slot_bytes;
     return create_target(c, capacity);
 }
 
@@ -164,13 +212,19 @@ static void copy_free(struct copy *c)
     free(c->buf);
 }
 
+struct tokens_out {
+    uint32_t *tokens; /* page_tokens of room */
+    uint32_t page_tokens;
+};
+
+/* The record is read again, from a newer snapshot than the index: it may have changed. */
 static int take_tokens(void *arg, const struct dstore_entry *e)
 {
-    uint32_t *out = arg;
+    const struct tokens_out *out = arg;
 
-    if (e->status)
+    if (e->status || e->ntokens != out->page_tokens)
         return KVT_ECORRUPT;
-    memcpy(out, e->tokens, (size_t)e->ntokens * sizeof(uint32_t));
+    memcpy(out->tokens, e->tokens, (size_t)e->ntokens * sizeof(uint32_t));
     return 0;
 }
 
@@ -178,9 +232,10 @@ static int take_tokens(void *arg, const struct dstore_entry *e)
 static bool prepare_write(struct copy *c, uint32_t i, uint32_t k, uint32_t *tokens)
 {
     const struct page *p = &c->ix->p[i];
+    struct tokens_out out = {tokens, c->ix->info.page_tokens};
 
     if (c->res[k] || (p->up != NO_PAGE && c->failed[p->up]) ||
-        dstore_lookup(c->ix->s, p->key, take_tokens, tokens)) {
+        dstore_lookup(c->ix->s, p->key, take_tokens, &out)) {
         c->failed[i] = true;
         c->skipped++;
         return false;

@@ -99,15 +99,23 @@ static int ns_sort(struct loader *l)
     return 0;
 }
 
+/* Whether the record's key is SHA256(parent || tokens), as the engine names pages. */
+static bool key_checks_out(struct loader *l, const struct dstore_entry *e)
+{
+    uint8_t h[HASH_BYTES];
+
+    return !page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h) &&
+           !memcmp(h, e->key, HASH_BYTES);
+}
+
 /* The checks a record gets without reading its page. */
-static uint32_t record_problems(struct loader *l, const struct dstore_entry *e)
+static uint32_t record_problems(struct loader *l, const struct dstore_entry *e, bool key_ok)
 {
     const struct dstore_info *in = &l->ix->info;
-    uint8_t h[HASH_BYTES];
 
     if (e->length != in->page_bytes || e->ntokens != in->page_tokens)
         return BAD_LENGTH;
-    if (page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h) || memcmp(h, e->key, HASH_BYTES))
+    if (!key_ok)
         return BAD_HASH;
     if (!dstore_entry_in_bounds(l->ix->s, e))
         return BAD_DANGLING;
@@ -141,7 +149,8 @@ static int on_entry(void *arg, const struct dstore_entry *e)
     p->atime = e->last_access_ns;
     p->first_token = e->ntokens ? e->tokens[0] : 0;
     p->owns_slot = e->slot_owner && !memcmp(e->slot_owner, e->key, HASH_BYTES);
-    p->problems = record_problems(l, e);
+    p->key_ok = key_checks_out(l, e);
+    p->problems = record_problems(l, e, p->key_ok);
     return 0;
 }
 
@@ -151,8 +160,10 @@ static int cmp_key(const void *a, const void *b)
 }
 
 /* Parents and children: a first page hangs from its namespace, the rest from the present
- * record their parent hash names, when it is of the same namespace (whatever its state;
- * reach() decides what is served). */
+ * record their parent hash names, when it is of the same namespace (whatever the parent's
+ * state; reach() decides what is served). Only a page whose key is the hash of its parent
+ * and tokens is linked: a chain of such keys cannot loop, while records with keys made up
+ * (or damaged) can name each other, or themselves, as parents. */
 static void link_pages(struct ctl_index *ix)
 {
     for (uint32_t i = ix->n; i-- > 0;) {
@@ -163,7 +174,7 @@ static void link_pages(struct ctl_index *ix)
         if (!memcmp(p->parent, ix->ns[p->ns].root, HASH_BYTES)) {
             p->next = ix->ns[p->ns].first;
             ix->ns[p->ns].first = i;
-        } else if ((up = bsearch(p->parent, ix->p, ix->n, sizeof(*up), cmp_key)) &&
+        } else if (p->key_ok && (up = bsearch(p->parent, ix->p, ix->n, sizeof(*up), cmp_key)) &&
                    up->ns == p->ns) {
             p->up = (uint32_t)(up - ix->p);
             p->next = up->child;
@@ -422,24 +433,36 @@ int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out)
 
 /* ---- selections ---- */
 
-/* page i, its ancestors and its descendants (good ones only when good_only). */
+/* page i, its ancestors and its descendants (good ones only when good_only). The links
+ * cannot loop (link_pages), but a page is still visited once at most each way: a loop would
+ * otherwise hang the walk up and overflow the stack down. */
 static int select_prefix(const struct ctl_index *ix, uint32_t i, bool good_only, bool *sel)
 {
+    enum { UP = 1, DOWN = 2 };
     uint32_t *stack = malloc(((size_t)ix->n + 1) * sizeof(*stack)), top = 0;
+    uint8_t *seen = calloc((size_t)ix->n + 1, 1);
 
-    if (!stack)
+    if (!stack || !seen) {
+        free(stack);
+        free(seen);
         return ctl_fail("out of memory");
-    for (uint32_t u = ix->p[i].up; u != NO_PAGE; u = ix->p[u].up)
-        sel[u] = true;
+    }
+    for (uint32_t u = ix->p[i].up; u != NO_PAGE && !(seen[u] & UP); u = ix->p[u].up)
+        seen[u] |= UP;
+    seen[i] |= DOWN;
     stack[top++] = i;
     while (top) {
         uint32_t k = stack[--top];
 
-        sel[k] = true;
         for (uint32_t c = ix->p[k].child; c != NO_PAGE; c = ix->p[c].next)
-            if (!good_only || page_good(&ix->p[c]))
+            if (!(seen[c] & DOWN) && (!good_only || page_good(&ix->p[c]))) {
+                seen[c] |= DOWN;
                 stack[top++] = c;
+            }
     }
+    for (uint32_t k = 0; k < ix->n; k++)
+        sel[k] |= seen[k] != 0;
+    free(seen);
     free(stack);
     return 0;
 }

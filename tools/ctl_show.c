@@ -305,8 +305,10 @@ static int copy_entry(void *arg, const struct dstore_entry *e)
 
     r->found = true;
     r->e = *e;
+    if (r->e.ntokens > DSTORE_MAX_TOKENS)
+        r->e.ntokens = DSTORE_MAX_TOKENS; /* the store bounds it; print_tokens relies on it */
     if (!e->status)
-        memcpy(r->tokens, e->tokens, e->ntokens * sizeof(uint32_t));
+        memcpy(r->tokens, e->tokens, r->e.ntokens * sizeof(uint32_t));
     r->e.tokens = r->tokens;
     return 0;
 }
@@ -317,13 +319,17 @@ static void print_tokens(const struct record *r, bool json)
         printf("%s%u", t ? (json ? "," : " ") : "", r->tokens[t]);
 }
 
-/* The chain root-first: *len pages into out (sized ix->n), the page last. */
-static void chain_of(const struct ctl_index *ix, uint32_t i, uint32_t *out, uint32_t *len)
+/* The chain root-first: *len pages into out (sized ix->n), the page last. Links cannot loop
+ * (link_pages); seen (ix->n, all false) still stops the walk at a page met before. */
+static void chain_of(const struct ctl_index *ix, uint32_t i, uint32_t *out, bool *seen,
+                     uint32_t *len)
 {
     uint32_t n = 0;
 
-    for (uint32_t k = i; k != NO_PAGE && n < ix->n; k = ix->p[k].up)
+    for (uint32_t k = i; k != NO_PAGE && !seen[k]; k = ix->p[k].up) {
+        seen[k] = true;
         out[n++] = k;
+    }
     for (uint32_t k = 0; k < n / 2; k++) {
         uint32_t t = out[k];
         out[k] = out[n - 1 - k];
@@ -356,21 +362,31 @@ static void show_record_text(const struct ctl_index *ix, const struct page *p,
         printf("position      page %u of its prefix: tokens %" PRIu64 "-%" PRIu64 "\n", p->depth,
                (uint64_t)(p->depth - 1) * ix->info.page_tokens,
                (uint64_t)p->depth * ix->info.page_tokens - 1);
-    printf("slot          slab %u, slot %u (offset %" PRIu64 "), %u bytes\n", p->slab, p->slot,
-           (uint64_t)p->slot * ix->info.slot_bytes, r->e.length);
-    ctl_hex(r->e.checksum, 16, hex);
-    printf("checksum      %s (XXH3-128)\n", hex);
+    printf("slot          slab %u, slot %u (offset %" PRIu64 ")", p->slab, p->slot,
+           (uint64_t)p->slot * ix->info.slot_bytes);
+    if (r->found && !r->e.status) {
+        printf(", %u bytes\n", r->e.length);
+        ctl_hex(r->e.checksum, 16, hex);
+        printf("checksum      %s (XXH3-128)\n", hex);
+    } else {
+        printf("\n");
+    }
     printf("created       %s\n", ctl_time(p->created, t));
     printf("last access   %s\n", ctl_time(p->atime, t));
     printf("tokens        ");
-    print_tokens(r, false);
+    if (!r->found)
+        printf("(evicted since the index was read)");
+    else if (r->e.status)
+        printf("(the record fails its checks since the index was read)");
+    else
+        print_tokens(r, false);
     printf("\n");
 }
 
 static int show_chain_text(const struct ctl_index *ix, const uint32_t *chain, uint32_t len)
 {
     char hex[2 * HASH_BYTES + 1];
-    struct record *r = malloc(sizeof(*r));
+    struct record *r = calloc(1, sizeof(*r));
 
     if (!r)
         return ctl_fail("out of memory");
@@ -416,7 +432,7 @@ static void show_json_page(const struct ctl_index *ix, const struct page *p, str
 
 static int show_json(const struct ctl_index *ix, uint32_t i, const uint32_t *chain, uint32_t len)
 {
-    struct record *r = malloc(sizeof(*r));
+    struct record *r = calloc(1, sizeof(*r));
 
     if (!r)
         return ctl_fail("out of memory");
@@ -434,11 +450,11 @@ static int show_json(const struct ctl_index *ix, uint32_t i, const uint32_t *cha
 
 static int show_text(const struct ctl_index *ix, uint32_t i, const uint32_t *chain, uint32_t len)
 {
-    struct record *r = malloc(sizeof(*r));
+    struct record *r = calloc(1, sizeof(*r));
 
     if (!r)
         return ctl_fail("out of memory");
-    r->found = false;
+    /* The page may have been evicted (a miss) or rewritten since the index was read. */
     dstore_lookup(ix->s, ix->p[i].key, copy_entry, r);
     show_record_text(ix, &ix->p[i], r);
     free(r);
@@ -452,18 +468,22 @@ int cmd_show(const struct ctl_args *a)
     struct ctl_index ix;
     struct dstore *s;
     uint32_t i, *chain = NULL, len = 0;
+    bool *seen = NULL;
     int rc = ctl_load(a->pos[0], &s, &ix);
 
     if (rc)
         return rc;
     if (!(rc = index_find(&ix, a->pos[1], &i))) {
-        if (!(chain = malloc(((size_t)ix.n + 1) * sizeof(*chain))))
+        chain = malloc(((size_t)ix.n + 1) * sizeof(*chain));
+        seen = calloc((size_t)ix.n + 1, sizeof(*seen));
+        if (!chain || !seen)
             rc = ctl_fail("out of memory");
     }
     if (!rc) {
-        chain_of(&ix, i, chain, &len);
+        chain_of(&ix, i, chain, seen, &len);
         rc = a->json ? show_json(&ix, i, chain, len) : show_text(&ix, i, chain, len);
     }
+    free(seen);
     free(chain);
     ctl_unload(s, &ix);
     return rc;

@@ -3,6 +3,7 @@
  * have one child is one node, as in the engine's radix tree, so a dir of long prompts reads
  * as its branch points. Three renderings of one walk: text, JSON and Graphviz.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,10 @@ struct tree {
     const bool *sel;
     enum tree_format fmt;
     char indent[MAX_INDENT + 8];
+    /* Each page is drawn once at most, so even links that looped could not hang the walk;
+     * scratch of ix->n each for finding where orphaned subtrees start. */
+    bool *drawn, *placed;
+    uint32_t *starts, *stack;
 };
 
 /* One node: a run of pages from first to last, each but the last with one selected child. */
@@ -33,14 +38,14 @@ static uint32_t selected_children(const struct tree *t, uint32_t i, uint32_t *on
     uint32_t n = 0;
 
     for (uint32_t c = t->ix->p[i].child; c != NO_PAGE; c = t->ix->p[c].next)
-        if (t->sel[c]) {
+        if (t->sel[c] && !t->drawn[c]) {
             *only = c;
             n++;
         }
     return n;
 }
 
-static struct run run_from(const struct tree *t, uint32_t first, uint32_t pos)
+static struct run run_from(struct tree *t, uint32_t first, uint32_t pos)
 {
     struct run r = {.first = first, .last = first, .pos = pos};
     uint32_t next;
@@ -48,6 +53,7 @@ static struct run run_from(const struct tree *t, uint32_t first, uint32_t pos)
     for (;;) {
         const struct page *p = &t->ix->p[r.last];
 
+        t->drawn[r.last] = true;
         r.pages++;
         r.bad += p->problems != 0;
         r.problems |= p->problems;
@@ -91,9 +97,9 @@ static void walk_children(struct tree *t, uint32_t list, uint32_t pos, const cha
     uint32_t count = 0, seen = 0;
 
     for (uint32_t c = list; c != NO_PAGE; c = t->ix->p[c].next)
-        count += t->sel[c];
+        count += t->sel[c] && !t->drawn[c];
     for (uint32_t c = list; c != NO_PAGE; c = t->ix->p[c].next)
-        if (t->sel[c]) {
+        if (t->sel[c] && !t->drawn[c]) {
             seen++;
             walk(t, c, pos, id, seen == count, seen > 1);
         }
@@ -178,23 +184,54 @@ static bool orphan_top(const struct ctl_index *ix, uint32_t i)
            memcmp(p->parent, ix->ns[p->ns].root, HASH_BYTES);
 }
 
+/* Mark placed i and every selected page below it not placed yet: what walk() will draw. */
+static void place_subtree(struct tree *t, uint32_t i)
+{
+    uint32_t top = 0;
+
+    t->placed[i] = true;
+    t->stack[top++] = i;
+    while (top) {
+        uint32_t k = t->stack[--top];
+
+        for (uint32_t c = t->ix->p[k].child; c != NO_PAGE; c = t->ix->p[c].next)
+            if (t->sel[c] && !t->placed[c]) {
+                t->placed[c] = true;
+                t->stack[top++] = c;
+            }
+    }
+}
+
+/* Where the orphaned subtrees start, into t->starts: each orphan top not drawn yet, then a
+ * page of whatever is still undrawn (were parent links ever to loop, which link_pages rules
+ * out), so that no selected page vanishes from the tree. */
+static uint32_t orphan_starts(struct tree *t)
+{
+    uint32_t n = 0;
+
+    memcpy(t->placed, t->drawn, t->ix->n * sizeof(*t->placed));
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < t->ix->n; i++)
+            if (t->sel[i] && !t->placed[i] && t->ix->p[i].ns != NO_PAGE &&
+                (pass || orphan_top(t->ix, i))) {
+                t->starts[n++] = i;
+                place_subtree(t, i);
+            }
+    return n;
+}
+
 static void draw_orphans(struct tree *t)
 {
-    uint32_t count = 0, seen = 0;
+    uint32_t count = orphan_starts(t);
 
-    for (uint32_t i = 0; i < t->ix->n; i++)
-        count += t->sel[i] && orphan_top(t->ix, i);
     if (t->fmt == TREE_TEXT && count)
         printf("orphaned (parent missing or unreadable): %u subtree%s\n", count,
                count == 1 ? "" : "s");
     if (t->fmt == TREE_DOT && count)
         printf("  orphans [label=\"orphaned\\n(parent missing or unreadable)\", shape=ellipse, "
                "color=red];\n");
-    for (uint32_t i = 0; i < t->ix->n; i++)
-        if (t->sel[i] && orphan_top(t->ix, i)) {
-            seen++;
-            walk(t, i, 0, "orphans", seen == count, seen > 1);
-        }
+    for (uint32_t k = 0; k < count; k++)
+        walk(t, t->starts[k], 0, "orphans", k + 1 == count, k > 0);
 }
 
 static void draw(struct tree *t)
@@ -230,6 +267,26 @@ static void draw(struct tree *t)
                bad == 1 ? "" : "s");
 }
 
+static int tree_alloc(struct tree *t, uint32_t n)
+{
+    t->drawn = calloc((size_t)n + 1, sizeof(*t->drawn));
+    t->placed = calloc((size_t)n + 1, sizeof(*t->placed));
+    t->starts = malloc(((size_t)n + 1) * sizeof(*t->starts));
+    t->stack = malloc(((size_t)n + 1) * sizeof(*t->stack));
+    return t->drawn && t->placed && t->starts && t->stack ? 0 : -ENOMEM;
+}
+
+static void tree_free(struct tree *t)
+{
+    if (!t)
+        return;
+    free(t->drawn);
+    free(t->placed);
+    free(t->starts);
+    free(t->stack);
+    free(t);
+}
+
 int cmd_tree(const struct ctl_args *a)
 {
     struct ctl_index ix;
@@ -241,15 +298,16 @@ int cmd_tree(const struct ctl_args *a)
     if (rc)
         return rc;
     t = calloc(1, sizeof(*t));
-    if (!t || !(sel = calloc((size_t)ix.n + 1, 1)))
+    if (!t || !(sel = calloc((size_t)ix.n + 1, 1)) || tree_alloc(t, ix.n))
         rc = ctl_fail("out of memory");
     else if (!(rc = index_select(&ix, a, false, sel))) {
-        *t = (struct tree){.ix = &ix, .sel = sel};
+        t->ix = &ix;
+        t->sel = sel;
         t->fmt = a->json ? TREE_JSON : a->dot ? TREE_DOT : TREE_TEXT;
         draw(t);
     }
     free(sel);
-    free(t);
+    tree_free(t);
     ctl_unload(s, &ix);
     return rc;
 }

@@ -8,7 +8,13 @@
  *   ctl_fixture version DIR N              the meta record claims format version N
  *   ctl_fixture delete DIR HASH            delete HASH's page through the store (its
  *                                          descendants are left orphaned)
- * HASH is 64 hex digits. Exit 0 on success, 1 on failure, 2 on bad usage.
+ *   ctl_fixture put DIR HASH PARENT NS T   write a page through the store under the key HASH,
+ *                                          whatever its parent and tokens hash to (the store
+ *                                          takes any key): parent PARENT, namespace root NS,
+ *                                          every token T, bytes of zeros
+ *   ctl_fixture tokens DIR HASH N          HASH's record, still well formed, holds N tokens
+ *                                          (the first ones kept, then zeros)
+ * HASH, PARENT and NS are 64 hex digits. Exit 0 on success, 1 on failure, 2 on bad usage.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -135,23 +141,100 @@ static int set_version(const char *dir, uint32_t version)
     return end(&ix, txn, rc);
 }
 
-static int delete_page(const char *dir, const uint8_t *key)
+static int open_as_found(const char *dir, struct dstore **s)
 {
     struct dstore_options o;
-    struct dstore *s;
-    size_t n = 0;
     int rc;
 
     dstore_options_init(&o, sizeof(o));
     o.dir = dir;
     o.flags = DSTORE_AS_FOUND;
     o.disk_bytes = 0;
-    if ((rc = dstore_open(&o, &s)))
+    if ((rc = dstore_open(&o, s)))
         return fail("dstore_open", rc);
+    return 0;
+}
+
+static int delete_page(const char *dir, const uint8_t *key)
+{
+    struct dstore *s;
+    size_t n = 0;
+    int rc;
+
+    if ((rc = open_as_found(dir, &s)))
+        return 1;
     if ((rc = dstore_delete(s, key, 1, &n)) || n != 1)
         fail("dstore_delete", rc ? rc : -ENOENT);
     dstore_close(s);
     return rc || n != 1;
+}
+
+static int set_tokens(const char *dir, const uint8_t *key, uint32_t ntokens)
+{
+    struct dindex ix = {0};
+    MDB_txn *txn;
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)key}, v;
+    struct drec r;
+    uint32_t *tokens = NULL;
+    uint8_t *val = NULL;
+    int rc = begin(dir, &ix, &txn);
+
+    if (rc)
+        return rc;
+    if ((rc = index_err(mdb_get(txn, ix.pages, &k, &v))))
+        fail("no such record", rc);
+    else if ((rc = rec_decode(key, v.mv_data, v.mv_size, &r)))
+        fail("rec_decode", rc);
+    else if (!(tokens = calloc(ntokens + 1, sizeof(*tokens))) ||
+             !(val = malloc(rec_bytes(ntokens))))
+        rc = -ENOMEM;
+    else {
+        for (uint32_t i = 0; i < r.ntokens && i < ntokens; i++)
+            memcpy(&tokens[i], r.tokens + 4 * (size_t)i, 4); /* little-endian hosts only */
+        r.ntokens = ntokens;
+        rec_encode(key, &r, tokens, val);
+        v = (MDB_val){rec_bytes(ntokens), val};
+        rc = index_err(mdb_put(txn, ix.pages, &k, &v, 0));
+    }
+    rc = end(&ix, txn, rc);
+    free(tokens);
+    free(val);
+    return rc;
+}
+
+/* A page under a key of our choosing: argv is PARENT NS T. */
+static int put_page(const char *dir, const uint8_t *key, char **argv)
+{
+    uint8_t parent[DSTORE_KEY_BYTES], ns[DSTORE_NS_BYTES];
+    struct dstore_info in;
+    struct dstore *s;
+    uint32_t *tokens = NULL;
+    void *buf = NULL;
+    int res = 0, rc;
+
+    if (parse_key(argv[0], parent) || parse_key(argv[1], ns)) {
+        fprintf(stderr, "ctl_fixture put: PARENT and NS are 64 hex digits\n");
+        return 2;
+    }
+    if ((rc = open_as_found(dir, &s)))
+        return rc;
+    dstore_info(s, &in);
+    if (!(tokens = malloc(in.page_tokens * sizeof(*tokens))) ||
+        posix_memalign(&buf, 4096, in.slot_bytes)) {
+        rc = fail("put", -ENOMEM);
+    } else {
+        struct dstore_wpage w = {key, parent, ns, tokens, buf};
+
+        for (uint32_t i = 0; i < in.page_tokens; i++)
+            tokens[i] = (uint32_t)strtoul(argv[2], NULL, 10);
+        memset(buf, 0, in.slot_bytes);
+        if ((rc = dstore_put(s, &w, 1, &res)) || res)
+            rc = fail("dstore_put", rc ? rc : res);
+    }
+    dstore_close(s);
+    free(tokens);
+    free(buf);
+    return rc ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -162,7 +245,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "version") && argc == 4)
         return set_version(argv[2], (uint32_t)strtoul(argv[3], NULL, 10));
     if (argc < 4 || parse_key(argv[3], key)) {
-        fprintf(stderr, "usage: ctl_fixture junk|move|version|delete DIR ...\n");
+        fprintf(stderr, "usage: ctl_fixture junk|move|version|delete|put|tokens DIR ...\n");
         return 2;
     }
     if (!strcmp(cmd, "junk") && argc == 4)
@@ -171,6 +254,10 @@ int main(int argc, char **argv)
         return rewrite(argv[2], key, move_slot, argv + 4);
     if (!strcmp(cmd, "delete") && argc == 4)
         return delete_page(argv[2], key);
+    if (!strcmp(cmd, "put") && argc == 7)
+        return put_page(argv[2], key, argv + 4);
+    if (!strcmp(cmd, "tokens") && argc == 5)
+        return set_tokens(argv[2], key, (uint32_t)strtoul(argv[4], NULL, 10));
     fprintf(stderr, "ctl_fixture: unknown command or wrong arguments: %s\n", cmd);
     return 2;
 }

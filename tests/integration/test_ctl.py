@@ -26,6 +26,7 @@ import os
 import pty
 import re
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -134,6 +135,104 @@ def dir_digest(d):
     for n in sorted(os.listdir(os.path.join(d, "slabs"))):
         out[n] = file_digest(os.path.join(d, "slabs", n))
     return out
+
+
+def fixture(*args):
+    r = subprocess.run([FIXTURE] + [str(a) for a in args], capture_output=True)
+    eq(r.returncode, 0, f"ctl_fixture {' '.join(map(str, args[:1]))}: {r.stderr!r}")
+
+
+# ---- damage done while kvtier-ctl runs, at a point gdb stops it ----
+
+# Run inside gdb: stop at each call of plan["function"] (a store function kvtier-ctl calls);
+# at the first, run plan["shell"] (damage the dir between the index load and that call); at
+# each, when plan["fail_key"] is among the pages read, let the call finish and then make
+# that page's result plan["errno"], as a read that failed would.
+GDB_DRIVER = r"""
+import gdb, json, os, struct, subprocess
+plan = json.load(open(os.environ["KVT_GDB_PLAN"]))
+
+
+def fail_reads(key, err):
+    inf = gdb.selected_inferior()
+    n = int(gdb.parse_and_eval("n"))
+    results = int(gdb.parse_and_eval("results"))
+    hit = [i for i in range(n) if bytes(inf.read_memory(
+        int(gdb.parse_and_eval(f"pages[{i}].key")), 32)) == key]
+    if hit:
+        gdb.execute("finish", to_string=True)
+        for i in hit:
+            inf.write_memory(results + 4 * i, struct.pack("<i", err))
+    return len(hit)
+
+
+gdb.execute("set pagination off")
+gdb.execute("set confirm off")
+gdb.Breakpoint(plan["function"])
+gdb.execute("run " + plan["run"], to_string=True)
+hits = failed = 0
+while gdb.selected_inferior().pid:
+    hits += 1
+    if hits == 1 and plan.get("shell"):
+        subprocess.run(plan["shell"], check=True)
+    if plan.get("fail_key"):
+        failed += fail_reads(bytes.fromhex(plan["fail_key"]), plan["errno"])
+    try:
+        gdb.execute("continue", to_string=True)
+    except gdb.error:  # it died (a signal): no exit code
+        break
+try:
+    code = int(gdb.parse_and_eval("$_exitcode"))
+except gdb.error:
+    code = None
+with open(plan["status"], "w") as f:
+    json.dump({"exit": code, "hits": hits, "failed": failed}, f)
+"""
+
+
+class Debugged(Result):
+    """kvtier-ctl args run under gdb with a plan for GDB_DRIVER; Skip where gdb is missing or
+    may not trace."""
+
+    def __init__(self, args, **plan):
+        if not shutil.which("gdb"):
+            raise harness.Skip("gdb is not installed")
+        self.name = "kvtier-ctl (under gdb)"
+        self.args = [str(a) for a in args]
+        out, err, status = (os.path.join(TMP, f"gdb.{x}") for x in ("out", "err", "status"))
+        for f in (out, err, status):
+            if os.path.exists(f):
+                os.remove(f)
+        if "shell" in plan:
+            plan["shell"] = [str(a) for a in plan["shell"]]
+        plan.update(status=status, run=" ".join(map(shlex.quote, self.args)) +
+                    f" > {shlex.quote(out)} 2> {shlex.quote(err)} < /dev/null")
+        with open(os.path.join(TMP, "gdb-plan.json"), "w") as f:
+            json.dump(plan, f)
+        with open(os.path.join(TMP, "gdb-driver.py"), "w") as f:
+            f.write(GDB_DRIVER)
+        env = dict(os.environ, KVT_GDB_PLAN=os.path.join(TMP, "gdb-plan.json"))
+        # LeakSanitizer cannot run under ptrace; the plain runs check for leaks.
+        env["ASAN_OPTIONS"] = ":".join(x for x in (env.get("ASAN_OPTIONS"), "detect_leaks=0")
+                                       if x)
+        try:
+            g = subprocess.run(["gdb", "-nx", "-batch", "-q", "-x",
+                                os.path.join(TMP, "gdb-driver.py"), CTL], env=env,
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"kvtier-ctl {' '.join(self.args)} under gdb ran past 120 s")
+        gerr = g.stdout.decode(errors="replace") + g.stderr.decode(errors="replace")
+        if not os.path.exists(status):
+            if re.search(r"ptrace|not permitted|cannot (create|run) process", gerr, re.I):
+                raise harness.Skip(f"gdb cannot trace here: {gerr.strip()[-200:]}")
+            raise Failure(f"gdb driver failed: {gerr[-800:]}")
+        with open(status) as f:
+            st = json.load(f)
+        self.hits, self.failed = st["hits"], st["failed"]
+        self.rc = st["exit"]  # None: killed by a signal
+        self.out = open(out, errors="replace").read()
+        self.err = open(err, errors="replace").read()
+        check(self.hits > 0, f"gdb never stopped at {plan['function']}: {gerr[-400:]}")
 
 
 # ---- data dirs the engine wrote ----
@@ -633,6 +732,143 @@ def file_page(d, slot):
     with open(os.path.join(d, "slabs", "0000.slab"), "rb") as f:
         f.seek(slot * SLOT_BYTES)
         return f.read(PAGE_BYTES)
+
+
+@case("parent links that loop: ls/tree --prefix end, show prints each page once, tree shows all")
+def _():
+    d = copy_of(bench_dir(), "loops")
+    root = ns_root(fingerprint("tiny"))
+    n = len(pages_of(d))
+    # records under made-up keys (the store takes any key): one its own parent, two naming
+    # each other, and a pair where one key checks out: b = SHA256(a || tokens), a's parent b
+    own, x, y, a = (hashlib.sha256(w).hexdigest() for w in (b"own", b"x", b"y", b"a"))
+    b = page_hash(a, [7] * PAGE_TOKENS)
+    for key, parent in ((own, own), (x, y), (y, x), (a, b), (b, a)):
+        fixture("put", d, key, parent, root, 7)
+    for args, want in ((("ls", d, "--prefix", own), {own}), (("ls", d, "--prefix", x), {x}),
+                       (("ls", d, "--prefix", a), {a, b}), (("ls", d, "--prefix", b), {a, b})):
+        r = ctl(*args, "--json", timeout=20)
+        eq(r.rc, 0, f"exit status{r.where()}")
+        eq({p["hash"] for p in r.json()["pages"]}, want, " ".join(args[::2]))
+    for h in (own, x, a, b):
+        eq(ctl("tree", d, "--prefix", h, timeout=20).rc, 0, f"tree --prefix {h[:12]}")
+    for h, chain in ((own, [own]), (x, [x]), (b, [a, b])):
+        j = ok_json("show", d, h)
+        eq(([p["hash"] for p in j["chain"]], j["chain_complete"]), (chain, False),
+           f"show {h[:12]}: its chain")
+        t = ok("show", d, h).out
+        eq(len(re.findall(rf"^\s*\d+  {h[:12]}", t, re.M)), 1,
+           f"show {h[:12]} text: the chain lists the page once:\n{t[:600]}")
+    tree = ok_json("tree", d)
+    orphans = {o["first"]: o["pages"] for o in tree["orphaned"]}
+    eq(orphans, {own: 1, x: 1, y: 1, a: 2}, "tree: the made-up records, as orphaned subtrees")
+    check(f"{a[:12]}..{b[:12]}" in ok("tree", d).out, "tree text: a and b as one node")
+    j = ctl("verify", d, "--json").json()
+    eq((j["pages"], j["corrupt"], j["orphaned"]), (n + 5, 4, 1), "verify: corrupt, orphaned")
+    eq(ok_json("gc", d)["dropped"], 5, "gc drops them")
+    eq(ok_json("verify", d)["ok"], True, "verify after gc")
+
+
+@case("show: a page evicted after the index was read is said to be gone, not printed")
+def _():
+    d = copy_of(bench_dir(), "evicted-show")
+    pages = pages_of(d)
+    page = max(pages.values(), key=lambda p: p["prefix_tokens"])
+    # the lookup after the index load misses: the page goes in between
+    r = Debugged(["show", d, page["hash"]], function="dstore_lookup",
+                 shell=[FIXTURE, "delete", d, page["hash"]])
+    eq(r.rc, 0, f"exit status{r.where()}")
+    check("(evicted since the index was read)" in r.out, f"show text{r.where()}")
+    check("checksum" not in r.out and page["hash"] in r.out, f"show text{r.where()}")
+    check(page["hash"] not in pages_of(d), "the page went")
+
+
+@case("verify --repair keeps a page whose read failed, and the orphans below it alone")
+def _():
+    d = copy_of(bench_dir(), "readerror")
+    pages = pages_of(d)
+    third = sorted((p for p in pages.values() if p["prefix_tokens"] == 3 * PAGE_TOKENS),
+                   key=lambda p: (-len(descendants(pages, [p["hash"]])), p["hash"]))
+    io, bad = third[0]["hash"], third[1]["hash"]
+    below_io, below_bad = descendants(pages, [io]), descendants(pages, [bad])
+    check(below_io and below_bad, "both victims have pages below them")
+    flip(d, pages[bad]["slot"])
+    r = Debugged(["verify", d, "--repair", "--json"], function="dstore_get", fail_key=io,
+                 errno=-5)
+    eq(r.failed, 1, f"reads of {io[:12]} made to fail")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    j = r.json()
+    eq((j["read_errors"], j["corrupt"], j["orphaned"]), (1, 1, len(below_io) + len(below_bad)),
+       "read errors, corrupt, orphaned")
+    eq((j["repaired"], j["dropped"], j["left"], j["ok"]),
+       (True, 1 + len(below_bad), 1 + len(below_io), False), "--repair: what went, what is left")
+    after = pages_of(d)
+    eq(set(pages) - set(after), {bad} | below_bad, "the pages dropped")
+    j = ok_json("verify", d)
+    eq((j["pages"], j["problems"]), (len(after), 0), "verify again: the read works now")
+    check(re.search(r"read\s+error\) are kept", ok("verify", "--help").out),
+          "verify --help says what --repair keeps")
+
+
+@case("export/import into an existing dir: its capacity is kept unless --capacity grows it")
+def _():
+    src = bench_dir()
+    pages = pages_of(src)
+    parents = {p["parent"] for p in pages.values()}
+
+    def chain(h):
+        out = set()
+        while h in pages:
+            out.add(h)
+            h = pages[h]["parent"]
+        return out
+    # two leaves (a leaf's --prefix is its chain alone), the shortest, then the one sharing
+    # the most with it
+    leaves = sorted((p["prefix_tokens"], h) for h, p in pages.items() if h not in parents)
+    first = leaves[0][1]
+    second = min((h for _, h in leaves[1:]), key=lambda h: (len(chain(h) - chain(first)), h))
+    slots = 128
+    check(len(chain(first) | chain(second)) <= slots, "two short prefixes")
+    t = os.path.join(TMP, "small-target")
+    ok("export", src, t, "--prefix", first, "--capacity", f"{slots * SLOT_BYTES // 1024}K")
+    st = ok_json("stat", t)
+    eq((st["capacity_slots"], st["slab_files"], st["pages"]), (slots, 1, len(chain(first))),
+       "the target created with --capacity")
+    before = dir_digest(t)
+    r = fails(1, r"only \d+ fit.*--capacity.*evict", "import", t, src, "--all")
+    check(f"only {slots - len(chain(first))} fit" in r.err, f"how many fit{r.where()}")
+    eq(dir_digest(t), before, "the target after a refused import")
+    fails(1, "only", "export", src, t, "--all")
+    j = ok_json("import", t, src, "--prefix", second)
+    eq(j["copied"], len(chain(second) - chain(first)), "an import that fits")
+    st = ok_json("stat", t)
+    eq((st["capacity_slots"], st["slab_files"]), (slots, 1), "its capacity after it")
+    eq(sorted(os.listdir(os.path.join(t, "slabs"))), ["0000.slab"], "its slab files")
+    j = ok_json("import", t, src, "--all", "--capacity", "32M")
+    eq(j["copied"] + j["already_there"], len(pages), "import --all --capacity 32M")
+    grown = ok_json("stat", t)["capacity_slots"]  # what the slab files span, made as needed
+    check(len(pages) <= grown <= (32 << 20) // SLOT_BYTES, f"grown by --capacity: {grown} slots")
+    eq(ok_json("verify", t)["pages"], len(pages), "verify the grown target")
+    for c in ("export", "import"):
+        check("disk_bytes" in ok(c, "--help").out, f"{c} --help: the engine's disk_bytes")
+
+
+@case("export: a record whose token count changed after the index was read is not copied")
+def _():
+    src = copy_of(live_dir(), "retokened")
+    pages = pages_of(src)
+    first = min((p for p in pages.values() if p["prefix_tokens"] == PAGE_TOKENS),
+                key=lambda p: (len(descendants(pages, [p["hash"]])), p["hash"]))
+    want = 1 + len(descendants(pages, [first["hash"]]))
+    t = os.path.join(TMP, "exp-retokened")
+    # the first page's record is read again after its bytes: by then it holds 4096 tokens
+    r = Debugged(["export", src, t, "--prefix", first["hash"], "--json"],
+                 function="dstore_lookup", shell=[FIXTURE, "tokens", src, first["hash"], 4096])
+    eq(r.rc, 0, f"exit status{r.where()}")
+    j = r.json()
+    eq((j["selected"], j["copied"], j["skipped"]), (want, 0, want),
+       "the page (and what is below it) skipped")
+    eq(pages_of(t), {}, "nothing copied")
 
 
 def stats_fields():
