@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int cli_bad_usage(const char *prog, const char *msg, const char *arg)
 {
@@ -185,4 +186,54 @@ int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g
     if (kvt_cell_bytes(g) == 0 || *tp_size == 0)
         return cli_bad_usage(prog, "--geometry does not describe a valid model (see --help)", arg);
     return 0;
+}
+
+/* ---- for the benchmarks ---- */
+
+double cli_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+struct cli_timing cli_summarize(double *t, size_t n)
+{
+    qsort(t, n, sizeof(*t), cmp_double);
+    return (struct cli_timing){.median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2,
+                               .best = t[0],
+                               .worst = t[n - 1]};
+}
+
+double cli_gbps(uint64_t bytes, double seconds)
+{
+    return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
+}
+
+double cli_ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0.0;
+}
+
+const char *cli_met(bool ok)
+{
+    return ok ? "met" : "MISSED";
+}
+
+void cli_print_size(uint64_t n)
+{
+    if (n >= (1ull << 30))
+        printf("%.2f GiB", (double)n / (1ull << 30));
+    else if (n >= (1ull << 20))
+        printf("%.1f MiB", (double)n / (1ull << 20));
+    else
+        printf("%.1f KiB", (double)n / 1024);
 }

@@ -52,4 +52,23 @@ void cli_print_presets(FILE *f, const char *indent);
 int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g,
                        uint32_t *tp_size);
 
+/* ---- for the benchmarks ---- */
+
+struct cli_timing {
+    double median, best, worst; /* seconds */
+};
+
+/* CLOCK_MONOTONIC in seconds. */
+double cli_now(void);
+/* Median, best and worst of n > 0 samples; sorts them. */
+struct cli_timing cli_summarize(double *t, size_t n);
+/* bytes / seconds in GB/s (10^9), 0 for no time. */
+double cli_gbps(uint64_t bytes, double seconds);
+/* a / b, 0 when b is not positive. */
+double cli_ratio(double a, double b);
+/* "met" or "MISSED", for a target. */
+const char *cli_met(bool ok);
+/* n bytes as "1.50 GiB", "3.0 MiB" or "12.0 KiB" on stdout. */
+void cli_print_size(uint64_t n);
+
 #endif

@@ -104,16 +104,12 @@ struct config {
     uint32_t order, io;
 };
 
-struct timing {
-    double median, best, worst; /* seconds */
-};
-
 /* One page size x queue depth. */
 struct point {
     uint32_t page_bytes, slot_bytes, queue_depth;
     uint64_t pages;
-    struct timing write, read;                   /* the store */
-    struct timing fio_write, fio_sync, fio_read; /* fio: plain write, durable write, read */
+    struct cli_timing write, read;                   /* the store */
+    struct cli_timing fio_write, fio_sync, fio_read; /* fio: plain write, durable write, read */
     bool fio_ran;
     uint32_t io, direct, fixed_buffers; /* what the store ended up using */
     uint64_t fixed_ios;                 /* of the last rep */
@@ -121,8 +117,8 @@ struct point {
 
 struct open_result {
     uint64_t pages, keys;
-    double build;                                             /* seconds to write them all */
-    struct timing open[2], serve[2], first_read[2], ready[2]; /* [cold, warm] */
+    double build;                                                 /* seconds to write them all */
+    struct cli_timing open[2], serve[2], first_read[2], ready[2]; /* [cold, warm] */
 };
 
 /* What the run learned about fio. */
@@ -145,14 +141,6 @@ struct bench {
 };
 
 /* ---- small helpers ---- */
-
-static double now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int fail(const char *what, int rc)
 {
@@ -190,50 +178,9 @@ static void page_key(uint64_t seed, uint64_t i, uint8_t *key)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Median, best and worst of n samples; sorts them. */
-static struct timing summarize(double *t, size_t n)
-{
-    qsort(t, n, sizeof(*t), cmp_double);
-    return (struct timing){.median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2,
-                           .best = t[0],
-                           .worst = t[n - 1]};
-}
-
-static double gbps(uint64_t bytes, double seconds)
-{
-    return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
-}
-
-static double ratio(double a, double b)
-{
-    return b > 0 ? a / b : 0.0;
-}
-
 static uint32_t slot_of(uint64_t page_bytes)
 {
     return (uint32_t)((page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN);
-}
-
-static const char *met(bool ok)
-{
-    return ok ? "met" : "MISSED";
-}
-
-static void print_size(uint64_t n)
-{
-    if (n >= (1ull << 30))
-        printf("%.2f GiB", (double)n / (1ull << 30));
-    else if (n >= (1ull << 20))
-        printf("%.1f MiB", (double)n / (1ull << 20));
-    else
-        printf("%.1f KiB", (double)n / 1024);
 }
 
 /* Why there is no (more) comparison with fio; the report prints it. */
@@ -506,7 +453,7 @@ static int pump_run(const struct pump *p, double *seconds)
     uint64_t next = 0;
     size_t head = 0, live = 0;
     int rc = f && results ? scratch_alloc(&sc, p->batch) : fail("ops", -ENOMEM);
-    double t0 = now();
+    double t0 = cli_now();
 
     while (!rc && (next < p->n || live)) {
         if (next < p->n && live < p->window) {
@@ -523,7 +470,7 @@ static int pump_run(const struct pump *p, double *seconds)
             live--;
         }
     }
-    *seconds = now() - t0;
+    *seconds = cli_now() - t0;
     for (; live; live--, head = (head + 1) % p->window)
         dstore_wait(p->s, f[head].id, NULL);
     scratch_free(&sc);
@@ -1020,12 +967,12 @@ static int point_reps(struct bench *b, struct point *pt, const struct ring *ring
             b->fio.usable = false; /* the note says why; later points skip fio too */
         }
     }
-    pt->write = summarize(sm->v[0], reps);
-    pt->read = summarize(sm->v[1], reps);
+    pt->write = cli_summarize(sm->v[0], reps);
+    pt->read = cli_summarize(sm->v[1], reps);
     if (pt->fio_ran) {
-        pt->fio_write = summarize(sm->v[2], reps);
-        pt->fio_sync = summarize(sm->v[3], reps);
-        pt->fio_read = summarize(sm->v[4], reps);
+        pt->fio_write = cli_summarize(sm->v[2], reps);
+        pt->fio_sync = cli_summarize(sm->v[3], reps);
+        pt->fio_read = cli_summarize(sm->v[4], reps);
     }
     return 0;
 }
@@ -1105,7 +1052,7 @@ static int open_build(struct bench *b, const char *dir)
     struct dstore *s = NULL;
     struct pump p = {.write = true, .seed = cfg->seed, .n = cfg->open_pages, .window = 2};
     struct dstore_stats st;
-    double t0 = now(), t;
+    double t0 = cli_now(), t;
     int rc;
 
     p.batch = cfg->open_pages < OPEN_BATCH ? (uint32_t)cfg->open_pages : OPEN_BATCH;
@@ -1126,7 +1073,7 @@ static int open_build(struct bench *b, const char *dir)
         rc = check_counters(&st, cfg->open_pages, 0);
     }
     dstore_close(s);
-    b->open.build = now() - t0;
+    b->open.build = cli_now() - t0;
     ring_destroy(&ring);
     return rc;
 }
@@ -1176,18 +1123,18 @@ static int open_once(const struct bench *b, const char *dir, const uint8_t *keys
     open_options(&o, dir, b->cfg);
     if (cold)
         drop_cache(dir);
-    t0 = now();
+    t0 = cli_now();
     if ((rc = dstore_open(&o, &s)))
         return fail("dstore_open", rc);
-    t[0] = now() - t0;
+    t[0] = cli_now() - t0;
     rc = serve_keys(s, keys, b->open.keys);
-    t[1] = now() - t0;
+    t[1] = cli_now() - t0;
     if (!rc)
         rc = read_one(s, keys, buf);
-    t[2] = now() - t0;
+    t[2] = cli_now() - t0;
     if (!rc && (rc = dstore_wait_ready(s)))
         rc = fail("dstore_wait_ready", rc);
-    t[3] = now() - t0;
+    t[3] = cli_now() - t0;
     dstore_close(s);
     return rc;
 }
@@ -1240,10 +1187,10 @@ static int run_open(struct bench *b)
         for (int kind = 0; kind < 2; kind++) {
             double *k = t + (size_t)kind * 4 * reps;
 
-            b->open.open[kind] = summarize(k, reps);
-            b->open.serve[kind] = summarize(k + reps, reps);
-            b->open.first_read[kind] = summarize(k + 2 * reps, reps);
-            b->open.ready[kind] = summarize(k + 3 * reps, reps);
+            b->open.open[kind] = cli_summarize(k, reps);
+            b->open.serve[kind] = cli_summarize(k + reps, reps);
+            b->open.first_read[kind] = cli_summarize(k + 2 * reps, reps);
+            b->open.ready[kind] = cli_summarize(k + 3 * reps, reps);
         }
         b->open_ran = true;
     }
@@ -1294,18 +1241,19 @@ static void print_fio_lines(const struct bench *b, const struct point *pt)
 }
 
 /* One row: the store's figure, fio's (when it ran), their ratio and the target when judged. */
-static void print_row(const char *name, const struct point *pt, const struct timing *st,
-                      const struct timing *fio, bool judged)
+static void print_row(const char *name, const struct point *pt, const struct cli_timing *st,
+                      const struct cli_timing *fio, bool judged)
 {
     uint64_t bytes = pt->pages * pt->page_bytes, fbytes = pt->pages * pt->slot_bytes;
-    double r = ratio(fio->median, st->median);
+    double r = cli_ratio(fio->median, st->median);
 
-    printf("  %-24s %7.3f (%7.3f) %9.0f", name, gbps(bytes, st->median), gbps(bytes, st->best),
-           ratio((double)pt->pages, st->median));
+    printf("  %-24s %7.3f (%7.3f) %9.0f", name, cli_gbps(bytes, st->median),
+           cli_gbps(bytes, st->best), cli_ratio((double)pt->pages, st->median));
     if (pt->fio_ran)
-        printf("   %7.3f (%7.3f) %7.3f", gbps(fbytes, fio->median), gbps(fbytes, fio->best), r);
+        printf("   %7.3f (%7.3f) %7.3f", cli_gbps(fbytes, fio->median), cli_gbps(fbytes, fio->best),
+               r);
     if (pt->fio_ran && judged)
-        printf("   >= %.2f %s", TARGET_RATIO, met(r >= TARGET_RATIO));
+        printf("   >= %.2f %s", TARGET_RATIO, cli_met(r >= TARGET_RATIO));
     printf("\n");
 }
 
@@ -1314,10 +1262,10 @@ static void print_text_point(const struct bench *b, const struct point *pt)
     char sync[64];
 
     printf("\npage ");
-    print_size(pt->page_bytes);
+    cli_print_size(pt->page_bytes);
     printf(" (slot %u B), queue depth %u: %" PRIu64 " pages, ", pt->slot_bytes, pt->queue_depth,
            pt->pages);
-    print_size(pt->pages * pt->page_bytes);
+    cli_print_size(pt->pages * pt->page_bytes);
     printf(" a run; median (best) of %" PRIu64 " runs\n", b->cfg->reps);
     print_store_how(pt);
     printf("  %-24s %-17s %9s", "", "store GB/s", "pages/s");
@@ -1357,16 +1305,18 @@ static void print_text_open(const struct bench *b)
     print_open_row("cold", o, 0);
     print_open_row("warm", o, 1);
     printf("  serve <= %.0f ms: cold %s, warm %s\n", TARGET_SERVE_S * 1e3,
-           met(o->serve[0].median <= TARGET_SERVE_S), met(o->serve[1].median <= TARGET_SERVE_S));
+           cli_met(o->serve[0].median <= TARGET_SERVE_S),
+           cli_met(o->serve[1].median <= TARGET_SERVE_S));
 }
 
 /* ---- report: JSON ---- */
 
-static void print_json_timing(const char *name, const struct timing *t, uint64_t bytes)
+static void print_json_timing(const char *name, const struct cli_timing *t, uint64_t bytes)
 {
     printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"worst_s\":%.9g,\"median_gbps\":%.6g,"
            "\"best_gbps\":%.6g}",
-           name, t->median, t->best, t->worst, gbps(bytes, t->median), gbps(bytes, t->best));
+           name, t->median, t->best, t->worst, cli_gbps(bytes, t->median),
+           cli_gbps(bytes, t->best));
 }
 
 static void print_json_fio(const struct bench *b, const struct point *pt)
@@ -1387,9 +1337,9 @@ static void print_json_fio(const struct bench *b, const struct point *pt)
     /* The target judges write_vs_fdatasync (durable against durable) and read. */
     printf("},\"ratio\":{\"write\":%.6g,\"write_vs_fdatasync\":%.6g,\"read\":%.6g,"
            "\"judged\":[\"write_vs_fdatasync\",\"read\"]}",
-           ratio(pt->fio_write.median, pt->write.median),
-           ratio(pt->fio_sync.median, pt->write.median),
-           ratio(pt->fio_read.median, pt->read.median));
+           cli_ratio(pt->fio_write.median, pt->write.median),
+           cli_ratio(pt->fio_sync.median, pt->write.median),
+           cli_ratio(pt->fio_read.median, pt->read.median));
 }
 
 static void print_json_point(const struct bench *b, const struct point *pt)
@@ -1405,7 +1355,8 @@ static void print_json_point(const struct bench *b, const struct point *pt)
     putchar(',');
     print_json_timing("read", &pt->read, bytes);
     printf(",\"write_pages_per_s\":%.6g,\"read_pages_per_s\":%.6g},",
-           ratio((double)pt->pages, pt->write.median), ratio((double)pt->pages, pt->read.median));
+           cli_ratio((double)pt->pages, pt->write.median),
+           cli_ratio((double)pt->pages, pt->read.median));
     print_json_fio(b, pt);
     printf(",\"target_ratio\":%.2f}", TARGET_RATIO);
 }
@@ -1452,7 +1403,7 @@ static void print_json_open(const struct bench *b)
     printf("\"open\":{\"pages\":%" PRIu64 ",\"page_bytes\":%u,\"keys\":%" PRIu64
            ",\"reps\":%" PRIu64 ",\"build_s\":%.6g,\"build_pages_per_s\":%.6g,",
            o->pages, OPEN_PAGE_BYTES, o->keys, b->cfg->open_reps, o->build,
-           ratio((double)o->pages, o->build));
+           cli_ratio((double)o->pages, o->build));
     print_json_open_kind("cold", o, 0);
     putchar(',');
     print_json_open_kind("warm", o, 1);

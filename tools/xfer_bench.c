@@ -83,23 +83,19 @@ struct config {
     bool json;
 };
 
-struct timing {
-    double median, best; /* seconds */
-};
-
 struct bandwidth {
-    struct timing load, backup, base_h2d, base_d2h;
+    struct cli_timing load, backup, base_h2d, base_d2h;
 };
 
 struct overlap_point {
     double compute, ideal; /* seconds */
-    struct timing measured;
+    struct cli_timing measured;
     bool automatic;
 };
 
 struct overlap {
-    struct timing load; /* the request's whole load, no compute */
-    double layer;       /* T: one layer's copy */
+    struct cli_timing load; /* the request's whole load, no compute */
+    double layer;           /* T: one layer's copy */
     struct overlap_point pt[MAX_COMPUTE];
 };
 
@@ -124,20 +120,12 @@ struct rig {
 
 /* ---- small helpers ---- */
 
-static double now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The emulated compute: a busy-wait, since a sleep would give the core away and wake late. */
 static void spin_for(double seconds)
 {
-    double end = now() + seconds;
+    double end = cli_now() + seconds;
 
-    while (now() < end)
+    while (cli_now() < end)
         ;
 }
 
@@ -160,31 +148,6 @@ static uint64_t rng_next(uint64_t *s)
 static uint32_t rng_below(uint64_t *s, uint64_t n)
 {
     return (uint32_t)(rng_next(s) % n);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Median and best of n samples; sorts them. */
-static struct timing summarize(double *t, size_t n)
-{
-    qsort(t, n, sizeof(*t), cmp_double);
-    return (struct timing){.median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2,
-                           .best = t[0]};
-}
-
-static double gbps(uint64_t bytes, double seconds)
-{
-    return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
-}
-
-static double ratio(double a, double b)
-{
-    return b > 0 ? a / b : 0.0;
 }
 
 static double max_d(double a, double b)
@@ -525,12 +488,12 @@ static int timed_xfer(struct rig *r, enum xfer_dir dir, size_t n, double *second
     int rc;
 
     xfer_path_ops(r->x, &paths[0], &paths[1]);
-    t0 = now();
+    t0 = cli_now();
     rc = xfer_submit(r->x, dir, r->dev_pages, r->host_pages, n, NULL, &id);
     if (rc)
         return fail("xfer_submit", rc);
     rc = xfer_wait(r->x, dir, id);
-    *seconds = now() - t0;
+    *seconds = cli_now() - t0;
     count_paths(r, dir, paths);
     if (rc)
         return fail(dir == XFER_LOAD ? "load" : "backup", rc);
@@ -543,10 +506,10 @@ static int timed_xfer(struct rig *r, enum xfer_dir dir, size_t n, double *second
 
 static int timed_base(struct rig *r, bool h2d, double *seconds)
 {
-    double t0 = now();
+    double t0 = cli_now();
     int rc = base_copy(r, h2d);
 
-    *seconds = now() - t0;
+    *seconds = cli_now() - t0;
     return rc;
 }
 
@@ -575,10 +538,10 @@ static int run_bandwidth(struct rig *r, struct bandwidth *bw)
             t[k * reps + i] = one[k];
     }
     if (!rc) {
-        bw->base_h2d = summarize(t, reps);
-        bw->load = summarize(t + reps, reps);
-        bw->base_d2h = summarize(t + 2 * reps, reps);
-        bw->backup = summarize(t + 3 * reps, reps);
+        bw->base_h2d = cli_summarize(t, reps);
+        bw->load = cli_summarize(t + reps, reps);
+        bw->base_d2h = cli_summarize(t + 2 * reps, reps);
+        bw->backup = cli_summarize(t + 3 * reps, reps);
     }
     free(t);
     return rc;
@@ -615,13 +578,13 @@ static int prefill_once(struct rig *r, size_t n, double *seconds)
     int rc, wrc;
 
     xfer_path_ops(r->x, &paths[0], &paths[1]);
-    t0 = now();
+    t0 = cli_now();
     rc = xfer_submit(r->x, XFER_LOAD, r->dev_pages, r->host_pages, n, NULL, &id);
     if (rc)
         return fail("xfer_submit", rc);
     count_paths(r, XFER_LOAD, paths);
     rc = prefill_layers(r, id);
-    *seconds = now() - t0;
+    *seconds = cli_now() - t0;
     wrc = xfer_wait(r->x, XFER_LOAD, id); /* also after a failure: the op is still queued */
     if (!rc && wrc)
         return fail("load", wrc);
@@ -630,7 +593,7 @@ static int prefill_once(struct rig *r, size_t n, double *seconds)
 
 /* Median and best of reps calls of fn after one warm-up. */
 static int repeat(struct rig *r, size_t n, int (*fn)(struct rig *, size_t, double *),
-                  struct timing *out)
+                  struct cli_timing *out)
 {
     size_t reps = r->cfg->reps;
     double *t = calloc(reps, sizeof(*t)), warm;
@@ -639,7 +602,7 @@ static int repeat(struct rig *r, size_t n, int (*fn)(struct rig *, size_t, doubl
     for (size_t i = 0; i < reps && !rc; i++)
         rc = fn(r, n, &t[i]);
     if (!rc)
-        *out = summarize(t, reps);
+        *out = cli_summarize(t, reps);
     free(t);
     return rc;
 }
@@ -683,21 +646,6 @@ static double target_ratio(const struct rig *r)
     return on_cuda(r) ? TARGET_RATIO_GPU : TARGET_RATIO_SIM;
 }
 
-static const char *met(bool ok)
-{
-    return ok ? "met" : "MISSED";
-}
-
-static void print_size(uint64_t n)
-{
-    if (n >= (1ull << 30))
-        printf("%.2f GiB", (double)n / (1ull << 30));
-    else if (n >= (1ull << 20))
-        printf("%.1f MiB", (double)n / (1ull << 20));
-    else
-        printf("%.1f KiB", (double)n / 1024);
-}
-
 static void print_text_config(const struct rig *r)
 {
     const struct config *cfg = r->cfg;
@@ -712,7 +660,7 @@ static void print_text_config(const struct rig *r)
     else
         printf("%u KV heads of %u", g->kv_heads, g->head_dim);
     printf(", %u-byte elements; page %u tokens = ", g->dtype_bytes, cfg->page_size);
-    print_size(r->page_bytes);
+    cli_print_size(r->page_bytes);
     printf("\n  pages     %" PRIu64 " of %" PRIu64 " in each pool, ", cfg->pages, cfg->pool_pages);
     if (cfg->scatter == SCATTER_RUNS)
         printf("in runs of %" PRIu64, cfg->run_pages);
@@ -726,20 +674,20 @@ static void print_text_config(const struct rig *r)
                r->path_ops[XFER_BACKUP][1]);
 }
 
-static void print_text_dir(const char *name, const struct timing *x, const struct timing *b,
+static void print_text_dir(const char *name, const struct cli_timing *x, const struct cli_timing *b,
                            uint64_t bytes, double target)
 {
-    double rm = ratio(b->median, x->median), rb = ratio(b->best, x->best);
+    double rm = cli_ratio(b->median, x->median), rb = cli_ratio(b->best, x->best);
 
     printf("  %-13s %6.2f (%6.2f) GB/s  %6.2f (%6.2f) GB/s  %5.3f (%5.3f)  >= %.2f %s\n", name,
-           gbps(bytes, x->median), gbps(bytes, x->best), gbps(bytes, b->median),
-           gbps(bytes, b->best), rm, rb, target, met(rm >= target));
+           cli_gbps(bytes, x->median), cli_gbps(bytes, x->best), cli_gbps(bytes, b->median),
+           cli_gbps(bytes, b->best), rm, rb, target, cli_met(rm >= target));
 }
 
 static void print_text_bandwidth(const struct rig *r, const struct bandwidth *bw)
 {
     printf("\n(a) bandwidth: ");
-    print_size(r->bytes);
+    cli_print_size(r->bytes);
     printf(" per op, median (best) of %" PRIu64 " after a warm-up\n", r->cfg->reps);
     printf("    one copy: %s\n",
            on_cuda(r) ? "one cudaMemcpyAsync between the host pool and a device buffer"
@@ -756,29 +704,29 @@ static void print_text_overlap(const struct rig *r, const struct overlap *ov)
 
     printf("\n(b) overlap: prefill of %u layers over %" PRIu64 " pages (", cfg->g.layers,
            cfg->overlap_pages);
-    print_size(bytes);
+    cli_print_size(bytes);
     printf("), median of %" PRIu64 " after a warm-up\n", cfg->reps);
     printf("  one layer's copy %.1f us (", ov->layer * 1e6);
-    print_size(bytes / cfg->g.layers);
+    cli_print_size(bytes / cfg->g.layers);
     printf(", whole load %.2f ms at %.2f GB/s)\n", ov->load.median * 1e3,
-           gbps(bytes, ov->load.median));
+           cli_gbps(bytes, ov->load.median));
     printf("  %-16s %12s %12s %10s %13s   %s\n", "compute/layer", "measured", "ideal", "overhead",
            "copy/compute", "target");
     for (size_t i = 0; i < cfg->ncompute; i++) {
         const struct overlap_point *p = &ov->pt[i];
-        double over = 100 * (ratio(p->measured.median, p->ideal) - 1);
+        double over = 100 * (cli_ratio(p->measured.median, p->ideal) - 1);
 
         printf("  %9.1f us%-5s %9.2f ms %9.2f ms %+9.2f%% %13.3f   <= %.0f%% %s\n",
                p->compute * 1e6, p->automatic ? " auto" : "", p->measured.median * 1e3,
-               p->ideal * 1e3, over, ratio(ov->layer, p->compute), TARGET_OVERHEAD_PCT,
-               met(over <= TARGET_OVERHEAD_PCT));
+               p->ideal * 1e3, over, cli_ratio(ov->layer, p->compute), TARGET_OVERHEAD_PCT,
+               cli_met(over <= TARGET_OVERHEAD_PCT));
     }
 }
 
-static void print_json_timing(const char *name, const struct timing *t, uint64_t bytes)
+static void print_json_timing(const char *name, const struct cli_timing *t, uint64_t bytes)
 {
     printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"median_gbps\":%.6g,\"best_gbps\":%.6g}",
-           name, t->median, t->best, gbps(bytes, t->median), gbps(bytes, t->best));
+           name, t->median, t->best, cli_gbps(bytes, t->median), cli_gbps(bytes, t->best));
 }
 
 static void print_json_config(const struct rig *r)
@@ -810,10 +758,11 @@ static void print_json_config(const struct rig *r)
            r->path_ops[XFER_LOAD][1], r->path_ops[XFER_BACKUP][0], r->path_ops[XFER_BACKUP][1]);
 }
 
-static void print_json_ratio(const char *name, const struct timing *x, const struct timing *b)
+static void print_json_ratio(const char *name, const struct cli_timing *x,
+                             const struct cli_timing *b)
 {
-    printf("\"%s\":{\"median\":%.6g,\"best\":%.6g}", name, ratio(b->median, x->median),
-           ratio(b->best, x->best));
+    printf("\"%s\":{\"median\":%.6g,\"best\":%.6g}", name, cli_ratio(b->median, x->median),
+           cli_ratio(b->best, x->best));
 }
 
 static void print_json_bandwidth(const struct rig *r, const struct bandwidth *bw)
@@ -839,7 +788,8 @@ static void print_json_point(const struct overlap *ov, const struct overlap_poin
     printf("{\"compute_us\":%.3f,\"auto\":%s,\"measured_s\":%.9g,\"best_s\":%.9g,"
            "\"ideal_s\":%.9g,\"overhead_pct\":%.4f,\"copy_compute_ratio\":%.6g}",
            p->compute * 1e6, p->automatic ? "true" : "false", p->measured.median, p->measured.best,
-           p->ideal, 100 * (ratio(p->measured.median, p->ideal) - 1), ratio(ov->layer, p->compute));
+           p->ideal, 100 * (cli_ratio(p->measured.median, p->ideal) - 1),
+           cli_ratio(ov->layer, p->compute));
 }
 
 static void print_json_overlap(const struct rig *r, const struct overlap *ov)
