@@ -421,13 +421,37 @@ static void mark_stored(struct dstore *s, struct batch *b)
         uint32_t g = r.slab * s->slab_slots + r.slot;
 
         pthread_mutex_lock(&s->lock);
-        if (s->state[g] == SLOT_USED && !memcmp(s->skey[g], p->key, DSTORE_KEY_BYTES)) {
+        if (s->state[g] == SLOT_USED && !memcmp(s->skey[g], p->key, DSTORE_KEY_BYTES) &&
+            s->pins[g] < UINT16_MAX) {
             p->dup = true;
             touch_locked(s, g);
+            /* Pinned until the batch has its slots: the eviction that makes room for the
+             * rest must not take the page this one is reported as. */
+            s->pins[g]++;
+            p->slot = g;
         }
         pthread_mutex_unlock(&s->lock);
     }
     mdb_txn_reset(s->ctxn);
+}
+
+/* The pins mark_stored took. */
+static void unpin_stored(struct dstore *s, struct batch *b)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < b->n; i++) {
+        struct dop_page *p = b->pg[i];
+        uint32_t g = p->slot;
+
+        if (!p->dup || p->dup_of || g == NO_SLOT)
+            continue;
+        p->slot = NO_SLOT;
+        if (--s->pins[g] == 0 && s->state[g] == SLOT_DEAD) {
+            s->state[g] = SLOT_FREE;
+            s->freestk[s->nfree++] = g;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Slots for the pages to write, evicting what is missing first. */
@@ -731,6 +755,7 @@ static void run_writes(struct dstore *s, struct djob *jobs)
         mark_batch_dups(&b);
         mark_stored(s, &b);
         reserve(s, &b);
+        unpin_stored(s, &b);
         write_pages(s, &b);
         sync_slabs(s, &b);
         settle(s, &b, commit_pages(s, &b, now), now, jobs);

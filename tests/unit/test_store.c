@@ -1233,6 +1233,30 @@ static void test_rebuild_failed(void **state)
 
 /* ---- capacity and eviction ---- */
 
+/* A batch that names a stored page and needs every other slot: the eviction that makes room
+ * must not take the page the batch reports as stored. */
+static void test_evict_keeps_batch_dup(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ids[9] = {1, 10, 11, 12, 13, 14, 15, 16, 17};
+    int res[9], nospc = 0;
+
+    f->o.disk_bytes = f->o.slab_bytes = 8ull * PAGE;
+    fx_open(f);
+    put_range(f, 1, 8); /* full */
+    assert_int_equal(put_core(f->s, f->bufs, ids, 9, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(get_id(f, 1), 0);
+    for (int i = 1; i < 9; i++) {
+        assert_true(res[i] == 0 || res[i] == -ENOSPC);
+        nospc += res[i] == -ENOSPC;
+        assert_int_equal(get_id(f, ids[i]), res[i] ? -ENOENT : 0);
+    }
+    assert_int_equal(nospc, 1); /* eight slots: page 1 and seven new ones */
+    fx_reopen(f);
+    assert_int_equal(get_id(f, 1), 0);
+}
+
 static void test_lru_eviction(void **state)
 {
     struct fx *f = *state;
@@ -1521,6 +1545,7 @@ int main(void)
         T(test_garbled_index),
         T(test_faults),
         T(test_rebuild_failed),
+        T(test_evict_keeps_batch_dup),
         T(test_lru_eviction),
         T(test_pinned_slot),
         T(test_wait_timeout),
