@@ -446,10 +446,7 @@ static void unpin_stored(struct dstore *s, struct batch *b)
         if (!p->dup || p->dup_of || g == NO_SLOT)
             continue;
         p->slot = NO_SLOT;
-        if (--s->pins[g] == 0 && s->state[g] == SLOT_DEAD) {
-            s->state[g] = SLOT_FREE;
-            s->freestk[s->nfree++] = g;
-        }
+        unpin_locked(s, g);
     }
     pthread_mutex_unlock(&s->lock);
 }

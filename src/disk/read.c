@@ -93,7 +93,7 @@ static int pin_locked(struct dstore *s, const uint8_t *key, uint32_t g)
     return 0;
 }
 
-static void unpin_locked(struct dstore *s, uint32_t g)
+void unpin_locked(struct dstore *s, uint32_t g)
 {
     /* Before the rebuild is done the committer is still writing the slot table, and no slot
      * can be dead yet (deletes queue behind the rebuild): leave the table alone. */

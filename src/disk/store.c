@@ -605,14 +605,15 @@ int dstore_lookup(struct dstore *s, const uint8_t *key, dstore_visit_fn fn, void
     return rc;
 }
 
-static uint64_t index_entries(struct dstore *s)
+/* Entries in one of the index's databases, in a snapshot of their own; 0 on an error. */
+static uint64_t db_entries(struct dstore *s, MDB_dbi dbi)
 {
     MDB_txn *txn;
     MDB_stat ms = {0};
 
     if (mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))
         return 0;
-    mdb_stat(txn, s->ix.pages, &ms);
+    mdb_stat(txn, dbi, &ms);
     mdb_txn_abort(txn);
     return ms.ms_entries;
 }
@@ -628,7 +629,7 @@ void dstore_stats(struct dstore *s, struct dstore_stats *st)
     st->ops_in_flight = s->live;
     st->direct = s->direct; /* may turn off when the first slab is made */
     pthread_mutex_unlock(&s->lock);
-    st->pages = index_entries(s);
+    st->pages = db_entries(s, s->ix.pages);
     st->bytes = st->pages * s->page_bytes;
     st->capacity_slots = s->nslots;
     st->page_bytes = s->page_bytes;
@@ -641,14 +642,7 @@ void dstore_stats(struct dstore *s, struct dstore_stats *st)
 
 uint64_t dstore_slot_entries(struct dstore *s)
 {
-    MDB_txn *txn;
-    MDB_stat ms = {0};
-
-    if (!s || mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))
-        return 0;
-    mdb_stat(txn, s->ix.slots, &ms);
-    mdb_txn_abort(txn);
-    return ms.ms_entries;
+    return s ? db_entries(s, s->ix.slots) : 0;
 }
 
 void dstore_info(struct dstore *s, struct dstore_info *info)

@@ -187,6 +187,8 @@ void slot_release_locked(struct dstore *s, uint32_t g);
 
 /* Look up and check key's record in txn: 0 and *r, -ENOENT, or KVT_ECORRUPT / bounds
  * errors (counted). *digest gets the raw value's digest where one was read. */
+/* Under the lock: drop one pin of slot g; the last pin of a dead slot frees it. */
+void unpin_locked(struct dstore *s, uint32_t g);
 int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct drec *r,
                   uint64_t *digest);
 /* Whether r names a slot the slabs back now (locked). */
