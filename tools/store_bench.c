@@ -62,6 +62,7 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "disk/layout.h"
 #include "disk/store.h"
 #include "host/host_pool.h"
 
@@ -178,9 +179,12 @@ static void page_key(uint64_t seed, uint64_t i, uint8_t *key)
     }
 }
 
-static uint32_t slot_of(uint64_t page_bytes)
+/* Bytes a page takes in a slab: its blocks and its head's (disk/layout.h). */
+static uint32_t slot_of(uint32_t page_bytes)
 {
-    return (uint32_t)((page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN);
+    struct slot_layout l;
+
+    return layout_init(&l, page_bytes, PAGE_TOKENS) ? 0 : l.slot_bytes;
 }
 
 /* Why there is no (more) comparison with fio; the report prints it. */
@@ -1039,7 +1043,7 @@ static int run_throughput(struct bench *b)
 static void open_options(struct dstore_options *o, const char *dir, const struct config *cfg)
 {
     store_options(o, dir, OPEN_PAGE_BYTES);
-    o->disk_bytes = cfg->open_pages * OPEN_PAGE_BYTES;
+    o->disk_bytes = cfg->open_pages * slot_of(OPEN_PAGE_BYTES);
     o->io = cfg->io;
 }
 
@@ -1173,7 +1177,7 @@ static int run_open(struct bench *b)
         return 0;
     b->open.pages = cfg->open_pages;
     b->open.keys = cfg->open_pages < OPEN_KEYS ? cfg->open_pages : OPEN_KEYS;
-    if (check_space(b, cfg->open_pages * (OPEN_PAGE_BYTES + INDEX_BYTES_PER_PAGE),
+    if (check_space(b, cfg->open_pages * (slot_of(OPEN_PAGE_BYTES) + INDEX_BYTES_PER_PAGE),
                     "lower --open-pages, or pick another --dir"))
         return -1;
     work_path(b, "open", dir, sizeof(dir));

@@ -20,8 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
-
 /* ---- small helpers ---- */
 
 static int txn_begin(struct dstore *s, MDB_txn **txn)
@@ -165,7 +163,7 @@ static int persist_one(struct dstore *s, MDB_txn *txn, const struct touched *t, 
     v.mv_data = buf;
     if ((rc = index_err(mdb_put(txn, s->ix.pages, &k, &v, 0))))
         return rc;
-    return slot_put(&s->ix, txn, t->g, t->key, t->atime);
+    return slot_put(&s->ix, txn, t->g, t->key, t->atime, r.parent);
 }
 
 /* Persist the access times waiting, inside txn. They are hints for the order after a
@@ -377,7 +375,7 @@ struct batch {
 
 static bool to_write(const struct dop_page *p)
 {
-    return !p->req.res && !p->dup && p->slot != NO_SLOT;
+    return !p->res && !p->dup && p->slot != NO_SLOT;
 }
 
 static int cmp_keys(const void *a, const void *b, void *arg)
@@ -398,7 +396,7 @@ static void mark_batch_dups(struct batch *b)
     for (size_t i = 1; i < b->n; i++) {
         struct dop_page *first = b->pg[b->order[i - 1]], *p = b->pg[b->order[i]];
 
-        if (!p->req.res && !first->req.res && !memcmp(first->key, p->key, DSTORE_KEY_BYTES)) {
+        if (!p->res && !first->res && !memcmp(first->key, p->key, DSTORE_KEY_BYTES)) {
             p->dup = true;
             p->dup_of = first->dup_of ? first->dup_of : first;
         }
@@ -416,7 +414,7 @@ static void mark_stored(struct dstore *s, struct batch *b)
     for (size_t i = 0; i < b->n; i++) {
         struct dop_page *p = b->pg[i];
 
-        if (p->req.res || p->dup || lookup_record(s, s->ctxn, p->key, &r, &digest))
+        if (p->res || p->dup || lookup_record(s, s->ctxn, p->key, &r, &digest))
             continue;
         uint32_t g = r.slab * s->slab_slots + r.slot;
 
@@ -457,7 +455,7 @@ static void reserve(struct dstore *s, struct batch *b)
     size_t need = 0, have, evicted;
 
     for (size_t i = 0; i < b->n; i++)
-        need += !b->pg[i]->req.res && !b->pg[i]->dup;
+        need += !b->pg[i]->res && !b->pg[i]->dup;
     pthread_mutex_lock(&s->lock);
     have = s->nfree;
     pthread_mutex_unlock(&s->lock);
@@ -467,11 +465,11 @@ static void reserve(struct dstore *s, struct batch *b)
     for (size_t i = 0; i < b->n; i++) {
         struct dop_page *p = b->pg[i];
 
-        if (p->req.res || p->dup)
+        if (p->res || p->dup)
             continue;
         p->slot = pop_free_locked(s);
         if (p->slot == NO_SLOT) {
-            p->req.res = -ENOSPC;
+            p->res = -ENOSPC;
             s->st.err_nospc++;
             continue;
         }
@@ -483,11 +481,12 @@ static void reserve(struct dstore *s, struct batch *b)
 
 static void write_landed(struct dio_req *req)
 {
-    struct dop_page *p = container_of(req, struct dop_page, req);
+    struct dop_page *p = req->ctx;
     struct dstore *s = p->op->s;
 
     pthread_mutex_lock(&s->lock);
-    if (--s->batch_pending == 0)
+    s->st.fixed_ios += req->fixed && !req->res;
+    if (page_io_landed_locked(req) && --s->batch_pending == 0)
         pthread_cond_signal(&s->io_cv);
     pthread_mutex_unlock(&s->lock);
 }
@@ -521,70 +520,92 @@ static size_t batch_slab(struct batch *b, uint32_t slab)
     return k;
 }
 
-/* The page's slab made whole and its request filled; 0 or the error. */
+/* The page's slab made whole and its requests filled; 0 or the error. */
 static int prepare_write(struct dstore *s, struct dop_page *p)
 {
-    uint32_t slab = slab_of(s, p->slot);
-    int rc = slab_ready(s, slab);
+    int rc = slab_ready(s, slab_of(s, p->slot));
 
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&s->lock);
-    p->req.fd = slab_fd_locked(s, slab, p->buf);
-    pthread_mutex_unlock(&s->lock);
-    if (p->req.fd < 0)
-        return -EIO;
-    p->req.buf = p->buf;
-    p->req.off = (uint64_t)(p->slot % s->slab_slots) * s->slot_bytes;
-    p->req.len = s->page_bytes;
-    p->req.write = true;
-    p->req.slab = slab;
-    p->req.slot = p->slot % s->slab_slots;
-    p->req.complete = write_landed;
-    return 0;
+    return rc ? rc : page_io_prepare(s, p, p->slot, true, write_landed);
 }
 
-/* Requests for every reserved page, linked in batch order, in b->io. */
-static struct dio_req *queue_writes(struct dstore *s, struct batch *b)
+/* The reserved pages in b->io, their slabs noted; a page that cannot be written fails. */
+static void collect_writes(struct dstore *s, struct batch *b)
 {
-    struct dio_req *list = NULL, **tail = &list;
-
     for (size_t i = 0; i < b->n; i++) {
         struct dop_page *p = b->pg[i];
 
         if (!to_write(p))
             continue;
-        if ((p->req.res = prepare_write(s, p))) {
-            count_write_error(s, p->req.res);
+        if ((p->res = prepare_write(s, p))) {
+            count_write_error(s, p->res);
             continue;
         }
-        batch_slab(b, p->req.slab);
+        batch_slab(b, slab_of(s, p->slot));
         b->io[b->nio++] = p;
-        *tail = &p->req;
-        tail = &p->req.next;
+    }
+}
+
+/* Requests number which (0: bodies, 1: tail blocks) of the batch's pages, linked. */
+static struct dio_req *requests(const struct dstore *s, struct batch *b, int which)
+{
+    struct dio_req *list = NULL, **tail = &list;
+    bool body = s->lay.body != 0;
+
+    for (size_t i = 0; i < b->nio; i++) {
+        struct dop_page *p = b->io[i];
+        struct dio_req *r = which == 0 ? (body ? &p->io[0] : NULL) : &p->io[p->nio - 1];
+
+        if (!r)
+            continue;
+        r->next = NULL;
+        *tail = r;
+        tail = &r->next;
     }
     return list;
 }
 
-/* Write every reserved page and wait for all of them; the checksums are taken meanwhile. */
-static void write_pages(struct dstore *s, struct batch *b)
+/* The page's tail block: its last bytes and its head, checksum and all. */
+static void fill_block(struct dstore *s, struct dop_page *p, uint64_t now)
 {
-    struct dio_req *list = queue_writes(s, b);
+    struct page_head h = {
+        .created = now,
+        .slab = slab_of(s, p->slot),
+        .slot = p->slot % s->slab_slots,
+        .length = s->page_bytes,
+        .ntokens = s->page_tokens,
+        .fp_digest = s->fp_digest,
+    };
 
+    memcpy(h.key, p->key, DSTORE_KEY_BYTES);
+    memcpy(h.parent, p->parent, DSTORE_KEY_BYTES);
+    memcpy(h.ns, p->ns, DSTORE_NS_BYTES);
+    memcpy(h.sum, p->sum, 16);
+    layout_fill_tail(&s->lay, p->buf, &h, p->tokens, p->block);
+}
+
+/* Write every reserved page and wait for all of them. The bodies go first, straight from the
+ * caller's buffers; the checksums are taken while they fly, and the tail blocks, which carry
+ * them in the page heads, follow. */
+static void write_pages(struct dstore *s, struct batch *b, uint64_t now)
+{
+    collect_writes(s, b);
     pthread_mutex_lock(&s->lock);
     s->batch_pending = (uint32_t)b->nio;
     pthread_mutex_unlock(&s->lock);
-    dio_submit(s->io, list);
-    /* Only req is shared with the engine from here on; it reads buf and never writes it. */
-    for (size_t i = 0; i < b->nio; i++)
+    dio_submit(s->io, requests(s, b, 0));
+    /* Only the requests are shared with the engine: it reads buf and never writes it. */
+    for (size_t i = 0; i < b->nio; i++) {
         page_checksum(b->io[i]->buf, s->page_bytes, b->io[i]->sum);
+        fill_block(s, b->io[i], now);
+    }
+    dio_submit(s->io, requests(s, b, 1));
     pthread_mutex_lock(&s->lock);
     while (s->batch_pending)
         pthread_cond_wait(&s->io_cv, &s->lock);
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < b->nio; i++)
-        if (b->io[i]->req.res)
-            count_write_error(s, b->io[i]->req.res);
+        if (b->io[i]->res)
+            count_write_error(s, b->io[i]->res);
 }
 
 /* fdatasync each slab written once; a slab that fails fails its pages. */
@@ -600,8 +621,8 @@ static void sync_slabs(struct dstore *s, struct batch *b)
         }
     }
     for (size_t i = 0; i < b->nio; i++)
-        if (!b->io[i]->req.res)
-            b->io[i]->req.res = b->slab_rc[batch_slab(b, b->io[i]->req.slab)];
+        if (!b->io[i]->res)
+            b->io[i]->res = b->slab_rc[batch_slab(b, slab_of(s, b->io[i]->slot))];
 }
 
 static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, uint64_t now,
@@ -623,7 +644,7 @@ static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, 
     memcpy(r.ns, p->ns, DSTORE_NS_BYTES);
     rec_encode(p->key, &r, p->tokens, buf);
     rc = index_err(mdb_put(txn, s->ix.pages, &k, &v, 0));
-    return rc ? rc : slot_put(&s->ix, txn, p->slot, p->key, now);
+    return rc ? rc : slot_put(&s->ix, txn, p->slot, p->key, now, p->parent);
 }
 
 /* One transaction for the batch's records and the access times waiting. */
@@ -650,15 +671,15 @@ static int commit_pages(struct dstore *s, struct batch *b, uint64_t now)
 static void settle_page_locked(struct dstore *s, struct dop_page *p, int rc, uint64_t now)
 {
     if (p->dup) {
-        p->req.res = p->dup_of ? p->dup_of->req.res : 0;
-        s->st.write_dups += !p->req.res;
+        p->res = p->dup_of ? p->dup_of->res : 0;
+        s->st.write_dups += !p->res;
         return;
     }
     if (p->slot == NO_SLOT)
         return;
-    if (!p->req.res && rc)
-        p->req.res = rc;
-    if (p->req.res) {
+    if (!p->res && rc)
+        p->res = rc;
+    if (p->res) {
         s->state[p->slot] = SLOT_DYING; /* reserved, never named by a record */
         slot_release_locked(s, p->slot);
         return;
@@ -668,7 +689,6 @@ static void settle_page_locked(struct dstore *s, struct dop_page *p, int rc, uin
     lru_push_locked(s, p->slot);
     s->st.writes++;
     s->st.bytes_written += s->page_bytes;
-    s->st.fixed_ios += p->req.fixed;
 }
 
 /* Duplicates last, so they copy their first page's final result. */
@@ -727,8 +747,8 @@ static void fail_jobs(struct dstore *s, struct djob *jobs, int rc)
     pthread_mutex_lock(&s->lock);
     for (struct djob *j = jobs; j; j = j->next) {
         for (uint32_t i = 0; i < j->op->n; i++)
-            if (!j->op->pages[i].req.res)
-                j->op->pages[i].req.res = rc;
+            if (!j->op->pages[i].res)
+                j->op->pages[i].res = rc;
         op_page_done_locked(s, j->op);
     }
     pthread_mutex_unlock(&s->lock);
@@ -753,7 +773,7 @@ static void run_writes(struct dstore *s, struct djob *jobs)
         mark_stored(s, &b);
         reserve(s, &b);
         unpin_stored(s, &b);
-        write_pages(s, &b);
+        write_pages(s, &b, now);
         sync_slabs(s, &b);
         settle(s, &b, commit_pages(s, &b, now), now, jobs);
     }
@@ -844,6 +864,9 @@ static void *committer_main(void *arg)
 {
     struct dstore *s = arg;
 
+    /* What recovery could not put back is simply not there: the rebuild goes on. */
+    if (s->recovering && recover(s))
+        count_index_error(s, -EIO);
     rebuild(s);
     for (;;) {
         struct djob *jobs;

@@ -26,6 +26,7 @@
 struct dio_req {
     struct dio_req *next; /* queue link; the engine's while the request is submitted */
     void (*complete)(struct dio_req *r);
+    void *ctx; /* the submitter's: what the request belongs to */
     void *buf;
     uint64_t off;
     uint32_t len;

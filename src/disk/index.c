@@ -8,47 +8,17 @@
  * the freed slot can be overwritten.
  */
 #include "index.h"
+#include "le.h"
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack; the functions stay in the library */
 #include <xxhash.h>
 
 #define META_KEY "format"
 #define META_MAGIC "KVTIERDS"
 #define CHECK_SEED 0x6b7674696572ull /* "kvtier": a record check is not a bare XXH3 */
-
-/* ---- little-endian fields ---- */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* ---- checksums ---- */
 
@@ -139,7 +109,15 @@ void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, 
 
 /* ---- the slot table ---- */
 
-int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime)
+uint64_t key_tag(const uint8_t *key)
+{
+    uint64_t t = get64(key);
+
+    return t ? t : 1;
+}
+
+int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
+             const uint8_t *parent)
 {
     uint8_t buf[SLOT_ENTRY_BYTES];
     unsigned int slot = g;
@@ -147,6 +125,7 @@ int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, ui
 
     memcpy(buf, key, DSTORE_KEY_BYTES);
     put64(buf + DSTORE_KEY_BYTES, atime);
+    put64(buf + DSTORE_KEY_BYTES + 8, parent ? key_tag(parent) : 0);
     return index_err(mdb_put(txn, ix->slots, &k, &v, 0));
 }
 
@@ -159,17 +138,17 @@ int slot_del(struct dindex *ix, MDB_txn *txn, uint32_t g)
     return rc == MDB_NOTFOUND ? 0 : index_err(rc);
 }
 
-int slot_decode(const MDB_val *k, const MDB_val *v, uint32_t *g, const uint8_t **key,
-                uint64_t *atime)
+int slot_decode(const MDB_val *k, const MDB_val *v, struct slot_entry *e)
 {
     unsigned int slot;
 
     if (k->mv_size != sizeof(slot) || v->mv_size != SLOT_ENTRY_BYTES)
         return KVT_ECORRUPT;
     memcpy(&slot, k->mv_data, sizeof(slot));
-    *g = slot;
-    *key = v->mv_data;
-    *atime = get64((const uint8_t *)v->mv_data + DSTORE_KEY_BYTES);
+    e->g = slot;
+    e->key = v->mv_data;
+    e->atime = get64((const uint8_t *)v->mv_data + DSTORE_KEY_BYTES);
+    e->parent = get64((const uint8_t *)v->mv_data + DSTORE_KEY_BYTES + 8);
     return 0;
 }
 
@@ -228,12 +207,16 @@ int index_err(int rc)
         return KVT_EFORMAT;
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
+    case MDB_PANIC:
         return KVT_ECORRUPT;
+    case MDB_MAP_RESIZED:
+        return -EAGAIN; /* another process grew the index while a snapshot was live */
     default:
         return rc > 0 ? -rc : -EIO;
     }
 }
 
+/* mapsize 0 takes the size the environment's writer last recorded. */
 static int env_open(MDB_env **out, const char *path, unsigned flags, size_t mapsize)
 {
     MDB_env *env;
@@ -241,13 +224,34 @@ static int env_open(MDB_env **out, const char *path, unsigned flags, size_t maps
 
     if (rc)
         return index_err(rc);
-    if (!(rc = mdb_env_set_maxdbs(env, 3)) && !(rc = mdb_env_set_mapsize(env, mapsize)))
+    rc = mdb_env_set_maxdbs(env, 3);
+    if (!rc && mapsize)
+        rc = mdb_env_set_mapsize(env, mapsize);
+    if (!rc)
         rc = mdb_env_open(env, path, flags | MDB_NOTLS | MDB_NORDAHEAD, 0600);
     if (rc) {
         mdb_env_close(env);
         return index_err(rc);
     }
     *out = env;
+    return 0;
+}
+
+/* LMDB maps its file and trusts what it finds there: a page it believes in but the file no
+ * longer holds (a truncated file) would be a SIGBUS at first touch. Checked before any is
+ * touched; an LMDB code (MDB_CORRUPTED), as the probe's child reports its findings. */
+int index_check_size(MDB_env *env)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+    struct stat fs;
+    mdb_filehandle_t fd;
+
+    if (mdb_env_info(env, &info) || mdb_env_stat(env, &st) || mdb_env_get_fd(env, &fd) ||
+        fstat(fd, &fs))
+        return EIO;
+    if (!st.ms_psize || (uint64_t)fs.st_size / st.ms_psize < (uint64_t)info.me_last_pgno + 1)
+        return MDB_CORRUPTED;
     return 0;
 }
 
@@ -306,11 +310,41 @@ int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsiz
     if (rc)
         return rc;
     mdb_reader_check(ix->env, &dead); /* slots of readers that died (a killed engine) */
-    if ((rc = open_dbs(ix))) {
+    if ((rc = index_err(index_check_size(ix->env))) || (rc = open_dbs(ix))) {
         mdb_env_close(ix->env);
         ix->env = NULL;
     }
     return rc;
+}
+
+int index_read_begin(struct dindex *ix, MDB_txn **txn, bool remap)
+{
+    int rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, txn);
+
+    if (rc == MDB_MAP_RESIZED && remap && !(rc = mdb_env_set_mapsize(ix->env, 0)))
+        rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, txn);
+    return index_err(rc);
+}
+
+int index_read_renew(struct dindex *ix, MDB_txn *txn, bool remap)
+{
+    int rc = mdb_txn_renew(txn);
+
+    if (rc == MDB_MAP_RESIZED && remap && !(rc = mdb_env_set_mapsize(ix->env, 0)))
+        rc = mdb_txn_renew(txn);
+    return index_err(rc);
+}
+
+int index_set_mapsize(struct dindex *ix, size_t bytes)
+{
+    return index_err(mdb_env_set_mapsize(ix->env, bytes));
+}
+
+uint64_t index_file_bytes(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) ? 0 : (uint64_t)st.st_size;
 }
 
 void index_close(struct dindex *ix)

@@ -1,6 +1,7 @@
 /*
- * The disk tier's index: an LMDB environment under <dir>/index with two databases, and the
- * byte formats of what they hold. Everything here is decoded as untrusted input.
+ * The disk tier's index: an LMDB environment under <dir>/index with three databases, and the
+ * byte formats of what they hold (docs/formats.md). Everything here is decoded as untrusted
+ * input.
  *
  * "meta", one record under the key "format" (80 bytes, little-endian):
  *   0 magic "KVTIERDS" | 8 format version | 12 page_bytes | 16 page_tokens | 20 slot_bytes |
@@ -13,9 +14,10 @@
  * The record's own check catches junk before any field is used.
  *
  * "slots", the compact table the rebuild at open reads instead of the records: key = global
- * slot (u32, MDB_INTEGERKEY), value (40 bytes) = page hash | last access ns (little-endian).
- * It is written in the same transactions as the records, so the two always agree unless
- * something outside kvtier changed the files; where they disagree, reads miss.
+ * slot (u32, MDB_INTEGERKEY), value (48 bytes) = page hash | last access ns | the parent's
+ * key_tag (little-endian). It is written in the same transactions as the records, so the two
+ * always agree unless something outside kvtier changed the files; where they disagree, reads
+ * miss.
  */
 #ifndef KVT_DISK_INDEX_H
 #define KVT_DISK_INDEX_H
@@ -27,11 +29,11 @@
 
 #include "disk/store.h"
 
-#define DSTORE_FORMAT_VERSION 1
+#define DSTORE_FORMAT_VERSION 2
 #define DSTORE_RECORD_VERSION 1
 #define META_BYTES 80
 #define REC_HEAD_BYTES 128
-#define SLOT_ENTRY_BYTES 40
+#define SLOT_ENTRY_BYTES 48
 
 struct dmeta {
     uint32_t version;
@@ -64,9 +66,26 @@ int index_err(int mdb_rc);
 /* Create an environment at path (a new, empty dir) holding only the meta record. */
 int index_create(const char *path, const struct dmeta *m, size_t mapsize);
 
-/* Open the environment at path and its two databases. A path that is not an LMDB
- * environment, or one without our databases: KVT_EFORMAT. */
+/* Open the environment at path and its databases, with a map of mapsize bytes (0: the size
+ * the writer recorded). A path that is not an LMDB environment, or one without our
+ * databases: KVT_EFORMAT; a file shorter than the pages its meta names: KVT_ECORRUPT. */
 int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize);
+
+/* A read-only transaction, begun or renewed. The writer in another process may have grown
+ * the index past this process's map (MDB_MAP_RESIZED): with remap, which the caller may ask
+ * only while no other transaction of the environment is live in the process, the map is
+ * grown to the writer's size and the call retried; without, -EAGAIN. */
+int index_read_begin(struct dindex *ix, MDB_txn **txn, bool remap);
+int index_read_renew(struct dindex *ix, MDB_txn *txn, bool remap);
+
+/* Grow the map (no transaction of the environment may be live in the process). */
+int index_set_mapsize(struct dindex *ix, size_t bytes);
+
+/* Bytes of the file at path; 0 when it cannot be seen. */
+uint64_t index_file_bytes(const char *path);
+
+/* Whether env's file holds every page its meta names: 0, MDB_CORRUPTED or an errno. */
+int index_check_size(MDB_env *env);
 
 /* Close; a zeroed dindex is a no-op. */
 void index_close(struct dindex *ix);
@@ -94,15 +113,28 @@ void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, 
 /* The XXH3-128 of a page in canonical byte order. */
 void page_checksum(const void *buf, size_t len, uint8_t out[16]);
 
-/* Record in txn that global slot g holds key, last accessed at atime. */
-int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime);
+/* Record in txn that global slot g holds key (whose parent is parent, NULL for none), last
+ * accessed at atime. */
+int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
+             const uint8_t *parent);
 
 /* Forget slot g in txn; a slot not in the table is no error. */
 int slot_del(struct dindex *ix, MDB_txn *txn, uint32_t g);
 
+/* A slot-table entry. */
+struct slot_entry {
+    uint32_t g;
+    const uint8_t *key; /* into the value */
+    uint64_t atime;
+    uint64_t parent; /* key_tag of the parent's key; 0 for none */
+};
+
 /* Decode a slot-table entry: 0, or KVT_ECORRUPT for one of the wrong shape. */
-int slot_decode(const MDB_val *k, const MDB_val *v, uint32_t *g, const uint8_t **key,
-                uint64_t *atime);
+int slot_decode(const MDB_val *k, const MDB_val *v, struct slot_entry *e);
+
+/* The 64 bits of a key the slot table keeps of a parent: enough to find it among the slots
+ * (a clash only misplaces an eviction preference, never a byte). 0 stands for no parent. */
+uint64_t key_tag(const uint8_t *key);
 
 /* A 64-bit digest of a raw value, to recognise it again later. */
 uint64_t value_digest(const void *val, size_t len);

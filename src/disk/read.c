@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
-
 /* The record's static bounds: what the dir's geometry allows at all. */
 static bool record_in_layout(const struct dstore *s, const struct drec *r)
 {
@@ -105,19 +103,21 @@ void unpin_locked(struct dstore *s, uint32_t g)
     }
 }
 
-/* The page's result: the I/O's, then the checksum's. A read past the end of the slab
- * (-ENODATA: truncated under us) is as bad as bad bytes. */
-static int landed_result(const struct dstore *s, const struct dop_page *p)
+/* The page's result: the I/O's, then the checksum's, over the body and the tail block's
+ * copy of the page's last bytes. A read past the end of the slab (-ENODATA: truncated under
+ * us) is as bad as bad bytes. */
+static int landed_result(const struct dstore *s, struct dop_page *p)
 {
     uint8_t sum[16];
 
-    if (p->req.res)
-        return p->req.res;
+    if (p->res)
+        return p->res;
+    memcpy((uint8_t *)p->buf + s->lay.body, p->block, s->lay.tail);
     page_checksum(p->buf, s->page_bytes, sum);
     return memcmp(sum, p->sum, 16) ? KVT_ECORRUPT : 0;
 }
 
-static void count_read_locked(struct dstore *s, const struct dio_req *req, int res)
+static void count_read_locked(struct dstore *s, const struct dop_page *p, int res)
 {
     if (res == KVT_ECORRUPT)
         s->st.err_checksum++;
@@ -129,7 +129,8 @@ static void count_read_locked(struct dstore *s, const struct dio_req *req, int r
         return;
     s->st.read_hits++;
     s->st.bytes_read += s->page_bytes;
-    s->st.fixed_ios += req->fixed;
+    for (uint32_t i = 0; i < p->nio; i++)
+        s->st.fixed_ios += p->io[i].fixed;
 }
 
 /* Under the lock: a hit counts as an access; bad bytes take the slot out of service until
@@ -156,20 +157,36 @@ static void slot_after_read_locked(struct dstore *s, const struct dop_page *p, i
 /* When the bytes land (on an engine thread): check them and finish the page. */
 static void read_landed(struct dio_req *req)
 {
-    struct dop_page *p = container_of(req, struct dop_page, req);
+    struct dop_page *p = req->ctx;
     struct dop *op = p->op;
     struct dstore *s = op->s;
-    int res = landed_result(s, p);
+    int res;
 
+    pthread_mutex_lock(&s->lock);
+    p = page_io_landed_locked(req);
+    pthread_mutex_unlock(&s->lock);
+    if (!p)
+        return; /* the page's other request is still on its way */
+    res = landed_result(s, p);
     if (res == KVT_ECORRUPT || res == -ENODATA)
         drop_later(s, p->key, p->slot, 0);
     pthread_mutex_lock(&s->lock);
-    count_read_locked(s, req, res);
-    req->res = res == -ENODATA ? KVT_ECORRUPT : res;
-    slot_after_read_locked(s, p, req->res);
+    count_read_locked(s, p, res);
+    p->res = res == -ENODATA ? KVT_ECORRUPT : res;
+    slot_after_read_locked(s, p, p->res);
     unpin_locked(s, p->slot);
     op_page_done_locked(s, op);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* A pinned page whose descriptor could not be opened: unpin and fail it. */
+static int unusable_fd(struct dstore *s, struct dop_page *p)
+{
+    pthread_mutex_lock(&s->lock);
+    unpin_locked(s, p->slot);
+    s->st.err_read_io++;
+    pthread_mutex_unlock(&s->lock);
+    return -EIO;
 }
 
 /* Look the page up, pin its slot and fill its request; the page's result when it needs no
@@ -190,8 +207,8 @@ static int prepare(struct dstore *s, struct dop_page *p)
     if (!record_in_bounds_locked(s, &r)) {
         s->st.err_bounds++;
         rc = KVT_ECORRUPT;
-    } else if (!(rc = pin_locked(s, p->key, g))) {
-        p->req.fd = slab_fd_locked(s, r.slab, p->buf);
+    } else {
+        rc = pin_locked(s, p->key, g);
     }
     pthread_mutex_unlock(&s->lock);
     if (rc == KVT_ECORRUPT || rc == -ESTALE)
@@ -200,30 +217,16 @@ static int prepare(struct dstore *s, struct dop_page *p)
         return rc == -ESTALE ? -ENOENT : rc;
     p->slot = g;
     memcpy(p->sum, r.sum, 16);
-    p->req.buf = p->buf;
-    p->req.off = (uint64_t)r.slot * s->slot_bytes;
-    p->req.len = s->page_bytes;
-    p->req.slab = r.slab;
-    p->req.slot = r.slot;
-    p->req.complete = read_landed;
+    if ((rc = page_io_prepare(s, p, g, false, read_landed)))
+        return unusable_fd(s, p);
     return 0;
-}
-
-/* A pinned page whose descriptor could not be opened: unpin and fail it. */
-static int unusable_fd(struct dstore *s, struct dop_page *p)
-{
-    pthread_mutex_lock(&s->lock);
-    unpin_locked(s, p->slot);
-    s->st.err_read_io++;
-    pthread_mutex_unlock(&s->lock);
-    return -EIO;
 }
 
 /* Every page's result is settled here or by its I/O: the op always completes. */
 int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages)
 {
     struct dio_req *list = NULL, **tail = &list;
-    int rc = index_err(mdb_txn_renew(s->rtxn));
+    int rc = snapshot_renew(s);
     uint32_t queued = 0;
 
     for (uint32_t i = 0; i < op->n; i++) {
@@ -231,21 +234,19 @@ int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pag
 
         p->buf = pages[i].buf;
         if (!pages[i].key || !pages[i].buf) {
-            p->req.res = -EINVAL;
+            p->res = -EINVAL;
             continue;
         }
         memcpy(p->key, pages[i].key, DSTORE_KEY_BYTES);
-        p->req.res = rc ? rc : prepare(s, p);
-        if (!p->req.res && p->req.fd < 0)
-            p->req.res = unusable_fd(s, p);
-        if (p->req.res)
+        p->res = rc ? rc : prepare(s, p);
+        if (p->res)
             continue;
-        *tail = &p->req;
-        tail = &p->req.next;
+        *tail = &p->io[0];
+        tail = &p->io[p->nio - 1].next;
         queued++;
     }
     if (!rc)
-        mdb_txn_reset(s->rtxn);
+        snapshot_reset(s);
     pthread_mutex_lock(&s->lock);
     s->st.reads += op->n;
     op->pending += queued;

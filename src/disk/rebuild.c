@@ -58,24 +58,24 @@ static bool backed(const struct dstore *s, uint64_t g)
 static void scan_one(struct dstore *s, const MDB_val *k, const MDB_val *v, struct drops *d,
                      struct scan_counts *c)
 {
-    const uint8_t *key;
-    uint64_t atime;
+    struct slot_entry e;
     uint32_t g;
 
-    if (slot_decode(k, v, &g, &key, &atime)) {
+    if (slot_decode(k, v, &e)) {
         c->err_record++; /* cannot be deleted by slot number: never read either */
         return;
     }
+    g = e.g;
     if (!backed(s, g)) {
         c->err_bounds++;
-        drops_add(d, g, key);
+        drops_add(d, g, e.key);
         return;
     }
     s->state[g] = SLOT_USED;
-    memcpy(s->skey[g], key, DSTORE_KEY_BYTES);
-    s->atime[g] = atime;
-    if (atime > c->max_atime)
-        c->max_atime = atime;
+    memcpy(s->skey[g], e.key, DSTORE_KEY_BYTES);
+    s->atime[g] = e.atime;
+    if (e.atime > c->max_atime)
+        c->max_atime = e.atime;
 }
 
 static int scan(struct dstore *s, struct drops *d, struct scan_counts *c)

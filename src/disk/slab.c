@@ -1,6 +1,11 @@
 /*
- * Slab files: slabs/NNNN.slab, each slab_slots slots of slot_bytes, preallocated whole when
- * a write first needs it (so a write never extends a file and cannot meet ENOSPC midway).
+ * Slab files: slabs/NNNN.slab, a slab head then slab_slots slots of slot_bytes (layout.h),
+ * preallocated whole when a write first needs it (so a write never extends a file and cannot
+ * meet ENOSPC midway).
+ *
+ * Nothing is opened through a symbolic link, and only regular files are used: a FIFO, a
+ * device or a link where a slab should be is no slab (its records are out of bounds, misses);
+ * a writer that needs the slab replaces the entry with a new file. Opens never block.
  *
  * O_DIRECT is probed on the first slab opened: refused (EINVAL, as tmpfs answers on older
  * kernels), or an alignment from statx that the slot layout or page size cannot meet, and
@@ -57,19 +62,43 @@ static bool dio_align(int fd, uint32_t *mem, uint32_t *off)
     return true;
 }
 
-/* Decide once, on the first slab, whether O_DIRECT serves this dir. */
+/* Decide once, on the first slab, whether O_DIRECT serves this dir: every slab I/O is whole
+ * layout blocks at block offsets, so it does where the device's alignment divides a block. */
 static void probe_direct(struct dstore *s, int fd)
 {
     uint32_t mem, off;
 
-    if (!dio_align(fd, &mem, &off) || s->slot_bytes % off || s->page_bytes % off)
+    if (!dio_align(fd, &mem, &off) || LAYOUT_BLOCK % off || mem > LAYOUT_BLOCK)
         s->direct = false;
     s->mem_align = mem;
 }
 
 static int open_flags(const struct dstore *s)
 {
-    return (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+    return (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+}
+
+/* openat that accepts a regular file only: -ENOTSUP for anything else (a FIFO
+ * is opened without blocking, seen for what it is and closed; a link is never followed). */
+static int open_regular(int dirfd, const char *name, int flags)
+{
+    struct stat st;
+    int fd = openat(dirfd, name, flags, 0600);
+
+    if (fd < 0)
+        return errno == ELOOP ? -ENOTSUP : -errno;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -ENOTSUP;
+    }
+    return fd;
+}
+
+static uint32_t valid_slots(const struct dstore *s, uint64_t size)
+{
+    uint64_t n = layout_slots_in(&s->lay, size);
+
+    return (uint32_t)(n < s->slab_slots ? n : s->slab_slots);
 }
 
 /* Open (or create) one slab's descriptors and learn how many slots it backs. */
@@ -82,11 +111,11 @@ static int slab_open(struct dstore *s, uint32_t slab, int create)
 
     slab_name(slab, name, sizeof(name));
     if (s->direct) {
-        fd = openat(s->slabfd, name, open_flags(s) | O_DIRECT | create, 0600);
-        if (fd < 0 && errno == EINVAL)
+        fd = open_regular(s->slabfd, name, open_flags(s) | O_DIRECT | create);
+        if (fd == -EINVAL)
             s->direct = false;
         else if (fd < 0)
-            return -errno;
+            return fd;
         else if (!s->mem_align)
             probe_direct(s, fd);
     }
@@ -94,13 +123,15 @@ static int slab_open(struct dstore *s, uint32_t slab, int create)
         d->dfd = fd;
     else if (fd >= 0)
         close(fd);
-    if (d->dfd < 0 && (d->bfd = openat(s->slabfd, name, open_flags(s) | create, 0600)) < 0)
-        return -errno;
+    if (d->dfd < 0 && (d->bfd = open_regular(s->slabfd, name, open_flags(s) | create)) < 0) {
+        int rc = d->bfd;
+
+        d->bfd = -1;
+        return rc;
+    }
     if (fstat(d->dfd >= 0 ? d->dfd : d->bfd, &st))
         return -errno;
-    d->valid = (uint32_t)((uint64_t)st.st_size / s->slot_bytes < s->slab_slots
-                              ? (uint64_t)st.st_size / s->slot_bytes
-                              : s->slab_slots);
+    d->valid = valid_slots(s, (uint64_t)st.st_size);
     return 0;
 }
 
@@ -117,9 +148,11 @@ static int scan_slabs(struct dstore *s)
         close(fd);
         return -errno;
     }
+    /* A name that is no regular file is no slab: its pages are misses. */
     while (!rc && (de = readdir(d)))
-        if (parse_name(de->d_name, &slab) && slab < s->nslabs)
-            rc = slab_open(s, slab, 0);
+        if (parse_name(de->d_name, &slab) && slab < s->nslabs &&
+            (rc = slab_open(s, slab, 0)) == -ENOTSUP)
+            rc = 0;
     closedir(d);
     return rc;
 }
@@ -127,7 +160,7 @@ static int scan_slabs(struct dstore *s)
 int slabs_open(struct dstore *s)
 {
     s->direct = !(s->o.flags & DSTORE_BUFFERED);
-    s->slabfd = openat(s->dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    s->slabfd = openat(s->dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (s->slabfd < 0)
         return errno == ENOENT ? KVT_EFORMAT : -errno;
     s->slabs = calloc(s->nslabs, sizeof(*s->slabs));
@@ -160,11 +193,64 @@ int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf)
 
     if (d->dfd >= 0 && s->direct && (uintptr_t)buf % s->mem_align == 0)
         return d->dfd;
-    if (d->bfd < 0) {
+    if (d->bfd < 0) { /* on first need; a reader's slab may be newer than its open */
         slab_name(slab, name, sizeof(name));
-        d->bfd = openat(s->slabfd, name, open_flags(s), 0600);
+        d->bfd = open_regular(s->slabfd, name, open_flags(s));
+        d->bfd = d->bfd < 0 ? -1 : d->bfd;
     }
     return d->bfd;
+}
+
+/* ---- a page's I/O ---- */
+
+static void io_fill(struct dio_req *r, struct dop_page *p, uint64_t off, void *buf, uint32_t len)
+{
+    memset(r, 0, sizeof(*r));
+    r->ctx = p;
+    r->buf = buf;
+    r->off = off;
+    r->len = len;
+}
+
+int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write,
+                    void (*complete)(struct dio_req *r))
+{
+    const struct slot_layout *l = &s->lay;
+    uint32_t slab = g / s->slab_slots, slot = g % s->slab_slots;
+    uint64_t off = layout_slot_off(l, slot);
+
+    p->nio = 0;
+    if (l->body)
+        io_fill(&p->io[p->nio++], p, off, p->buf, l->body);
+    if (write || l->tail)
+        io_fill(&p->io[p->nio++], p, off + l->body, p->block, l->tail_bytes);
+    pthread_mutex_lock(&s->lock);
+    for (uint32_t i = 0; i < p->nio; i++) {
+        struct dio_req *r = &p->io[i];
+
+        r->fd = slab_fd_locked(s, slab, r->buf);
+        r->write = write;
+        r->slab = slab;
+        r->slot = slot;
+        r->complete = complete;
+        if (i)
+            p->io[i - 1].next = r;
+    }
+    p->io_left = p->nio;
+    pthread_mutex_unlock(&s->lock);
+    for (uint32_t i = 0; i < p->nio; i++)
+        if (p->io[i].fd < 0)
+            return -EIO;
+    return 0;
+}
+
+struct dop_page *page_io_landed_locked(struct dio_req *r)
+{
+    struct dop_page *p = r->ctx;
+
+    if (r->res && !p->res)
+        p->res = r->res;
+    return --p->io_left == 0 ? p : NULL;
 }
 
 static int fault(struct dstore *s, enum dstore_fault_point pt, uint32_t slab)
@@ -184,6 +270,47 @@ static int preallocate(int fd, uint64_t len)
     return ftruncate(fd, (off_t)len) ? -errno : 0;
 }
 
+/* The slab's head, so that the slab describes itself (recovery reads it). */
+static int write_head(struct dstore *s, uint32_t slab, int fd)
+{
+    struct slab_head h = {
+        .version = s->meta.version,
+        .slab = slab,
+        .page_bytes = s->page_bytes,
+        .page_tokens = s->page_tokens,
+        .slot_bytes = s->slot_bytes,
+        .slab_slots = s->slab_slots,
+        .created = s->meta.created,
+    };
+    void *buf;
+    ssize_t n;
+
+    if (posix_memalign(&buf, LAYOUT_BLOCK, SLAB_HEAD_BYTES))
+        return -ENOMEM;
+    memcpy(h.fingerprint, s->meta.fingerprint, DSTORE_FINGERPRINT_BYTES);
+    slab_head_encode(&h, buf);
+    n = pwrite(fd, buf, SLAB_HEAD_BYTES, 0);
+    free(buf);
+    if (n == (ssize_t)SLAB_HEAD_BYTES)
+        return 0;
+    return n < 0 ? -errno : -EIO;
+}
+
+/* Create the slab's file; an entry of that name that is no regular file (a FIFO, a link, a
+ * device) is junk in our dir and is replaced. */
+static int slab_create_locked(struct dstore *s, uint32_t slab)
+{
+    char name[32];
+    int rc = slab_open(s, slab, O_CREAT);
+
+    if (rc != -ENOTSUP)
+        return rc;
+    slab_name(slab, name, sizeof(name));
+    if (unlinkat(s->slabfd, name, 0) && errno != ENOENT)
+        return -errno;
+    return slab_open(s, slab, O_CREAT | O_EXCL);
+}
+
 int slab_ready(struct dstore *s, uint32_t slab)
 {
     struct dslab *d = &s->slabs[slab];
@@ -196,13 +323,15 @@ int slab_ready(struct dstore *s, uint32_t slab)
         return rc;
     pthread_mutex_lock(&s->lock);
     if (d->dfd < 0 && d->bfd < 0) {
-        rc = slab_open(s, slab, O_CREAT);
+        rc = slab_create_locked(s, slab);
         created = true;
     }
     fd = d->dfd >= 0 ? d->dfd : d->bfd;
     pthread_mutex_unlock(&s->lock);
+    if (!rc && (created || d->valid == 0))
+        rc = write_head(s, slab, d->bfd >= 0 ? d->bfd : fd);
     if (!rc)
-        rc = preallocate(fd, (uint64_t)s->slab_slots * s->slot_bytes);
+        rc = preallocate(fd, layout_slot_off(&s->lay, s->slab_slots));
     /* The new name must outlive a power cut as the records that will point into it. */
     if (!rc && created && fsync(s->slabfd))
         rc = -errno;
@@ -234,7 +363,7 @@ int slabs_found(struct dstore *s, uint32_t *count)
 {
     struct stat st;
     char name[32];
-    int fd = openat(s->dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = openat(s->dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 
     *count = 0;
     if (fd < 0)
@@ -243,7 +372,8 @@ int slabs_found(struct dstore *s, uint32_t *count)
      * big number cannot blow the capacity up. */
     for (;; (*count)++) {
         slab_name(*count, name, sizeof(name));
-        if (fstatat(fd, name, &st, 0) || !S_ISREG(st.st_mode) || *count == MAX_FOUND_SLABS)
+        if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+            *count == MAX_FOUND_SLABS)
             break;
     }
     close(fd);
@@ -259,10 +389,48 @@ void slab_refresh(struct dstore *s, uint32_t slab)
     if (!s->ro || slab >= s->nslabs)
         return;
     slab_name(slab, name, sizeof(name));
-    if (fstatat(s->slabfd, name, &st, 0))
+    if (fstatat(s->slabfd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
         return;
-    slots = (uint64_t)st.st_size / s->slot_bytes;
+    slots = valid_slots(s, (uint64_t)st.st_size);
     pthread_mutex_lock(&s->lock);
-    s->slabs[slab].valid = (uint32_t)(slots < s->slab_slots ? slots : s->slab_slots);
+    s->slabs[slab].valid = (uint32_t)slots;
     pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- slab heads, for a dir whose index is lost ---- */
+
+static int read_slab_head(int slabfd, const char *name, struct slab_head *h)
+{
+    uint8_t buf[SLAB_HEAD_USED];
+    int fd = open_regular(slabfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK), rc;
+
+    if (fd < 0)
+        return fd;
+    rc = pread(fd, buf, sizeof(buf), 0) == (ssize_t)sizeof(buf)
+             ? slab_head_decode(buf, sizeof(buf), h)
+             : KVT_ECORRUPT;
+    close(fd);
+    return rc;
+}
+
+int slabs_first_head(int data_dirfd, struct slab_head *h)
+{
+    int fd = openat(data_dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW), rc = 1;
+    struct dirent *de;
+    uint32_t slab;
+    DIR *d;
+
+    if (fd < 0)
+        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? KVT_EFORMAT : -errno;
+    if (!(d = fdopendir(fd))) {
+        close(fd);
+        return -errno;
+    }
+    /* Any slab's head will do: each carries the dir's meta. */
+    while (rc && (de = readdir(d)))
+        if (parse_name(de->d_name, &slab) && read_slab_head(dirfd(d), de->d_name, h) == 0 &&
+            h->slab == slab)
+            rc = 0;
+    closedir(d);
+    return rc ? KVT_EFORMAT : 0;
 }

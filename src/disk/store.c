@@ -8,6 +8,7 @@
  * into place, so a crash mid-way never leaves an index without its meta record.
  */
 #include "store_int.h"
+#include "trust.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,7 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SLOT_ALIGN 4096u
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
 #define LOCK_TRIES 100 /* ms a writer waits out an inspector's look at the lock */
@@ -111,7 +111,65 @@ void job_push_locked(struct dstore *s, struct djob *j)
     pthread_cond_signal(&s->job_cv);
 }
 
+/* ---- read snapshots ---- */
+
+/* Snapshots of the index for the owner (and dstore_stats). A read-only store adopts a map
+ * its writer grew, which it may do only while no other snapshot of its own is live. */
+int snapshot_begin(struct dstore *s, MDB_txn **txn)
+{
+    int rc = index_read_begin(&s->ix, txn, s->ro && atomic_load(&s->snapshots) == 0);
+
+    if (!rc)
+        atomic_fetch_add(&s->snapshots, 1);
+    return rc;
+}
+
+void snapshot_end(struct dstore *s, MDB_txn *txn)
+{
+    mdb_txn_abort(txn);
+    atomic_fetch_sub(&s->snapshots, 1);
+}
+
+int snapshot_renew(struct dstore *s)
+{
+    int rc = index_read_renew(&s->ix, s->rtxn, s->ro && atomic_load(&s->snapshots) == 0);
+
+    if (!rc)
+        atomic_fetch_add(&s->snapshots, 1);
+    return rc;
+}
+
+void snapshot_reset(struct dstore *s)
+{
+    mdb_txn_reset(s->rtxn);
+    atomic_fetch_sub(&s->snapshots, 1);
+}
+
 /* ---- ops ---- */
+
+static void op_free(struct dop *op)
+{
+    if (op)
+        free(op->blocks);
+    free(op);
+}
+
+/* Tail blocks: a write carries every page's head in one; a read needs them only for the
+ * page bytes that sit beside the head. */
+static int op_blocks(struct dstore *s, struct dop *op)
+{
+    size_t len = (size_t)op->n * s->lay.tail_bytes;
+    void *p;
+
+    if (!op->n || (op->kind == DSTORE_OP_READ && !s->lay.tail))
+        return 0;
+    if (posix_memalign(&p, LAYOUT_BLOCK, len))
+        return -ENOMEM;
+    op->blocks = p;
+    for (uint32_t i = 0; i < op->n; i++)
+        op->pages[i].block = op->blocks + (size_t)i * s->lay.tail_bytes;
+    return 0;
+}
 
 static struct dop *op_alloc(struct dstore *s, uint32_t kind, size_t n, int *results)
 {
@@ -130,6 +188,10 @@ static struct dop *op_alloc(struct dstore *s, uint32_t kind, size_t n, int *resu
         op->pages[i].op = op;
         op->pages[i].slot = NO_SLOT;
         op->pages[i].tokens = tok ? tokens + i * s->page_tokens : NULL;
+    }
+    if (op_blocks(s, op)) {
+        op_free(op);
+        return NULL;
     }
     return op;
 }
@@ -150,8 +212,8 @@ static void op_finish_locked(struct dstore *s, struct dop *op)
 {
     op->ok = 0;
     for (uint32_t i = 0; i < op->n; i++) {
-        op->results[i] = op->pages[i].req.res;
-        op->ok += op->pages[i].req.res == 0;
+        op->results[i] = op->pages[i].res;
+        op->ok += op->pages[i].res == 0;
     }
     op->done = true;
     pthread_cond_broadcast(&s->done_cv);
@@ -201,7 +263,7 @@ size_t dstore_poll(struct dstore *s, struct dstore_done *done, size_t max)
         }
         op_unlink_locked(s, op, prev);
         op_report(op, &done[got++]);
-        free(op);
+        op_free(op);
     }
     pthread_mutex_unlock(&s->lock);
     return got;
@@ -254,7 +316,7 @@ int dstore_wait_for(struct dstore *s, uint64_t id, int timeout_ms, struct dstore
     if (!finished)
         return -ETIMEDOUT;
     op_report(op, done);
-    free(op);
+    op_free(op);
     return 0;
 }
 
@@ -277,7 +339,7 @@ static int check_batch(const struct dstore *s, const void *pages, size_t n, cons
 static void copy_wpage(struct dstore *s, struct dop_page *p, const struct dstore_wpage *w)
 {
     if (!w->key || !w->buf) {
-        p->req.res = -EINVAL;
+        p->res = -EINVAL;
         return;
     }
     memcpy(p->key, w->key, DSTORE_KEY_BYTES);
@@ -304,7 +366,7 @@ int dstore_write(struct dstore *s, const struct dstore_wpage *pages, size_t n, i
     op = op_alloc(s, DSTORE_OP_WRITE, n, results);
     j = calloc(1, sizeof(*j));
     if (!op || !j) {
-        free(op);
+        op_free(op);
         free(j);
         return -ENOMEM;
     }
@@ -387,7 +449,7 @@ static int probe_keys(struct dstore *s, const uint8_t *keys, size_t n, bool *out
 
     if (!s || (n && !keys))
         return -EINVAL;
-    if ((rc = index_err(mdb_txn_renew(s->rtxn))))
+    if ((rc = snapshot_renew(s)))
         return rc;
     *count = 0;
     for (size_t i = 0; i < n; i++) {
@@ -399,7 +461,7 @@ static int probe_keys(struct dstore *s, const uint8_t *keys, size_t n, bool *out
             break;
         *count += here;
     }
-    mdb_txn_reset(s->rtxn);
+    snapshot_reset(s);
     return 0;
 }
 
@@ -551,14 +613,14 @@ static int walk_begin(struct dstore *s, struct walk *w, dstore_visit_fn fn, void
     *w = (struct walk){.s = s, .fn = fn, .arg = arg};
     if (!(w->tokens = malloc(DSTORE_MAX_TOKENS * sizeof(uint32_t))))
         return -ENOMEM;
-    if ((rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &w->txn))))
+    if ((rc = snapshot_begin(s, &w->txn)))
         free(w->tokens);
     return rc;
 }
 
 static void walk_end(struct walk *w)
 {
-    mdb_txn_abort(w->txn);
+    snapshot_end(w->s, w->txn);
     free(w->tokens);
 }
 
@@ -611,10 +673,10 @@ static uint64_t db_entries(struct dstore *s, MDB_dbi dbi)
     MDB_txn *txn;
     MDB_stat ms = {0};
 
-    if (mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &txn))
+    if (snapshot_begin(s, &txn))
         return 0;
     mdb_stat(txn, dbi, &ms);
-    mdb_txn_abort(txn);
+    snapshot_end(s, txn);
     return ms.ms_entries;
 }
 
@@ -625,6 +687,8 @@ void dstore_stats(struct dstore *s, struct dstore_stats *st)
     pthread_mutex_lock(&s->lock);
     *st = s->st;
     st->free_slots = s->ready ? s->nfree : 0;
+    st->index_walked = s->index_walked;
+    st->index_rebuilt = s->recovering;
     st->ready = s->ro || s->ready;
     st->ops_in_flight = s->live;
     st->direct = s->direct; /* may turn off when the first slab is made */
@@ -688,22 +752,28 @@ bool dstore_entry_in_bounds(struct dstore *s, const struct dstore_entry *e)
 int dstore_peek_version(const char *dir, uint32_t *version)
 {
     struct dindex ix = {0};
-    size_t len = dir ? strlen(dir) + sizeof("/index/data.mdb") : 0;
+    struct stat st;
+    bool walked;
     char *path;
-    int rc;
+    int dirfd, rc;
 
     if (!dir || !version)
         return -EINVAL;
-    if (!(path = malloc(len)))
-        return -ENOMEM;
-    snprintf(path, len, "%s/index/data.mdb", dir);
-    rc = access(path, F_OK) ? (errno == ENOENT ? KVT_EFORMAT : -errno) : 0;
-    path[strlen(path) - strlen("/data.mdb")] = '\0';
-    if (!rc && !(rc = index_open(&ix, path, true, 64 * MIB))) {
-        rc = index_peek_version(&ix, version);
-        index_close(&ix);
+    if ((dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -errno;
+    if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW))
+        rc = errno == ENOENT ? KVT_EFORMAT : -errno;
+    else if (!(path = malloc(strlen(dir) + sizeof("/index"))))
+        rc = -ENOMEM;
+    else {
+        sprintf(path, "%s/index", dir);
+        if (!(rc = index_trust(dirfd, path, &walked)) && !(rc = index_open(&ix, path, true, 0))) {
+            rc = index_peek_version(&ix, version);
+            index_close(&ix);
+        }
+        free(path);
     }
-    free(path);
+    close(dirfd);
     return rc;
 }
 
@@ -715,17 +785,18 @@ enum dir_kind { DIR_OURS, DIR_FRESH, DIR_FOREIGN };
 static bool fresh_name(const char *n)
 {
     return !strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "lock") || !strcmp(n, "slabs") ||
-           !strcmp(n, "index.new");
+           !strcmp(n, "index.new") || !strcmp(n, "index.damaged");
 }
 
 static int classify(int dirfd, enum dir_kind *kind)
 {
     struct dirent *de;
+    struct stat st;
     DIR *d;
     int fd;
 
-    if (faccessat(dirfd, "index/data.mdb", F_OK, 0) == 0) {
-        *kind = DIR_OURS;
+    if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        *kind = DIR_OURS; /* what kind of file it is, index_files_ok tells */
         return 0;
     }
     if ((fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
@@ -750,11 +821,21 @@ static void remove_partial_index(int dirfd)
     unlinkat(dirfd, "index.new", AT_REMOVEDIR);
 }
 
-static size_t map_bytes(const struct dstore *s)
+/* The writer's map: the index's pages for the capacity, with room for a B-tree's half-full
+ * pages, copy-on-write and the old pages a long reader (kvtier-ctl beside the engine) keeps,
+ * and never less than four times the file as found (a dir written with a larger capacity
+ * must still have room for the deletes that shrink it). Address space only: the file grows
+ * as pages are used. */
+static size_t map_bytes(const struct dstore *s, uint64_t file_bytes)
 {
-    uint64_t per = rec_bytes(s->page_tokens) + 64;
-    uint64_t want = s->nslots * per * 2 + 64 * MIB;
+    uint64_t per = rec_bytes(s->page_tokens) + SLOT_ENTRY_BYTES + 128;
+    uint64_t want = 8 * per * s->nslots;
 
+    if (want < 4 * file_bytes)
+        want = 4 * file_bytes;
+    want += 256 * MIB;
+    if (want < GIB)
+        want = GIB;
     return (size_t)((want + MIB - 1) / MIB * MIB);
 }
 
@@ -786,27 +867,120 @@ static void geometry_new(struct dstore *s, struct dmeta *m)
     pthread_mutex_unlock(&s->lock);
 }
 
-static int dir_create(struct dstore *s)
+/* Build an index holding only meta m in index.new, and move it into place. */
+static int index_install(struct dstore *s, const struct dmeta *m)
 {
-    struct dmeta m;
     char *path;
     int rc;
 
-    if (mkdirat(s->dirfd, "slabs", 0700) && errno != EEXIST)
-        return -errno;
     remove_partial_index(s->dirfd);
     if (mkdirat(s->dirfd, "index.new", 0700))
         return -errno;
     if (!(path = dir_path(s, "index.new")))
         return -ENOMEM;
-    geometry_new(s, &m);
-    rc = index_create(path, &m, map_bytes(s));
+    rc = index_create(path, m, GIB);
     free(path);
     if (rc)
         return rc;
     if (renameat(s->dirfd, "index.new", s->dirfd, "index"))
         return -errno;
+    s->created = true;
     return fsync(s->dirfd) ? -errno : 0;
+}
+
+static int dir_create(struct dstore *s)
+{
+    struct dmeta m;
+
+    if (mkdirat(s->dirfd, "slabs", 0700) && errno != EEXIST)
+        return -errno;
+    geometry_new(s, &m);
+    return index_install(s, &m);
+}
+
+/* Empty index.damaged (files only: it is ours) and remove it. */
+static int remove_damaged(int data_dirfd)
+{
+    int fd = openat(data_dirfd, "index.damaged", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    struct dirent *de;
+    DIR *d;
+
+    if (fd < 0 && (errno == ENOTDIR || errno == ELOOP)) /* not even a dir: junk */
+        return unlinkat(data_dirfd, "index.damaged", 0) ? -errno : 0;
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!(d = fdopendir(fd))) {
+        close(fd);
+        return -errno;
+    }
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            unlinkat(fd, de->d_name, 0);
+    closedir(d);
+    return unlinkat(data_dirfd, "index.damaged", AT_REMOVEDIR) ? -errno : 0;
+}
+
+/* The meta of a dir whose index is lost, from a slab's head; the options' geometry must be
+ * the dir's unless the dir is taken as found. */
+static int meta_from_slabs(struct dstore *s, struct dmeta *m)
+{
+    struct slab_head h;
+    int rc = slabs_first_head(s->dirfd, &h);
+
+    if (rc)
+        return rc;
+    if (h.version != DSTORE_FORMAT_VERSION)
+        return KVT_EFORMAT;
+    if (!(s->o.flags & DSTORE_AS_FOUND) &&
+        (memcmp(h.fingerprint, s->o.fingerprint, DSTORE_FINGERPRINT_BYTES) ||
+         h.page_bytes != s->page_bytes || h.page_tokens != s->page_tokens))
+        return KVT_EFINGERPRINT;
+    *m = (struct dmeta){.version = h.version,
+                        .page_bytes = h.page_bytes,
+                        .page_tokens = h.page_tokens,
+                        .slot_bytes = h.slot_bytes,
+                        .slab_slots = h.slab_slots,
+                        .created = h.created};
+    memcpy(m->fingerprint, h.fingerprint, DSTORE_FINGERPRINT_BYTES);
+    return 0;
+}
+
+/* The writer's answer to an index it cannot trust, or lost: set it aside (index.damaged, the
+ * last one only) and start an empty one that the committer fills from the slabs' heads. */
+static int index_rebuild(struct dstore *s)
+{
+    struct dmeta m;
+    struct stat st;
+    int rc = meta_from_slabs(s, &m);
+
+    if (rc)
+        return rc;
+    if (fstatat(s->dirfd, "index", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if ((rc = remove_damaged(s->dirfd)))
+            return rc;
+        if (renameat(s->dirfd, "index", s->dirfd, "index.damaged"))
+            return -errno;
+    }
+    if ((rc = index_install(s, &m)))
+        return rc;
+    s->recovering = true;
+    return 0;
+}
+
+/* The lock file, a regular file opened through no link and without blocking: the fd, or
+ * -ELOOP (a link), -ENOTSUP (not a regular file), or another -errno. */
+static int open_lock_file(int dirfd)
+{
+    struct stat st;
+    int fd = openat(dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -ENOTSUP;
+    }
+    return fd;
 }
 
 /* Only one writer per dir: a second open (here or in another process) gets -EBUSY. */
@@ -815,10 +989,17 @@ static int dir_create(struct dstore *s)
 static int take_lock(struct dstore *s)
 {
     const struct timespec ms = {0, 1000000};
+    int rc = open_lock_file(s->dirfd);
 
-    s->lockfd = openat(s->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (s->lockfd < 0)
-        return -errno;
+    /* A link or a FIFO where the lock file should be is junk in our dir: it is replaced. */
+    if (rc == -ELOOP || rc == -ENOTSUP) {
+        if (unlinkat(s->dirfd, "lock", 0))
+            return -errno;
+        rc = open_lock_file(s->dirfd);
+    }
+    if (rc < 0)
+        return rc;
+    s->lockfd = rc;
     for (int i = 0; flock(s->lockfd, LOCK_EX | LOCK_NB); i++) {
         if (errno != EWOULDBLOCK)
             return -errno;
@@ -833,6 +1014,7 @@ static int take_lock(struct dstore *s)
  * creation may have finished in between. */
 static int dir_prepare(struct dstore *s)
 {
+    struct slab_head h;
     enum dir_kind kind;
     int rc;
 
@@ -845,15 +1027,21 @@ static int dir_prepare(struct dstore *s)
         return -errno;
     if ((rc = classify(s->dirfd, &kind)))
         return rc;
-    if (kind == DIR_FOREIGN || (!create && kind != DIR_OURS))
-        return KVT_EFORMAT;
+    if (kind == DIR_FOREIGN || (s->ro && kind != DIR_OURS))
+        return kind == DIR_FRESH && slabs_first_head(s->dirfd, &h) == 0 ? KVT_ECORRUPT
+                                                                        : KVT_EFORMAT;
     if (s->ro)
         return 0;
     if ((rc = take_lock(s)) || (rc = classify(s->dirfd, &kind)))
         return rc;
     if (kind == DIR_FOREIGN)
         return KVT_EFORMAT;
-    return kind == DIR_FRESH ? dir_create(s) : 0;
+    /* Slabs of ours without an index: it was lost (or set aside by a crashed rebuild). */
+    if (kind == DIR_FRESH && slabs_first_head(s->dirfd, &h) == 0)
+        return index_rebuild(s);
+    if (kind == DIR_FRESH)
+        return create ? dir_create(s) : KVT_EFORMAT;
+    return s->o.flags & DSTORE_RECOVER ? index_rebuild(s) : 0;
 }
 
 /* DSTORE_AS_FOUND: the dir's fingerprint and page geometry become the options'. */
@@ -894,9 +1082,11 @@ static int check_meta(struct dstore *s, const struct dmeta *m)
     if (memcmp(m->fingerprint, s->o.fingerprint, DSTORE_FINGERPRINT_BYTES) ||
         m->page_bytes != s->page_bytes || m->page_tokens != s->page_tokens)
         return KVT_EFINGERPRINT;
-    if (m->slot_bytes < m->page_bytes || m->slot_bytes % 512 || !m->slab_slots)
+    if (layout_init(&s->lay, m->page_bytes, m->page_tokens) || !m->slab_slots ||
+        m->slot_bytes != s->lay.slot_bytes)
         return KVT_ECORRUPT;
     s->meta = *m;
+    s->fp_digest = layout_fp_digest(m->fingerprint);
     s->slot_bytes = m->slot_bytes;
     s->slab_slots = m->slab_slots;
     s->nslots = s->o.disk_bytes / s->slot_bytes;
@@ -910,26 +1100,45 @@ static int check_meta(struct dstore *s, const struct dmeta *m)
     return 0;
 }
 
+/* The index cannot be trusted: the dir is ours and damaged when a slab says so, else it is
+ * nobody's we know. */
+static int index_lost(struct dstore *s)
+{
+    struct slab_head h;
+
+    return slabs_first_head(s->dirfd, &h) ? KVT_EFORMAT : KVT_ECORRUPT;
+}
+
 static int index_prepare(struct dstore *s)
 {
     struct dmeta m;
-    char *path = dir_path(s, "index");
+    char *path = dir_path(s, "index/data.mdb");
+    uint64_t file;
     int rc;
 
     if (!path)
         return -ENOMEM;
-    /* Sized for the capacity asked for; reopening with a larger one grows the map. */
-    rc = index_open(&s->ix, path, s->ro, map_bytes(s));
+    /* A reader takes the writer's map; a writer sizes it once the capacity is known. */
+    file = index_file_bytes(path);
+    path[strlen(path) - strlen("/data.mdb")] = '\0';
+    if (!s->created && (rc = index_trust(s->dirfd, path, &s->index_walked))) {
+        if (rc == KVT_ECORRUPT)
+            rc = index_lost(s);
+        /* A reader reports it; the writer sets it aside and recovers from the slabs. */
+        if (rc != KVT_ECORRUPT || s->ro || (rc = index_rebuild(s))) {
+            free(path);
+            return rc;
+        }
+    }
+    rc = index_open(&s->ix, path, s->ro, s->ro ? 0 : GIB + 4 * file);
     free(path);
     if (rc)
         return rc;
     if ((rc = index_read_meta(&s->ix, &m)) || (rc = check_meta(s, &m)))
         return rc;
-    /* The map was sized before the capacity was known; LMDB never shrinks it below the data. */
-    if ((s->o.flags & DSTORE_AS_FOUND) && !s->ro &&
-        (rc = index_err(mdb_env_set_mapsize(s->ix.env, map_bytes(s)))))
+    if (!s->ro && (rc = index_set_mapsize(&s->ix, map_bytes(s, file))))
         return rc;
-    if ((rc = index_err(mdb_txn_begin(s->ix.env, NULL, MDB_RDONLY, &s->rtxn))))
+    if ((rc = index_read_begin(&s->ix, &s->rtxn, s->ro)))
         return rc;
     mdb_txn_reset(s->rtxn);
     return 0;
@@ -992,17 +1201,21 @@ void dstore_options_init(struct dstore_options *o, size_t size)
 
 static int check_options(const struct dstore_options *o)
 {
+    struct slot_layout l;
+
     if (!o || o->size != sizeof(*o) || !o->dir || !o->dir[0])
         return -EINVAL;
     if (!o->page_bytes && !(o->flags & DSTORE_AS_FOUND))
         return -EINVAL;
     if (o->page_tokens > DSTORE_MAX_TOKENS || o->io > DSTORE_IO_PSYNC || !o->max_batch)
         return -EINVAL;
-    if (o->flags & ~(uint32_t)(DSTORE_READONLY | DSTORE_BUFFERED | DSTORE_AS_FOUND))
+    if (o->flags &
+        ~(uint32_t)(DSTORE_READONLY | DSTORE_BUFFERED | DSTORE_AS_FOUND | DSTORE_RECOVER))
         return -EINVAL;
-    if (o->page_bytes > UINT32_MAX - SLOT_ALIGN)
+    if ((o->flags & DSTORE_RECOVER) && (o->flags & DSTORE_READONLY))
         return -EINVAL;
-    if (o->disk_bytes < (o->page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN)
+    if (o->page_bytes &&
+        (layout_init(&l, o->page_bytes, o->page_tokens) || o->disk_bytes < l.slot_bytes))
         return -EINVAL;
     return 0;
 }
@@ -1035,9 +1248,10 @@ static struct dstore *store_new(const struct dstore_options *o)
     s->dirfd = s->slabfd = s->lockfd = -1;
     s->page_bytes = o->page_bytes;
     s->page_tokens = o->page_tokens;
-    s->slot_bytes = (o->page_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
-    if (!s->slot_bytes)
-        s->slot_bytes = SLOT_ALIGN;            /* DSTORE_AS_FOUND: the dir's comes with its meta */
+    /* DSTORE_AS_FOUND gives no geometry: the dir's comes with its meta. */
+    s->slot_bytes = LAYOUT_BLOCK;
+    if (o->page_bytes && !layout_init(&s->lay, o->page_bytes, o->page_tokens))
+        s->slot_bytes = s->lay.slot_bytes;
     s->nslots = o->disk_bytes / s->slot_bytes; /* until the dir's own slot size is known */
     if (!s->dir || sync_init(s)) {
         free(s->dir);
@@ -1067,7 +1281,7 @@ static void teardown(struct dstore *s)
     dio_destroy(s->io);
     for (struct dop *op = s->ohead, *next; op; op = next) {
         next = op->next;
-        free(op);
+        op_free(op);
     }
     for (struct djob *j = s->jhead, *next; j; j = next) {
         next = j->next;
@@ -1138,7 +1352,11 @@ void dstore_close(struct dstore *s)
     if (!s)
         return;
     wait_ops(s);
-    if (s->committer_started)
+    if (s->committer_started) {
         committer_stop(s);
+        /* The next open may skip walking the index when nothing wrote it since. */
+        if (!s->broken && mdb_env_sync(s->ix.env, 1) == 0)
+            index_stamp_clean(s->dirfd);
+    }
     teardown(s);
 }

@@ -1,23 +1,29 @@
 /*
  * The disk tier: a block store of whole KV pages, named by their 32-byte page hash (opaque
- * here), kept in a data dir on a local disk.
+ * here), kept in a data dir on a local disk. docs/formats.md has every byte layout.
  *
  * Data dir (mode 0700):
- *   index/            LMDB environment: the "pages" database (hash -> record) and "meta"
- *                     (format version, page geometry, fingerprint)
- *   slabs/NNNN.slab   preallocated data files; slot i of a slab sits at i * slot_bytes, where
- *                     slot_bytes is page_bytes rounded up to 4 KiB so O_DIRECT can reach it
+ *   index/            LMDB environment: "pages" (hash -> record), "slots" (slot -> hash, the
+ *                     compact table the rebuild reads) and "meta" (format, geometry,
+ *                     fingerprint); index/clean stamps an index its writer closed cleanly
+ *   index.damaged/    the last index found damaged, set aside (kept for inspection only)
+ *   slabs/NNNN.slab   preallocated data files: a slab head, then slots (disk/layout.h), each
+ *                     holding a page and its page head, so the slabs describe themselves
  *   lock              flock'ed by the one process that may write
  *
- * Write order: reserve a slot, write the bytes, fdatasync the slab (once per batch), then
- * commit the index records (one LMDB transaction per batch, synchronous). An index record
- * therefore never names bytes that were not written; a crash loses at most pages in flight.
- * Slots freed by eviction are reused only after the transaction deleting their records has
- * committed.
+ * Write order: reserve a slot, write the page and its head, fdatasync the slab (once per
+ * batch), then commit the index records (one LMDB transaction per batch, synchronous). An
+ * index record therefore never names bytes that were not written; a crash loses at most pages
+ * in flight. Slots freed by eviction are reused only after the transaction deleting their
+ * records has committed.
  *
  * Reads verify an XXH3-128 checksum of the page; a mismatch is a miss, counts an error and
  * drops the record. Records, lengths and slot numbers read from disk are bounds-checked:
- * they are input, never trusted.
+ * they are input, never trusted. So is the index itself: one this process did not find
+ * stamped clean is read whole by a child process before LMDB touches it here (trust.h); a
+ * damaged one is refused by readers (KVT_ECORRUPT) and, by a writer, set aside and rebuilt
+ * from the slabs' page heads in the background. Nothing in the dir is opened through a link,
+ * only regular files are used, and no open blocks.
  *
  * Threads: one owner thread calls every function below (as with an LMDB transaction), except
  * where a function says otherwise. Inside, an I/O engine (io_uring, or pread/pwrite threads)
@@ -61,6 +67,9 @@ enum dstore_flags {
      * slab is out of bounds. Never creates a dir:
      * a missing one gives -ENOENT, an empty one KVT_EFORMAT. */
     DSTORE_AS_FOUND = 1u << 2,
+    /* Set the index aside and rebuild it from the slabs' page heads, as an open does by
+     * itself when the index is damaged or lost (kvtier-ctl recover). Writers only. */
+    DSTORE_RECOVER = 1u << 3,
 };
 
 /* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
@@ -152,6 +161,11 @@ struct dstore_stats {
     uint64_t err_record;   /* index record failed its checks */
     uint64_t err_bounds;   /* record names a slot outside the slabs */
     uint64_t err_read_io, err_write_io, err_nospc, err_sync, err_index;
+    /* the index at open */
+    uint32_t index_walked;    /* 1: not stamped clean, so a child read it whole before use */
+    uint32_t index_rebuilt;   /* 1: it could not be trusted (or was lost) and was set aside */
+    uint64_t recovered;       /* pages whose records came back from the slabs' page heads */
+    uint64_t recover_scanned; /* slots whose heads recovery read */
 };
 
 /* What iteration shows of one record. Pointers are valid during the callback only. */
@@ -179,9 +193,10 @@ struct dstore;
 void dstore_options_init(struct dstore_options *o, size_t size);
 
 /* Open or create the data dir o->dir. -EBUSY when another process (or another open in this
- * one) has it for writing; KVT_EFORMAT for a dir that is not kvtier's or has a newer format;
+ * one) has it for writing; KVT_EFORMAT for a dir that is not kvtier's or has another format;
  * KVT_EFINGERPRINT for another fingerprint or page geometry; KVT_ECORRUPT for a damaged meta
- * record; -EINVAL for bad options. Returns before the background rebuild finishes. */
+ * record, or a damaged index opened read-only (a writer recovers it instead); -EINVAL for bad
+ * options. Returns before the background rebuild (and any recovery) finishes. */
 int dstore_open(const struct dstore_options *o, struct dstore **out);
 
 /* Wait for every op and queued job, persist access times, stop the threads and close.

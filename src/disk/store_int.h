@@ -17,12 +17,14 @@
 #define KVT_DISK_STORE_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "disk/dio.h"
 #include "disk/index.h"
+#include "disk/layout.h"
 #include "disk/store.h"
 
 #define NO_SLOT UINT32_MAX
@@ -54,10 +56,15 @@ struct dop_page {
     uint8_t sum[16];
     uint32_t *tokens; /* writes: page_tokens ids, in the op's allocation */
     void *buf;
+    uint8_t *block;          /* the page's tail block (layout.h), in the op's allocation */
     uint32_t slot;           /* global slot, NO_SLOT when none */
     struct dop_page *dup_of; /* writes: an earlier page of the batch with the same key */
     bool dup;                /* writes: stored already (or by dup_of); no I/O */
-    struct dio_req req;
+    int res;                 /* the page's result: 0 or -errno / KVT_E* */
+    /* The page's I/O (page_io_prepare): the body, then the tail block, nio of them used. */
+    struct dio_req io[2];
+    uint32_t nio;
+    uint32_t io_left; /* locked: requests not landed yet */
 };
 
 struct dop {
@@ -68,6 +75,7 @@ struct dop {
     uint32_t n, pending, ok;
     bool done;
     int *results;
+    uint8_t *blocks; /* the pages' tail blocks, block-aligned; NULL when none are needed */
     struct dop_page pages[];
 };
 
@@ -109,17 +117,23 @@ struct dstore {
     struct dstore_options o;
     char *dir;
     bool ro;
+    bool created;      /* this open created the dir's index */
+    bool recovering;   /* the index was rebuilt empty: the committer recovers it from slabs */
+    bool index_walked; /* the index was read whole by a child before this process opened it */
     int dirfd, slabfd, lockfd; /* the data dir, slabs/, the lock file */
     struct dindex ix;
-    MDB_txn *rtxn; /* the owner's read transaction, reset between calls */
-    MDB_txn *ctxn; /* the committer's */
+    MDB_txn *rtxn;         /* the owner's read transaction, reset between calls */
+    atomic_uint snapshots; /* read transactions of the owner's live now (snapshot_*) */
+    MDB_txn *ctxn;         /* the committer's */
 
     struct dmeta meta; /* the dir's meta record as read at open */
     /* the dir's geometry, from meta */
     uint32_t page_bytes, page_tokens, slot_bytes, slab_slots;
-    uint64_t nslots; /* capacity in slots */
-    uint32_t nslabs; /* slabs covering nslots */
-    bool direct;     /* O_DIRECT works and slot offsets meet its alignment */
+    struct slot_layout lay; /* where a page's bytes and head sit in its slot */
+    uint64_t fp_digest;     /* of the dir's fingerprint, as page heads carry it */
+    uint64_t nslots;        /* capacity in slots */
+    uint32_t nslabs;        /* slabs covering nslots */
+    bool direct;            /* O_DIRECT works and slot offsets meet its alignment */
     uint32_t mem_align;
 
     struct dio *io;
@@ -167,6 +181,13 @@ struct dstore {
 
 /* ---- store.c ---- */
 
+/* Read snapshots of the index for the owner: begun and ended, or the owner's rtxn renewed and
+ * reset. A read-only store adopts a map its writer grew when no other snapshot is live. */
+int snapshot_begin(struct dstore *s, MDB_txn **txn);
+void snapshot_end(struct dstore *s, MDB_txn *txn);
+int snapshot_renew(struct dstore *s);
+void snapshot_reset(struct dstore *s);
+
 /* Under the lock: a strictly increasing wall-clock time stamp (ns). */
 uint64_t stamp_locked(struct dstore *s);
 /* Under the lock: one more page of op finished; completes the op when it was the last. */
@@ -204,12 +225,22 @@ void slabs_close(struct dstore *s);
 int slab_ready(struct dstore *s, uint32_t slab);
 /* Under the lock: the descriptor for a page I/O on slab from/into buf; -1 when none. */
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf);
+/* Fill p's requests for its page at global slot g (p->buf, p->block set): the body and, for
+ * writes or a page with a tail, the tail block. -EIO when a descriptor cannot be had. */
+int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write,
+                    void (*complete)(struct dio_req *r));
+/* Under the lock: one request of a page landed; the page once all of them have, else NULL.
+ * Its result (the first failed request's) is in p->res. */
+struct dop_page *page_io_landed_locked(struct dio_req *r);
 /* fdatasync one slab (through the fault seam). */
 int slab_sync(struct dstore *s, uint32_t slab);
 /* *count = how many slab files there are from 0000 on, up to the first one missing. */
 int slabs_found(struct dstore *s, uint32_t *count);
 /* Read-only stores: learn again how many slots slab's file backs (it may have grown). */
 void slab_refresh(struct dstore *s, uint32_t slab);
+/* The head of a slab file of the dir at dirfd (any one that is whole): 0, or KVT_EFORMAT
+ * when there is none (no slab of ours). */
+int slabs_first_head(int dirfd, struct slab_head *h);
 
 /* Under the lock: whether the slot table (state, keys, LRU) can be trusted. Before the
  * rebuild it is being written; after a failed one it is partial, and reads then go by the
@@ -226,6 +257,12 @@ int committer_start(struct dstore *s);
 void committer_stop(struct dstore *s);
 /* Queue a synchronous job and wait for it; its rc. */
 int job_run(struct dstore *s, struct djob *j);
+
+/* ---- recover.c ---- */
+
+/* The committer's first step when the index was set aside: records and slot entries from
+ * the slabs' page heads. 0, or the index error that stopped it (what was committed stays). */
+int recover(struct dstore *s);
 
 /* ---- rebuild.c ---- */
 

@@ -44,7 +44,8 @@ TMP = None
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGE_TOKENS = 16
 PAGE_BYTES = 16 * 2 * 2 * 16 * 2  # page x (layers 2 x K,V x 16 elements x 2 bytes)
-SLOT_BYTES = 4096
+SLOT_BYTES = 4096  # the page, then its head (docs/formats.md)
+SLAB_HEAD = 4096  # a slab file starts with its head block
 
 
 # ---- running kvtier-ctl ----
@@ -367,7 +368,7 @@ def _():
     j = ok_json("stat", d)
     fp = fingerprint("tiny")
     eq(j["fingerprint"], fp, "fingerprint")
-    eq(j["format_version"], 1, "format_version")
+    eq(j["format_version"], 2, "format_version")
     eq((j["page_tokens"], j["page_bytes"], j["slot_bytes"]), (PAGE_TOKENS, PAGE_BYTES, SLOT_BYTES),
        "geometry")
     eq(j["capacity_slots"], 300000 // PAGE_TOKENS, "capacity_slots (300000 tokens of 16)")
@@ -381,7 +382,7 @@ def _():
        [(ns_root(fp), True, len(pages))], "namespaces")
     check(j["oldest_ns"] <= j["newest_ns"] <= j["last_access_ns"], "oldest/newest order")
     t = ok("stat", d).out
-    for want in (fp, "version 1", "16 tokens", f"{len(pages)} ", "default"):
+    for want in (fp, "version 2", "16 tokens", f"{len(pages)} ", "default"):
         check(want in t, f"stat text lacks {want!r}:\n{t}")
 
 
@@ -524,9 +525,9 @@ def _():
 
 def flip(d, slot, at=100):
     with open(os.path.join(d, "slabs", "0000.slab"), "r+b") as f:
-        f.seek(slot * SLOT_BYTES + at)
+        f.seek(SLAB_HEAD + slot * SLOT_BYTES + at)
         b = f.read(1)
-        f.seek(slot * SLOT_BYTES + at)
+        f.seek(SLAB_HEAD + slot * SLOT_BYTES + at)
         f.write(bytes([b[0] ^ 0xff]))
 
 
@@ -564,7 +565,7 @@ def _():
     d = copy_of(bench_dir(), "truncated")
     pages = pages_of(d)
     cut = sorted(p["slot"] for p in pages.values())[len(pages) // 2]
-    os.truncate(os.path.join(d, "slabs", "0000.slab"), cut * SLOT_BYTES)
+    os.truncate(os.path.join(d, "slabs", "0000.slab"), SLAB_HEAD + cut * SLOT_BYTES)
     dangling = {h for h, p in pages.items() if p["slot"] >= cut}
     orphans = descendants(pages, dangling) - dangling
     r = ctl("verify", d, "--json")
@@ -632,10 +633,10 @@ def _():
     fails(1, "not a kvtier data dir", "gc", empty)
     eq(os.listdir(empty), [], "an empty dir after gc")
     newer = copy_of(bench_dir(), "newer")
-    r = subprocess.run([FIXTURE, "version", newer, "2"], capture_output=True)
+    r = subprocess.run([FIXTURE, "version", newer, "3"], capture_output=True)
     eq(r.returncode, 0, f"ctl_fixture version: {r.stderr!r}")
     for cmd in ("stat", "ls", "verify", "gc"):
-        fails(1, r"version 2 is newer", cmd, newer)
+        fails(1, r"version 3 is newer", cmd, newer)
     bad = copy_of(bench_dir(), "badindex")
     with open(os.path.join(bad, "index", "data.mdb"), "r+b") as fh:
         fh.write(os.urandom(16384))
@@ -730,7 +731,7 @@ def _():
 
 def file_page(d, slot):
     with open(os.path.join(d, "slabs", "0000.slab"), "rb") as f:
-        f.seek(slot * SLOT_BYTES)
+        f.seek(SLAB_HEAD + slot * SLOT_BYTES)
         return f.read(PAGE_BYTES)
 
 

@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "disk/layout.h"
 #include "engine.h"
 #include "radix/hash.h"
 
@@ -886,7 +887,7 @@ static int damage_visit(void *arg, const struct dstore_entry *en)
         snprintf(path, sizeof(path), "%s/slabs/%04u.slab", d->dir, en->slab);
         int fd = open(path, O_RDWR);
         REQUIRE(fd >= 0);
-        off_t off = (off_t)en->slot * d->slot_bytes + 100;
+        off_t off = (off_t)(SLAB_HEAD_BYTES + (uint64_t)en->slot * d->slot_bytes + 100);
         REQUIRE(pread(fd, b, sizeof(b), off) == (ssize_t)sizeof(b));
         for (size_t i = 0; i < sizeof(b); i++)
             b[i] ^= 0xa5;

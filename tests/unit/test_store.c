@@ -34,10 +34,14 @@
 #include <unistd.h>
 
 #include "disk/index.h"
+#include "disk/layout.h"
 #include "disk/store.h"
 
 #define PAGE 8192 /* bytes per page in most tests: O_DIRECT-sized */
 #define TOKENS 4  /* tokens per page */
+/* A slot of such a page (disk/layout.h): its two blocks, then a block for its head; the
+ * slots of a slab follow the slab's head block. */
+#define SLOT (PAGE + LAYOUT_BLOCK)
 #define KEY DSTORE_KEY_BYTES
 
 static uint32_t io_kind = DSTORE_IO_PSYNC; /* the variant the group runs */
@@ -121,8 +125,8 @@ static void fx_options(struct fx *f)
     memset(f->o.fingerprint, 0xab, sizeof(f->o.fingerprint));
     f->o.page_bytes = PAGE;
     f->o.page_tokens = TOKENS;
-    f->o.disk_bytes = 64ull * PAGE;
-    f->o.slab_bytes = 16ull * PAGE;
+    f->o.disk_bytes = 64ull * SLOT;
+    f->o.slab_bytes = 16ull * SLOT;
     f->o.io = io_kind;
     f->o.queue_depth = 8;
     f->o.io_threads = 3;
@@ -138,7 +142,10 @@ static void need_io(void)
 static int fx_setup(void **state)
 {
     struct fx *f = calloc(1, sizeof(*f));
+    struct slot_layout l;
 
+    if (layout_init(&l, PAGE, TOKENS) || l.slot_bytes != SLOT)
+        return -1; /* the tests' arithmetic no longer matches the format */
     snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-store-XXXXXX");
     if (!mkdtemp(f->dir))
         return -1;
@@ -829,7 +836,7 @@ static void test_as_found(void **state)
     close(fd);
     dstore_options_init(&o, sizeof(o));
     o.dir = f->dir;
-    o.disk_bytes = 64ull * PAGE;
+    o.disk_bytes = 64ull * SLOT;
     o.flags = DSTORE_AS_FOUND | DSTORE_READONLY;
     assert_int_equal(dstore_open(&o, &s), 0);
     dstore_info(s, &in);
@@ -944,7 +951,7 @@ static void flip_byte(struct fx *f, struct where w, size_t at)
     slab_path(f, w.slab, path, sizeof(path));
     fd = open(path, O_RDWR);
     assert_true(fd >= 0);
-    off_t off = (off_t)w.slot * PAGE + (off_t)at;
+    off_t off = (off_t)(SLAB_HEAD_BYTES + w.slot * SLOT + at);
     assert_int_equal(pread(fd, &b, 1, off), 1);
     b ^= 0x40;
     assert_int_equal(pwrite(fd, &b, 1, off), 1);
@@ -992,7 +999,7 @@ static void test_truncated_slab(void **state)
     dstore_close(f->s);
     f->s = NULL;
     slab_path(f, 0, path, sizeof(path));
-    assert_int_equal(truncate(path, 8 * PAGE), 0); /* slots 8..15 gone */
+    assert_int_equal(truncate(path, SLAB_HEAD_BYTES + 8 * SLOT), 0); /* slots 8..15 gone */
     assert_int_equal(dstore_open(&f->o, &f->s), 0);
     assert_int_not_equal(get_id(f, 10), 0); /* before or after the rebuild: never served */
     assert_int_equal(dstore_wait_ready(f->s), 0);
@@ -1014,7 +1021,7 @@ static void test_truncated_slab(void **state)
         assert_int_equal(get_id(f, id), 0);
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
-    assert_int_equal(sb.st_size, 16 * PAGE);
+    assert_int_equal(sb.st_size, SLAB_HEAD_BYTES + 16 * SLOT);
 }
 
 /* Junk written into an index record, and checked records that lie, with LMDB directly. */
@@ -1241,7 +1248,7 @@ static void test_evict_keeps_batch_dup(void **state)
     uint64_t ids[9] = {1, 10, 11, 12, 13, 14, 15, 16, 17};
     int res[9], nospc = 0;
 
-    f->o.disk_bytes = f->o.slab_bytes = 8ull * PAGE;
+    f->o.disk_bytes = f->o.slab_bytes = 8ull * SLOT;
     fx_open(f);
     put_range(f, 1, 8); /* full */
     assert_int_equal(put_core(f->s, f->bufs, ids, 9, res), 0);
@@ -1261,7 +1268,7 @@ static void test_lru_eviction(void **state)
 {
     struct fx *f = *state;
 
-    f->o.disk_bytes = 8ull * PAGE;
+    f->o.disk_bytes = 8ull * SLOT;
     fx_open(f);
     put_range(f, 1, 8);
     assert_int_equal(stats_of(f).free_slots, 0);
@@ -1332,7 +1339,7 @@ static void test_pinned_slot(void **state)
     int res = 1;
 
     f->o.faults = &faults;
-    f->o.disk_bytes = 4ull * PAGE;
+    f->o.disk_bytes = 4ull * SLOT;
     fx_open(f);
     put_range(f, 1, 4); /* page 1 is the least recently used */
     make_key(1, key);
@@ -1454,7 +1461,7 @@ static void test_crash(void **state)
 
     need_io();
     print_message("crash test: %d rounds, seed %llu\n", rounds, (unsigned long long)seed);
-    f->o.disk_bytes = CRASH_SLOTS * PAGE;
+    f->o.disk_bytes = CRASH_SLOTS * SLOT;
     for (int round = 0; round < rounds; round++) {
         struct crash_check c = {f, 0};
         int status;
