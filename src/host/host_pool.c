@@ -311,6 +311,10 @@ static int map_pool(struct host_pool *hp)
     p = mmap(NULL, hp->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return -ENOMEM;
+    /* A child of this process (the disk tier's index check, or the application's own) must
+     * not share pinned pages copy-on-write: a write here would move a page the device or the
+     * disk is copying to or from. The child never needs the pool. */
+    madvise(p, hp->bytes, MADV_DONTFORK);
     hp->base = p;
     return 0;
 }
