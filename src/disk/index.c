@@ -237,24 +237,6 @@ static int env_open(MDB_env **out, const char *path, unsigned flags, size_t maps
     return 0;
 }
 
-/* LMDB maps its file and trusts what it finds there: a page it believes in but the file no
- * longer holds (a truncated file) would be a SIGBUS at first touch. Checked before any is
- * touched; an LMDB code (MDB_CORRUPTED), as the probe's child reports its findings. */
-int index_check_size(MDB_env *env)
-{
-    MDB_envinfo info;
-    MDB_stat st;
-    struct stat fs;
-    mdb_filehandle_t fd;
-
-    if (mdb_env_info(env, &info) || mdb_env_stat(env, &st) || mdb_env_get_fd(env, &fd) ||
-        fstat(fd, &fs))
-        return EIO;
-    if (!st.ms_psize || (uint64_t)fs.st_size / st.ms_psize < (uint64_t)info.me_last_pgno + 1)
-        return MDB_CORRUPTED;
-    return 0;
-}
-
 int index_create(const char *path, const struct dmeta *m, size_t mapsize)
 {
     MDB_env *env;
@@ -310,7 +292,7 @@ int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsiz
     if (rc)
         return rc;
     mdb_reader_check(ix->env, &dead); /* slots of readers that died (a killed engine) */
-    if ((rc = index_err(index_check_size(ix->env))) || (rc = open_dbs(ix))) {
+    if ((rc = open_dbs(ix))) {
         mdb_env_close(ix->env);
         ix->env = NULL;
     }

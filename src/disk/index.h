@@ -68,7 +68,7 @@ int index_create(const char *path, const struct dmeta *m, size_t mapsize);
 
 /* Open the environment at path and its databases, with a map of mapsize bytes (0: the size
  * the writer recorded). A path that is not an LMDB environment, or one without our
- * databases: KVT_EFORMAT; a file shorter than the pages its meta names: KVT_ECORRUPT. */
+ * databases: KVT_EFORMAT. Only an index trust.h vouches for may be opened. */
 int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize);
 
 /* A read-only transaction, begun or renewed. The writer in another process may have grown
@@ -83,9 +83,6 @@ int index_set_mapsize(struct dindex *ix, size_t bytes);
 
 /* Bytes of the file at path; 0 when it cannot be seen. */
 uint64_t index_file_bytes(const char *path);
-
-/* Whether env's file holds every page its meta names: 0, MDB_CORRUPTED or an errno. */
-int index_check_size(MDB_env *env);
 
 /* Close; a zeroed dindex is a no-op. */
 void index_close(struct dindex *ix);

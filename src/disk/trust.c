@@ -12,11 +12,16 @@
  * and times, and a digest of its meta pages, as they were after the last commit. A stamp that
  * still matches the file means nobody wrote it since, and the walk is skipped: a clean restart
  * opens at once. Any write changes the times and every commit the meta pages.
+ *
+ * The child first checks the file's structure as bytes (lmdb_check.c: what LMDB's writes
+ * assume of every page, which reading alone would not show), then opens it with LMDB and
+ * reads it through: every record, every key searched for again.
  */
 #include "trust.h"
 #include "le.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <lmdb.h>
 #include <poll.h>
@@ -24,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,6 +37,7 @@
 #include <xxhash.h>
 
 #include "disk/index.h"
+#include "disk/lmdb_check.h"
 
 #define STAMP_NAME "index/clean"
 #define STAMP_TMP "index/clean.new"
@@ -40,6 +47,7 @@
 #define PROBE_BASE_MS 30000 /* the child's time, plus PROBE_MS_PER_GIB per GiB of index */
 #define PROBE_MS_PER_GIB 60000
 #define DBS 3
+#define NO_VERDICT INT_MIN /* neither an errno (> 0) nor an LMDB code (< 0) */
 
 static const char *const db_names[DBS] = {"meta", "pages", "slots"};
 
@@ -227,19 +235,67 @@ static int walk_all(MDB_env *env)
     return rc;
 }
 
+/* A map for the file as found: the file and room beyond it. LMDB grows it to the pages its
+ * meta names, so a meta claiming more than that cannot be mapped; that the system could map
+ * this much is checked first, so an open that then fails for want of memory is the meta's
+ * fault, not the system's. 0, or ENOMEM when the system cannot. */
+static int probe_map(const char *path, size_t *bytes)
+{
+    char data[4096];
+    struct stat st;
+    void *p;
+
+    snprintf(data, sizeof(data), "%s/data.mdb", path);
+    if (stat(data, &st))
+        return errno;
+    *bytes = (size_t)st.st_size + (1ull << 30);
+    p = mmap(NULL, *bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return ENOMEM;
+    munmap(p, *bytes);
+    return 0;
+}
+
+/* The file's structure, read as bytes before LMDB sees it (lmdb_check.h). */
+static int check_structure(const char *path)
+{
+    char data[4096];
+    struct stat st;
+    void *map;
+    int fd, rc;
+
+    snprintf(data, sizeof(data), "%s/data.mdb", path);
+    if ((fd = open(data, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0)
+        return errno;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+        close(fd);
+        return MDB_CORRUPTED;
+    }
+    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return ENOMEM;
+    rc = lmdb_check(map, (size_t)st.st_size);
+    munmap(map, (size_t)st.st_size);
+    return rc == -ENOMEM ? ENOMEM : rc ? MDB_CORRUPTED : 0;
+}
+
 /* The child's verdict: 0, or an LMDB or errno code. */
 static int probe_child(const char *path)
 {
     MDB_env *env;
-    int rc = mdb_env_create(&env);
+    size_t map;
+    int rc = check_structure(path);
 
-    if (rc)
+    if (rc || (rc = probe_map(path, &map)) || (rc = mdb_env_create(&env)))
         return rc;
     rc = mdb_env_set_maxdbs(env, DBS);
     if (!rc)
-        rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOTLS | MDB_NORDAHEAD, 0600);
+        rc = mdb_env_set_mapsize(env, map);
     if (!rc)
-        rc = index_check_size(env);
+        rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOTLS | MDB_NORDAHEAD, 0600);
+    if (rc == ENOMEM)
+        rc = MDB_CORRUPTED; /* probe_map showed the system can map what the file holds */
     if (!rc)
         rc = walk_all(env);
     mdb_env_close(env);
@@ -250,8 +306,13 @@ static int probe_child(const char *path)
 
 static void child_main(const char *path, int out)
 {
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
     int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC), rc;
 
+    /* The application's handlers (a crash reporter, a runtime's) must not catch a crash
+     * here and carry on as the application: a crash ends the child, and that is the answer. */
+    for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
+        signal(fatal[i], SIG_DFL);
     if (devnull >= 0)
         dup2(devnull, STDERR_FILENO); /* LMDB's assertions, a sanitizer's report */
     rc = probe_child(path);
@@ -260,18 +321,17 @@ static void child_main(const char *path, int out)
     _exit(0);
 }
 
-/* The child's code, or 1 (a made-up LMDB-free code meaning "no verdict") when it died or ran
- * out of time. */
+/* The child's code, or NO_VERDICT when it died or ran out of time. */
 static int await_verdict(pid_t pid, int in, int timeout_ms)
 {
     struct pollfd p = {.fd = in, .events = POLLIN};
-    int verdict = 1, status, n;
+    int verdict = NO_VERDICT, status, n;
 
     do
         n = poll(&p, 1, timeout_ms);
     while (n < 0 && errno == EINTR);
     if (n > 0 && read(in, &verdict, sizeof(verdict)) != (ssize_t)sizeof(verdict))
-        verdict = 1;
+        verdict = NO_VERDICT;
     if (n <= 0)
         kill(pid, SIGKILL);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
