@@ -67,24 +67,12 @@ static uint32_t pop_free_locked(struct dstore *s)
     return NO_SLOT;
 }
 
-/* Under the lock: g goes back to being live (a deletion that did not commit). */
-static void revive_locked(struct dstore *s, uint32_t g)
-{
-    if (s->state[g] != SLOT_DYING)
-        return;
-    s->state[g] = SLOT_USED;
-    lru_push_locked(s, g);
-}
-
 /* Under the lock: a live slot of key stops taking readers; whether it was live. */
 static bool kill_locked(struct dstore *s, uint32_t g, const uint8_t *key)
 {
     if (memcmp(s->skey[g], key, DSTORE_KEY_BYTES))
         return false;
-    if (s->state[g] == SLOT_USED) {
-        lru_unlink_locked(s, g);
-        s->state[g] = SLOT_DYING;
-    }
+    slot_unuse_locked(s, g);
     return s->state[g] == SLOT_DYING;
 }
 
@@ -192,26 +180,6 @@ static void flush_access(struct dstore *s)
 
 /* ---- eviction ---- */
 
-/* Under the lock: up to want unpinned slots from the LRU tail, now DYING. The walk past
- * pinned slots is bounded, so a store full of readers cannot stall the committer. */
-static size_t pick_victims_locked(struct dstore *s, size_t want, uint32_t *victims)
-{
-    size_t n = 0, steps = 2 * want + 64;
-    uint32_t g = s->lru_tail;
-
-    while (g != NO_SLOT && n < want && steps--) {
-        uint32_t prev = s->prev[g];
-
-        if (!s->pins[g]) {
-            lru_unlink_locked(s, g);
-            s->state[g] = SLOT_DYING;
-            victims[n++] = g;
-        }
-        g = prev;
-    }
-    return n;
-}
-
 /* One transaction forgetting the victims: records and slot-table entries. */
 static int forget_victims(struct dstore *s, const uint32_t *v, size_t n)
 {
@@ -252,7 +220,7 @@ static int evict(struct dstore *s, size_t want, size_t *evicted)
         rc = forget_victims(s, v, n);
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < n; i++)
-        rc ? revive_locked(s, v[i]) : slot_release_locked(s, v[i]);
+        rc ? slot_revive_locked(s, v[i]) : slot_release_locked(s, v[i]);
     if (!rc) {
         s->st.evicted += n;
         *evicted = n;
@@ -289,7 +257,7 @@ static void release_all(struct dstore *s, const uint32_t *gs, size_t n, bool com
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < n; i++)
         if (gs[i] != NO_SLOT)
-            committed ? slot_release_locked(s, gs[i]) : revive_locked(s, gs[i]);
+            committed ? slot_release_locked(s, gs[i]) : slot_revive_locked(s, gs[i]);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -356,7 +324,7 @@ out:
     pthread_mutex_lock(&s->lock);
     s->st.dropped += !rc && !del;
     if (killed)
-        rc ? revive_locked(s, g) : slot_release_locked(s, g);
+        rc ? slot_revive_locked(s, g) : slot_release_locked(s, g);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -684,9 +652,8 @@ static void settle_page_locked(struct dstore *s, struct dop_page *p, int rc, uin
         slot_release_locked(s, p->slot);
         return;
     }
-    s->state[p->slot] = SLOT_USED;
     s->atime[p->slot] = now;
-    lru_push_locked(s, p->slot);
+    slot_use_locked(s, p->slot, parent_tag(p->parent));
     s->st.writes++;
     s->st.bytes_written += s->page_bytes;
 }

@@ -116,6 +116,13 @@ uint64_t key_tag(const uint8_t *key)
     return t ? t : 1;
 }
 
+uint64_t parent_tag(const uint8_t *parent)
+{
+    static const uint8_t none[DSTORE_KEY_BYTES];
+
+    return memcmp(parent, none, DSTORE_KEY_BYTES) ? key_tag(parent) : 0;
+}
+
 int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
              const uint8_t *parent)
 {
@@ -125,7 +132,7 @@ int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, ui
 
     memcpy(buf, key, DSTORE_KEY_BYTES);
     put64(buf + DSTORE_KEY_BYTES, atime);
-    put64(buf + DSTORE_KEY_BYTES + 8, parent ? key_tag(parent) : 0);
+    put64(buf + DSTORE_KEY_BYTES + 8, parent ? parent_tag(parent) : 0);
     return index_err(mdb_put(txn, ix->slots, &k, &v, 0));
 }
 

@@ -133,6 +133,9 @@ int slot_decode(const MDB_val *k, const MDB_val *v, struct slot_entry *e);
  * (a clash only misplaces an eviction preference, never a byte). 0 stands for no parent. */
 uint64_t key_tag(const uint8_t *key);
 
+/* key_tag of a parent key, 0 for the all-zero key that stands for none. */
+uint64_t parent_tag(const uint8_t *parent);
+
 /* A 64-bit digest of a raw value, to recognise it again later. */
 uint64_t value_digest(const void *val, size_t len);
 

@@ -91,18 +91,6 @@ static int pin_locked(struct dstore *s, const uint8_t *key, uint32_t g)
     return 0;
 }
 
-void unpin_locked(struct dstore *s, uint32_t g)
-{
-    /* Before the rebuild is done the committer is still writing the slot table, and no slot
-     * can be dead yet (deletes queue behind the rebuild): leave the table alone. */
-    if (s->ro || --s->pins[g] || !table_known_locked(s))
-        return;
-    if (s->state[g] == SLOT_DEAD) {
-        s->state[g] = SLOT_FREE;
-        s->freestk[s->nfree++] = g;
-    }
-}
-
 /* The page's result: the I/O's, then the checksum's, over the body and the tail block's
  * copy of the page's last bytes. A read past the end of the slab (-ENODATA: truncated under
  * us) is as bad as bad bytes. */
@@ -148,9 +136,8 @@ static void slot_after_read_locked(struct dstore *s, const struct dop_page *p, i
         return;
     if (!res) {
         touch_locked(s, p->slot);
-    } else if (res == KVT_ECORRUPT && s->state[p->slot] == SLOT_USED) {
-        s->state[p->slot] = SLOT_DYING;
-        lru_unlink_locked(s, p->slot);
+    } else if (res == KVT_ECORRUPT) {
+        slot_unuse_locked(s, p->slot);
     }
 }
 

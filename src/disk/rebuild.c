@@ -74,6 +74,7 @@ static void scan_one(struct dstore *s, const MDB_val *k, const MDB_val *v, struc
     s->state[g] = SLOT_USED;
     memcpy(s->skey[g], e.key, DSTORE_KEY_BYTES);
     s->atime[g] = e.atime;
+    s->ptag[g] = e.parent;
     if (e.atime > c->max_atime)
         c->max_atime = e.atime;
 }
@@ -173,26 +174,27 @@ static int cmp_aged(const void *a, const void *b)
     return (x->g > y->g) - (x->g < y->g);
 }
 
-/* Oldest pushed first, so the most recent ends at the head. Without memory to sort, slot
- * order stands in: eviction still works, only its order is off. */
-static void build_lru(struct dstore *s, uint64_t used)
+/* The used slots oldest first into the lists (slots.c), so the most recent end at their
+ * heads. Without memory to sort, slot order stands in: eviction still works, only its order
+ * is off. */
+static void build_lists(struct dstore *s, uint64_t used)
 {
     struct aged *a = malloc((used ? used : 1) * sizeof(*a));
+    uint32_t *order = malloc((used ? used : 1) * sizeof(*order));
     uint64_t n = 0;
 
-    for (uint64_t g = 0; g < s->nslots; g++) {
-        s->prev[g] = s->next[g] = NO_SLOT;
-        if (s->state[g] == SLOT_USED && a)
+    lists_reset_locked(s); /* the committer alone touches the table until ready */
+    for (uint64_t g = 0; a && g < s->nslots; g++)
+        if (s->state[g] == SLOT_USED)
             a[n++] = (struct aged){s->atime[g], (uint32_t)g};
-        else if (s->state[g] == SLOT_USED)
-            lru_push_locked(s, (uint32_t)g);
+    if (a && order) {
+        qsort(a, n, sizeof(*a), cmp_aged);
+        for (uint64_t i = 0; i < n; i++)
+            order[i] = a[i].g;
     }
-    if (!a)
-        return;
-    qsort(a, n, sizeof(*a), cmp_aged);
-    for (uint64_t i = 0; i < n; i++)
-        lru_push_locked(s, a[i].g);
+    slots_link_all(s, a && order ? order : NULL, n);
     free(a);
+    free(order);
 }
 
 /* Under the lock, once the table is known: the hits served before it, in their order. */
@@ -218,7 +220,7 @@ void rebuild(struct dstore *s)
         dropped = drop_all(s, &d);
     free(d.v);
     nfree = build_free(s);
-    build_lru(s, s->nslots - nfree);
+    build_lists(s, s->nslots - nfree);
     pthread_mutex_lock(&s->lock);
     s->nfree = nfree;
     s->broken = rc;

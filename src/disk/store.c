@@ -27,79 +27,6 @@
 
 /* ---- small shared helpers ---- */
 
-uint64_t stamp_locked(struct dstore *s)
-{
-    struct timespec ts;
-    uint64_t now;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    s->clock = now > s->clock ? now : s->clock + 1;
-    return s->clock;
-}
-
-void lru_unlink_locked(struct dstore *s, uint32_t g)
-{
-    uint32_t p = s->prev[g], n = s->next[g];
-
-    if (p != NO_SLOT)
-        s->next[p] = n;
-    else if (s->lru_head == g)
-        s->lru_head = n;
-    if (n != NO_SLOT)
-        s->prev[n] = p;
-    else if (s->lru_tail == g)
-        s->lru_tail = p;
-    s->prev[g] = s->next[g] = NO_SLOT;
-}
-
-void lru_push_locked(struct dstore *s, uint32_t g)
-{
-    s->prev[g] = NO_SLOT;
-    s->next[g] = s->lru_head;
-    if (s->lru_head != NO_SLOT)
-        s->prev[s->lru_head] = g;
-    s->lru_head = g;
-    if (s->lru_tail == NO_SLOT)
-        s->lru_tail = g;
-}
-
-/* The access time is persisted lazily: a full dirty list only loses the hint, never order
- * in this process. */
-void touch_locked(struct dstore *s, uint32_t g)
-{
-    if (s->state[g] != SLOT_USED)
-        return;
-    lru_unlink_locked(s, g);
-    lru_push_locked(s, g);
-    s->atime[g] = stamp_locked(s);
-    if (!s->dirty_bit[g] && s->ndirty < DIRTY_MAX) {
-        s->dirty_bit[g] = 1;
-        s->dirty[s->ndirty++] = g;
-    }
-    if (s->ndirty >= DIRTY_FLUSH)
-        pthread_cond_signal(&s->job_cv);
-}
-
-/* A hint like the rest: past EARLY_MAX the oldest order is kept and the rest lost. */
-void touch_early_locked(struct dstore *s, uint32_t g, const uint8_t *key)
-{
-    if (s->nearly == EARLY_MAX)
-        return;
-    s->early[s->nearly].g = g;
-    memcpy(s->early[s->nearly++].key, key, DSTORE_KEY_BYTES);
-}
-
-void slot_release_locked(struct dstore *s, uint32_t g)
-{
-    if (s->pins[g]) {
-        s->state[g] = SLOT_DEAD;
-        return;
-    }
-    s->state[g] = SLOT_FREE;
-    s->freestk[s->nfree++] = g;
-}
-
 void job_push_locked(struct dstore *s, struct djob *j)
 {
     j->next = NULL;
@@ -1146,6 +1073,25 @@ static int index_prepare(struct dstore *s)
 
 /* ---- the slot table ---- */
 
+/* The tag map's size: a power of two at least twice the slots, so runs stay short. */
+static int map_alloc(struct dstore *s)
+{
+    uint64_t size = 2;
+    uint32_t bits = 1;
+
+    while (size < 2 * s->nslots) {
+        size <<= 1;
+        bits++;
+    }
+    s->map_size = size;
+    s->map_shift = 64 - bits;
+    s->map = malloc(size * sizeof(*s->map));
+    if (!s->map)
+        return -ENOMEM;
+    memset(s->map, 0xff, size * sizeof(*s->map)); /* NO_SLOT everywhere */
+    return 0;
+}
+
 static int table_alloc(struct dstore *s)
 {
     size_t n = (size_t)s->nslots;
@@ -1154,17 +1100,22 @@ static int table_alloc(struct dstore *s)
     s->pins = calloc(n, sizeof(*s->pins));
     s->skey = calloc(n, DSTORE_KEY_BYTES);
     s->atime = calloc(n, sizeof(*s->atime));
-    s->prev = malloc(n * sizeof(*s->prev));
-    s->next = malloc(n * sizeof(*s->next));
+    s->ptag = calloc(n, sizeof(*s->ptag));
+    s->kids = calloc(n, sizeof(*s->kids));
+    s->lru.prev = malloc(n * sizeof(uint32_t));
+    s->lru.next = malloc(n * sizeof(uint32_t));
+    s->leaves.prev = malloc(n * sizeof(uint32_t));
+    s->leaves.next = malloc(n * sizeof(uint32_t));
     s->freestk = malloc(n * sizeof(*s->freestk));
     s->dirty_bit = calloc(n, 1);
     s->early = malloc(EARLY_MAX * sizeof(*s->early));
     s->touched = malloc(DIRTY_MAX * sizeof(*s->touched));
     s->recbuf = malloc(rec_bytes(s->page_tokens));
     if (!s->early || !s->touched || !s->recbuf || !s->state || !s->pins || !s->skey || !s->atime ||
-        !s->prev || !s->next || !s->freestk || !s->dirty_bit)
+        !s->ptag || !s->kids || !s->lru.prev || !s->lru.next || !s->leaves.prev ||
+        !s->leaves.next || !s->freestk || !s->dirty_bit || map_alloc(s))
         return -ENOMEM;
-    s->lru_head = s->lru_tail = NO_SLOT;
+    lists_reset_locked(s); /* no other thread yet */
     return 0;
 }
 
@@ -1174,8 +1125,13 @@ static void table_free(struct dstore *s)
     free(s->pins);
     free(s->skey);
     free(s->atime);
-    free(s->prev);
-    free(s->next);
+    free(s->ptag);
+    free(s->kids);
+    free(s->lru.prev);
+    free(s->lru.next);
+    free(s->leaves.prev);
+    free(s->leaves.next);
+    free(s->map);
     free(s->freestk);
     free(s->dirty_bit);
     free(s->early);

@@ -41,6 +41,12 @@ enum slot_state {
     SLOT_DEAD = 4,     /* record deleted, still pinned: freed by the last unpin */
 };
 
+/* A list of slots through per-slot links (NO_SLOT ends). */
+struct slot_list {
+    uint32_t *prev, *next;
+    uint32_t head, tail;
+};
+
 struct dslab {
     int dfd;        /* O_DIRECT descriptor, -1 when none */
     int bfd;        /* buffered descriptor, -1 until needed */
@@ -147,13 +153,18 @@ struct dstore {
 
     struct dslab *slabs; /* locked */
 
-    /* slot table, indexed by global slot */
+    /* slot table, indexed by global slot (slots.c) */
     uint8_t *state;
     uint16_t *pins;                    /* locked */
     uint8_t (*skey)[DSTORE_KEY_BYTES]; /* the key a RESERVED/USED/DYING slot holds */
     uint64_t *atime;                   /* last access, ns */
-    uint32_t *prev, *next;             /* LRU links (NO_SLOT ends); head most recent */
-    uint32_t lru_head, lru_tail;       /* locked */
+    uint64_t *ptag;                    /* the parent's key_tag; 0 for none */
+    uint32_t *kids;                    /* used slots whose parent this one is */
+    struct slot_list lru;              /* locked: every used slot, most recent at the head */
+    struct slot_list leaves;           /* locked: the used slots without stored children */
+    uint32_t *map;                     /* locked: key_tag -> used slot, open addressing */
+    uint64_t map_size;                 /* buckets, a power of two */
+    uint32_t map_shift;                /* 64 - log2(map_size) */
     uint32_t *freestk;                 /* free slots, lowest on top after the rebuild */
     uint64_t nfree;                    /* locked */
     uint8_t *dirty_bit;                /* the slot's access time awaits persisting */
@@ -187,29 +198,42 @@ int snapshot_begin(struct dstore *s, MDB_txn **txn);
 void snapshot_end(struct dstore *s, MDB_txn *txn);
 int snapshot_renew(struct dstore *s);
 void snapshot_reset(struct dstore *s);
-
-/* Under the lock: a strictly increasing wall-clock time stamp (ns). */
-uint64_t stamp_locked(struct dstore *s);
 /* Under the lock: one more page of op finished; completes the op when it was the last. */
 void op_page_done_locked(struct dstore *s, struct dop *op);
 /* Under the lock: queue a job for the committer. */
 void job_push_locked(struct dstore *s, struct djob *j);
-/* Under the lock: a page of global slot g was just used (read or rewritten). */
-void touch_locked(struct dstore *s, uint32_t g);
-/* Under the lock: key was read from g before the rebuild ended; applied once it has. */
-void touch_early_locked(struct dstore *s, uint32_t g, const uint8_t *key);
-/* Under the lock: link g at the head of the LRU list, or unlink it. */
-void lru_push_locked(struct dstore *s, uint32_t g);
-void lru_unlink_locked(struct dstore *s, uint32_t g);
-/* Under the lock: g leaves its record behind; free it unless a read still holds it. */
+
+/* ---- slots.c: the slot table, under the lock ---- */
+
+/* A strictly increasing wall-clock time stamp (ns). */
+uint64_t stamp_locked(struct dstore *s);
+/* g holds a committed record now (or again): on both lists, in the parent's count. */
+void slot_use_locked(struct dstore *s, uint32_t g, uint64_t parent_tag);
+/* A used g stops taking readers (DYING): off the lists, out of its parent's count. */
+void slot_unuse_locked(struct dstore *s, uint32_t g);
+/* A DYING g is used again (a deletion that did not commit). */
+void slot_revive_locked(struct dstore *s, uint32_t g);
+/* g leaves its record behind; free it unless a read still holds it. */
 void slot_release_locked(struct dstore *s, uint32_t g);
+/* Drop one pin of slot g; the last pin of a dead slot frees it. */
+void unpin_locked(struct dstore *s, uint32_t g);
+/* A page of g was just used (read or rewritten). */
+void touch_locked(struct dstore *s, uint32_t g);
+/* key was read from g before the rebuild ended; applied once it has. */
+void touch_early_locked(struct dstore *s, uint32_t g, const uint8_t *key);
+/* Up to want unpinned victims, chain ends first, oldest first; each now DYING. */
+size_t pick_victims_locked(struct dstore *s, size_t want, uint32_t *victims);
+/* The used slot holding the key of this tag, or NO_SLOT. */
+uint32_t tag_find_locked(const struct dstore *s, uint64_t tag);
+/* Empty both lists (before the rebuild links them). */
+void lists_reset_locked(struct dstore *s);
+/* The rebuild: the n used slots, oldest first, into the map, the counts and the lists. */
+void slots_link_all(struct dstore *s, const uint32_t *by_age, uint64_t n);
 
 /* ---- read.c ---- */
 
 /* Look up and check key's record in txn: 0 and *r, -ENOENT, or KVT_ECORRUPT / bounds
  * errors (counted). *digest gets the raw value's digest where one was read. */
-/* Under the lock: drop one pin of slot g; the last pin of a dead slot frees it. */
-void unpin_locked(struct dstore *s, uint32_t g);
 int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct drec *r,
                   uint64_t *digest);
 /* Whether r names a slot the slabs back now (locked). */

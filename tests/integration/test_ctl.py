@@ -664,7 +664,7 @@ def _():
     eq(ok_json("verify", t)["pages"], n, "the export")
 
 
-@case("evict --to SIZE: least recently used pages go, down to SIZE")
+@case("evict --to SIZE: chain ends go first, least recently used first, down to SIZE")
 def _():
     d = copy_of(bench_dir(), "evict")
     pages = pages_of(d)
@@ -675,8 +675,15 @@ def _():
     after = pages_of(d)
     gone = set(pages) - set(after)
     eq(len(gone), len(pages) - keep, "pages gone")
-    check(max(pages[h]["last_access_ns"] for h in gone) <=
-          min(p["last_access_ns"] for p in after.values()), "only the least recently used went")
+    # A chain is shortened from its end: no page stays whose parent went.
+    cut = [h for h, p in after.items() if p.get("parent") in gone]
+    eq(cut, [], "pages left without the parent that was evicted")
+    # Of the chain ends, the least recently used went: a chain end left is no older than
+    # any page that went.
+    parents = {p.get("parent") for p in after.values()}
+    ends = [p["last_access_ns"] for h, p in after.items() if h not in parents]
+    check(max(pages[h]["last_access_ns"] for h in gone) <= min(ends),
+          "only the least recently used chain ends went")
     eq(ok_json("evict", d, "--to", "1M")["evicted"], 0, "a second evict to the same size")
     t = ok("evict", d, "--to", "0").out
     check("left (0 B)" in t or " 0 left" in t, f"evict text: {t!r}")

@@ -1299,6 +1299,53 @@ static void test_lru_eviction(void **state)
     check_all(f, 1, 40);
 }
 
+/* Pages first .. first + n - 1 as one chain: each page's parent is the one before. */
+static void put_chain(struct fx *f, uint64_t first, size_t n)
+{
+    uint8_t keys[32][KEY];
+    uint32_t toks[32][TOKENS];
+    struct dstore_wpage w[32];
+    int res[32];
+
+    assert_true(n <= 32);
+    for (size_t i = 0; i < n; i++) {
+        make_key(first + i, keys[i]);
+        tokens_of(first + i, toks[i]);
+        fill_page(keys[i], buf_at(f, i), PAGE);
+        w[i] = (struct dstore_wpage){keys[i], i ? keys[i - 1] : NULL, NULL, toks[i], buf_at(f, i)};
+    }
+    assert_int_equal(dstore_put(f->s, w, n, res), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(res[i], 0);
+}
+
+/* Eviction takes chain ends first: a page whose parent went could only be served once an
+ * engine held that parent again, so the chain is shortened from its end, never cut at its
+ * root. The order is rebuilt from the index after a restart. */
+static void test_chain_ends_first(void **state)
+{
+    struct fx *f = *state;
+
+    f->o.disk_bytes = 8ull * SLOT;
+    fx_open(f);
+    put_chain(f, 1, 6);  /* 1 <- 2 <- ... <- 6, the oldest pages */
+    put_range(f, 50, 2); /* two pages of no stored chain, newer: the store is full */
+    put_range(f, 60, 2); /* room for two: the chain's end goes, 6, then 5 */
+    for (uint64_t id = 1; id <= 6; id++)
+        assert_int_equal(has_id(f, id), id <= 4);
+    assert_true(has_id(f, 50) && has_id(f, 51) && has_id(f, 60) && has_id(f, 61));
+    fx_reopen(f);
+    put_range(f, 70, 3); /* after a restart: 4, 3 and 2, still from the end */
+    for (uint64_t id = 1; id <= 4; id++)
+        assert_int_equal(has_id(f, id), id == 1);
+    /* A chain end the engine reads stays; a leaf of no chain, older, goes instead. */
+    assert_int_equal(get_id(f, 1), 0);
+    put_range(f, 80, 1);
+    assert_true(has_id(f, 1));
+    assert_false(has_id(f, 50));
+    check_all(f, 1, 90);
+}
+
 /* A read held inside the fault seam until the test lets it go: its slot stays pinned. */
 struct gate {
     pthread_mutex_t m;
@@ -1554,6 +1601,7 @@ int main(void)
         T(test_rebuild_failed),
         T(test_evict_keeps_batch_dup),
         T(test_lru_eviction),
+        T(test_chain_ends_first),
         T(test_pinned_slot),
         T(test_wait_timeout),
         T(test_crash),
