@@ -6,8 +6,24 @@
 #include <string.h>
 #include <time.h>
 
+const char *cli_clip(const char *s, size_t max, char *buf)
+{
+    size_t n = max;
+
+    if (!s || strnlen(s, max + 1) <= max)
+        return s;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--; /* s[n] continues a character: cut before the character */
+    memcpy(buf, s, n);
+    strcpy(buf + n, "...");
+    return buf;
+}
+
 int cli_bad_usage(const char *prog, const char *msg, const char *arg)
 {
+    char clip[CLI_ECHO_MAX + 4];
+
+    arg = cli_clip(arg, CLI_ECHO_MAX, clip);
     fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
     fprintf(stderr, "try '%s --help'\n", prog);
     return 2;

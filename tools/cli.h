@@ -9,7 +9,16 @@
 
 #include "kvtier.h"
 
-/* Print "prog: msg: arg" and a hint to try --help on stderr; returns 2, the usage status. */
+/* Bytes of an argument an error message quotes: an option's value, and a path. */
+#define CLI_ECHO_MAX 64
+#define CLI_PATH_ECHO_MAX 256
+
+/* s cut to its first max bytes (at a UTF-8 character boundary) and "..." when longer, for an
+ * error message: s itself, or buf (max + 4 bytes) holding the cut. NULL stays NULL. */
+const char *cli_clip(const char *s, size_t max, char *buf);
+
+/* Print "prog: msg: arg" (arg cut to CLI_ECHO_MAX bytes) and a hint to try --help on stderr;
+ * returns 2, the usage status. */
 int cli_bad_usage(const char *prog, const char *msg, const char *arg);
 
 /* A decimal count, digits only; false for anything else or an overflow. */

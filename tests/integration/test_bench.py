@@ -624,6 +624,28 @@ def _():
     usage_case(["--trace", "x.jsonl", "--bogus"], r"unknown option.*--bogus")()
 
 
+# An argument of 100 KB is quoted in an error by its start only.
+HUGE = "x" * 100000
+HUGE_ARGS = [["--synthetic", HUGE], ["--backend", HUGE], ["--evict-policy", HUGE],
+             ["--write-policy", HUGE], ["--" + HUGE, "1"], ["--geometry", HUGE],
+             ["--geometry", "tiny," + HUGE]]
+
+
+def huge_case(args):
+    def run():
+        r = bench(*args)
+        check(r.rc in (1, 2), f"exit status 1 or 2 expected{r.where()}")
+        eq(r.out, "", f"stdout{r.where()}")
+        check(len(r.err) < 1000, f"stderr of {len(r.err)} bytes{r.where()}")
+        check(re.search(r"x{60}\.\.\.", r.err) or "x" not in r.err,
+              f"the argument is cut{r.where()}")
+    return run
+
+
+for _args in HUGE_ARGS:
+    case(f"usage: a 100 KB argument is cut in the error: {_args[0][:12]}")(huge_case(_args))
+
+
 @case("usage: a host tier no larger than the device pool is refused")
 def _():
     # --help: "host tier size in tokens, larger than the device pool". Written when the host
