@@ -25,6 +25,7 @@ import json
 import os
 import random
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -516,6 +517,125 @@ def _():
     check_location(bench("--trace", path, "--requests", 3), path, 3)
 
 
+# 3b. Bounded memory: hostile sizes fail fast or run in a bounded footprint
+
+AS_LIMIT = 1 << 30  # the bench's address space in these cases (not under ASan, which needs more)
+RSS_ROOM = 64 << 20  # what a case may keep resident beyond a small run's peak
+_baseline = []
+
+
+def sanitized():
+    """Whether the bench is built with AddressSanitizer (it maps terabytes of shadow)."""
+    with open(BENCH, "rb") as f:
+        data = f.read()
+    return b"__asan_init" in data or b"libasan" in data
+
+
+class Measured:
+    """The bench run with its address space limited to AS_LIMIT (unless sanitized), output to
+    files; killed after timeout seconds if still going (alive says so). rss: its peak resident
+    bytes, from wait4."""
+
+    def __init__(self, args, timeout):
+        self.args = [str(a) for a in args]
+        limit = None if sanitized() else (
+            lambda: resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT)))
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            p = subprocess.Popen([BENCH] + self.args, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=err, preexec_fn=limit)
+            self.alive, deadline = False, time.monotonic() + timeout
+            while True:
+                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() > deadline:
+                    self.alive = True
+                    p.kill()
+                    _, status, ru = os.wait4(p.pid, 0)
+                    break
+                time.sleep(0.05)
+            p.returncode = self.rc = os.waitstatus_to_exitcode(status)
+            self.rss = ru.ru_maxrss * 1024
+            out.seek(0)
+            err.seek(0)
+            self.out = out.read().decode("utf-8", "replace")
+            self.err = err.read().decode("utf-8", "replace")
+
+    def where(self):
+        return (f"\n    command: kvtier-bench {' '.join(self.args)}\n    exit {self.rc}, "
+                f"{'killed while running' if self.alive else 'ended'}, peak RSS "
+                f"{self.rss >> 20} MiB\n    stdout: {self.out[:300]!r}\n    stderr: "
+                f"{self.err[:300]!r}")
+
+
+def rss_bound():
+    """A small run's peak resident bytes, plus RSS_ROOM."""
+    if not _baseline:
+        r = Measured(["--trace", trace(FIVE), "--json"], timeout=60)
+        eq(r.rc, 0, f"exit status of the baseline run{r.where()}")
+        _baseline.append(r.rss)
+    return _baseline[0] + RSS_ROOM
+
+
+@case("bounded memory: --trace /dev/zero fails at once, naming line 1")
+def _():
+    r = Measured(["--trace", "/dev/zero", "--json"], timeout=20)
+    check(not r.alive, f"still running after 20 s{r.where()}")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.out, "", f"stdout{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: /dev/zero:1: (NUL byte in line|line longer than \d+ "
+                       r"bytes)\n", r.err), f"the error should name /dev/zero:1{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+
+
+@case("bounded memory: a trace line of 16 MiB is read, a longer one is an error naming it")
+def _():
+    cap = 16 << 20
+    head = '{"input_length": 512, "output_length": 1, "hash_ids": [1]'
+    line = head + " " * (cap - len(head) - 1) + "}"
+    eq(len(line), cap, "test line length")
+    path = trace([line + "\n", line + "\n"])
+    j = run_ok("--trace", path)
+    eq(j["requests"], 2, "requests of two 16 MiB lines")
+    path = trace([line + "\n", line + " \n", GOOD])
+    r = Measured(["--trace", path, "--json"], timeout=60)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.out, "", f"stdout{r.where()}")
+    eq(r.err, f"kvtier-bench: {path}:2: line longer than {cap} bytes\n", f"stderr{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+    check(re.search(r"16 MiB a line", bench("--help").out), "--help gives the line limit")
+
+
+@case("bounded memory: a trace is read a line at a time, not held")
+def _():
+    # 256 requests of 32768 blocks: 8 M segments, 128 MiB if they were all held. The pool
+    # is too small, so the run stops once the trace has been read through (sizing the engine).
+    ids = ",".join(["7"] * 32768)
+    line = f'{{"input_length": {32768 * BLOCK}, "output_length": 1, "hash_ids": [{ids}]}}\n'
+    path = trace([line] * 256)
+    r = Measured(["--trace", path, "--device-tokens", 16, "--json"], timeout=120)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check("--device-tokens" in r.err, f"stderr should say the pool is too small{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+
+
+@case("bounded memory: --requests 2^64-1 of a synthetic workload holds one request at a time")
+def _():
+    r = Measured(["--requests", 2**64 - 1, "--json"], timeout=4)
+    check(r.alive, f"it should still be going after 4 s{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+
+
+@case("trace: a pipe is refused before a pass is spent on it")
+def _():
+    p = subprocess.run(f"cat {trace(FIVE)} | {BENCH} --trace /dev/stdin --json", shell=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    eq(p.returncode, 1, f"exit status; stderr {p.stderr!r}")
+    eq(p.stdout, b"", "stdout")
+    check(re.search(rb"/dev/stdin: cannot be read again.*not a pipe", p.stderr),
+          f"stderr {p.stderr!r}")
+
+
 # 4. The verifier catches corruption
 
 TWO = [(1024, 1, [1, 2])] * 2
@@ -628,7 +748,7 @@ def _():
 HUGE = "x" * 100000
 HUGE_ARGS = [["--synthetic", HUGE], ["--backend", HUGE], ["--evict-policy", HUGE],
              ["--write-policy", HUGE], ["--" + HUGE, "1"], ["--geometry", HUGE],
-             ["--geometry", "tiny," + HUGE]]
+             ["--geometry", "tiny," + HUGE], ["--trace", "/" + HUGE]]
 
 
 def huge_case(args):
