@@ -90,6 +90,7 @@ struct bench {
     const struct config *cfg;
     struct source *src;
     uint64_t nreqs, max_tokens; /* the workload's, from the first pass */
+    uint64_t slots_taken;       /* slots its requests take in all, whole pages (saturating) */
     kvt_engine *e;
     size_t row[2];    /* bytes of one token's K and V rows in one layer (V 0 for MLA) */
     size_t chunk;     /* rows per kv_write/kv_read */
@@ -423,9 +424,11 @@ static int survey(struct bench *b)
     if (source_start(b->src, limit))
         return -1;
     while ((rc = source_next(b->src, &r)) == 1) {
+        uint64_t slots = round_up(request_tokens(r), cfg->page_size);
         b->nreqs++;
         if (request_tokens(r) > b->max_tokens)
             b->max_tokens = request_tokens(r);
+        b->slots_taken += slots < UINT64_MAX - b->slots_taken ? slots : UINT64_MAX - b->slots_taken;
     }
     if (rc == 0 && b->nreqs == 0) {
         fprintf(stderr, "%s: %s: no requests\n", PROG,
@@ -504,7 +507,162 @@ static int replay(struct bench *b)
     return rc;
 }
 
+/* ---- kvt_open's errors, told in terms of the options given ---- */
+
+/* Bytes of the disk tier's slab files: a page takes a 4 KiB-aligned slot. */
+static uint64_t disk_bytes(const struct config *cfg)
+{
+    uint32_t ps = cfg->page_size;
+    uint64_t page = kvt_cell_bytes(&cfg->g) * ps, slot = (page + 4095) / 4096 * 4096;
+
+    return (cfg->disk_tokens + ps - 1) / ps * slot;
+}
+
+/* What is wrong with --dir for an error of the data dir, and what to do; NULL for
+ * KVT_EFINGERPRINT, -ENOSPC and -EDQUOT (dir_error words them) and for errors of other
+ * parts. */
+static const char *dir_problem(int rc)
+{
+    switch (rc) {
+    case KVT_EFORMAT:
+        return "not a kvtier data dir (it holds other files), or one a newer kvtier wrote: give "
+               "a new or empty dir, or a kvtier data dir";
+    case KVT_ECORRUPT:
+        return "its index is damaged: look with kvtier-ctl verify, or use another --dir";
+    case -EBUSY:
+        return "another process (an engine, or another kvtier-bench) has it open: wait for it "
+               "to end, or use another --dir";
+    case -ENOENT:
+        return "its parent dir does not exist (only the last part of the path is created): "
+               "create the parent first";
+    case -ENOTDIR:
+        return "it, or a dir on its path, is not a directory: give a directory's path";
+    case -EACCES:
+    case -EPERM:
+        return "permission denied: give a dir this user may create and write";
+    case -EROFS:
+        return "on a read-only file system: give a dir on a writable one";
+    case -ENAMETOOLONG:
+        return "the path is too long";
+    case -ELOOP:
+        return "too many symbolic links on its path";
+    case -EIO:
+        return "an I/O error reading or writing it: check the disk, or use another --dir";
+    default:
+        return NULL;
+    }
+}
+
+/* Whether rc is an error of the data dir, which dir_error words. */
+static bool is_dir_error(int rc)
+{
+    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT;
+}
+
+static int dir_error(const struct config *cfg, int rc)
+{
+    char clip[CLI_PATH_ECHO_MAX + 4], size[32];
+    const char *dir = cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip), *what = dir_problem(rc);
+
+    if (what)
+        fprintf(stderr, "%s: --dir %s: %s\n", PROG, dir, what);
+    else if (rc == KVT_EFINGERPRINT)
+        fprintf(stderr,
+                "%s: --dir %s holds the KV of another model, geometry or page size than this "
+                "run's (--geometry %s, --page-size %u): use another --dir, or the --geometry "
+                "and --page-size it was written with\n",
+                PROG, dir, cfg->geometry_arg, cfg->page_size);
+    else if (rc == -ENOSPC || rc == -EDQUOT)
+        fprintf(stderr,
+                "%s: --dir %s: no room on its file system for the %s of slab files "
+                "--disk-tokens %" PRIu64 " takes: free some, or lower --disk-tokens\n",
+                PROG, dir, cli_size(disk_bytes(cfg), size), cfg->disk_tokens);
+    return -1;
+}
+
+/* kvt_open refused the options (Invalid argument), past what parse_args checks: every
+ * size given. */
+static int invalid_error(const struct config *cfg)
+{
+    fprintf(stderr,
+            "%s: kvt_open refused these options (invalid argument): --geometry %s, "
+            "--page-size %u, --device-tokens %" PRIu64 ", --host-tokens %" PRIu64
+            ", --disk-tokens %" PRIu64 "\n",
+            PROG, cfg->geometry_arg, cfg->page_size, cfg->device_tokens, cfg->host_tokens,
+            cfg->disk_tokens);
+    return -1;
+}
+
+/* kvt_open's error rc, named by the option that most likely caused it, with what to do. */
+static int open_error(const struct config *cfg, int rc)
+{
+    uint64_t cell = kvt_cell_bytes(&cfg->g);
+    char size[32];
+
+    if (cfg->dir && is_dir_error(rc))
+        return dir_error(cfg, rc);
+    switch (rc) {
+    case KVT_EHOSTRAM:
+        fprintf(stderr,
+                "%s: --host-tokens %" PRIu64 ": a host pool of %s does not fit in the memory "
+                "available now: lower --host-tokens\n",
+                PROG, cfg->host_tokens, cli_size(cfg->host_tokens * cell, size));
+        return -1;
+    case KVT_EHOSTSIZE:
+        fprintf(stderr,
+                "%s: --host-tokens %" PRIu64 " must be larger than the device pool "
+                "(--device-tokens %" PRIu64 ") in whole pages of %u tokens\n",
+                PROG, cfg->host_tokens, cfg->device_tokens, cfg->page_size);
+        return -1;
+    case KVT_ENOBACKEND:
+    case KVT_EBACKEND:
+        fprintf(stderr, "%s: --backend %s: %s%s\n", PROG, backend_names[cfg->backend],
+                kvt_strerror(rc), rc == KVT_ENOBACKEND ? ": use --backend sim" : "");
+        return -1;
+    case -ENOMEM:
+        fprintf(stderr,
+                "%s: out of memory for a device pool of %s (--device-tokens %" PRIu64 " of %" PRIu64
+                " bytes, --geometry %s): lower --device-tokens\n",
+                PROG, cli_size(cfg->device_tokens * cell, size), cfg->device_tokens, cell,
+                cfg->geometry_arg);
+        return -1;
+    case -EINVAL:
+        return invalid_error(cfg);
+    default:
+        return engine_error("kvt_open", rc);
+    }
+}
+
 /* ---- setup ---- */
+
+/* The sim backend's device pool is host memory, mapped at open and touched as slots are
+ * written: what the replay will touch (the pool, or every slot its requests take when that
+ * is less) must fit in this machine's RAM, or the run would end killed for memory. */
+static int check_sim_memory(const struct bench *b)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+    uint64_t cell = kvt_cell_bytes(&b->cfg->g), ram, touched;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    char a[32], c[32];
+
+    if (kvt_stats(b->e, &st) || st.backend != KVT_BACKEND_SIM || pages <= 0 || page <= 0)
+        return 0;
+    ram = (uint64_t)pages * (uint64_t)page;
+    touched = b->slots_taken < UINT64_MAX / cell ? b->slots_taken * cell : UINT64_MAX;
+    if (touched > st.kv_pool_bytes)
+        touched = st.kv_pool_bytes;
+    if (touched <= ram)
+        return 0;
+    fprintf(
+        stderr,
+        "%s: the sim backend keeps the device pool in host memory, and this run could fill up to "
+        "%s of it (--device-tokens %" PRIu64 " of %" PRIu64 " bytes, --geometry %s) on a "
+        "machine with %s: lower --device-tokens or --requests, or pick a smaller "
+        "--geometry\n",
+        PROG, cli_size(touched, a), b->cfg->device_tokens, cell, b->cfg->geometry_arg,
+        cli_size(ram, c));
+    return -1;
+}
 
 /* Before anything is allocated for it: the longest request must fit the device pool. */
 static int check_fit(const struct bench *b)
@@ -545,14 +703,14 @@ static int open_engine(struct bench *b)
     o.host_tokens = cfg->host_tokens;
     o.write_policy = cfg->write_policy;
     if (cfg->disk_tokens) {
-        /* A page takes a 4 KiB-aligned slot on disk. */
-        uint64_t page = kvt_cell_bytes(&cfg->g) * ps, slot = (page + 4095) / 4096 * 4096;
         o.disk_dir = cfg->dir;
-        o.disk_bytes = (cfg->disk_tokens + ps - 1) / ps * slot;
+        o.disk_bytes = disk_bytes(cfg);
     }
     int rc = kvt_open(&o, &b->e);
     if (rc)
-        return engine_error("kvt_open", rc);
+        return open_error(cfg, rc);
+    if (check_sim_memory(b))
+        return -1;
     if (kvt_available(b->e) < o.max_context) {
         fprintf(stderr,
                 "%s: the longest request needs %u slots, the device pool has %zu: raise "
@@ -818,15 +976,20 @@ static void usage(FILE *f)
     cli_print_presets(f, "                          ");
     fprintf(f,
             "  --page-size N         tokens per page, a power of two up to 256 (default 16)\n"
-            "  --device-tokens N     device KV pool size in tokens (default %d)\n"
-            "  --host-tokens N       host tier size in tokens, larger than the device pool;\n"
-            "                        0 (default): no host tier\n"
+            "  --device-tokens N     device KV pool size in tokens (default %d), below 2^31\n"
+            "                        with a page of padding; the sim backend keeps it in host\n"
+            "                        memory, and a run that could fill more of it than this\n"
+            "                        machine's RAM is refused\n"
+            "  --host-tokens N       host tier size in tokens, larger than the device pool\n"
+            "                        and fitting in the memory free now; 0 (default): none\n"
             "  --write-policy P      when the host tier gets a copy: write_through (at insert,\n"
             "                        the default), write_through_selective (once a prefix is\n"
             "                        hit twice) or write_back (when the device evicts it)\n"
-            "  --disk-tokens N       disk tier size in tokens; needs a host tier and --dir\n"
-            "  --dir PATH            the disk tier's data dir: created if missing, reused if\n"
-            "                        it holds pages of the same geometry and page size\n"
+            "  --disk-tokens N       disk tier size in tokens; needs a host tier and --dir, and\n"
+            "                        pages (--page-size tokens) under 4 GiB\n"
+            "  --dir PATH            the disk tier's data dir: created if missing (its parent\n"
+            "                        must exist), reused if it holds pages of the same geometry\n"
+            "                        and page size; refused while another process has it open\n"
             "  --backend B           auto, sim or cuda (default auto)\n"
             "  --evict-policy P      lru, lfu, fifo, mru or filo (default lru)\n"
             "\n"
@@ -942,6 +1105,29 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
     return 0;
 }
 
+/* Sizes that depend on each other: the device pool and its padding page stay below 2^31
+ * slots, and a page fits the disk tier's 32-bit page size (in a 4 KiB-aligned slot). */
+static int check_sizes(const struct config *cfg)
+{
+    uint64_t most = (uint64_t)(INT32_MAX / cfg->page_size) * cfg->page_size - 1;
+    uint64_t page = kvt_cell_bytes(&cfg->g) * cfg->page_size;
+    char msg[160], size[32];
+
+    if (cfg->device_tokens > most) {
+        snprintf(msg, sizeof(msg), "--device-tokens is at most %" PRIu64 " with --page-size %u",
+                 most, cfg->page_size);
+        return cli_bad_usage(PROG, msg, NULL);
+    }
+    if (cfg->disk_tokens && page > UINT32_MAX - 4095) {
+        snprintf(msg, sizeof(msg),
+                 "--disk-tokens: pages of %s (--geometry, --page-size) are larger than the "
+                 "disk tier takes (4 GiB less 4 KiB)",
+                 cli_size(page, size));
+        return cli_bad_usage(PROG, msg, NULL);
+    }
+    return 0;
+}
+
 /* 0 to go on, -1 after --help, else the exit status. */
 static int parse_args(int argc, char **argv, struct config *cfg)
 {
@@ -970,7 +1156,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--disk-tokens needs a host tier (--host-tokens)", NULL);
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
-    return 0;
+    return check_sizes(cfg);
 }
 
 int main(int argc, char **argv)

@@ -244,12 +244,20 @@ const char *cli_met(bool ok)
     return ok ? "met" : "MISSED";
 }
 
-void cli_print_size(uint64_t n)
+const char *cli_size(uint64_t n, char *buf)
 {
     if (n >= (1ull << 30))
-        printf("%.2f GiB", (double)n / (1ull << 30));
+        snprintf(buf, 32, "%.2f GiB", (double)n / (1ull << 30));
     else if (n >= (1ull << 20))
-        printf("%.1f MiB", (double)n / (1ull << 20));
+        snprintf(buf, 32, "%.1f MiB", (double)n / (1ull << 20));
     else
-        printf("%.1f KiB", (double)n / 1024);
+        snprintf(buf, 32, "%.1f KiB", (double)n / 1024);
+    return buf;
+}
+
+void cli_print_size(uint64_t n)
+{
+    char buf[32];
+
+    fputs(cli_size(n, buf), stdout);
 }

@@ -77,7 +77,9 @@ double cli_gbps(uint64_t bytes, double seconds);
 double cli_ratio(double a, double b);
 /* "met" or "MISSED", for a target. */
 const char *cli_met(bool ok);
-/* n bytes as "1.50 GiB", "3.0 MiB" or "12.0 KiB" on stdout. */
+/* n bytes as "1.50 GiB", "3.0 MiB" or "12.0 KiB" in buf (32 bytes); buf. */
+const char *cli_size(uint64_t n, char *buf);
+/* cli_size on stdout. */
 void cli_print_size(uint64_t n);
 
 #endif

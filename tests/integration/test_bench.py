@@ -21,6 +21,7 @@ Cases marked with a known-bug reason are bugs this suite found in the bench: the
 while the bug is there and XPASS once it is fixed (then drop the marker). KVT_STRICT=1 in the
 environment makes an XFAIL count as a failure.
 """
+import fcntl
 import json
 import os
 import random
@@ -412,6 +413,95 @@ def _():
                   "--disk-tokens", 4096, "--dir", d, "--geometry", "tiny,layers=3")
         eq(r.rc, 1, f"exit status{r.where()}")
         check(re.search(r"another model|fingerprint", r.err), f"stderr names the cause{r.where()}")
+        check(f"--dir {d} " in r.err and "use another --dir" in r.err,
+              f"stderr names the option and what to do{r.where()}")
+
+
+DISK = ("--trace", None, "--host-tokens", 65536, "--disk-tokens", 4096, "--dir")
+
+
+def open_fails(d, pattern, *more):
+    """A run with the disk tier at d fails at kvt_open with one line matching pattern."""
+    r = bench(*(trace(FIVE) if a is None else a for a in DISK), d, *more, "--json")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.out, "", f"stdout{r.where()}")
+    check(re.fullmatch(pattern + r"\n", r.err, re.S), f"stderr should match /{pattern}/{r.where()}")
+
+
+@case("disk tier: a --dir the engine cannot open is named, with the reason and what to do")
+def _():
+    with tempfile.TemporaryDirectory() as tmp:
+        f = os.path.join(tmp, "file")
+        open(f, "w").close()
+        open_fails(f, rf"kvtier-bench: --dir {re.escape(f)}: .*not a directory: give a .*")
+        open_fails(os.path.join(f, "d"), rf"kvtier-bench: --dir {re.escape(f)}/d: .*not a "
+                   r"directory.*")
+        missing = os.path.join(tmp, "no", "d")
+        open_fails(missing, rf"kvtier-bench: --dir {re.escape(missing)}: its parent dir does "
+                   r"not exist.*create the parent first")
+        foreign = os.path.join(tmp, "foreign")
+        os.mkdir(foreign)
+        open(os.path.join(foreign, "notes.txt"), "w").close()
+        open_fails(foreign, rf"kvtier-bench: --dir {re.escape(foreign)}: not a kvtier data "
+                   r"dir.*give a new or empty dir.*")
+        d = os.path.join(tmp, "data")
+        run_ok(*(trace(FIVE) if a is None else a for a in DISK), d)
+        with open(os.path.join(d, "lock"), "r+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            open_fails(d, rf"kvtier-bench: --dir {re.escape(d)}: another process.*has it open: "
+                       r"wait for it to end, or use another --dir")
+        run_ok(*(trace(FIVE) if a is None else a for a in DISK), d)
+        long = "/" + "x" * 5000
+        open_fails(long, r"kvtier-bench: --dir /x{255}\.\.\.: the path is too long")
+
+
+@case("sizes kvt_open refuses are named: --host-tokens, --device-tokens, --page-size")
+def _():
+    r = bench("--trace", trace(FIVE), "--host-tokens", 2**31 - 2, "--json")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: --host-tokens 2147483646: a host pool of .* does not fit "
+                       r"in the memory available now: lower --host-tokens\n", r.err),
+          f"stderr{r.where()}")
+    # 40 host tokens are 2 pages of 16: no more than a 32-token device pool
+    r = bench("--trace", trace([(16, 1, [1])]), "--device-tokens", 32, "--host-tokens", 40)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: --host-tokens 40 must be larger than the device pool "
+                       r"\(--device-tokens 32\) in whole pages of 16 tokens\n", r.err),
+          f"stderr{r.where()}")
+    for ps, most in ((16, 2**31 - 17), (256, 2**31 - 257)):
+        r = bench("--page-size", ps, "--device-tokens", most + 1)
+        eq(r.rc, 2, f"exit status{r.where()}")
+        check(f"--device-tokens is at most {most} with --page-size {ps}\n" in r.err,
+              f"stderr{r.where()}")
+    # the largest pool the engine takes: refused for memory, not as an invalid argument
+    r = Measured(["--trace", trace(FIVE), "--backend", "sim", "--device-tokens", 2**31 - 17,
+                  "--json"], timeout=60)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: .*device pool.*--device-tokens 2147483631 of 128 bytes, "
+                       r"--geometry tiny\): lower --device-tokens.*\n", r.err),
+          f"stderr{r.where()}")
+    r = bench("--trace", trace(FIVE), "--geometry", "llama3-8b,layers=4096", "--page-size", 256,
+              "--host-tokens", 65536, "--disk-tokens", 4096, "--dir", os.path.join(TMP, "big"))
+    eq(r.rc, 2, f"exit status{r.where()}")
+    check("pages of 4.00 GiB" in r.err and "larger than the disk tier takes" in r.err,
+          f"stderr{r.where()}")
+
+
+@case("bounded memory: a geometry whose sim pool cannot fit in RAM is refused, not run")
+def _():
+    # 32768 tokens of 16 MiB: 512 GiB, mapped at once where memory may be overcommitted. With
+    # the address space limited the mapping fails; without, the bench sees it cannot fill it.
+    args = ["--trace", trace(FIVE), "--backend", "sim", "--geometry", "llama3-8b,layers=4096",
+            "--json"]
+    for r in (Measured(args, timeout=60), bench(*args)):
+        eq(r.rc, 1, f"exit status{r.where()}")
+        eq(r.out, "", f"stdout{r.where()}")
+        check(re.search(r"device pool.*--device-tokens 32768 of 16777216 bytes, --geometry "
+                        r"llama3-8b,layers=4096\).*lower --device-tokens", r.err),
+              f"stderr{r.where()}")
+    check("sim backend keeps the device pool in host memory" in r.err or
+          open("/proc/sys/vm/overcommit_memory").read().strip() == "2",
+          f"without a limit the pool is mapped, and refused as too large to fill{r.where()}")
 
 
 @case("eviction: with room for everything no policy evicts")
