@@ -186,6 +186,9 @@ struct command {
     "                        bytes) or a hex prefix of its root hash as stat prints it\n"          \
     "  --prefix HASH         the page HASH, its chain to the root and every page below it\n"
 #define JSON_HELP "  --json                one JSON object on stdout instead of text\n"
+#define COPY_STATUS                                                                                \
+    "\nExit status: 0 when every selected page was copied or found there already, 1 when any\n"    \
+    "was skipped (the report says why) or on an error, 2 on bad usage.\n"
 
 static const struct command commands[] = {
     {"stat", cmd_stat, 0, 1, "--json --live ", "stat DIR | stat --live SOCKET",
@@ -247,7 +250,9 @@ static const struct command commands[] = {
      "fingerprint and page geometry; TARGET is created with DIR's when missing. Every\n"
      "page's bytes are checked on the way; a page that fails is not copied, nor anything\n"
      "below it. Parents are written before children. DIR is opened read-only (safe beside\n"
-     "an engine); TARGET is written and locked (refused while an engine has it open).\n\n"
+     "an engine); TARGET is written and locked (refused while an engine has it open).\n"
+     "The report counts the pages skipped by reason: bad bytes, read errors, evicted or\n"
+     "changed since the index was read, below a skipped page.\n\n"
      "  --all                 every page that can be served\n" SELECT_HELP
      "  --capacity SIZE       TARGET's capacity when it is created (default DIR's, as its\n"
      "                        slab files span; raised as needed to hold what is copied).\n"
@@ -256,7 +261,7 @@ static const struct command commands[] = {
      "                        slots; --capacity grows it to SIZE, and the engine must then\n"
      "                        open TARGET with disk_bytes of at least SIZE, or it drops the\n"
      "                        pages beyond its own capacity\n"
-     "                        (--ns and --prefix may be repeated)\n" JSON_HELP},
+     "                        (--ns and --prefix may be repeated)\n" JSON_HELP COPY_STATUS},
     {"import", cmd_import, 2, 2, "--json --all --ns --prefix --capacity ",
      "import DIR SOURCE (--all | --ns NS | --prefix HASH)...",
      "Copy chosen prefixes from the data dir SOURCE into DIR: export SOURCE DIR, with the\n"
@@ -268,7 +273,7 @@ static const struct command commands[] = {
      "                        and the copy is refused when it does not fit in its free\n"
      "                        slots; --capacity grows it to SIZE, and the engine must then\n"
      "                        open DIR with disk_bytes of at least SIZE, or it drops the\n"
-     "                        pages beyond its own capacity\n" JSON_HELP},
+     "                        pages beyond its own capacity\n" JSON_HELP COPY_STATUS},
     {"top", cmd_top, 1, 1, "--json --count --interval ", "top SOCKET [options]",
      "stat --live, refreshed: the figures of the engine serving stats at SOCKET, with\n"
      "rates (per second) since the last refresh. On a terminal the screen is redrawn;\n"
@@ -315,7 +320,8 @@ static void usage(FILE *f)
             "\n"
             "Every command takes --json (JSON on stdout) and --help. HASH is a page hash in hex\n"
             "or a unique prefix of one (at least 4 digits).\n"
-            "Exit status: 0 ok; 1 an error, or problems found (verify); 2 bad usage.\n",
+            "Exit status: 0 ok; 1 an error, problems found (verify) or pages not copied\n"
+            "(export, import); 2 bad usage.\n",
             PROG, PROG);
 }
 

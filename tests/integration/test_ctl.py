@@ -864,11 +864,65 @@ def _():
     # the first page's record is read again after its bytes: by then it holds 4096 tokens
     r = Debugged(["export", src, t, "--prefix", first["hash"], "--json"],
                  function="dstore_lookup", shell=[FIXTURE, "tokens", src, first["hash"], 4096])
-    eq(r.rc, 0, f"exit status{r.where()}")
+    eq(r.rc, 1, f"exit status: pages were not copied{r.where()}")
     j = r.json()
     eq((j["selected"], j["copied"], j["skipped"]), (want, 0, want),
        "the page (and what is below it) skipped")
+    eq(j["skipped_why"], skipped_why(changed=1, below_skipped=want - 1), "why")
+    check(f"{want} of the {want} pages selected were not copied" in r.err, f"stderr{r.where()}")
     eq(pages_of(t), {}, "nothing copied")
+
+
+def skipped_why(**counts):
+    """export's skipped_why: every reason, 0 unless given."""
+    why = dict.fromkeys(("bad_bytes", "read_errors", "gone", "changed", "below_skipped"), 0)
+    why.update(counts)
+    return why
+
+
+@case("export: pages not copied are counted by reason (bad bytes, read error, gone), exit 1")
+def _():
+    src = copy_of(bench_dir(), "exp-skips")
+    pages = pages_of(src)
+    eq(ok_json("verify", src)["ok"], True, "the source before the damage")
+    third = sorted((p for p in pages.values() if p["prefix_tokens"] == 3 * PAGE_TOKENS),
+                   key=lambda p: (-len(descendants(pages, [p["hash"]])), p["hash"]))
+    io, bad = third[0]["hash"], third[1]["hash"]
+    below_io, below_bad = descendants(pages, [io]), descendants(pages, [bad])
+    check(below_io and below_bad, "both victims have pages below them")
+    flip(src, pages[bad]["slot"])
+    # text: the flipped page, and what is below it
+    t = os.path.join(TMP, "exp-skips-text")
+    r = ctl("export", src, t, "--all")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    n = len(pages) - 1 - len(below_bad)
+    check(re.search(rf"{len(pages)} pages selected, {n} copied .*, 0 already there, "
+                    rf"{1 + len(below_bad)} skipped \(1 bad bytes \(checksum\), "
+                    rf"{len(below_bad)} below a skipped page\)\n", r.out), f"report{r.where()}")
+    eq(r.err, f"kvtier-ctl: {1 + len(below_bad)} of the {len(pages)} pages selected were not "
+       f"copied (why: see the report)\n", f"stderr{r.where()}")
+    eq(set(pages_of(t)), set(pages) - {bad} - below_bad, "what was copied")
+    # JSON, with a read error too
+    t = os.path.join(TMP, "exp-skips-json")
+    r = Debugged(["export", src, t, "--all", "--json"], function="dstore_get", fail_key=io,
+                 errno=-5)
+    eq(r.failed, 1, f"reads of {io[:12]} made to fail")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    j = r.json()
+    skipped = 2 + len(below_io) + len(below_bad)
+    eq((j["selected"], j["copied"], j["already_there"], j["skipped"]),
+       (len(pages), len(pages) - skipped, 0, skipped), "counts")
+    eq(j["skipped_why"], skipped_why(bad_bytes=1, read_errors=1,
+                                     below_skipped=len(below_io) + len(below_bad)), "why")
+    # a page evicted between its read and its record's second look
+    first = min((p for p in pages.values() if p["prefix_tokens"] == PAGE_TOKENS),
+                key=lambda p: (len(descendants(pages, [p["hash"]])), p["hash"]))
+    want = 1 + len(descendants(pages, [first["hash"]]))
+    r = Debugged(["export", src, os.path.join(TMP, "exp-skips-gone"), "--prefix", first["hash"],
+                  "--json"], function="dstore_lookup", shell=[FIXTURE, "delete", src,
+                                                               first["hash"]])
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.json()["skipped_why"], skipped_why(gone=1, below_skipped=want - 1), "why")
 
 
 def stats_fields():
