@@ -188,7 +188,8 @@ struct command {
 #define JSON_HELP "  --json                one JSON object on stdout instead of text\n"
 #define COPY_STATUS                                                                                \
     "\nExit status: 0 when every selected page was copied or found there already, 1 when any\n"    \
-    "was skipped (the report says why) or on an error, 2 on bad usage.\n"
+    "was skipped (the report says why) or on an error, 2 on bad usage (a target inside the\n"      \
+    "source too).\n"
 
 static const struct command commands[] = {
     {"stat", cmd_stat, 0, 1, "--json --live ", "stat DIR | stat --live SOCKET",
@@ -251,8 +252,9 @@ static const struct command commands[] = {
      "page's bytes are checked on the way; a page that fails is not copied, nor anything\n"
      "below it. Parents are written before children. DIR is opened read-only (safe beside\n"
      "an engine); TARGET is written and locked (refused while an engine has it open).\n"
-     "The report counts the pages skipped by reason: bad bytes, read errors, evicted or\n"
-     "changed since the index was read, below a skipped page.\n\n"
+     "TARGET must lie outside DIR and DIR outside TARGET (symbolic links and bind mounts\n"
+     "are seen through). The report counts the pages skipped by reason: bad bytes, read\n"
+     "errors, evicted or changed since the index was read, below a skipped page.\n\n"
      "  --all                 every page that can be served\n" SELECT_HELP
      "  --capacity SIZE       TARGET's capacity when it is created (default DIR's, as its\n"
      "                        slab files span; raised as needed to hold what is copied).\n"
@@ -266,7 +268,7 @@ static const struct command commands[] = {
      "import DIR SOURCE (--all | --ns NS | --prefix HASH)...",
      "Copy chosen prefixes from the data dir SOURCE into DIR: export SOURCE DIR, with the\n"
      "same options. DIR is written and locked (refused while an engine has it open);\n"
-     "SOURCE is only read.\n\n"
+     "SOURCE is only read. Neither may lie inside the other.\n\n"
      "  --all                 every page that can be served\n" SELECT_HELP
      "  --capacity SIZE       DIR's capacity when it is created (default SOURCE's). An\n"
      "                        existing DIR keeps its capacity (what its slab files span)\n"

@@ -7,9 +7,12 @@
  * mid-copy leaves a target whose every page is whole and whose chains start at a root.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -379,6 +382,83 @@ static int copy_status(const struct copy *c)
                     c->skipped, c->n);
 }
 
+/* ---- where the dirs lie ---- */
+
+/* The nearest of path and its ancestors (by name) that exists, into anc (PATH_MAX), and its
+ * stat; *exists says whether that is path itself. */
+static int nearest_existing(const char *path, char *anc, struct stat *st, bool *exists)
+{
+    if (strlen(path) >= PATH_MAX)
+        return -ENAMETOOLONG;
+    strcpy(anc, path);
+    *exists = true;
+    while (stat(anc, st)) {
+        char *slash = strrchr(anc, '/');
+        if (errno != ENOENT)
+            return -errno;
+        *exists = false;
+        if (!slash)
+            strcpy(anc, ".");
+        else if (slash == anc)
+            anc[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    return 0;
+}
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* Whether the dir at path is top or lies below it. Its ancestors are walked by "..", from
+ * the dir itself, so symbolic links, ".." in the path and bind mounts are all seen through. */
+static bool lies_within(const char *path, const struct stat *top)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), up;
+    struct stat st, parent;
+    bool within = false;
+
+    for (int depth = 0; fd >= 0 && depth < PATH_MAX && !fstat(fd, &st); depth++) {
+        if ((within = same_file(&st, top)))
+            break;
+        up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        close(fd);
+        fd = up;
+        if (fd < 0 || fstat(fd, &parent) || same_file(&parent, &st))
+            break; /* the root: its ".." is itself */
+    }
+    if (fd >= 0)
+        close(fd);
+    return within;
+}
+
+/* A data dir must not hold another: the target is refused when it is the source, lies inside
+ * it (it would be created there) or holds it. 0, or the usage status after saying why. */
+static int check_apart(const struct copy *c)
+{
+    const char *what = NULL;
+    char anc[PATH_MAX];
+    struct stat s, d;
+    bool exists;
+
+    if (stat(c->src, &s) || !S_ISDIR(s.st_mode) || nearest_existing(c->dst, anc, &d, &exists))
+        return 0; /* opening them says what is wrong */
+    if (exists && same_file(&s, &d))
+        what = "the target is the source itself";
+    else if (lies_within(anc, &s))
+        what = "the target lies inside the source";
+    else if (exists && S_ISDIR(d.st_mode) && lies_within(c->src, &d))
+        what = "the source lies inside the target";
+    if (!what)
+        return 0;
+    ctl_fail("copying %s into %s: %s: refused (a data dir must not hold another, nor be copied "
+             "into itself); give a target outside the source",
+             c->src_name, c->dst_name, what);
+    return 2;
+}
+
 static int copy_dirs(const char *src, const char *dst, const struct ctl_args *a)
 {
     struct copy c = {.src = src, .dst = dst};
@@ -389,6 +469,8 @@ static int copy_dirs(const char *src, const char *dst, const struct ctl_args *a)
 
     c.src_name = cli_clip(src, CLI_PATH_ECHO_MAX, c.src_clip);
     c.dst_name = cli_clip(dst, CLI_PATH_ECHO_MAX, c.dst_clip);
+    if ((rc = check_apart(&c)))
+        return rc;
     if (ctl_dir_locked(dst))
         return ctl_open_error(dst, -EBUSY, true);
     if ((rc = ctl_load(src, &s, &ix)))

@@ -925,6 +925,52 @@ def _():
     eq(r.json()["skipped_why"], skipped_why(gone=1, below_skipped=want - 1), "why")
 
 
+@case("export/import: a target inside the source, the source itself or around it is refused")
+def _():
+    src = copy_of(bench_dir(), "nest")
+    os.mkdir(os.path.join(TMP, "nest-sibling"))
+    before, entries = dir_digest(src), sorted(os.listdir(src))
+    link = os.path.join(TMP, "nest-link")
+    os.symlink(src, link)
+    for args in (("export", src, src), ("export", src, src + "/"),
+                 ("export", src, os.path.join(src, "sub")),
+                 ("export", src, os.path.join(src, "a", "b")),
+                 ("export", src, os.path.join(link, "sub")),
+                 ("export", src, os.path.join(src, "slabs", "..", "sub")),
+                 ("export", src, os.path.join(TMP, "nest-sibling", "..", "nest", "sub")),
+                 ("export", link, src), ("export", src, os.path.join(src, "slabs")),
+                 ("export", src, TMP), ("import", os.path.join(src, "sub"), src),
+                 ("import", src, link)):
+        r = fails(2, r"(the target (is the source itself|lies inside the source)|the source "
+                  r"lies inside the target): refused.*give a target outside the source",
+                  *args, "--all")
+        check(r.err.count("\n") == 1, f"one line{r.where()}")
+    eq(sorted(os.listdir(src)), entries, "the source's entries")
+    eq(dir_digest(src), before, "the source")
+    # a sibling whose name starts with the source's is outside it
+    eq(ok_json("export", src, src + "-other", "--all")["copied"], len(pages_of(src)),
+       "export to a sibling")
+
+
+@case("export: a target inside a bind mount of the source is refused")
+def _():
+    src = copy_of(bench_dir(), "nest-bind")
+    mnt = os.path.join(TMP, "nest-mnt")
+    os.mkdir(mnt)
+    m = subprocess.run(["mount", "--bind", src, mnt], capture_output=True)
+    if m.returncode:
+        raise harness.Skip(f"mount --bind is not permitted here: {m.stderr.strip()[-200:]!r}")
+    try:
+        fails(2, "the target lies inside the source", "export", src, os.path.join(mnt, "sub"),
+              "--all")
+        fails(2, "the target is the source itself", "export", mnt, src, "--all")
+        fails(2, "the target lies inside the source", "import", os.path.join(src, "x"), mnt,
+              "--all")
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True)
+    check(not os.path.exists(os.path.join(src, "sub")), "nothing was made in the source")
+
+
 def stats_fields():
     """The field names of struct kvt_stats in include/kvtier.h."""
     text = open(os.path.join(SRC, "include", "kvtier.h")).read()
