@@ -361,6 +361,33 @@ def _():
         fails(2, pat, *args)
 
 
+@case("an argument of 100 KB is refused, and quoted by its start only")
+def _():
+    d, huge = bench_dir(), "x" * 100000
+    for args, pat in [(("stat", huge), "a path longer than 4095 bytes"),
+                      (("export", d, huge, "--all"), "a path longer than 4095 bytes"),
+                      (("import", huge, d, "--all"), "a path longer than 4095 bytes"),
+                      (("show", d, huge), "a page hash longer than 64 bytes"),
+                      (("ls", d, "--prefix", huge), "--prefix: a page hash longer than 64"),
+                      (("ls", d, "--ns", huge), "--ns: a namespace longer than 261 bytes"),
+                      (("ls", d, "--ns=name:" + huge), "--ns: a namespace longer than 261"),
+                      (("stat", "--live", huge), "a socket path longer than 107 bytes"),
+                      (("top", huge), "a socket path longer than 107 bytes"),
+                      (("metrics", huge), "a socket path longer than 107 bytes"),
+                      (("ls", d, "--sort", huge), "--sort needs"), ((huge,), "unknown command"),
+                      (("ls", d, "--" + huge), "unknown option")]:
+        r = fails(2, pat, *args)
+        check(len(r.err) < 400 and re.search(r"x{40}\.\.\.\n", r.err),
+              f"the argument is cut{r.where()}")
+    # the longest of each kind is taken: the command goes on and fails on what it names
+    for args, pat in [(("stat", "/" + "x" * 4094), "File name too long"),
+                      (("show", d, "0" * 64), "no page has this hash"),
+                      (("ls", d, "--ns", "name:" + "x" * 256), "no page of it"),
+                      (("stat", "--live", "/" + "x" * 106), "no such socket")]:
+        r = fails(1, pat, *args)
+        check(len(r.err) < 600, f"a path is quoted by its start{r.where()}")
+
+
 @case("stat on a dir kvtier-bench wrote: fingerprint, geometry, counts, namespaces")
 def _():
     d = bench_dir()
