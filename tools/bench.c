@@ -620,11 +620,13 @@ static int open_error(const struct config *cfg, int rc)
                 kvt_strerror(rc), rc == KVT_ENOBACKEND ? ": use --backend sim" : "");
         return -1;
     case -ENOMEM:
+        /* The device pool is the likeliest; the disk tier's index maps its share too. */
         fprintf(stderr,
-                "%s: out of memory for a device pool of %s (--device-tokens %" PRIu64 " of %" PRIu64
-                " bytes, --geometry %s): lower --device-tokens\n",
+                "%s: out of memory opening the engine, for a device pool of %s (--device-tokens "
+                "%" PRIu64 " of %" PRIu64 " bytes, --geometry %s)%s: lower --device-tokens%s\n",
                 PROG, cli_size(cfg->device_tokens * cell, size), cfg->device_tokens, cell,
-                cfg->geometry_arg);
+                cfg->geometry_arg, cfg->dir ? " and the index of the disk tier" : "",
+                cfg->dir ? " or --disk-tokens" : "");
         return -1;
     case -EINVAL:
         return invalid_error(cfg);

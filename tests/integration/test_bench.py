@@ -487,6 +487,20 @@ def _():
           f"stderr{r.where()}")
 
 
+@case("out of memory at open names --disk-tokens when a disk tier's index takes its share")
+def _():
+    if sanitized():
+        raise Skip("needs an address-space limit, under which AddressSanitizer cannot start")
+    # 2^31 - 2 tokens of disk: an index mapping of tens of GiB, past the 1 GiB limit
+    d = os.path.join(TMP, "huge-disk")
+    r = Measured(["--trace", trace(FIVE), "--host-tokens", 65536, "--disk-tokens", 2**31 - 2,
+                  "--dir", d, "--json"], timeout=60)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: out of memory opening the engine, .*--device-tokens 32768 "
+                       r".* and the index of the disk tier: lower --device-tokens or "
+                       r"--disk-tokens\n", r.err), f"stderr{r.where()}")
+
+
 @case("bounded memory: a geometry whose sim pool cannot fit in RAM is refused, not run")
 def _():
     # 32768 tokens of 16 MiB: 512 GiB, mapped at once where memory may be overcommitted. With
