@@ -636,16 +636,17 @@ def sanitized():
 
 
 class Measured:
-    """The bench run with its address space limited to AS_LIMIT (unless sanitized), output to
-    files; killed after timeout seconds if still going (alive says so). rss: its peak resident
-    bytes, from wait4."""
+    """The bench (or prog) run with its address space limited to AS_LIMIT (unless sanitized),
+    stdin from the file stdin (or nothing), output to files; killed after timeout seconds if
+    still going (alive says so). rss: its peak resident bytes, from wait4."""
 
-    def __init__(self, args, timeout):
+    def __init__(self, args, timeout, prog=None, stdin=subprocess.DEVNULL):
+        self.prog = prog or BENCH
         self.args = [str(a) for a in args]
         limit = None if sanitized() else (
             lambda: resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT)))
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            p = subprocess.Popen([BENCH] + self.args, stdin=subprocess.DEVNULL, stdout=out,
+            p = subprocess.Popen([self.prog] + self.args, stdin=stdin, stdout=out,
                                  stderr=err, preexec_fn=limit)
             self.alive, deadline = False, time.monotonic() + timeout
             while True:
@@ -666,7 +667,8 @@ class Measured:
             self.err = err.read().decode("utf-8", "replace")
 
     def where(self):
-        return (f"\n    command: kvtier-bench {' '.join(self.args)}\n    exit {self.rc}, "
+        return (f"\n    command: {os.path.basename(self.prog)} {' '.join(self.args)}\n"
+                f"    exit {self.rc}, "
                 f"{'killed while running' if self.alive else 'ended'}, peak RSS "
                 f"{self.rss >> 20} MiB\n    stdout: {self.out[:300]!r}\n    stderr: "
                 f"{self.err[:300]!r}")
@@ -738,6 +740,49 @@ def _():
     eq(p.stdout, b"", "stdout")
     check(re.search(rb"/dev/stdin: cannot be read again.*not a pipe", p.stderr),
           f"stderr {p.stderr!r}")
+
+
+# 3c. kvtier-radix-bench, built beside kvtier-bench, reads traces through the same reader
+
+def radix():
+    path = os.path.join(os.path.dirname(BENCH), "kvtier-radix-bench")
+    check(os.access(path, os.X_OK), f"{path} is not built beside kvtier-bench")
+    return path
+
+
+@case("radix bench: a trace without end is refused once 256 MiB of it are held")
+def _():
+    line = b'{"input_length": 512, "output_length": 1, "hash_ids": [1]}\n'
+    feed = subprocess.Popen(["sh", "-c", 'while :; do printf "%s" "$0"; done', line.decode() * 64],
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        r = Measured(["--trace", "/dev/stdin", "--pages", 100], timeout=120, prog=radix(),
+                     stdin=feed.stdout)
+    finally:
+        feed.kill()
+        feed.wait()
+    check(not r.alive, f"still running after 120 s{r.where()}")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-radix-bench: the traces take more than 256 MiB in memory \(\d+ "
+                       r"requests, the last of them from /dev/stdin\): give shorter traces\n",
+                       r.err), f"stderr{r.where()}")
+    r = Measured(["--trace", "/dev/zero"], timeout=20, prog=radix())
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.err, "kvtier-radix-bench: /dev/zero:1: NUL byte in line\n", f"stderr{r.where()}")
+
+
+@case("radix bench: --pages whose tree cannot fit in RAM is refused before it is built")
+def _():
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    pages = 2**30 - 3  # page size 1: the most it takes
+    if pages * 162 <= ram:
+        raise Skip(f"this machine's {ram >> 30} GiB of RAM would hold the largest tree")
+    r = Measured(["--pages", pages, "--page-size", 1], timeout=60, prog=radix())
+    eq(r.rc, 2, f"exit status{r.where()}")
+    check(re.match(rf"kvtier-radix-bench: --pages: a tree of {pages} pages and its pool take "
+                   r"about [\d.]+ GiB, more than this machine's [\d.]+ GiB\n", r.err),
+          f"stderr{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
 
 
 # 4. The verifier catches corruption
