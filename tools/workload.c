@@ -490,23 +490,6 @@ int wl_trace_next(struct wl_trace *t, struct workload *w, char *err, size_t err_
     return rc;
 }
 
-int wl_load_mooncake(struct workload *w, const char *path, uint32_t tag, size_t limit, char *err,
-                     size_t err_len)
-{
-    struct wl_trace *t;
-    size_t nreqs = 0;
-    int rc = 0;
-
-    if (wl_trace_open(path, tag, &t, err, err_len))
-        return -1;
-    while ((limit == 0 || nreqs < limit) && (rc = wl_trace_next(t, w, err, err_len)) == 1)
-        nreqs++;
-    if (rc >= 0 && nreqs == 0)
-        rc = errorf(err, err_len, "%s: no requests", t->name);
-    wl_trace_close(t);
-    return rc < 0 ? -1 : 0;
-}
-
 /* ---- synthetic workloads ---- */
 
 #define CHAT_PROMPTS 8 /* system prompts shared by every chat */

@@ -43,8 +43,8 @@ struct workload {
 
 #define WL_MAX_LINE_BYTES (16u << 20) /* a longer trace line is an error, never read whole */
 
-/* A Mooncake JSONL trace (input_length, output_length, hash_ids) read a line at a time: what
- * it holds is a line (at most WL_MAX_LINE_BYTES) and the file, however long the trace. */
+/* A Mooncake JSONL trace (input_length, output_length, hash_ids) read a line at a time: it
+ * holds one line (at most WL_MAX_LINE_BYTES), however long the trace. */
 struct wl_trace;
 
 /* Open the trace at path (kept, not copied: it must outlive the reader). tag (< 256) goes
@@ -58,11 +58,6 @@ int wl_trace_next(struct wl_trace *t, struct workload *w, char *err, size_t err_
 int wl_trace_rewind(struct wl_trace *t, char *err, size_t err_len);
 /* NULL is a no-op. */
 void wl_trace_close(struct wl_trace *t);
-
-/* Append every request of a trace to w, at most limit of them (0: all); wl_trace_open says
- * what tag is. On failure returns -1 with a message naming the line and column in err. */
-int wl_load_mooncake(struct workload *w, const char *path, uint32_t tag, size_t limit, char *err,
-                     size_t err_len);
 
 /* Names of the synthetic workloads, NULL-terminated, and a line on each. */
 extern const char *const wl_synthetic_names[];
