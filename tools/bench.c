@@ -27,10 +27,16 @@
 #include "workload.h"
 
 #define PROG "kvtier-bench"
-#define CHUNK_TOKENS 1024 /* rows per kv_write/kv_read; a multiple of every page size */
+/* Rows per kv_write/kv_read: at most CHUNK_TOKENS, fewer when a row is large, so a chunk's
+ * buffer stays near CHUNK_BYTES; never fewer than a page (both are powers of two, so a chunk
+ * is whole pages). */
+#define CHUNK_TOKENS 1024
+#define CHUNK_BYTES (64u << 20)
 #define DEFAULT_SYNTHETIC "mixed"
 #define DEFAULT_SYNTHETIC_REQUESTS 1000
 #define DEFAULT_DEVICE_TOKENS 32768
+
+_Static_assert(WL_MAX_LINE_BYTES == 16u << 20, "--help gives the trace line limit as 16 MiB");
 
 /* ---- configuration ---- */
 
@@ -68,11 +74,26 @@ struct mismatch {
     int which;
 };
 
+/* Where the requests come from: a trace read a line at a time, or a generator. It is gone
+ * through twice, once to size the engine and once to replay, and holds only the request at
+ * hand, however many there are. */
+struct source {
+    const struct config *cfg;
+    struct wl_trace *trace;
+    struct wl_synth *synth;
+    uint64_t limit; /* requests to take; 0: every one of the trace */
+    uint64_t taken;
+    struct workload w; /* the request at hand */
+};
+
 struct bench {
     const struct config *cfg;
-    const struct workload *w;
+    struct source *src;
+    uint64_t nreqs, max_tokens; /* the workload's, from the first pass */
+    uint64_t slots_taken;       /* slots its requests take in all, whole pages (saturating) */
     kvt_engine *e;
     size_t row[2];    /* bytes of one token's K and V rows in one layer (V 0 for MLA) */
+    size_t chunk;     /* rows per kv_write/kv_read */
     uint32_t *tokens; /* the request's input, then its output */
     uint64_t *hash;   /* hash[i]: every token up to and including i */
     int32_t *slots;
@@ -90,17 +111,6 @@ static uint64_t now_ns(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-
-    if (!p) {
-        fprintf(stderr, "%s: out of memory (%zu bytes)\n", PROG, n);
-        exit(1);
-    }
-    return p;
 }
 
 static int engine_error(const char *call, int rc)
@@ -138,8 +148,8 @@ static void hash_tokens(struct bench *b, size_t from, size_t to)
 /* Write the KV rows of tokens [pos, pos + n) into slots, as a forward pass would. */
 static int compute(struct bench *b, const int32_t *slots, size_t pos, size_t n)
 {
-    for (size_t done = 0; done < n; done += CHUNK_TOKENS) {
-        size_t m = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
+    for (size_t done = 0; done < n; done += b->chunk) {
+        size_t m = n - done < b->chunk ? n - done : b->chunk;
         for (uint32_t l = 0; l < b->cfg->g.layers; l++) {
             for (size_t i = 0; i < m; i++)
                 for (int x = 0; x < 2; x++)
@@ -184,10 +194,10 @@ static void compare_rows(struct bench *b, size_t pos, size_t m, uint32_t layer, 
  * l is read once load op has landed it, as a forward pass would wait per layer. */
 static int verify(struct bench *b, const int32_t *slots, size_t n, uint64_t op)
 {
-    bool bad[CHUNK_TOKENS];
+    bool bad[CHUNK_TOKENS]; /* per page of the chunk */
 
-    for (size_t done = 0; done < n; done += CHUNK_TOKENS) {
-        size_t m = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
+    for (size_t done = 0; done < n; done += b->chunk) {
+        size_t m = n - done < b->chunk ? n - done : b->chunk;
         memset(bad, 0, sizeof(bad));
         for (uint32_t l = 0; l < b->cfg->g.layers; l++) {
             int rc = kvt_load_wait_layer(b->e, op, l, NULL);
@@ -295,7 +305,7 @@ static int run_request(struct bench *b, const struct wl_req *r)
     struct kvt_req req;
     int rc;
 
-    wl_input_tokens(b->w, r, b->tokens);
+    wl_input_tokens(&b->src->w, r, b->tokens);
     for (size_t i = in; i < kv_len; i++)
         b->tokens[i] = wl_output_token(r, (uint32_t)(i - in));
     hash_tokens(b, 0, kv_len);
@@ -323,7 +333,7 @@ static int corrupt_cached_page(struct bench *b, const struct wl_req *r)
     struct kvt_match m;
     int rc;
 
-    wl_input_tokens(b->w, r, b->tokens);
+    wl_input_tokens(&b->src->w, r, b->tokens);
     if ((rc = kvt_match(b->e, &key, b->slots, &m)))
         return engine_error("kvt_match", rc);
     if (m.device_len == 0) {
@@ -339,6 +349,106 @@ static int corrupt_cached_page(struct bench *b, const struct wl_req *r)
     return 0;
 }
 
+/* ---- the workload, a request at a time ---- */
+
+static int say(const char *msg)
+{
+    fprintf(stderr, "%s: %s\n", PROG, msg);
+    return -1;
+}
+
+/* Open the source, or go back to its first request; take at most limit (0: all). */
+static int source_start(struct source *s, uint64_t limit)
+{
+    char err[512];
+    int rc;
+
+    s->limit = limit;
+    s->taken = 0;
+    if (s->cfg->trace) {
+        /* Rewinding a file just opened finds a pipe before a pass is spent on it. */
+        if (!s->trace && wl_trace_open(s->cfg->trace, 0, &s->trace, err, sizeof(err)))
+            return say(err);
+        return wl_trace_rewind(s->trace, err, sizeof(err)) ? say(err) : 0;
+    }
+    /* A generator starts over from its seed. */
+    wl_synth_close(s->synth);
+    s->synth = NULL;
+    if ((rc = wl_synth_open(s->cfg->synthetic, s->cfg->seed, &s->synth)))
+        return engine_error("--synthetic", rc);
+    return 0;
+}
+
+/* The next request into *r, valid until the next call: 1; 0 past the last; -1 after saying
+ * why. */
+static int source_next(struct source *s, const struct wl_req **r)
+{
+    char err[512];
+    int rc = 1;
+
+    if (s->limit && s->taken == s->limit)
+        return 0;
+    wl_clear(&s->w);
+    if (s->trace && (rc = wl_trace_next(s->trace, &s->w, err, sizeof(err))) < 0)
+        return say(err);
+    if (s->synth)
+        wl_synth_next(s->synth, &s->w);
+    if (rc == 1) {
+        s->taken++;
+        *r = &s->w.reqs[0];
+    }
+    return rc;
+}
+
+static void source_close(struct source *s)
+{
+    wl_trace_close(s->trace);
+    wl_synth_close(s->synth);
+    wl_free(&s->w);
+}
+
+static uint64_t request_tokens(const struct wl_req *r)
+{
+    return (uint64_t)r->input_len + r->output_len;
+}
+
+/* The first pass: how many requests there are and the longest, which sizes the engine. */
+static int survey(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    uint64_t limit = cfg->requests || cfg->trace ? cfg->requests : DEFAULT_SYNTHETIC_REQUESTS;
+    char clip[CLI_PATH_ECHO_MAX + 4];
+    const struct wl_req *r;
+    int rc;
+
+    if (source_start(b->src, limit))
+        return -1;
+    while ((rc = source_next(b->src, &r)) == 1) {
+        uint64_t slots = round_up(request_tokens(r), cfg->page_size);
+        b->nreqs++;
+        if (request_tokens(r) > b->max_tokens)
+            b->max_tokens = request_tokens(r);
+        b->slots_taken += slots < UINT64_MAX - b->slots_taken ? slots : UINT64_MAX - b->slots_taken;
+    }
+    if (rc == 0 && b->nreqs == 0) {
+        fprintf(stderr, "%s: %s: no requests\n", PROG,
+                cli_clip(cfg->trace, CLI_PATH_ECHO_MAX, clip));
+        return -1;
+    }
+    return rc;
+}
+
+/* The second pass reads the trace again: it must still be the trace the engine was sized
+ * for, or the request buffers would not hold it. */
+static int trace_changed(const struct bench *b)
+{
+    char clip[CLI_PATH_ECHO_MAX + 4];
+
+    fprintf(stderr, "%s: %s changed while it was replayed (it is read twice)\n", PROG,
+            cli_clip(b->cfg->trace, CLI_PATH_ECHO_MAX, clip));
+    return -1;
+}
+
 /* ---- progress ---- */
 
 static void progress(const struct bench *b, uint64_t t0, bool done)
@@ -349,23 +459,39 @@ static void progress(const struct bench *b, uint64_t t0, bool done)
         fputs("\r\033[K", stderr);
         return;
     }
-    fprintf(stderr, "\r\033[K%" PRIu64 "/%zu requests  %.0f req/s  %.1f%% of input tokens hit",
-            b->c.requests, b->w->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
+    fprintf(stderr,
+            "\r\033[K%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit",
+            b->c.requests, b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
             b->c.tokens_total ? 100.0 * (double)(b->c.hit_device + b->c.hit_host + b->c.hit_disk) /
                                     (double)b->c.tokens_total
                               : 0.0);
+}
+
+/* One request of the second pass: 1 served, 0 past the last, -1 on an error (said). */
+static int replay_one(struct bench *b)
+{
+    const struct wl_req *r;
+    int rc = source_next(b->src, &r);
+
+    if (rc == 0 && b->c.requests != b->nreqs)
+        return trace_changed(b);
+    if (rc != 1)
+        return rc;
+    if (request_tokens(r) > b->max_tokens)
+        return trace_changed(b);
+    if (run_request(b, r) || (b->c.requests == b->cfg->corrupt_after && corrupt_cached_page(b, r)))
+        return -1;
+    return 1;
 }
 
 static int replay(struct bench *b)
 {
     bool tty = isatty(STDERR_FILENO);
     uint64_t t0 = now_ns(), shown = t0;
-    int rc = 0;
+    int rc = source_start(b->src, b->nreqs);
 
-    for (size_t i = 0; i < b->w->nreqs && rc == 0; i++) {
-        rc = run_request(b, &b->w->reqs[i]);
-        if (rc == 0 && b->c.requests == b->cfg->corrupt_after)
-            rc = corrupt_cached_page(b, &b->w->reqs[i]);
+    while (rc == 0 && (rc = replay_one(b)) == 1) {
+        rc = 0;
         if (tty && now_ns() - shown > 250000000ull) {
             progress(b, t0, false);
             shown = now_ns();
@@ -381,7 +507,184 @@ static int replay(struct bench *b)
     return rc;
 }
 
+/* ---- kvt_open's errors, told in terms of the options given ---- */
+
+/* Bytes of the disk tier's slab files: a page takes a 4 KiB-aligned slot. */
+static uint64_t disk_bytes(const struct config *cfg)
+{
+    uint32_t ps = cfg->page_size;
+    uint64_t page = kvt_cell_bytes(&cfg->g) * ps, slot = (page + 4095) / 4096 * 4096;
+
+    return (cfg->disk_tokens + ps - 1) / ps * slot;
+}
+
+/* What is wrong with --dir for an error of the data dir, and what to do; NULL for
+ * KVT_EFINGERPRINT, -ENOSPC and -EDQUOT (dir_error words them) and for errors of other
+ * parts. */
+static const char *dir_problem(int rc)
+{
+    switch (rc) {
+    case KVT_EFORMAT:
+        return "not a kvtier data dir (it holds other files), or one a newer kvtier wrote: give "
+               "a new or empty dir, or a kvtier data dir";
+    case KVT_ECORRUPT:
+        return "its index is damaged: look with kvtier-ctl verify, or use another --dir";
+    case -EBUSY:
+        return "another process (an engine, or another kvtier-bench) has it open: wait for it "
+               "to end, or use another --dir";
+    case -ENOENT:
+        return "its parent dir does not exist (only the last part of the path is created): "
+               "create the parent first";
+    case -ENOTDIR:
+        return "it, or a dir on its path, is not a directory: give a directory's path";
+    case -EACCES:
+    case -EPERM:
+        return "permission denied: give a dir this user may create and write";
+    case -EROFS:
+        return "on a read-only file system: give a dir on a writable one";
+    case -ENAMETOOLONG:
+        return "the path is too long";
+    case -ELOOP:
+        return "too many symbolic links on its path";
+    case -EIO:
+        return "an I/O error reading or writing it: check the disk, or use another --dir";
+    default:
+        return NULL;
+    }
+}
+
+/* Whether rc is an error of the data dir, which dir_error words. */
+static bool is_dir_error(int rc)
+{
+    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT;
+}
+
+static int dir_error(const struct config *cfg, int rc)
+{
+    char clip[CLI_PATH_ECHO_MAX + 4], size[32];
+    const char *dir = cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip), *what = dir_problem(rc);
+
+    if (what)
+        fprintf(stderr, "%s: --dir %s: %s\n", PROG, dir, what);
+    else if (rc == KVT_EFINGERPRINT)
+        fprintf(stderr,
+                "%s: --dir %s holds the KV of another model, geometry or page size than this "
+                "run's (--geometry %s, --page-size %u): use another --dir, or the --geometry "
+                "and --page-size it was written with\n",
+                PROG, dir, cfg->geometry_arg, cfg->page_size);
+    else if (rc == -ENOSPC || rc == -EDQUOT)
+        fprintf(stderr,
+                "%s: --dir %s: no room on its file system for the %s of slab files "
+                "--disk-tokens %" PRIu64 " takes: free some, or lower --disk-tokens\n",
+                PROG, dir, cli_size(disk_bytes(cfg), size), cfg->disk_tokens);
+    return -1;
+}
+
+/* kvt_open refused the options (Invalid argument), past what parse_args checks: every
+ * size given. */
+static int invalid_error(const struct config *cfg)
+{
+    fprintf(stderr,
+            "%s: kvt_open refused these options (invalid argument): --geometry %s, "
+            "--page-size %u, --device-tokens %" PRIu64 ", --host-tokens %" PRIu64
+            ", --disk-tokens %" PRIu64 "\n",
+            PROG, cfg->geometry_arg, cfg->page_size, cfg->device_tokens, cfg->host_tokens,
+            cfg->disk_tokens);
+    return -1;
+}
+
+/* kvt_open's error rc, named by the option that most likely caused it, with what to do. */
+static int open_error(const struct config *cfg, int rc)
+{
+    uint64_t cell = kvt_cell_bytes(&cfg->g);
+    char size[32];
+
+    if (cfg->dir && is_dir_error(rc))
+        return dir_error(cfg, rc);
+    switch (rc) {
+    case KVT_EHOSTRAM:
+        fprintf(stderr,
+                "%s: --host-tokens %" PRIu64 ": a host pool of %s does not fit in the memory "
+                "available now: lower --host-tokens\n",
+                PROG, cfg->host_tokens, cli_size(cfg->host_tokens * cell, size));
+        return -1;
+    case KVT_EHOSTSIZE:
+        fprintf(stderr,
+                "%s: --host-tokens %" PRIu64 " must be larger than the device pool "
+                "(--device-tokens %" PRIu64 ") in whole pages of %u tokens\n",
+                PROG, cfg->host_tokens, cfg->device_tokens, cfg->page_size);
+        return -1;
+    case KVT_ENOBACKEND:
+    case KVT_EBACKEND:
+        fprintf(stderr, "%s: --backend %s: %s%s\n", PROG, backend_names[cfg->backend],
+                kvt_strerror(rc), rc == KVT_ENOBACKEND ? ": use --backend sim" : "");
+        return -1;
+    case -ENOMEM:
+        /* The device pool is the likeliest; the disk tier's index maps its share too. */
+        fprintf(stderr,
+                "%s: out of memory opening the engine, for a device pool of %s (--device-tokens "
+                "%" PRIu64 " of %" PRIu64 " bytes, --geometry %s)%s: lower --device-tokens%s\n",
+                PROG, cli_size(cfg->device_tokens * cell, size), cfg->device_tokens, cell,
+                cfg->geometry_arg, cfg->dir ? " and the index of the disk tier" : "",
+                cfg->dir ? " or --disk-tokens" : "");
+        return -1;
+    case -EINVAL:
+        return invalid_error(cfg);
+    default:
+        return engine_error("kvt_open", rc);
+    }
+}
+
 /* ---- setup ---- */
+
+/* The sim backend's device pool is host memory, mapped at open and touched as slots are
+ * written: what the replay will touch (the pool, or every slot its requests take when that
+ * is less) must fit in this machine's RAM, or the run would end killed for memory. */
+static int check_sim_memory(const struct bench *b)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+    uint64_t cell = kvt_cell_bytes(&b->cfg->g), ram, touched;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    char a[32], c[32];
+
+    if (kvt_stats(b->e, &st) || st.backend != KVT_BACKEND_SIM || pages <= 0 || page <= 0)
+        return 0;
+    ram = (uint64_t)pages * (uint64_t)page;
+    touched = b->slots_taken < UINT64_MAX / cell ? b->slots_taken * cell : UINT64_MAX;
+    if (touched > st.kv_pool_bytes)
+        touched = st.kv_pool_bytes;
+    if (touched <= ram)
+        return 0;
+    fprintf(
+        stderr,
+        "%s: the sim backend keeps the device pool in host memory, and this run could fill up to "
+        "%s of it (--device-tokens %" PRIu64 " of %" PRIu64 " bytes, --geometry %s) on a "
+        "machine with %s: lower --device-tokens or --requests, or pick a smaller "
+        "--geometry\n",
+        PROG, cli_size(touched, a), b->cfg->device_tokens, cell, b->cfg->geometry_arg,
+        cli_size(ram, c));
+    return -1;
+}
+
+/* Before anything is allocated for it: the longest request must fit the device pool. */
+static int check_fit(const struct bench *b)
+{
+    uint32_t ps = b->cfg->page_size;
+    uint64_t pool = b->cfg->device_tokens / ps * ps;
+
+    if (b->max_tokens + ps > INT32_MAX) {
+        fprintf(stderr, "%s: a request of %" PRIu64 " tokens is too long\n", PROG, b->max_tokens);
+        return -1;
+    }
+    if (pool < round_up(b->max_tokens, ps)) {
+        fprintf(stderr,
+                "%s: the longest request needs %zu slots, --device-tokens %" PRIu64
+                " gives %" PRIu64 " (whole pages of %u): raise --device-tokens\n",
+                PROG, round_up(b->max_tokens, ps), b->cfg->device_tokens, pool, ps);
+        return -1;
+    }
+    return 0;
+}
 
 static int open_engine(struct bench *b)
 {
@@ -395,21 +698,21 @@ static int open_engine(struct bench *b)
     o.backend = cfg->backend;
     o.device_tokens = cfg->device_tokens;
     o.max_requests = 1;
-    o.max_context = (uint32_t)round_up(b->w->max_tokens, ps);
+    o.max_context = (uint32_t)round_up(b->max_tokens, ps);
     o.evict_policy = cfg->policy;
     o.model_id = cfg->geometry_arg;
     o.tp_size = cfg->tp_size;
     o.host_tokens = cfg->host_tokens;
     o.write_policy = cfg->write_policy;
     if (cfg->disk_tokens) {
-        /* A page takes a 4 KiB-aligned slot on disk. */
-        uint64_t page = kvt_cell_bytes(&cfg->g) * ps, slot = (page + 4095) / 4096 * 4096;
         o.disk_dir = cfg->dir;
-        o.disk_bytes = (cfg->disk_tokens + ps - 1) / ps * slot;
+        o.disk_bytes = disk_bytes(cfg);
     }
     int rc = kvt_open(&o, &b->e);
     if (rc)
-        return engine_error("kvt_open", rc);
+        return open_error(cfg, rc);
+    if (check_sim_memory(b))
+        return -1;
     if (kvt_available(b->e) < o.max_context) {
         fprintf(stderr,
                 "%s: the longest request needs %u slots, the device pool has %zu: raise "
@@ -420,10 +723,42 @@ static int open_engine(struct bench *b)
     return 0;
 }
 
+/* Rows per chunk: CHUNK_TOKENS, halved while a buffer would pass CHUNK_BYTES, but a page at
+ * least. */
+static size_t chunk_tokens(size_t row, uint32_t ps)
+{
+    size_t n = CHUNK_TOKENS;
+
+    while (n > ps && n * row > CHUNK_BYTES)
+        n /= 2;
+    return n;
+}
+
+/* The request's tokens, hashes and slots (the longest request's worth, which the device
+ * pool holds: check_fit) and a chunk of K and V rows. */
+static int alloc_buffers(struct bench *b)
+{
+    size_t n = (size_t)b->max_tokens, want = b->row[0] > b->row[1] ? b->row[0] : b->row[1];
+
+    b->chunk = chunk_tokens(want, b->cfg->page_size);
+    b->tokens = malloc(n * sizeof(*b->tokens));
+    b->hash = malloc(n * sizeof(*b->hash));
+    b->slots = malloc(n * sizeof(*b->slots));
+    for (int x = 0; x < 2; x++)
+        b->buf[x] = malloc(b->chunk * b->row[x] + 1);
+    b->want = malloc(want);
+    if (b->tokens && b->hash && b->slots && b->buf[0] && b->buf[1] && b->want)
+        return 0;
+    fprintf(stderr,
+            "%s: out of memory for the buffers of requests of %zu tokens and chunks of %zu rows "
+            "of %zu bytes (--geometry %s)\n",
+            PROG, n, b->chunk, want, b->cfg->geometry_arg);
+    return -1;
+}
+
 static int setup(struct bench *b)
 {
     const struct kvt_geometry *g = &b->cfg->g;
-    size_t n = (size_t)b->w->max_tokens;
 
     if (g->attention == KVT_ATTN_MLA) {
         b->row[0] = (size_t)(g->kv_lora_rank + g->qk_rope_head_dim) * g->dtype_bytes;
@@ -432,13 +767,9 @@ static int setup(struct bench *b)
         b->row[1] =
             (size_t)g->kv_heads * (g->v_head_dim ? g->v_head_dim : g->head_dim) * g->dtype_bytes;
     }
-    b->tokens = xmalloc(n * sizeof(*b->tokens));
-    b->hash = xmalloc(n * sizeof(*b->hash));
-    b->slots = xmalloc(n * sizeof(*b->slots));
-    for (int x = 0; x < 2; x++)
-        b->buf[x] = xmalloc(CHUNK_TOKENS * b->row[x]);
-    b->want = xmalloc(b->row[0] > b->row[1] ? b->row[0] : b->row[1]);
-    return open_engine(b);
+    if (check_fit(b) || open_engine(b))
+        return -1;
+    return alloc_buffers(b);
 }
 
 static void teardown(struct bench *b)
@@ -624,7 +955,10 @@ static void usage(FILE *f)
             "\n"
             "Workload (default: --synthetic %s):\n"
             "  --trace FILE          a Mooncake trace: JSON lines with input_length,\n"
-            "                        output_length and hash_ids (512-token blocks)\n"
+            "                        output_length and hash_ids (512-token blocks), at most\n"
+            "                        16 MiB a line. It is read twice, a line at a time (once\n"
+            "                        to size the engine, once to replay), so it must be a\n"
+            "                        file, not a pipe\n"
             "  --synthetic NAME      a generated workload:\n",
             PROG, DEFAULT_SYNTHETIC);
     for (size_t i = 0; wl_synthetic_names[i]; i++)
@@ -632,7 +966,7 @@ static void usage(FILE *f)
                 wl_synthetic_about(wl_synthetic_names[i]));
     fprintf(f,
             "  --requests N          replay the first N requests of a trace (default all), or\n"
-            "                        generate N (default %d)\n"
+            "                        generate N (default %d); one is held at a time\n"
             "  --seed N              seeds the synthetic workload and the KV content (default 1)\n"
             "\n"
             "Engine:\n"
@@ -644,15 +978,20 @@ static void usage(FILE *f)
     cli_print_presets(f, "                          ");
     fprintf(f,
             "  --page-size N         tokens per page, a power of two up to 256 (default 16)\n"
-            "  --device-tokens N     device KV pool size in tokens (default %d)\n"
-            "  --host-tokens N       host tier size in tokens, larger than the device pool;\n"
-            "                        0 (default): no host tier\n"
+            "  --device-tokens N     device KV pool size in tokens (default %d), below 2^31\n"
+            "                        with a page of padding; the sim backend keeps it in host\n"
+            "                        memory, and a run that could fill more of it than this\n"
+            "                        machine's RAM is refused\n"
+            "  --host-tokens N       host tier size in tokens, larger than the device pool\n"
+            "                        and fitting in the memory free now; 0 (default): none\n"
             "  --write-policy P      when the host tier gets a copy: write_through (at insert,\n"
             "                        the default), write_through_selective (once a prefix is\n"
             "                        hit twice) or write_back (when the device evicts it)\n"
-            "  --disk-tokens N       disk tier size in tokens; needs a host tier and --dir\n"
-            "  --dir PATH            the disk tier's data dir: created if missing, reused if\n"
-            "                        it holds pages of the same geometry and page size\n"
+            "  --disk-tokens N       disk tier size in tokens; needs a host tier and --dir, and\n"
+            "                        pages (--page-size tokens) under 4 GiB\n"
+            "  --dir PATH            the disk tier's data dir: created if missing (its parent\n"
+            "                        must exist), reused if it holds pages of the same geometry\n"
+            "                        and page size; refused while another process has it open\n"
             "  --backend B           auto, sim or cuda (default auto)\n"
             "  --evict-policy P      lru, lfu, fifo, mru or filo (default lru)\n"
             "\n"
@@ -768,6 +1107,29 @@ static int parse_value(struct config *cfg, const char *opt, const char *val)
     return 0;
 }
 
+/* Sizes that depend on each other: the device pool and its padding page stay below 2^31
+ * slots, and a page fits the disk tier's 32-bit page size (in a 4 KiB-aligned slot). */
+static int check_sizes(const struct config *cfg)
+{
+    uint64_t most = (uint64_t)(INT32_MAX / cfg->page_size) * cfg->page_size - 1;
+    uint64_t page = kvt_cell_bytes(&cfg->g) * cfg->page_size;
+    char msg[160], size[32];
+
+    if (cfg->device_tokens > most) {
+        snprintf(msg, sizeof(msg), "--device-tokens is at most %" PRIu64 " with --page-size %u",
+                 most, cfg->page_size);
+        return cli_bad_usage(PROG, msg, NULL);
+    }
+    if (cfg->disk_tokens && page > UINT32_MAX - 4095) {
+        snprintf(msg, sizeof(msg),
+                 "--disk-tokens: pages of %s (--geometry, --page-size) are larger than the "
+                 "disk tier takes (4 GiB less 4 KiB)",
+                 cli_size(page, size));
+        return cli_bad_usage(PROG, msg, NULL);
+    }
+    return 0;
+}
+
 /* 0 to go on, -1 after --help, else the exit status. */
 static int parse_args(int argc, char **argv, struct config *cfg)
 {
@@ -796,47 +1158,24 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--disk-tokens needs a host tier (--host-tokens)", NULL);
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
-    return 0;
-}
-
-static int load(const struct config *cfg, struct workload *w)
-{
-    char err[512];
-
-    if (cfg->synthetic) {
-        wl_synthetic(w, cfg->synthetic, cfg->seed,
-                     cfg->requests ? cfg->requests : DEFAULT_SYNTHETIC_REQUESTS);
-        return 0;
-    }
-    if (wl_load_mooncake(w, cfg->trace, 0, cfg->requests, err, sizeof(err))) {
-        fprintf(stderr, "%s: %s\n", PROG, err);
-        return -1;
-    }
-    return 0;
+    return check_sizes(cfg);
 }
 
 int main(int argc, char **argv)
 {
     struct config cfg = {.page_size = 16, .device_tokens = DEFAULT_DEVICE_TOKENS, .seed = 1};
-    struct workload w = {0};
-    struct bench b = {.cfg = &cfg, .w = &w};
+    struct source src = {.cfg = &cfg};
+    struct bench b = {.cfg = &cfg, .src = &src};
     int rc = parse_geometry(&cfg, "tiny");
 
     if (rc == 0)
         rc = parse_args(argc, argv, &cfg);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (load(&cfg, &w)) {
-        wl_free(&w);
-        return 1;
-    }
-    if (cfg.corrupt_after > w.nreqs) {
-        wl_free(&w);
-        return cli_bad_usage(PROG, "--corrupt-after names a request past the last one", NULL);
-    }
-    if (w.max_tokens + cfg.page_size > INT32_MAX) {
-        fprintf(stderr, "%s: a request of %" PRIu64 " tokens is too long\n", PROG, w.max_tokens);
+    if (survey(&b)) {
         rc = 1;
+    } else if (cfg.corrupt_after > b.nreqs) {
+        rc = cli_bad_usage(PROG, "--corrupt-after names a request past the last one", NULL);
     } else if (setup(&b) == 0 && replay(&b) == 0) {
         if (cfg.json)
             print_json(&b);
@@ -850,6 +1189,6 @@ int main(int argc, char **argv)
         rc = 1;
     }
     teardown(&b);
-    wl_free(&w);
+    source_close(&src);
     return rc;
 }

@@ -6,8 +6,24 @@
 #include <string.h>
 #include <time.h>
 
+const char *cli_clip(const char *s, size_t max, char *buf)
+{
+    size_t n = max;
+
+    if (!s || strnlen(s, max + 1) <= max)
+        return s;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--; /* s[n] continues a character: cut before the character */
+    memcpy(buf, s, n);
+    strcpy(buf + n, "...");
+    return buf;
+}
+
 int cli_bad_usage(const char *prog, const char *msg, const char *arg)
 {
+    char clip[CLI_ECHO_MAX + 4];
+
+    arg = cli_clip(arg, CLI_ECHO_MAX, clip);
     fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
     fprintf(stderr, "try '%s --help'\n", prog);
     return 2;
@@ -228,12 +244,20 @@ const char *cli_met(bool ok)
     return ok ? "met" : "MISSED";
 }
 
-void cli_print_size(uint64_t n)
+const char *cli_size(uint64_t n, char *buf)
 {
     if (n >= (1ull << 30))
-        printf("%.2f GiB", (double)n / (1ull << 30));
+        snprintf(buf, 32, "%.2f GiB", (double)n / (1ull << 30));
     else if (n >= (1ull << 20))
-        printf("%.1f MiB", (double)n / (1ull << 20));
+        snprintf(buf, 32, "%.1f MiB", (double)n / (1ull << 20));
     else
-        printf("%.1f KiB", (double)n / 1024);
+        snprintf(buf, 32, "%.1f KiB", (double)n / 1024);
+    return buf;
+}
+
+void cli_print_size(uint64_t n)
+{
+    char buf[32];
+
+    fputs(cli_size(n, buf), stdout);
 }

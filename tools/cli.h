@@ -9,7 +9,16 @@
 
 #include "kvtier.h"
 
-/* Print "prog: msg: arg" and a hint to try --help on stderr; returns 2, the usage status. */
+/* Bytes of an argument an error message quotes: an option's value, and a path. */
+#define CLI_ECHO_MAX 64
+#define CLI_PATH_ECHO_MAX 256
+
+/* s cut to its first max bytes (at a UTF-8 character boundary) and "..." when longer, for an
+ * error message: s itself, or buf (max + 4 bytes) holding the cut. NULL stays NULL. */
+const char *cli_clip(const char *s, size_t max, char *buf);
+
+/* Print "prog: msg: arg" (arg cut to CLI_ECHO_MAX bytes) and a hint to try --help on stderr;
+ * returns 2, the usage status. */
 int cli_bad_usage(const char *prog, const char *msg, const char *arg);
 
 /* A decimal count, digits only; false for anything else or an overflow. */
@@ -68,7 +77,9 @@ double cli_gbps(uint64_t bytes, double seconds);
 double cli_ratio(double a, double b);
 /* "met" or "MISSED", for a target. */
 const char *cli_met(bool ok);
-/* n bytes as "1.50 GiB", "3.0 MiB" or "12.0 KiB" on stdout. */
+/* n bytes as "1.50 GiB", "3.0 MiB" or "12.0 KiB" in buf (32 bytes); buf. */
+const char *cli_size(uint64_t n, char *buf);
+/* cli_size on stdout. */
 void cli_print_size(uint64_t n);
 
 #endif

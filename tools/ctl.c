@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,8 +100,9 @@ bool ctl_dir_locked(const char *dir)
     return locked;
 }
 
-/* KVT_EFORMAT says "not ours, or too new": tell which from the meta record itself. */
-static int format_error(const char *dir)
+/* KVT_EFORMAT says "not ours, or too new": tell which from the meta record itself. name is
+ * dir as messages show it. */
+static int format_error(const char *dir, const char *name)
 {
     char path[4096];
     uint32_t version = 0;
@@ -109,25 +112,29 @@ static int format_error(const char *dir)
     if (rc == 0 && version > DSTORE_FORMAT_VERSION)
         return ctl_fail("%s: data format version %u is newer than this kvtier-ctl reads (%u); "
                         "use the kvtier that wrote it",
-                        dir, version, DSTORE_FORMAT_VERSION);
+                        name, version, DSTORE_FORMAT_VERSION);
     if (rc == KVT_ECORRUPT)
-        return ctl_fail("%s: corrupt index: the meta record is damaged", dir);
+        return ctl_fail("%s: corrupt index: the meta record is damaged", name);
     if (rc == 0)
         return ctl_fail("%s: not a usable kvtier data dir (format %u, but slabs/ is missing or "
                         "the index lacks a database)",
-                        dir, version);
+                        name, version);
     if (access(path, F_OK) == 0)
-        return ctl_fail("%s: corrupt index: %s is not a kvtier index (damaged, or another "
-                        "program's LMDB environment)",
-                        dir, path);
-    return ctl_fail("%s: not a kvtier data dir (it has no index/data.mdb)", dir);
+        return ctl_fail(
+            "%s: corrupt index: %s/index/data.mdb is not a kvtier index (damaged, or another "
+            "program's LMDB environment)",
+            name, name);
+    return ctl_fail("%s: not a kvtier data dir (it has no index/data.mdb)", name);
 }
 
-int ctl_open_error(const char *dir, int rc, bool writing)
+int ctl_open_error(const char *path, int rc, bool writing)
 {
+    char clip[CLI_PATH_ECHO_MAX + 4];
+    const char *dir = cli_clip(path, CLI_PATH_ECHO_MAX, clip);
+
     switch (rc) {
     case KVT_EFORMAT:
-        return format_error(dir);
+        return format_error(path, dir);
     case KVT_ECORRUPT:
         return ctl_fail("%s: corrupt index: %s", dir, kvt_strerror(rc));
     case -EBUSY:
@@ -186,6 +193,10 @@ struct command {
     "                        bytes) or a hex prefix of its root hash as stat prints it\n"          \
     "  --prefix HASH         the page HASH, its chain to the root and every page below it\n"
 #define JSON_HELP "  --json                one JSON object on stdout instead of text\n"
+#define COPY_STATUS                                                                                \
+    "\nExit status: 0 when every selected page was copied or found there already, 1 when any\n"    \
+    "was skipped (the report says why) or on an error, 2 on bad usage (a target inside the\n"      \
+    "source too).\n"
 
 static const struct command commands[] = {
     {"stat", cmd_stat, 0, 1, "--json --live ", "stat DIR | stat --live SOCKET",
@@ -247,7 +258,10 @@ static const struct command commands[] = {
      "fingerprint and page geometry; TARGET is created with DIR's when missing. Every\n"
      "page's bytes are checked on the way; a page that fails is not copied, nor anything\n"
      "below it. Parents are written before children. DIR is opened read-only (safe beside\n"
-     "an engine); TARGET is written and locked (refused while an engine has it open).\n\n"
+     "an engine); TARGET is written and locked (refused while an engine has it open).\n"
+     "TARGET must lie outside DIR and DIR outside TARGET (symbolic links and bind mounts\n"
+     "are seen through). The report counts the pages skipped by reason: bad bytes, read\n"
+     "errors, evicted or changed since the index was read, below a skipped page.\n\n"
      "  --all                 every page that can be served\n" SELECT_HELP
      "  --capacity SIZE       TARGET's capacity when it is created (default DIR's, as its\n"
      "                        slab files span; raised as needed to hold what is copied).\n"
@@ -256,19 +270,19 @@ static const struct command commands[] = {
      "                        slots; --capacity grows it to SIZE, and the engine must then\n"
      "                        open TARGET with disk_bytes of at least SIZE, or it drops the\n"
      "                        pages beyond its own capacity\n"
-     "                        (--ns and --prefix may be repeated)\n" JSON_HELP},
+     "                        (--ns and --prefix may be repeated)\n" JSON_HELP COPY_STATUS},
     {"import", cmd_import, 2, 2, "--json --all --ns --prefix --capacity ",
      "import DIR SOURCE (--all | --ns NS | --prefix HASH)...",
      "Copy chosen prefixes from the data dir SOURCE into DIR: export SOURCE DIR, with the\n"
      "same options. DIR is written and locked (refused while an engine has it open);\n"
-     "SOURCE is only read.\n\n"
+     "SOURCE is only read. Neither may lie inside the other.\n\n"
      "  --all                 every page that can be served\n" SELECT_HELP
      "  --capacity SIZE       DIR's capacity when it is created (default SOURCE's). An\n"
      "                        existing DIR keeps its capacity (what its slab files span)\n"
      "                        and the copy is refused when it does not fit in its free\n"
      "                        slots; --capacity grows it to SIZE, and the engine must then\n"
      "                        open DIR with disk_bytes of at least SIZE, or it drops the\n"
-     "                        pages beyond its own capacity\n" JSON_HELP},
+     "                        pages beyond its own capacity\n" JSON_HELP COPY_STATUS},
     {"top", cmd_top, 1, 1, "--json --count --interval ", "top SOCKET [options]",
      "stat --live, refreshed: the figures of the engine serving stats at SOCKET, with\n"
      "rates (per second) since the last refresh. On a terminal the screen is redrawn;\n"
@@ -315,7 +329,8 @@ static void usage(FILE *f)
             "\n"
             "Every command takes --json (JSON on stdout) and --help. HASH is a page hash in hex\n"
             "or a unique prefix of one (at least 4 digits).\n"
-            "Exit status: 0 ok; 1 an error, or problems found (verify); 2 bad usage.\n",
+            "Exit status: 0 ok; 1 an error, problems found (verify) or pages not copied\n"
+            "(export, import); 2 bad usage.\n",
             PROG, PROG);
 }
 
@@ -479,9 +494,50 @@ static int parse_args(const struct command *c, int argc, char **argv, struct ctl
     return 0;
 }
 
+/* Longer than any valid argument of its kind: refused before use, so that no message quotes
+ * it whole. */
+#define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+#define HASH_HEX_MAX (2 * HASH_BYTES)
+#define NS_ARG_MAX (5 + KVT_NS_MAX) /* "name:" and the namespace's bytes */
+
+static int too_long(const struct command *c, const char *what, size_t max, const char *arg)
+{
+    char msg[96];
+
+    if (strlen(arg) <= max)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s longer than %zu bytes", what, max);
+    return bad(c, msg, arg);
+}
+
+static int check_lengths(const struct command *c, const struct ctl_args *a)
+{
+    bool socket = c->run == cmd_top || c->run == cmd_metrics;
+    int rc = 0;
+
+    for (int i = 0; i < a->npos && !rc; i++) {
+        if (i == 1 && c->run == cmd_show)
+            rc = too_long(c, "a page hash", HASH_HEX_MAX, a->pos[i]);
+        else
+            rc = too_long(c, socket ? "a socket path" : "a path",
+                          socket ? SOCKET_PATH_MAX : PATH_MAX - 1, a->pos[i]);
+    }
+    if (!rc && a->live)
+        rc = too_long(c, "a socket path", SOCKET_PATH_MAX, a->live);
+    for (int i = 0; i < a->nprefix && !rc; i++)
+        rc = too_long(c, "--prefix: a page hash", HASH_HEX_MAX, a->prefix[i]);
+    for (int i = 0; i < a->nns && !rc; i++)
+        rc = too_long(c, "--ns: a namespace", NS_ARG_MAX, a->ns[i]);
+    return rc;
+}
+
 /* What one command needs beyond its arguments' count. */
 static int check_args(const struct command *c, const struct ctl_args *a)
 {
+    int rc = check_lengths(c, a);
+
+    if (rc)
+        return rc;
     if (c->run == cmd_stat && !a->live == !a->npos)
         return bad(c, "give a data dir or --live SOCKET (one of them)", NULL);
     if (c->run == cmd_evict && !a->to_set)

@@ -7,9 +7,12 @@
  * mid-copy leaves a target whose every page is whole and whose chains start at a root.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -18,8 +21,26 @@
 #define COPY_BATCH_BYTES (16u << 20)
 #define COPY_BATCH_MAX 256u
 
+/* Why a selected page was not copied. */
+enum skip_reason {
+    SKIP_BAD_BYTES,  /* its bytes failed their checksum */
+    SKIP_READ_ERROR, /* reading it (or its record) failed */
+    SKIP_GONE,       /* evicted or deleted since the index was read */
+    SKIP_CHANGED,    /* its record changed since the index was read */
+    SKIP_BELOW,      /* a page above it was skipped */
+    SKIP_REASONS,
+};
+
+static const char *const skip_json[SKIP_REASONS] = {"bad_bytes", "read_errors", "gone", "changed",
+                                                    "below_skipped"};
+static const char *const skip_text[SKIP_REASONS] = {
+    "bad bytes (checksum)", "read errors", "evicted since the index was read",
+    "changed since the index was read", "below a skipped page"};
+
 struct copy {
     const char *src, *dst;
+    const char *src_name, *dst_name; /* for messages: cut when long */
+    char src_clip[CLI_PATH_ECHO_MAX + 4], dst_clip[CLI_PATH_ECHO_MAX + 4];
     struct ctl_index *ix;
     struct dstore *w;
     uint32_t *order, n; /* selected pages, parents first */
@@ -31,6 +52,7 @@ struct copy {
     struct dstore_wpage *wp;
     int *res;
     uint64_t copied, present, skipped;
+    uint64_t why[SKIP_REASONS]; /* skipped, by reason */
 };
 
 /* ---- the target ---- */
@@ -49,7 +71,7 @@ static int fingerprint_error(const struct copy *c, const struct dstore_info *t)
     ctl_hex(t->fingerprint, HASH_BYTES, b);
     return ctl_fail("%s holds KV of another model or geometry (fingerprint %.16s.., page %u "
                     "tokens) than %s (fingerprint %.16s.., page %u tokens): refused",
-                    c->dst, b, t->page_tokens, c->src, a, c->ix->info.page_tokens);
+                    c->dst_name, b, t->page_tokens, c->src_name, a, c->ix->info.page_tokens);
 }
 
 /* Selected pages the target lacks: each needs a free slot there. */
@@ -85,7 +107,7 @@ static int check_room(const struct copy *c, bool grown)
     int rc = pages_missing(c, &missing);
 
     if (rc)
-        return ctl_fail("%s: %s", c->dst, kvt_strerror(rc));
+        return ctl_fail("%s: %s", c->dst_name, kvt_strerror(rc));
     dstore_stats(c->w, &st);
     if (missing <= st.free_slots)
         return 0;
@@ -93,7 +115,7 @@ static int check_room(const struct copy *c, bool grown)
                     " fit (free slots, of a capacity of %" PRIu64 " slots%s): refused; give a "
                     "larger --capacity (then open the engine on it with disk_bytes at least that) "
                     "or make room with `" PROG " evict`",
-                    c->dst, missing, c->n, st.free_slots, st.capacity_slots,
+                    c->dst_name, missing, c->n, st.free_slots, st.capacity_slots,
                     grown ? ", as --capacity asks" : ", kept as found");
 }
 
@@ -140,7 +162,7 @@ static int create_target(struct copy *c, uint64_t capacity)
         return ctl_open_error(c->dst, rc, true);
     if ((rc = dstore_wait_ready(c->w))) {
         dstore_close(c->w);
-        return ctl_fail("%s: %s", c->dst, kvt_strerror(rc));
+        return ctl_fail("%s: %s", c->dst_name, kvt_strerror(rc));
     }
     return 0;
 }
@@ -228,16 +250,40 @@ static int take_tokens(void *arg, const struct dstore_entry *e)
     return 0;
 }
 
+static void skip(struct copy *c, uint32_t i, enum skip_reason why)
+{
+    c->failed[i] = true;
+    c->skipped++;
+    c->why[why]++;
+}
+
+/* Why a read (rc from dstore_get) or a lookup of the record (from dstore_lookup) failed. */
+static enum skip_reason read_failure(int rc, bool lookup)
+{
+    if (rc == -ENOENT)
+        return SKIP_GONE;
+    if (rc == KVT_ECORRUPT)
+        return lookup ? SKIP_CHANGED : SKIP_BAD_BYTES;
+    return SKIP_READ_ERROR;
+}
+
 /* Page k of the batch, read into its buffer already: its write, or false to skip it. */
 static bool prepare_write(struct copy *c, uint32_t i, uint32_t k, uint32_t *tokens)
 {
     const struct page *p = &c->ix->p[i];
     struct tokens_out out = {tokens, c->ix->info.page_tokens};
+    int rc;
 
-    if (c->res[k] || (p->up != NO_PAGE && c->failed[p->up]) ||
-        dstore_lookup(c->ix->s, p->key, take_tokens, &out)) {
-        c->failed[i] = true;
-        c->skipped++;
+    if (c->res[k]) {
+        skip(c, i, read_failure(c->res[k], false));
+        return false;
+    }
+    if (p->up != NO_PAGE && c->failed[p->up]) {
+        skip(c, i, SKIP_BELOW);
+        return false;
+    }
+    if ((rc = dstore_lookup(c->ix->s, p->key, take_tokens, &out))) {
+        skip(c, i, read_failure(rc, true));
         return false;
     }
     c->wp[k] = (struct dstore_wpage){p->key, p->parent, c->ix->ns[p->ns].root, tokens,
@@ -262,11 +308,12 @@ static int copy_batch(struct copy *c, const uint32_t *idx, uint32_t n)
         return 0;
     if ((rc = dstore_put(c->w, c->wp, m, c->res)))
         return rc;
-    for (uint32_t k = 0; k < m; k++)
-        if (c->res[k])
-            return c->res[k]; /* the target is full or failing: stop */
-    c->copied += m;
-    return 0;
+    for (uint32_t k = 0; k < m; k++) {
+        if (c->res[k] && !rc)
+            rc = c->res[k]; /* the target is full or failing: stop after this batch */
+        c->copied += !c->res[k];
+    }
+    return rc;
 }
 
 /* Batches never mix depths, so a parent has landed (or failed) before its children go. */
@@ -290,24 +337,126 @@ static int copy_all(struct copy *c)
     return rc;
 }
 
+static void report_json(const struct copy *c)
+{
+    printf("{\"from\":");
+    cli_json_string(c->src);
+    printf(",\"to\":");
+    cli_json_string(c->dst);
+    printf(",\"selected\":%u,\"copied\":%" PRIu64 ",\"already_there\":%" PRIu64
+           ",\"skipped\":%" PRIu64 ",\"skipped_why\":{",
+           c->n, c->copied, c->present, c->skipped);
+    for (int r = 0; r < SKIP_REASONS; r++)
+        printf("%s\"%s\":%" PRIu64, r ? "," : "", skip_json[r], c->why[r]);
+    printf("},\"bytes\":%" PRIu64 "}\n", c->copied * c->ix->info.page_bytes);
+}
+
 static void report(const struct copy *c, bool json)
 {
+    const char *sep = " (";
     char b[32];
 
     if (json) {
-        printf("{\"from\":");
-        cli_json_string(c->src);
-        printf(",\"to\":");
-        cli_json_string(c->dst);
-        printf(",\"selected\":%u,\"copied\":%" PRIu64 ",\"already_there\":%" PRIu64
-               ",\"skipped\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n",
-               c->n, c->copied, c->present, c->skipped, c->copied * c->ix->info.page_bytes);
+        report_json(c);
         return;
     }
     printf("%s -> %s: %u pages selected, %" PRIu64 " copied (%s), %" PRIu64
-           " already there, %" PRIu64 " skipped (bad bytes, or below such a page)\n",
+           " already there, %" PRIu64 " skipped",
            c->src, c->dst, c->n, c->copied, ctl_bytes(c->copied * c->ix->info.page_bytes, b),
            c->present, c->skipped);
+    for (int r = 0; r < SKIP_REASONS; r++) {
+        if (c->why[r]) {
+            printf("%s%" PRIu64 " %s", sep, c->why[r], skip_text[r]);
+            sep = ", ";
+        }
+    }
+    printf("%s\n", c->skipped ? ")" : "");
+}
+
+/* After the report: a copy that left selected pages behind did not do what it was asked. */
+static int copy_status(const struct copy *c)
+{
+    if (!c->skipped)
+        return 0;
+    return ctl_fail("%" PRIu64 " of the %u pages selected were not copied (why: see the report)",
+                    c->skipped, c->n);
+}
+
+/* ---- where the dirs lie ---- */
+
+/* The nearest of path and its ancestors (by name) that exists, into anc (PATH_MAX), and its
+ * stat; *exists says whether that is path itself. */
+static int nearest_existing(const char *path, char *anc, struct stat *st, bool *exists)
+{
+    if (strlen(path) >= PATH_MAX)
+        return -ENAMETOOLONG;
+    strcpy(anc, path);
+    *exists = true;
+    while (stat(anc, st)) {
+        char *slash = strrchr(anc, '/');
+        if (errno != ENOENT)
+            return -errno;
+        *exists = false;
+        if (!slash)
+            strcpy(anc, ".");
+        else if (slash == anc)
+            anc[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    return 0;
+}
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* Whether the dir at path is top or lies below it. Its ancestors are walked by "..", from
+ * the dir itself, so symbolic links, ".." in the path and bind mounts are all seen through. */
+static bool lies_within(const char *path, const struct stat *top)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), up;
+    struct stat st, parent;
+    bool within = false;
+
+    for (int depth = 0; fd >= 0 && depth < PATH_MAX && !fstat(fd, &st); depth++) {
+        if ((within = same_file(&st, top)))
+            break;
+        up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        close(fd);
+        fd = up;
+        if (fd < 0 || fstat(fd, &parent) || same_file(&parent, &st))
+            break; /* the root: its ".." is itself */
+    }
+    if (fd >= 0)
+        close(fd);
+    return within;
+}
+
+/* A data dir must not hold another: the target is refused when it is the source, lies inside
+ * it (it would be created there) or holds it. 0, or the usage status after saying why. */
+static int check_apart(const struct copy *c)
+{
+    const char *what = NULL;
+    char anc[PATH_MAX];
+    struct stat s, d;
+    bool exists;
+
+    if (stat(c->src, &s) || !S_ISDIR(s.st_mode) || nearest_existing(c->dst, anc, &d, &exists))
+        return 0; /* opening them says what is wrong */
+    if (exists && same_file(&s, &d))
+        what = "the target is the source itself";
+    else if (lies_within(anc, &s))
+        what = "the target lies inside the source";
+    else if (exists && S_ISDIR(d.st_mode) && lies_within(c->src, &d))
+        what = "the source lies inside the target";
+    if (!what)
+        return 0;
+    ctl_fail("copying %s into %s: %s: refused (a data dir must not hold another, nor be copied "
+             "into itself); give a target outside the source",
+             c->src_name, c->dst_name, what);
+    return 2;
 }
 
 static int copy_dirs(const char *src, const char *dst, const struct ctl_args *a)
@@ -318,6 +467,10 @@ static int copy_dirs(const char *src, const char *dst, const struct ctl_args *a)
     bool *sel = NULL;
     int rc;
 
+    c.src_name = cli_clip(src, CLI_PATH_ECHO_MAX, c.src_clip);
+    c.dst_name = cli_clip(dst, CLI_PATH_ECHO_MAX, c.dst_clip);
+    if ((rc = check_apart(&c)))
+        return rc;
     if (ctl_dir_locked(dst))
         return ctl_open_error(dst, -EBUSY, true);
     if ((rc = ctl_load(src, &s, &ix)))
@@ -329,10 +482,15 @@ static int copy_dirs(const char *src, const char *dst, const struct ctl_args *a)
         copy_order(&c, sel);
         if (!(rc = open_target(&c, a->capacity))) {
             if ((rc = copy_all(&c)))
-                rc = ctl_fail("copying into %s: %s", dst, kvt_strerror(rc));
+                rc = ctl_fail("copying into %s stopped after %" PRIu64 " of the %u pages "
+                              "selected were copied (%" PRIu64 " already there, %" PRIu64
+                              " skipped): %s",
+                              c.dst_name, c.copied, c.n, c.present, c.skipped, kvt_strerror(rc));
             dstore_close(c.w);
-            if (!rc)
+            if (!rc) {
                 report(&c, a->json);
+                rc = copy_status(&c);
+            }
         }
     }
     copy_free(&c);

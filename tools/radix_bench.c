@@ -23,6 +23,10 @@
 
 #define PROG "kvtier-radix-bench"
 #define MAX_FILES 64
+#define MAX_TRACE_BYTES (256u << 20) /* requests and blocks held, all files together */
+/* Memory a page of the tree takes, a little above what it measures (with hashes), to judge
+ * whether --pages fits the machine before building it. */
+#define TREE_BYTES_PER_PAGE 160
 #define TARGET_NS_PER_PAGE 1000.0
 #define TARGET_BYTES_PER_PAGE 160.0
 
@@ -45,17 +49,46 @@ static void die_oom(void)
     exit(1);
 }
 
+static size_t trace_bytes(const struct workload *w)
+{
+    return w->nreqs * sizeof(*w->reqs) + w->nsegs * sizeof(*w->segs);
+}
+
+/* Every request of a file, held for the replays; the blocks of all files together are
+ * capped, so a trace with no end (a pipe fed forever) is an error, not a machine out of
+ * memory. */
 static int load_file(struct trace_set *ts, uint32_t file)
 {
     size_t before = ts->w.nreqs;
-    char err[512];
+    char err[512], clip[CLI_PATH_ECHO_MAX + 4];
+    struct wl_trace *t;
+    int rc;
 
-    if (wl_load_mooncake(&ts->w, ts->paths[file], file, 0, err, sizeof(err))) {
-        fprintf(stderr, "%s: %s\n", PROG, err);
+    if (wl_trace_open(ts->paths[file], file, &t, err, sizeof(err)))
+        goto fail;
+    while ((rc = wl_trace_next(t, &ts->w, err, sizeof(err))) == 1 &&
+           trace_bytes(&ts->w) <= MAX_TRACE_BYTES)
+        ;
+    wl_trace_close(t);
+    if (rc < 0)
+        goto fail;
+    if (rc == 1) {
+        fprintf(stderr,
+                "%s: the traces take more than %u MiB in memory (%zu requests, the last of them "
+                "from %s): give shorter traces\n",
+                PROG, MAX_TRACE_BYTES >> 20, ts->w.nreqs,
+                cli_clip(ts->paths[file], CLI_PATH_ECHO_MAX, clip));
         return -1;
     }
-    ts->file_requests[file] = ts->w.nreqs - before;
+    if ((ts->file_requests[file] = ts->w.nreqs - before) == 0) {
+        fprintf(stderr, "%s: %s: no requests\n", PROG,
+                cli_clip(ts->paths[file], CLI_PATH_ECHO_MAX, clip));
+        return -1;
+    }
     return 0;
+fail:
+    fprintf(stderr, "%s: %s\n", PROG, err);
+    return -1;
 }
 
 /* Interleave the files request by request, each in its own order, so that every trace
@@ -416,14 +449,19 @@ static void usage(FILE *f)
             "\n"
             "  --trace FILE     a trace file (repeatable); default %s and\n"
             "                   %s from $KVT_TRACES_DIR, ../shared/traces,\n"
-            "                   shared/traces or /work/shared/traces, the first that has any\n"
-            "  --pages N        tree size to reach, in pages (default 1000000)\n"
+            "                   shared/traces or /work/shared/traces, the first that has any.\n"
+            "                   The traces are held in memory: at most %u MiB of requests,\n"
+            "                   lines of at most 16 MiB\n"
+            "  --pages N        tree size to reach, in pages (default 1000000), below 2^30\n"
+            "                   tokens; refused when the tree and its pool (about %d bytes a\n"
+            "                   page, and 2 a token) could not fit in this machine's RAM\n"
             "  --page-size N    tokens per page, a power of two up to 256 (default 16)\n"
             "  --json           print one JSON object instead of text\n"
             "  --help           print this and exit\n"
             "\n"
             "Exit status: 0 on success, 1 on error, 2 on bad usage.\n",
-            PROG, TARGET_NS_PER_PAGE, TARGET_BYTES_PER_PAGE, default_traces[0], default_traces[1]);
+            PROG, TARGET_NS_PER_PAGE, TARGET_BYTES_PER_PAGE, default_traces[0], default_traces[1],
+            MAX_TRACE_BYTES >> 20, TREE_BYTES_PER_PAGE);
 }
 
 /* 0 to go on, else the exit status. */
@@ -489,6 +527,23 @@ static int bench(const struct config *cfg, const struct trace_set *ts, uint64_t 
     return rc ? -1 : 0;
 }
 
+/* The tree and its pool (2 bytes a token) live in memory while a replay builds them: a
+ * --pages this machine cannot hold is refused before it is tried. */
+static int check_memory(const struct config *cfg)
+{
+    uint64_t need = cfg->target_pages * (TREE_BYTES_PER_PAGE + 2ull * cfg->page_size), ram;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    char a[32], b[32], msg[160];
+
+    if (pages <= 0 || page <= 0 || need <= (ram = (uint64_t)pages * (uint64_t)page))
+        return 0;
+    snprintf(msg, sizeof(msg),
+             "--pages: a tree of %" PRIu64 " pages and its pool take about %s, more than this "
+             "machine's %s",
+             cfg->target_pages, cli_size(need, a), cli_size(ram, b));
+    return cli_bad_usage(PROG, msg, NULL);
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg = {.target_pages = 1000000, .page_size = 16};
@@ -501,6 +556,8 @@ int main(int argc, char **argv)
     /* The pool is sized (target + longest request) pages; keep slots below 2^31. */
     if ((cfg.target_pages + 1) * cfg.page_size >= (uint64_t)INT32_MAX / 2)
         return cli_bad_usage(PROG, "--pages times --page-size must stay below 2^30 tokens", NULL);
+    if ((rc = check_memory(&cfg)))
+        return rc;
     if (ts.nfiles == 0 && find_default_traces(&ts))
         return 1;
     rc = load_traces(&ts) || bench(&cfg, &ts, t0);

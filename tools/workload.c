@@ -3,6 +3,8 @@
  */
 #include "workload.h"
 
+#include "cli.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -49,6 +51,13 @@ static void add_req(struct workload *w, const struct wl_req *r)
         w->max_input = r->input_len;
     if ((uint64_t)r->input_len + r->output_len > w->max_tokens)
         w->max_tokens = (uint64_t)r->input_len + r->output_len;
+}
+
+void wl_clear(struct workload *w)
+{
+    w->nreqs = w->nsegs = 0;
+    w->max_input = 0;
+    w->max_tokens = 0;
 }
 
 void wl_free(struct workload *w)
@@ -371,37 +380,113 @@ static int read_line(struct workload *w, uint32_t tag, const char *text, size_t 
     return 0;
 }
 
-int wl_load_mooncake(struct workload *w, const char *path, uint32_t tag, size_t limit, char *err,
-                     size_t err_len)
+struct wl_trace {
+    const char *path;                 /* for fopen */
+    const char *name;                 /* for messages: path, cut when long */
+    char clip[CLI_PATH_ECHO_MAX + 4]; /* what name points to when cut */
+    FILE *f;
+    uint32_t tag;
+    char *line; /* the line being parsed, NUL-terminated; never longer than the limit */
+    size_t cap, lineno;
+};
+
+int wl_trace_open(const char *path, uint32_t tag, struct wl_trace **out, char *err, size_t err_len)
 {
-    FILE *f = fopen(path, "r");
-    char *text = NULL;
-    size_t cap = 0, lineno = 0, nreqs = 0;
-    ssize_t n;
-    int rc = 0;
+    char clip[CLI_PATH_ECHO_MAX + 4];
+    const char *name = cli_clip(path, CLI_PATH_ECHO_MAX, clip);
+    struct wl_trace *t;
 
     if (tag > 255)
-        return errorf(err, err_len, "%s: trace tag %u is above 255", path, tag);
-    if (!f)
-        return errorf(err, err_len, "%s: %s", path, strerror(errno));
-    while ((limit == 0 || nreqs < limit) && (n = getline(&text, &cap, f)) >= 0) {
-        lineno++;
-        if ((size_t)n != strlen(text)) {
-            rc = errorf(err, err_len, "%s:%zu: NUL byte in line", path, lineno);
-            break;
-        }
-        if (blank(text))
-            continue;
-        if ((rc = read_line(w, tag, text, lineno, path, err, err_len)))
-            break;
-        nreqs++;
+        return errorf(err, err_len, "%s: trace tag %u is above 255", name, tag);
+    if (!(t = calloc(1, sizeof(*t))))
+        return errorf(err, err_len, "%s: out of memory", name);
+    t->path = path;
+    t->name = cli_clip(path, CLI_PATH_ECHO_MAX, t->clip);
+    t->tag = tag;
+    if (!(t->f = fopen(path, "r"))) {
+        errorf(err, err_len, "%s: %s", name, strerror(errno));
+        free(t);
+        return -1;
     }
-    if (rc == 0 && ferror(f))
-        rc = errorf(err, err_len, "%s: read error", path);
-    if (rc == 0 && nreqs == 0)
-        rc = errorf(err, err_len, "%s: no requests", path);
-    free(text);
-    fclose(f);
+    *out = t;
+    return 0;
+}
+
+void wl_trace_close(struct wl_trace *t)
+{
+    if (!t)
+        return;
+    fclose(t->f);
+    free(t->line);
+    free(t);
+}
+
+int wl_trace_rewind(struct wl_trace *t, char *err, size_t err_len)
+{
+    if (fseek(t->f, 0, SEEK_SET))
+        return errorf(err, err_len,
+                      "%s: cannot be read again from the start (%s): give a "
+                      "regular file, not a pipe",
+                      t->name, strerror(errno));
+    t->lineno = 0;
+    return 0;
+}
+
+/* Room for need bytes of line (at most the limit and its NUL). */
+static int grow_line(struct wl_trace *t, size_t need, char *err, size_t err_len)
+{
+    size_t cap = t->cap ? t->cap : 4096;
+
+    if (need <= t->cap)
+        return 0;
+    while (cap < need)
+        cap *= 2;
+    if (cap > WL_MAX_LINE_BYTES + 1)
+        cap = WL_MAX_LINE_BYTES + 1;
+    char *line = realloc(t->line, cap);
+    if (!line)
+        return errorf(err, err_len, "%s:%zu: out of memory", t->name, t->lineno);
+    t->line = line;
+    t->cap = cap;
+    return 0;
+}
+
+/* The next line, its newline dropped, into t->line: 1; 0 at the end of the file; -1 with
+ * err set. A NUL byte or a line over the limit fails as soon as it is read, so a file with
+ * no newline (/dev/zero) costs at most the limit. */
+static int next_line(struct wl_trace *t, char *err, size_t err_len)
+{
+    size_t n = 0;
+    int ch;
+
+    t->lineno++;
+    while ((ch = getc_unlocked(t->f)) != EOF && ch != '\n') {
+        if (ch == '\0')
+            return errorf(err, err_len, "%s:%zu: NUL byte in line", t->name, t->lineno);
+        if (n == WL_MAX_LINE_BYTES)
+            return errorf(err, err_len, "%s:%zu: line longer than %u bytes", t->name, t->lineno,
+                          WL_MAX_LINE_BYTES);
+        if (grow_line(t, n + 2, err, err_len))
+            return -1;
+        t->line[n++] = (char)ch;
+    }
+    if (ch == EOF && ferror(t->f))
+        return errorf(err, err_len, "%s:%zu: read error: %s", t->name, t->lineno, strerror(errno));
+    if (ch == EOF && n == 0)
+        return 0;
+    if (grow_line(t, n + 1, err, err_len))
+        return -1;
+    t->line[n] = '\0';
+    return 1;
+}
+
+int wl_trace_next(struct wl_trace *t, struct workload *w, char *err, size_t err_len)
+{
+    int rc;
+
+    while ((rc = next_line(t, err, err_len)) == 1)
+        if (!blank(t->line))
+            return read_line(w, t->tag, t->line, t->lineno, t->name, err, err_len) ? -1 : 1;
     return rc;
 }
 
@@ -505,28 +590,49 @@ static void doc_question(struct synth *s)
     d->questions_left--;
 }
 
-int wl_synthetic(struct workload *w, const char *name, uint64_t seed, size_t n)
+struct wl_synth {
+    struct synth s;
+    int kind; /* index in wl_synthetic_names */
+};
+
+int wl_synth_open(const char *name, uint64_t seed, struct wl_synth **out)
 {
-    struct synth s = {.w = w, .rng = wl_mix(seed)};
+    struct wl_synth *g;
     int kind = -1;
 
     for (int i = 0; wl_synthetic_names[i]; i++)
         if (strcmp(name, wl_synthetic_names[i]) == 0)
             kind = i;
     if (kind < 0)
-        return -1;
+        return -EINVAL;
+    if (!(g = calloc(1, sizeof(*g))))
+        return -ENOMEM;
+    g->kind = kind;
+    g->s.rng = wl_mix(seed);
     for (size_t i = 0; i < CHAT_PROMPTS; i++)
-        s.prompts[i] = new_seg(&s, 256, 2048);
+        g->s.prompts[i] = new_seg(&g->s, 256, 2048);
     for (size_t i = 0; i < DOC_INSTRUCTIONS; i++)
-        s.instructions[i] = new_seg(&s, 192, 192);
-    for (size_t i = 0; i < n; i++) {
-        bool chat = kind == 0 || (kind == 2 && pick(&s, 0, 1) == 0);
-        if (chat)
-            chat_turn(&s);
-        else
-            doc_question(&s);
-    }
-    for (size_t i = 0; i < CHAT_ACTIVE; i++)
-        free(s.chats[i].hist);
+        g->s.instructions[i] = new_seg(&g->s, 192, 192);
+    *out = g;
     return 0;
+}
+
+void wl_synth_next(struct wl_synth *g, struct workload *w)
+{
+    bool chat = g->kind == 0 || (g->kind == 2 && pick(&g->s, 0, 1) == 0);
+
+    g->s.w = w;
+    if (chat)
+        chat_turn(&g->s);
+    else
+        doc_question(&g->s);
+}
+
+void wl_synth_close(struct wl_synth *g)
+{
+    if (!g)
+        return;
+    for (size_t i = 0; i < CHAT_ACTIVE; i++)
+        free(g->s.chats[i].hist);
+    free(g);
 }

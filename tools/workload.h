@@ -41,20 +41,39 @@ struct workload {
     uint64_t max_tokens; /* longest input + output */
 };
 
-/* Append the requests of a Mooncake JSONL trace (input_length, output_length, hash_ids), at
- * most limit of them (0: all). tag (< 256) goes into every segment id so that the same
- * hash id in two files names different text. On failure returns -1 with a message naming
- * the line and column in err. */
-int wl_load_mooncake(struct workload *w, const char *path, uint32_t tag, size_t limit, char *err,
-                     size_t err_len);
+#define WL_MAX_LINE_BYTES (16u << 20) /* a longer trace line is an error, never read whole */
+
+/* A Mooncake JSONL trace (input_length, output_length, hash_ids) read a line at a time: it
+ * holds one line (at most WL_MAX_LINE_BYTES), however long the trace. */
+struct wl_trace;
+
+/* Open the trace at path (kept, not copied: it must outlive the reader). tag (< 256) goes
+ * into every segment id so that the same hash id in two files names different text. 0, or
+ * -1 with a message in err. */
+int wl_trace_open(const char *path, uint32_t tag, struct wl_trace **out, char *err, size_t err_len);
+/* Append the trace's next request to w: 1; 0 past the last one; -1 with a message naming the
+ * line (and column) in err. */
+int wl_trace_next(struct wl_trace *t, struct workload *w, char *err, size_t err_len);
+/* Read the trace again from its first line: 0, or -1 with a message in err (a pipe cannot). */
+int wl_trace_rewind(struct wl_trace *t, char *err, size_t err_len);
+/* NULL is a no-op. */
+void wl_trace_close(struct wl_trace *t);
 
 /* Names of the synthetic workloads, NULL-terminated, and a line on each. */
 extern const char *const wl_synthetic_names[];
 const char *wl_synthetic_about(const char *name);
 
-/* Append n requests of the synthetic workload name, generated from seed. -1 when name is
- * unknown. */
-int wl_synthetic(struct workload *w, const char *name, uint64_t seed, size_t n);
+/* A synthetic workload, generated a request at a time from its seed: the same name and seed
+ * give the same requests. What it keeps is bounded (the chats and documents under way), however
+ * many requests are drawn. */
+struct wl_synth;
+
+/* 0, -EINVAL for an unknown name, or -ENOMEM. */
+int wl_synth_open(const char *name, uint64_t seed, struct wl_synth **out);
+/* Append the workload's next request to w. */
+void wl_synth_next(struct wl_synth *s, struct workload *w);
+/* NULL is a no-op. */
+void wl_synth_close(struct wl_synth *s);
 
 /* The input tokens of r into tokens (r->input_len entries). */
 void wl_input_tokens(const struct workload *w, const struct wl_req *r, uint32_t *tokens);
@@ -62,6 +81,8 @@ void wl_input_tokens(const struct workload *w, const struct wl_req *r, uint32_t 
 /* Token i of r's output. */
 uint32_t wl_output_token(const struct wl_req *r, uint32_t i);
 
+/* Forget w's requests and segments, keeping its memory for the next ones. */
+void wl_clear(struct workload *w);
 void wl_free(struct workload *w);
 
 /* A 64-bit mixer (splitmix64's finaliser): consecutive inputs give unrelated outputs. */

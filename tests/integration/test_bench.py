@@ -21,10 +21,12 @@ Cases marked with a known-bug reason are bugs this suite found in the bench: the
 while the bug is there and XPASS once it is fixed (then drop the marker). KVT_STRICT=1 in the
 environment makes an XFAIL count as a failure.
 """
+import fcntl
 import json
 import os
 import random
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -411,6 +413,109 @@ def _():
                   "--disk-tokens", 4096, "--dir", d, "--geometry", "tiny,layers=3")
         eq(r.rc, 1, f"exit status{r.where()}")
         check(re.search(r"another model|fingerprint", r.err), f"stderr names the cause{r.where()}")
+        check(f"--dir {d} " in r.err and "use another --dir" in r.err,
+              f"stderr names the option and what to do{r.where()}")
+
+
+DISK = ("--trace", None, "--host-tokens", 65536, "--disk-tokens", 4096, "--dir")
+
+
+def open_fails(d, pattern, *more):
+    """A run with the disk tier at d fails at kvt_open with one line matching pattern."""
+    r = bench(*(trace(FIVE) if a is None else a for a in DISK), d, *more, "--json")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.out, "", f"stdout{r.where()}")
+    check(re.fullmatch(pattern + r"\n", r.err, re.S), f"stderr should match /{pattern}/{r.where()}")
+
+
+@case("disk tier: a --dir the engine cannot open is named, with the reason and what to do")
+def _():
+    with tempfile.TemporaryDirectory() as tmp:
+        f = os.path.join(tmp, "file")
+        open(f, "w").close()
+        open_fails(f, rf"kvtier-bench: --dir {re.escape(f)}: .*not a directory: give a .*")
+        open_fails(os.path.join(f, "d"), rf"kvtier-bench: --dir {re.escape(f)}/d: .*not a "
+                   r"directory.*")
+        missing = os.path.join(tmp, "no", "d")
+        open_fails(missing, rf"kvtier-bench: --dir {re.escape(missing)}: its parent dir does "
+                   r"not exist.*create the parent first")
+        foreign = os.path.join(tmp, "foreign")
+        os.mkdir(foreign)
+        open(os.path.join(foreign, "notes.txt"), "w").close()
+        open_fails(foreign, rf"kvtier-bench: --dir {re.escape(foreign)}: not a kvtier data "
+                   r"dir.*give a new or empty dir.*")
+        d = os.path.join(tmp, "data")
+        run_ok(*(trace(FIVE) if a is None else a for a in DISK), d)
+        with open(os.path.join(d, "lock"), "r+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            open_fails(d, rf"kvtier-bench: --dir {re.escape(d)}: another process.*has it open: "
+                       r"wait for it to end, or use another --dir")
+        run_ok(*(trace(FIVE) if a is None else a for a in DISK), d)
+        long = "/" + "x" * 5000
+        open_fails(long, r"kvtier-bench: --dir /x{255}\.\.\.: the path is too long")
+
+
+@case("sizes kvt_open refuses are named: --host-tokens, --device-tokens, --page-size")
+def _():
+    r = bench("--trace", trace(FIVE), "--host-tokens", 2**31 - 2, "--json")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: --host-tokens 2147483646: a host pool of .* does not fit "
+                       r"in the memory available now: lower --host-tokens\n", r.err),
+          f"stderr{r.where()}")
+    # 40 host tokens are 2 pages of 16: no more than a 32-token device pool
+    r = bench("--trace", trace([(16, 1, [1])]), "--device-tokens", 32, "--host-tokens", 40)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: --host-tokens 40 must be larger than the device pool "
+                       r"\(--device-tokens 32\) in whole pages of 16 tokens\n", r.err),
+          f"stderr{r.where()}")
+    for ps, most in ((16, 2**31 - 17), (256, 2**31 - 257)):
+        r = bench("--page-size", ps, "--device-tokens", most + 1)
+        eq(r.rc, 2, f"exit status{r.where()}")
+        check(f"--device-tokens is at most {most} with --page-size {ps}\n" in r.err,
+              f"stderr{r.where()}")
+    # the largest pool the engine takes: refused for memory, not as an invalid argument
+    r = Measured(["--trace", trace(FIVE), "--backend", "sim", "--device-tokens", 2**31 - 17,
+                  "--json"], timeout=60)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: .*device pool.*--device-tokens 2147483631 of 128 bytes, "
+                       r"--geometry tiny\): lower --device-tokens.*\n", r.err),
+          f"stderr{r.where()}")
+    r = bench("--trace", trace(FIVE), "--geometry", "llama3-8b,layers=4096", "--page-size", 256,
+              "--host-tokens", 65536, "--disk-tokens", 4096, "--dir", os.path.join(TMP, "big"))
+    eq(r.rc, 2, f"exit status{r.where()}")
+    check("pages of 4.00 GiB" in r.err and "larger than the disk tier takes" in r.err,
+          f"stderr{r.where()}")
+
+
+@case("out of memory at open names --disk-tokens when a disk tier's index takes its share")
+def _():
+    if sanitized():
+        raise Skip("needs an address-space limit, under which AddressSanitizer cannot start")
+    # 2^31 - 2 tokens of disk: an index mapping of tens of GiB, past the 1 GiB limit
+    d = os.path.join(TMP, "huge-disk")
+    r = Measured(["--trace", trace(FIVE), "--host-tokens", 65536, "--disk-tokens", 2**31 - 2,
+                  "--dir", d, "--json"], timeout=60)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: out of memory opening the engine, .*--device-tokens 32768 "
+                       r".* and the index of the disk tier: lower --device-tokens or "
+                       r"--disk-tokens\n", r.err), f"stderr{r.where()}")
+
+
+@case("bounded memory: a geometry whose sim pool cannot fit in RAM is refused, not run")
+def _():
+    # 32768 tokens of 16 MiB: 512 GiB, mapped at once where memory may be overcommitted. With
+    # the address space limited the mapping fails; without, the bench sees it cannot fill it.
+    args = ["--trace", trace(FIVE), "--backend", "sim", "--geometry", "llama3-8b,layers=4096",
+            "--json"]
+    for r in (Measured(args, timeout=60), bench(*args)):
+        eq(r.rc, 1, f"exit status{r.where()}")
+        eq(r.out, "", f"stdout{r.where()}")
+        check(re.search(r"device pool.*--device-tokens 32768 of 16777216 bytes, --geometry "
+                        r"llama3-8b,layers=4096\).*lower --device-tokens", r.err),
+              f"stderr{r.where()}")
+    check("sim backend keeps the device pool in host memory" in r.err or
+          open("/proc/sys/vm/overcommit_memory").read().strip() == "2",
+          f"without a limit the pool is mapped, and refused as too large to fill{r.where()}")
 
 
 @case("eviction: with room for everything no policy evicts")
@@ -514,6 +619,170 @@ def _():
     j = run_ok("--trace", path, "--requests", 2)
     eq(j["requests"], 2, "requests")
     check_location(bench("--trace", path, "--requests", 3), path, 3)
+
+
+# 3b. Bounded memory: hostile sizes fail fast or run in a bounded footprint
+
+AS_LIMIT = 1 << 30  # the bench's address space in these cases (not under ASan, which needs more)
+RSS_ROOM = 64 << 20  # what a case may keep resident beyond a small run's peak
+_baseline = []
+
+
+def sanitized():
+    """Whether the bench is built with AddressSanitizer (it maps terabytes of shadow)."""
+    with open(BENCH, "rb") as f:
+        data = f.read()
+    return b"__asan_init" in data or b"libasan" in data
+
+
+class Measured:
+    """The bench (or prog) run with its address space limited to AS_LIMIT (unless sanitized),
+    stdin from the file stdin (or nothing), output to files; killed after timeout seconds if
+    still going (alive says so). rss: its peak resident bytes, from wait4."""
+
+    def __init__(self, args, timeout, prog=None, stdin=subprocess.DEVNULL):
+        self.prog = prog or BENCH
+        self.args = [str(a) for a in args]
+        limit = None if sanitized() else (
+            lambda: resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT)))
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            p = subprocess.Popen([self.prog] + self.args, stdin=stdin, stdout=out,
+                                 stderr=err, preexec_fn=limit)
+            self.alive, deadline = False, time.monotonic() + timeout
+            while True:
+                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() > deadline:
+                    self.alive = True
+                    p.kill()
+                    _, status, ru = os.wait4(p.pid, 0)
+                    break
+                time.sleep(0.05)
+            p.returncode = self.rc = os.waitstatus_to_exitcode(status)
+            self.rss = ru.ru_maxrss * 1024
+            out.seek(0)
+            err.seek(0)
+            self.out = out.read().decode("utf-8", "replace")
+            self.err = err.read().decode("utf-8", "replace")
+
+    def where(self):
+        return (f"\n    command: {os.path.basename(self.prog)} {' '.join(self.args)}\n"
+                f"    exit {self.rc}, "
+                f"{'killed while running' if self.alive else 'ended'}, peak RSS "
+                f"{self.rss >> 20} MiB\n    stdout: {self.out[:300]!r}\n    stderr: "
+                f"{self.err[:300]!r}")
+
+
+def rss_bound():
+    """A small run's peak resident bytes, plus RSS_ROOM."""
+    if not _baseline:
+        r = Measured(["--trace", trace(FIVE), "--json"], timeout=60)
+        eq(r.rc, 0, f"exit status of the baseline run{r.where()}")
+        _baseline.append(r.rss)
+    return _baseline[0] + RSS_ROOM
+
+
+@case("bounded memory: --trace /dev/zero fails at once, naming line 1")
+def _():
+    r = Measured(["--trace", "/dev/zero", "--json"], timeout=20)
+    check(not r.alive, f"still running after 20 s{r.where()}")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.out, "", f"stdout{r.where()}")
+    check(re.fullmatch(r"kvtier-bench: /dev/zero:1: (NUL byte in line|line longer than \d+ "
+                       r"bytes)\n", r.err), f"the error should name /dev/zero:1{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+
+
+@case("bounded memory: a trace line of 16 MiB is read, a longer one is an error naming it")
+def _():
+    cap = 16 << 20
+    head = '{"input_length": 512, "output_length": 1, "hash_ids": [1]'
+    line = head + " " * (cap - len(head) - 1) + "}"
+    eq(len(line), cap, "test line length")
+    path = trace([line + "\n", line + "\n"])
+    j = run_ok("--trace", path)
+    eq(j["requests"], 2, "requests of two 16 MiB lines")
+    path = trace([line + "\n", line + " \n", GOOD])
+    r = Measured(["--trace", path, "--json"], timeout=60)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.out, "", f"stdout{r.where()}")
+    eq(r.err, f"kvtier-bench: {path}:2: line longer than {cap} bytes\n", f"stderr{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+    check(re.search(r"16 MiB a line", bench("--help").out), "--help gives the line limit")
+
+
+@case("bounded memory: a trace is read a line at a time, not held")
+def _():
+    # 256 requests of 32768 blocks: 8 M segments, 128 MiB if they were all held. The pool
+    # is too small, so the run stops once the trace has been read through (sizing the engine).
+    ids = ",".join(["7"] * 32768)
+    line = f'{{"input_length": {32768 * BLOCK}, "output_length": 1, "hash_ids": [{ids}]}}\n'
+    path = trace([line] * 256)
+    r = Measured(["--trace", path, "--device-tokens", 16, "--json"], timeout=120)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check("--device-tokens" in r.err, f"stderr should say the pool is too small{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+
+
+@case("bounded memory: --requests 2^64-1 of a synthetic workload holds one request at a time")
+def _():
+    r = Measured(["--requests", 2**64 - 1, "--json"], timeout=4)
+    check(r.alive, f"it should still be going after 4 s{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
+
+
+@case("trace: a pipe is refused before a pass is spent on it")
+def _():
+    p = subprocess.run(f"cat {trace(FIVE)} | {BENCH} --trace /dev/stdin --json", shell=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    eq(p.returncode, 1, f"exit status; stderr {p.stderr!r}")
+    eq(p.stdout, b"", "stdout")
+    check(re.search(rb"/dev/stdin: cannot be read again.*not a pipe", p.stderr),
+          f"stderr {p.stderr!r}")
+
+
+# 3c. kvtier-radix-bench, built beside kvtier-bench, reads traces through the same reader
+
+def radix():
+    path = os.path.join(os.path.dirname(BENCH), "kvtier-radix-bench")
+    check(os.access(path, os.X_OK), f"{path} is not built beside kvtier-bench")
+    return path
+
+
+@case("radix bench: a trace without end is refused once 256 MiB of it are held")
+def _():
+    line = b'{"input_length": 512, "output_length": 1, "hash_ids": [1]}\n'
+    feed = subprocess.Popen(["sh", "-c", 'while :; do printf "%s" "$0"; done', line.decode() * 64],
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        r = Measured(["--trace", "/dev/stdin", "--pages", 100], timeout=120, prog=radix(),
+                     stdin=feed.stdout)
+    finally:
+        feed.kill()
+        feed.wait()
+    check(not r.alive, f"still running after 120 s{r.where()}")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(re.fullmatch(r"kvtier-radix-bench: the traces take more than 256 MiB in memory \(\d+ "
+                       r"requests, the last of them from /dev/stdin\): give shorter traces\n",
+                       r.err), f"stderr{r.where()}")
+    r = Measured(["--trace", "/dev/zero"], timeout=20, prog=radix())
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.err, "kvtier-radix-bench: /dev/zero:1: NUL byte in line\n", f"stderr{r.where()}")
+
+
+@case("radix bench: --pages whose tree cannot fit in RAM is refused before it is built")
+def _():
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    pages = 2**30 - 3  # page size 1: the most it takes
+    if pages * 162 <= ram:
+        raise Skip(f"this machine's {ram >> 30} GiB of RAM would hold the largest tree")
+    r = Measured(["--pages", pages, "--page-size", 1], timeout=60, prog=radix())
+    eq(r.rc, 2, f"exit status{r.where()}")
+    check(re.match(rf"kvtier-radix-bench: --pages: a tree of {pages} pages and its pool take "
+                   r"about [\d.]+ GiB, more than this machine's [\d.]+ GiB\n", r.err),
+          f"stderr{r.where()}")
+    check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
 
 
 # 4. The verifier catches corruption
@@ -622,6 +891,28 @@ for _args, _pat in USAGE:
 @case("usage: an unknown option given last is called unknown")
 def _():
     usage_case(["--trace", "x.jsonl", "--bogus"], r"unknown option.*--bogus")()
+
+
+# An argument of 100 KB is quoted in an error by its start only.
+HUGE = "x" * 100000
+HUGE_ARGS = [["--synthetic", HUGE], ["--backend", HUGE], ["--evict-policy", HUGE],
+             ["--write-policy", HUGE], ["--" + HUGE, "1"], ["--geometry", HUGE],
+             ["--geometry", "tiny," + HUGE], ["--trace", "/" + HUGE]]
+
+
+def huge_case(args):
+    def run():
+        r = bench(*args)
+        check(r.rc in (1, 2), f"exit status 1 or 2 expected{r.where()}")
+        eq(r.out, "", f"stdout{r.where()}")
+        check(len(r.err) < 1000, f"stderr of {len(r.err)} bytes{r.where()}")
+        check(re.search(r"x{60}\.\.\.", r.err) or "x" not in r.err,
+              f"the argument is cut{r.where()}")
+    return run
+
+
+for _args in HUGE_ARGS:
+    case(f"usage: a 100 KB argument is cut in the error: {_args[0][:12]}")(huge_case(_args))
 
 
 @case("usage: a host tier no larger than the device pool is refused")

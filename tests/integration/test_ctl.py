@@ -362,6 +362,33 @@ def _():
         fails(2, pat, *args)
 
 
+@case("an argument of 100 KB is refused, and quoted by its start only")
+def _():
+    d, huge = bench_dir(), "x" * 100000
+    for args, pat in [(("stat", huge), "a path longer than 4095 bytes"),
+                      (("export", d, huge, "--all"), "a path longer than 4095 bytes"),
+                      (("import", huge, d, "--all"), "a path longer than 4095 bytes"),
+                      (("show", d, huge), "a page hash longer than 64 bytes"),
+                      (("ls", d, "--prefix", huge), "--prefix: a page hash longer than 64"),
+                      (("ls", d, "--ns", huge), "--ns: a namespace longer than 261 bytes"),
+                      (("ls", d, "--ns=name:" + huge), "--ns: a namespace longer than 261"),
+                      (("stat", "--live", huge), "a socket path longer than 107 bytes"),
+                      (("top", huge), "a socket path longer than 107 bytes"),
+                      (("metrics", huge), "a socket path longer than 107 bytes"),
+                      (("ls", d, "--sort", huge), "--sort needs"), ((huge,), "unknown command"),
+                      (("ls", d, "--" + huge), "unknown option")]:
+        r = fails(2, pat, *args)
+        check(len(r.err) < 400 and re.search(r"x{40}\.\.\.\n", r.err),
+              f"the argument is cut{r.where()}")
+    # the longest of each kind is taken: the command goes on and fails on what it names
+    for args, pat in [(("stat", "/" + "x" * 4094), "File name too long"),
+                      (("show", d, "0" * 64), "no page has this hash"),
+                      (("ls", d, "--ns", "name:" + "x" * 256), "no page of it"),
+                      (("stat", "--live", "/" + "x" * 106), "no such socket")]:
+        r = fails(1, pat, *args)
+        check(len(r.err) < 600, f"a path is quoted by its start{r.where()}")
+
+
 @case("stat on a dir kvtier-bench wrote: fingerprint, geometry, counts, namespaces")
 def _():
     d = bench_dir()
@@ -872,11 +899,111 @@ def _():
     # the first page's record is read again after its bytes: by then it holds 4096 tokens
     r = Debugged(["export", src, t, "--prefix", first["hash"], "--json"],
                  function="dstore_lookup", shell=[FIXTURE, "tokens", src, first["hash"], 4096])
-    eq(r.rc, 0, f"exit status{r.where()}")
+    eq(r.rc, 1, f"exit status: pages were not copied{r.where()}")
     j = r.json()
     eq((j["selected"], j["copied"], j["skipped"]), (want, 0, want),
        "the page (and what is below it) skipped")
+    eq(j["skipped_why"], skipped_why(changed=1, below_skipped=want - 1), "why")
+    check(f"{want} of the {want} pages selected were not copied" in r.err, f"stderr{r.where()}")
     eq(pages_of(t), {}, "nothing copied")
+
+
+def skipped_why(**counts):
+    """export's skipped_why: every reason, 0 unless given."""
+    why = dict.fromkeys(("bad_bytes", "read_errors", "gone", "changed", "below_skipped"), 0)
+    why.update(counts)
+    return why
+
+
+@case("export: pages not copied are counted by reason (bad bytes, read error, gone), exit 1")
+def _():
+    src = copy_of(bench_dir(), "exp-skips")
+    pages = pages_of(src)
+    eq(ok_json("verify", src)["ok"], True, "the source before the damage")
+    third = sorted((p for p in pages.values() if p["prefix_tokens"] == 3 * PAGE_TOKENS),
+                   key=lambda p: (-len(descendants(pages, [p["hash"]])), p["hash"]))
+    io, bad = third[0]["hash"], third[1]["hash"]
+    below_io, below_bad = descendants(pages, [io]), descendants(pages, [bad])
+    check(below_io and below_bad, "both victims have pages below them")
+    flip(src, pages[bad]["slot"])
+    # text: the flipped page, and what is below it
+    t = os.path.join(TMP, "exp-skips-text")
+    r = ctl("export", src, t, "--all")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    n = len(pages) - 1 - len(below_bad)
+    check(re.search(rf"{len(pages)} pages selected, {n} copied .*, 0 already there, "
+                    rf"{1 + len(below_bad)} skipped \(1 bad bytes \(checksum\), "
+                    rf"{len(below_bad)} below a skipped page\)\n", r.out), f"report{r.where()}")
+    eq(r.err, f"kvtier-ctl: {1 + len(below_bad)} of the {len(pages)} pages selected were not "
+       f"copied (why: see the report)\n", f"stderr{r.where()}")
+    eq(set(pages_of(t)), set(pages) - {bad} - below_bad, "what was copied")
+    # JSON, with a read error too
+    t = os.path.join(TMP, "exp-skips-json")
+    r = Debugged(["export", src, t, "--all", "--json"], function="dstore_get", fail_key=io,
+                 errno=-5)
+    eq(r.failed, 1, f"reads of {io[:12]} made to fail")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    j = r.json()
+    skipped = 2 + len(below_io) + len(below_bad)
+    eq((j["selected"], j["copied"], j["already_there"], j["skipped"]),
+       (len(pages), len(pages) - skipped, 0, skipped), "counts")
+    eq(j["skipped_why"], skipped_why(bad_bytes=1, read_errors=1,
+                                     below_skipped=len(below_io) + len(below_bad)), "why")
+    # a page evicted between its read and its record's second look
+    first = min((p for p in pages.values() if p["prefix_tokens"] == PAGE_TOKENS),
+                key=lambda p: (len(descendants(pages, [p["hash"]])), p["hash"]))
+    want = 1 + len(descendants(pages, [first["hash"]]))
+    r = Debugged(["export", src, os.path.join(TMP, "exp-skips-gone"), "--prefix", first["hash"],
+                  "--json"], function="dstore_lookup", shell=[FIXTURE, "delete", src,
+                                                               first["hash"]])
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.json()["skipped_why"], skipped_why(gone=1, below_skipped=want - 1), "why")
+
+
+@case("export/import: a target inside the source, the source itself or around it is refused")
+def _():
+    src = copy_of(bench_dir(), "nest")
+    os.mkdir(os.path.join(TMP, "nest-sibling"))
+    before, entries = dir_digest(src), sorted(os.listdir(src))
+    link = os.path.join(TMP, "nest-link")
+    os.symlink(src, link)
+    for args in (("export", src, src), ("export", src, src + "/"),
+                 ("export", src, os.path.join(src, "sub")),
+                 ("export", src, os.path.join(src, "a", "b")),
+                 ("export", src, os.path.join(link, "sub")),
+                 ("export", src, os.path.join(src, "slabs", "..", "sub")),
+                 ("export", src, os.path.join(TMP, "nest-sibling", "..", "nest", "sub")),
+                 ("export", link, src), ("export", src, os.path.join(src, "slabs")),
+                 ("export", src, TMP), ("import", os.path.join(src, "sub"), src),
+                 ("import", src, link)):
+        r = fails(2, r"(the target (is the source itself|lies inside the source)|the source "
+                  r"lies inside the target): refused.*give a target outside the source",
+                  *args, "--all")
+        check(r.err.count("\n") == 1, f"one line{r.where()}")
+    eq(sorted(os.listdir(src)), entries, "the source's entries")
+    eq(dir_digest(src), before, "the source")
+    # a sibling whose name starts with the source's is outside it
+    eq(ok_json("export", src, src + "-other", "--all")["copied"], len(pages_of(src)),
+       "export to a sibling")
+
+
+@case("export: a target inside a bind mount of the source is refused")
+def _():
+    src = copy_of(bench_dir(), "nest-bind")
+    mnt = os.path.join(TMP, "nest-mnt")
+    os.mkdir(mnt)
+    m = subprocess.run(["mount", "--bind", src, mnt], capture_output=True)
+    if m.returncode:
+        raise harness.Skip(f"mount --bind is not permitted here: {m.stderr.strip()[-200:]!r}")
+    try:
+        fails(2, "the target lies inside the source", "export", src, os.path.join(mnt, "sub"),
+              "--all")
+        fails(2, "the target is the source itself", "export", mnt, src, "--all")
+        fails(2, "the target lies inside the source", "import", os.path.join(src, "x"), mnt,
+              "--all")
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True)
+    check(not os.path.exists(os.path.join(src, "sub")), "nothing was made in the source")
 
 
 def stats_fields():
