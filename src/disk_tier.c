@@ -30,7 +30,8 @@ static int check_disk_options(const kvt_engine *e)
         o->disk_io > KVT_DISK_IO_PSYNC || o->disk_write_policy > KVT_DISK_WRITE_ON_EVICT ||
         o->prefetch_policy > KVT_PREFETCH_TIMEOUT)
         return -EINVAL;
-    return 0;
+    /* A page is one slab I/O: its bytes, with its head, must fit a 32-bit length. */
+    return e->host.page_bytes > UINT32_MAX / 2 ? -EINVAL : 0;
 }
 
 static int alloc_scratch(kvt_engine *e)

@@ -135,6 +135,7 @@ def run_cases(only=None):
     names that failed and those that failed with a known bug."""
     strict = os.environ.get("KVT_STRICT") == "1"
     failed, xfailed = [], []
+    SKIPPED.clear()
     for name, fn, known_bug in CASES:
         if only and only not in name:
             continue
@@ -143,6 +144,7 @@ def run_cases(only=None):
             err = run_case(fn)
         except Skip as e:
             print(f"SKIP  {name}: {e}", flush=True)
+            SKIPPED.append(name)
             continue
         took = f"({time.monotonic() - t:.2f} s)"
         if known_bug and err:
@@ -160,9 +162,14 @@ def run_cases(only=None):
     return failed, xfailed
 
 
+SKIPPED = []  # the cases the last run_cases skipped
+
+
 def summary(failed, t0, note=""):
-    """Prints the count and the failed names; the script's exit status."""
-    print(f"{len(CASES) - len(failed)}/{len(CASES)} cases passed{note} in "
+    """Prints the counts (a skipped case is not a passed one) and the failed names; the
+    script's exit status."""
+    skipped = f", {len(SKIPPED)} skipped" if SKIPPED else ""
+    print(f"{len(CASES) - len(failed) - len(SKIPPED)}/{len(CASES)} cases passed{skipped}{note} in "
           f"{time.monotonic() - t0:.1f} s")
     for name in failed:
         print(f"failed: {name}")
