@@ -224,11 +224,15 @@ void disk_wait_reads(kvt_engine *e, int timeout_ms)
     }
 }
 
+/* Every op applied, and what the store queued behind them done: a read that found bad bytes
+ * queued the drop of its record, which is part of what was asked. */
 void disk_sync(kvt_engine *e)
 {
     while (e->disk && e->dops.n)
         if (wait_one(e, &e->dops.v[0]))
             break; /* cannot happen: the op was issued and not yet collected */
+    if (e->disk)
+        dstore_drain(e->disk);
 }
 
 /* ---- reads: fills ---- */

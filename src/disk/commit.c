@@ -47,7 +47,13 @@ static void count_index_error(struct dstore *s, int rc)
 
 static int txn_commit(struct dstore *s, MDB_txn *txn)
 {
-    int rc = index_err(mdb_txn_commit(txn));
+    const struct dstore_faults *f = s->o.faults;
+    int rc = f && f->inject ? f->inject(f->arg, DSTORE_FAULT_COMMIT, 0, 0) : 0;
+
+    if (rc)
+        mdb_txn_abort(txn);
+    else
+        rc = index_err(mdb_txn_commit(txn));
 
     if (rc)
         count_index_error(s, rc);
@@ -418,6 +424,29 @@ static void unpin_stored(struct dstore *s, struct batch *b)
 }
 
 /* Slots for the pages to write, evicting what is missing first. */
+/* A batch of more new pages than the store has slots (beside the batch's stored pages) could
+ * only evict everything and still fail: its first pages go in (a chain's parents come first),
+ * the rest are refused as too many, which is no fault of the disk. */
+static size_t fit_batch_locked(struct dstore *s, struct batch *b, size_t need)
+{
+    size_t stored = 0, fit, seen = 0;
+
+    for (size_t i = 0; i < b->n; i++)
+        stored += b->pg[i]->dup && !b->pg[i]->dup_of && b->pg[i]->slot != NO_SLOT;
+    fit = s->nslots > stored ? (size_t)s->nslots - stored : 0;
+    if (need <= fit)
+        return need;
+    for (size_t i = 0; i < b->n; i++) {
+        struct dop_page *p = b->pg[i];
+
+        if (!p->res && !p->dup && ++seen > fit) {
+            p->res = -ENOSPC;
+            s->st.too_many++;
+        }
+    }
+    return fit;
+}
+
 static void reserve(struct dstore *s, struct batch *b)
 {
     size_t need = 0, have, evicted;
@@ -425,6 +454,7 @@ static void reserve(struct dstore *s, struct batch *b)
     for (size_t i = 0; i < b->n; i++)
         need += !b->pg[i]->res && !b->pg[i]->dup;
     pthread_mutex_lock(&s->lock);
+    need = fit_batch_locked(s, b, need);
     have = s->nfree;
     pthread_mutex_unlock(&s->lock);
     if (have < need)
@@ -758,9 +788,12 @@ static struct djob *take_locked(struct dstore *s)
     if (!first)
         return NULL;
     if (first->kind == JOB_WRITE) {
+        /* Ops join a batch up to max_batch pages, and never past a quarter of the store: a
+         * batch makes room for itself, and one store-sized batch would evict all the rest. */
+        size_t most = s->nslots / 4 < s->o.max_batch ? (size_t)s->nslots / 4 : s->o.max_batch;
+
         pages = first->op->n;
-        while (last->next && last->next->kind == JOB_WRITE &&
-               pages + last->next->op->n <= s->o.max_batch) {
+        while (last->next && last->next->kind == JOB_WRITE && pages + last->next->op->n <= most) {
             last = last->next;
             pages += last->op->n;
         }
@@ -798,7 +831,7 @@ static void run_jobs(struct dstore *s, struct djob *jobs)
     broken = s->broken;
     pthread_mutex_unlock(&s->lock);
     /* Without a slot table nothing may be dropped, deleted or evicted (writes fail too). */
-    if (broken && jobs->kind != JOB_WRITE && jobs->kind != JOB_FLUSH) {
+    if (broken && jobs->kind != JOB_WRITE && jobs->kind != JOB_FLUSH && jobs->kind != JOB_BARRIER) {
         if (jobs->kind == JOB_DROP)
             free_jobs(jobs);
         else
@@ -822,6 +855,9 @@ static void run_jobs(struct dstore *s, struct djob *jobs)
         break;
     case JOB_FLUSH:
         flush_access(s);
+        job_done(s, jobs, 0);
+        break;
+    case JOB_BARRIER:
         job_done(s, jobs, 0);
         break;
     }

@@ -456,6 +456,13 @@ int dstore_flush(struct dstore *s)
     return sync_job(s, JOB_FLUSH, NULL, 0, NULL);
 }
 
+int dstore_drain(struct dstore *s)
+{
+    if (s && s->ro)
+        return 0; /* a reader queues nothing */
+    return sync_job(s, JOB_BARRIER, NULL, 0, NULL);
+}
+
 int dstore_wait_ready(struct dstore *s)
 {
     int rc;

@@ -73,14 +73,16 @@ enum dstore_flags {
 };
 
 /* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
- * GROW, which concern a whole slab; both are 0 for REBUILD). */
+ * GROW, which concern a whole slab; both are 0 for REBUILD and COMMIT). */
 enum dstore_fault_point {
     DSTORE_FAULT_READ = 0,    /* before a page read */
     DSTORE_FAULT_WRITE = 1,   /* before a page write */
     DSTORE_FAULT_SYNC = 2,    /* before the fdatasync of a slab in a write batch */
     DSTORE_FAULT_GROW = 3,    /* before a slab file is created or extended */
     DSTORE_FAULT_REBUILD = 4, /* before the rebuild at open reads the slot table */
+    DSTORE_FAULT_COMMIT = 5,  /* before the committer commits an index transaction */
 };
+#define DSTORE_FAULT_POINTS 6
 
 /* Test seam: inject returns 0 to go on, or a -errno the operation then fails with as if the
  * system had returned it. Called from the store's internal threads, concurrently. */
@@ -156,6 +158,8 @@ struct dstore_stats {
     uint64_t bytes_read, bytes_written;
     uint64_t fixed_ios;                 /* page I/Os carried by registered buffers */
     uint64_t evicted, deleted, dropped; /* pages: LRU, by request, found bad */
+    uint64_t too_many; /* pages refused: a write batch held more new pages than the store has
+                          slots (not an error: the first ones went in) */
     /* errors by kind */
     uint64_t err_checksum; /* page bytes failed their checksum */
     uint64_t err_record;   /* index record failed its checks */
@@ -252,6 +256,10 @@ int dstore_evict(struct dstore *s, size_t max_pages, size_t *evicted);
 
 /* Wait until every job queued so far has been applied and access times are persisted. */
 int dstore_flush(struct dstore *s);
+
+/* Wait until every job queued so far has been applied: the drops of records that reads found
+ * bad among them (no access time is persisted, nothing is synced). */
+int dstore_drain(struct dstore *s);
 
 /* Call fn for every record of the index, in key order, from a snapshot. */
 int dstore_iterate(struct dstore *s, dstore_visit_fn fn, void *arg);

@@ -91,6 +91,7 @@ enum djob_kind {
     JOB_EVICT,     /* count pages of LRU; synchronous */
     JOB_FLUSH,     /* nothing but the access times; synchronous */
     JOB_DROP,      /* one record found bad by a read */
+    JOB_BARRIER,   /* nothing: done once every job queued before it is; synchronous */
 };
 
 struct djob {

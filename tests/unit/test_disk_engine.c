@@ -36,6 +36,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -927,6 +928,106 @@ static uint64_t checksum_errors(kvt_engine *e)
     return ds.err_checksum;
 }
 
+static uint64_t dropped_records(kvt_engine *e)
+{
+    struct dstore_stats ds;
+
+    dstore_stats(e->disk, &ds);
+    return ds.dropped;
+}
+
+/* A commit held in the fault seam until the test lets it go. */
+struct commit_gate {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    bool armed, entered, open;
+};
+
+static int gate_commit(void *arg, enum dstore_fault_point point, uint32_t slab, uint32_t slot)
+{
+    struct commit_gate *g = arg;
+
+    (void)slab;
+    (void)slot;
+    if (point != DSTORE_FAULT_COMMIT)
+        return 0;
+    pthread_mutex_lock(&g->m);
+    if (g->armed) {
+        g->entered = true;
+        pthread_cond_broadcast(&g->cv);
+        while (!g->open)
+            pthread_cond_wait(&g->cv, &g->m);
+    }
+    pthread_mutex_unlock(&g->m);
+    return 0;
+}
+
+struct sync_call {
+    kvt_engine *e;
+    atomic_bool done;
+};
+
+static void *call_sync(void *arg)
+{
+    struct sync_call *c = arg;
+
+    RC(kvt_sync(c->e), 0);
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+/* kvt_sync waits for the drops of records that reads found bad, which the store queues in
+ * the background: when it returns, the dir no longer names those bytes. The drops are held
+ * at their commit to see it wait. */
+static void test_sync_waits_for_drops(void **state)
+{
+    struct commit_gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false,
+                            false};
+    struct dstore_faults faults = {.inject = gate_commit, .arg = &g};
+    struct sync_call call = {0};
+    struct kvt_options o;
+    struct seq a;
+    pthread_t t;
+    char dir[96];
+
+    (void)state;
+    snprintf(g_ctx, sizeof(g_ctx), "sync-drops");
+    make_data_dir(dir, sizeof(dir));
+    disk_opts(&o, dir, FAULT_HOST_TOKENS, FAULT_DISK_BYTES);
+    kvt_engine *e = open_ok(&o);
+    seq_make(&a, 1, 16, 7);
+    run_req(e, &a, 16, 1, NULL);
+    RC(kvt_sync(e), 0);
+    kvt_close(e);
+    /* Only the disk holds a now; no write follows a read (on_evict), so only drops queue. */
+    o.disk_write_policy = KVT_DISK_WRITE_ON_EVICT;
+    e = open_ok(&o);
+    swap_store(e, &faults);
+    REQUIRE(damage_pages(e, dir, &a, 0xf) == 4);
+    uint64_t dropped0 = dropped_records(e);
+    g.armed = true;
+    run_req(e, &a, 16, 1, NULL); /* reads fail their checksums: drops queue, the first held */
+    pthread_mutex_lock(&g.m);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.m);
+    pthread_mutex_unlock(&g.m);
+    call.e = e;
+    REQUIRE(pthread_create(&t, NULL, call_sync, &call) == 0);
+    usleep(200 * 1000);
+    REQUIRE(!atomic_load(&call.done)); /* held behind the drop */
+    pthread_mutex_lock(&g.m);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.m);
+    REQUIRE(pthread_join(t, NULL) == 0);
+    REQUIRE(atomic_load(&call.done));
+    REQUIRE(dropped_records(e) == dropped0 + 4);
+    check(e);
+    kvt_close(e);
+    remove_tree(dir);
+    g_ctx[0] = 0;
+}
+
 static void test_checksum_running(void **state)
 {
     struct kvt_options o;
@@ -970,7 +1071,7 @@ static void test_checksum_running(void **state)
     REQUIRE(damage_pages(e, dir, &a, 0xf) == 4);
     REQUIRE(damage_pages(e, dir, &b, 1u << 2) == 1);
     struct kvt_stats st0 = stats(e);
-    uint64_t bad0 = checksum_errors(e);
+    uint64_t bad0 = checksum_errors(e), dropped0 = dropped_records(e);
 
     struct kvt_req r = run_req(e, &a, 16, 1, &m); /* computes it all */
     REQUIRE(m.disk_len == 16);
@@ -989,6 +1090,8 @@ static void test_checksum_running(void **state)
     REQUIRE(checksum_errors(e) - bad0 == 5);
     REQUIRE(st1.disk_errors >= st0.disk_errors + 5);
     REQUIRE(st1.disk_read_tokens == st0.disk_read_tokens + 8);
+    /* kvt_sync returned: the records of the bad pages are dropped already, not still queued. */
+    REQUIRE(dropped_records(e) == dropped0 + 5);
 
     /* The engine goes on: the same keys and others, from the device and host now. */
     for (int i = 0; i < 6; i++, salt++) {
@@ -1024,6 +1127,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checksum_running),
         cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_sync_waits_for_drops),
         cmocka_unit_test(test_crash),
     };
 
