@@ -31,6 +31,8 @@ struct stats_server {
     int fd;
     int wake[2]; /* a byte on wake[1] stops the thread */
     char *path;
+    dev_t dev; /* the socket file start made: stop removes that one only */
+    ino_t ino;
     pthread_t thread;
     pthread_mutex_t lock;
     struct kvt_stats snap; /* under lock */
@@ -218,35 +220,90 @@ static void *serve(void *arg)
     return NULL;
 }
 
-/* ---- lifetime ---- */
+/* ---- the socket file ---- */
 
-static int listen_on(const char *path, int *out)
+/* Whether a server answers at a: 0 when none does (a stale socket file, or none at all),
+ * -EADDRINUSE when one does, else the -errno that kept us from knowing. */
+static int probe(const struct sockaddr_un *a)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    int fd;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), rc = 0;
 
-    if (strlen(path) >= sizeof(a.sun_path))
-        return -ENAMETOOLONG;
-    strcpy(a.sun_path, path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
-    /* A socket file left by a process that died is replaced; a live one answers connect. */
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
-        close(fd);
+    if (connect(fd, (const struct sockaddr *)a, sizeof(*a)))
+        rc = -errno;
+    close(fd);
+    /* EAGAIN: its backlog is full; EPROTOTYPE: a datagram server. Both are alive. */
+    if (rc == 0 || rc == -EAGAIN || rc == -EPROTOTYPE)
         return -EADDRINUSE;
-    }
-    unlink(path);
-    mode_t old = umask(0177); /* the socket is for its owner: 0600 */
-    int rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 8) ? -errno : 0;
-    umask(old);
-    if (rc) {
-        close(fd);
-        return rc;
-    }
-    *out = fd;
-    return 0;
+    return rc == -ECONNREFUSED || rc == -ENOENT ? 0 : rc;
 }
+
+/* Room at a's path for a new socket: nothing there, or a stale socket, removed. Anything else
+ * stays as it is: -EADDRINUSE for a live server, -EEXIST for what is not a socket. */
+static int clear_path(const struct sockaddr_un *a)
+{
+    struct stat st, again;
+    int rc;
+
+    if (lstat(a->sun_path, &st))
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+    if ((rc = probe(a)))
+        return rc;
+    /* Only the file probed: one put in its place since is someone else's. */
+    if (lstat(a->sun_path, &again))
+        return errno == ENOENT ? 0 : -errno;
+    if (again.st_dev != st.st_dev || again.st_ino != st.st_ino)
+        return -EEXIST;
+    return unlink(a->sun_path) && errno != ENOENT ? -errno : 0;
+}
+
+static int listen_on(struct stats_server *sv)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    struct stat st;
+    int fd, rc;
+
+    if (strlen(sv->path) >= sizeof(a.sun_path))
+        return -ENAMETOOLONG;
+    strcpy(a.sun_path, sv->path);
+    if ((rc = clear_path(&a)))
+        return rc;
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+        return -errno;
+    mode_t old = umask(0177); /* the socket is for its owner: 0600 */
+    rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) ? -errno : 0;
+    umask(old);
+    if (rc)
+        goto close_fd;
+    if (lstat(sv->path, &st) || listen(fd, 8)) {
+        rc = -errno;
+        goto unlink_file;
+    }
+    sv->fd = fd;
+    sv->dev = st.st_dev;
+    sv->ino = st.st_ino;
+    return 0;
+unlink_file:
+    unlink(sv->path);
+close_fd:
+    close(fd);
+    return rc;
+}
+
+/* The socket file, if it is still the one listen_on made. */
+static void remove_socket_file(const struct stats_server *sv)
+{
+    struct stat st;
+
+    if (lstat(sv->path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == sv->dev &&
+        st.st_ino == sv->ino)
+        unlink(sv->path);
+}
+
+/* ---- lifetime ---- */
 
 static void server_free(struct stats_server *sv)
 {
@@ -271,14 +328,14 @@ int stats_server_start(const char *path, struct stats_server **out)
     pthread_mutex_init(&sv->lock, NULL);
     if (!(sv->path = strdup(path)))
         rc = -ENOMEM;
-    else if ((rc = listen_on(path, &sv->fd)) == 0 && pipe2(sv->wake, O_CLOEXEC))
+    else if ((rc = listen_on(sv)) == 0 && pipe2(sv->wake, O_CLOEXEC))
         rc = -errno;
     if (rc == 0 && (rc = -pthread_create(&sv->thread, NULL, serve, sv)) == 0) {
         *out = sv;
         return 0;
     }
     if (sv->fd >= 0)
-        unlink(path);
+        remove_socket_file(sv);
     server_free(sv);
     return rc;
 }
@@ -301,6 +358,6 @@ void stats_server_stop(struct stats_server *sv)
     while (write(sv->wake[1], "x", 1) < 0 && errno == EINTR)
         ;
     pthread_join(sv->thread, NULL);
-    unlink(sv->path);
+    remove_socket_file(sv);
     server_free(sv);
 }
