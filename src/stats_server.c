@@ -273,11 +273,12 @@ static int listen_on(struct stats_server *sv)
         return rc;
     if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
         return -errno;
-    mode_t old = umask(0177); /* the socket is for its owner: 0600 */
-    rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) ? -errno : 0;
-    umask(old);
-    if (rc)
+    /* bind gives the file the socket's mode less the umask: 0600, for its owner. The umask
+     * is left alone; it is the whole process's, and other threads create files meanwhile. */
+    if (fchmod(fd, 0600) || bind(fd, (struct sockaddr *)&a, sizeof(a))) {
+        rc = -errno;
         goto close_fd;
+    }
     if (lstat(sv->path, &st) || listen(fd, 8)) {
         rc = -errno;
         goto unlink_file;

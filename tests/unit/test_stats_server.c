@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +23,25 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "stats_server.h"
 
 #define PROMPT_MS 3000      /* a client's answer, generous on a slow shared machine */
 #define ASK_TIMEOUT_MS 8000 /* past this the server held us up; give up rather than hang */
+
+/* The process umask at the last bind(), through -Wl,--wrap=bind: the server must not change
+ * it, since other threads of the process create files meanwhile. */
+static atomic_uint umask_at_bind;
+
+int __real_bind(int fd, const struct sockaddr *a, socklen_t len);
+int __wrap_bind(int fd, const struct sockaddr *a, socklen_t len);
+int __wrap_bind(int fd, const struct sockaddr *a, socklen_t len)
+{
+    mode_t m = umask(0);
+
+    umask(m);
+    atomic_store(&umask_at_bind, (unsigned)m);
+    return __real_bind(fd, a, len);
+}
 
 static int64_t now_ms(void)
 {
@@ -146,6 +163,16 @@ static void engine_options(struct kvt_options *o, const char *path)
     o->max_requests = 4;
     o->max_context = 64;
     o->stats_socket = path;
+}
+
+static struct stats_server *server_start(const char *path)
+{
+    struct stats_server *sv = NULL;
+    struct kvt_stats st = {.size = sizeof(st), .device_tokens = 64};
+
+    assert_int_equal(stats_server_start(path, &sv), 0);
+    stats_server_publish(sv, &st);
+    return sv;
 }
 
 /* ---- the path ---- */
@@ -293,6 +320,21 @@ static void test_close_keeps_a_replacement(void **state)
     assert_file_holds(f->path, "someone else's\n");
 }
 
+/* The socket is its owner's (0600), and the process umask is left alone to get there. */
+static void test_socket_mode(void **state)
+{
+    struct fixture *f = *state;
+    mode_t old = umask(022);
+    struct stats_server *sv = server_start(f->path);
+    struct stat st;
+
+    assert_int_equal(atomic_load(&umask_at_bind), 022);
+    assert_int_equal(lstat(f->path, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    stats_server_stop(sv);
+    umask(old);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +343,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_path_dgram_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_path_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_keeps_a_replacement, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_socket_mode, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
