@@ -1,6 +1,9 @@
 /*
- * The stats socket against hostile paths (a file, dir, symlink, fifo or live server already
- * there).
+ * The stats socket against hostile clients (trickling, idle, flooding, never reading) and
+ * hostile paths (a file, dir, symlink, fifo or live server already there).
+ *
+ * Time bounds are generous on purpose: "promptly" is PROMPT_MS on a slow shared machine, where
+ * a server that serves one client at a time takes tens of seconds.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,9 +11,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -25,8 +30,10 @@
 #include "kvtier.h"
 #include "stats_server.h"
 
-#define PROMPT_MS 3000      /* a client's answer, generous on a slow shared machine */
+#define PROMPT_MS 3000      /* a good client's answer, kvt_close: well past the server's 1 s */
 #define ASK_TIMEOUT_MS 8000 /* past this the server held us up; give up rather than hang */
+#define TRICKLE_US 900000   /* a byte every 0.9 s: under the old per-read timeout of 1 s */
+#define TRICKLE_BYTES 12    /* ~11 s of trickling at most, so a failing run ends */
 
 /* The process umask at the last bind(), through -Wl,--wrap=bind: the server must not change
  * it, since other threads of the process create files meanwhile. */
@@ -109,7 +116,7 @@ static int64_t ask(const char *path, const char *req, char *out, size_t cap)
     return done ? now_ms() - t0 : -1;
 }
 
-/* The stats within PROMPT_MS. */
+/* A good client's stats within PROMPT_MS, whatever the others do. */
 static void assert_answered(const char *path)
 {
     char reply[4096];
@@ -117,6 +124,66 @@ static void assert_answered(const char *path)
 
     assert_in_range(ms, 0, PROMPT_MS);
     assert_non_null(strstr(reply, "{\"kvtier\":1,\"time_ns\":"));
+}
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* ---- a client that trickles its request, from a thread ---- */
+
+struct trickler {
+    const char *path;
+    pthread_t thread;
+    atomic_int stop;
+    atomic_int sent;
+};
+
+static void *trickle(void *arg)
+{
+    struct trickler *t = arg;
+    int fd = dial(t->path, 1000, 0);
+
+    for (int i = 0; fd >= 0 && i < TRICKLE_BYTES && !atomic_load(&t->stop); i++) {
+        if (send(fd, "s", 1, MSG_NOSIGNAL) != 1)
+            break;
+        atomic_fetch_add(&t->sent, 1);
+        usleep(TRICKLE_US);
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+static void trickler_start(struct trickler *t, const char *path)
+{
+    *t = (struct trickler){.path = path};
+    assert_int_equal(pthread_create(&t->thread, NULL, trickle, t), 0);
+    /* Let the server take it in first: a one-client-at-a-time server is then busy with it. */
+    while (atomic_load(&t->sent) == 0)
+        usleep(1000);
+    usleep(200000);
+}
+
+static void trickler_stop(struct trickler *t)
+{
+    atomic_store(&t->stop, 1);
+    pthread_join(t->thread, NULL);
+}
+
+/* Waits for the trickler to end on its own: when the server cuts it off, or after
+ * TRICKLE_BYTES. */
+static void trickler_join(struct trickler *t)
+{
+    pthread_join(t->thread, NULL);
 }
 
 /* ---- fixtures ---- */
@@ -173,6 +240,126 @@ static struct stats_server *server_start(const char *path)
     assert_int_equal(stats_server_start(path, &sv), 0);
     stats_server_publish(sv, &st);
     return sv;
+}
+
+/* ---- clients ---- */
+
+/* Issue 13: one client that trickled its request held the thread for a minute. */
+static void test_trickler_does_not_hold_others(void **state)
+{
+    struct fixture *f = *state;
+    struct stats_server *sv = server_start(f->path);
+    struct trickler t;
+
+    trickler_start(&t, f->path);
+    assert_answered(f->path);
+    assert_answered(f->path);
+    /* The trickler is cut off at its deadline, not let run to the end. */
+    trickler_join(&t);
+    assert_in_range(atomic_load(&t.sent), 1, TRICKLE_BYTES - 1);
+    stats_server_stop(sv);
+}
+
+/* Issue 13: kvt_close waited for a trickling client. */
+static void test_close_while_trickling(void **state)
+{
+    struct fixture *f = *state;
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+    struct trickler t[3];
+    int64_t t0;
+
+    engine_options(&o, f->path);
+    assert_int_equal(kvt_open(&o, &e), 0);
+    for (int i = 0; i < 3; i++)
+        trickler_start(&t[i], f->path);
+    t0 = now_ms();
+    kvt_close(e);
+    assert_in_range(now_ms() - t0, 0, PROMPT_MS);
+    for (int i = 0; i < 3; i++)
+        trickler_stop(&t[i]);
+}
+
+/* Issue 13: 20 idle clients made every kvtier-ctl stat --live fail. The idle ones are closed
+ * at their deadline, not kept. */
+static void test_idle_clients(void **state)
+{
+    struct fixture *f = *state;
+    struct stats_server *sv = server_start(f->path);
+    int idle[40], n = 0;
+    char buf[64];
+
+    for (int i = 0; i < 40; i++)
+        if ((idle[n] = dial(f->path, 0, SOCK_NONBLOCK)) >= 0)
+            n++;
+    assert_answered(f->path);
+    assert_int_equal(n, 40);
+    for (int i = 0; i < n; i++) {
+        assert_true(read_to_eof(idle[i], buf, sizeof(buf), now_ms() + PROMPT_MS));
+        close(idle[i]);
+    }
+    stats_server_stop(sv);
+}
+
+/* Hundreds of connections: idle, trickling a partial line, asking and never reading, leaving
+ * at once. Good clients are answered throughout; nothing leaks once the server stops. */
+static void test_many_clients(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 400 };
+    static int c[N];
+    int fds = count_fds(), n = 0;
+    struct stats_server *sv = server_start(f->path);
+    char reply[16384];
+
+    for (int i = 0; i < N; i++) {
+        int fd = dial(f->path, 0, SOCK_NONBLOCK);
+
+        if (fd >= 0 && i % 4 == 3)
+            close(fd); /* gone before the server looks */
+        else if (fd >= 0)
+            c[n++] = fd;
+        if (fd >= 0 && i % 4 == 1)
+            send(fd, "sta", 3, MSG_NOSIGNAL);
+        if (fd >= 0 && i % 4 == 2)
+            send(fd, "metrics\n", 8, MSG_NOSIGNAL); /* and never read */
+        if (i % 50 == 0)
+            assert_answered(f->path);
+    }
+    assert_in_range(n, N * 3 / 4 - 10, N);
+    assert_in_range(ask(f->path, "metrics\n", reply, sizeof(reply)), 0, PROMPT_MS);
+    assert_non_null(strstr(reply, "\nkvtier_device_tokens 64\n"));
+    assert_in_range(ask(f->path, "bogus\n", reply, sizeof(reply)), 0, PROMPT_MS);
+    assert_non_null(strstr(reply, "error: unknown request \"bogus\""));
+    int64_t t0 = now_ms();
+    stats_server_stop(sv);
+    assert_in_range(now_ms() - t0, 0, PROMPT_MS);
+    for (int i = 0; i < n; i++)
+        close(c[i]);
+    assert_int_equal(count_fds(), fds);
+}
+
+/* A request cut short by the client's EOF is still answered; one longer than a request can
+ * be gets the error, not silence. */
+static void test_odd_requests(void **state)
+{
+    struct fixture *f = *state;
+    struct stats_server *sv = server_start(f->path);
+    char reply[4096], longreq[200];
+    int fd = dial(f->path, 1000, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(send(fd, "stats", 5, MSG_NOSIGNAL), 5);
+    shutdown(fd, SHUT_WR);
+    assert_true(read_to_eof(fd, reply, sizeof(reply), now_ms() + PROMPT_MS));
+    assert_non_null(strstr(reply, "{\"kvtier\":1,"));
+    close(fd);
+    memset(longreq, 'x', sizeof(longreq) - 2);
+    longreq[sizeof(longreq) - 2] = '\n';
+    longreq[sizeof(longreq) - 1] = '\0';
+    assert_in_range(ask(f->path, longreq, reply, sizeof(reply)), 0, PROMPT_MS);
+    assert_non_null(strstr(reply, "error: unknown request"));
+    stats_server_stop(sv);
 }
 
 /* ---- the path ---- */
@@ -338,6 +525,11 @@ static void test_socket_mode(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_trickler_does_not_hold_others, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_while_trickling, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_odd_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_path_not_a_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_path_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_path_dgram_socket, setup, teardown),
