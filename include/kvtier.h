@@ -153,7 +153,13 @@ struct kvt_options {
                                      instead of read; default 0 (read every page) */
     /* A unix socket path where a thread of the engine serves its stats to kvtier-ctl (one
      * line in: "stats" for JSON, "metrics" for Prometheus text; the reply, then close).
-     * The figures are those of the last kvt_poll or kvt_sync. NULL (default): none. */
+     * The figures are those of the last kvt_poll or kvt_sync. A client has 1 s for its whole
+     * exchange and at most 32 are held at once (a new one displaces the oldest), so no client
+     * holds up another or kvt_close. The socket is made mode 0600 and kvt_close removes it.
+     * A stale socket at the path is replaced; anything else is left as it is and kvt_open
+     * fails: -EADDRINUSE when a server answers there, -EEXIST when it is not a socket (file,
+     * dir, symlink, fifo), -ENAMETOOLONG past 107 bytes, another -errno (-ENOENT, -EACCES)
+     * when it cannot be made. NULL (default): none. */
     const char *stats_socket;
 };
 

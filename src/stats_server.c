@@ -4,6 +4,12 @@
  * The engine is used from one owner thread, so the server never looks at it: the owner
  * publishes a copy of kvt_stats (kvt_poll, kvt_sync) under a lock, and the server formats the
  * last copy. A client writes one line, "stats" or "metrics", and reads the reply until EOF.
+ *
+ * Clients are not trusted to behave: one poll loop serves them all over non-blocking sockets,
+ * each with a deadline for the whole exchange (CLIENT_DEADLINE_MS), at most CLIENTS_MAX at a
+ * time. A client past its deadline is closed without a reply; when the table is full, a new
+ * client takes the place of the one that came first. So a kvtier-ctl is answered within about
+ * a second whatever the others do, and stop waits for none of them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +23,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,16 +30,39 @@
 #include "stats_server.h"
 
 #define REQUEST_MAX 64
-#define CLIENT_TIMEOUT_MS 1000
+/* A client's whole exchange, its request line in and the reply out. */
+#define CLIENT_DEADLINE_MS 1000
+/* Clients held at a time; past it the oldest makes room (take_slot). */
+#define CLIENTS_MAX 32
+/* Accepts per turn of the loop, so a flood of connections cannot starve the clients held. */
+#define ACCEPT_BATCH 16
+/* Listening paused after accept fails for want of fds or memory: the connection stays
+ * queued, and poll would report it again at once. */
+#define LISTEN_PAUSE_MS 100
+/* Unread input dropped before close, at most; see client_close. */
+#define DRAIN_MAX 4096
+
+struct client {
+    int fd;           /* -1: a free slot */
+    int64_t deadline; /* monotonic ms; also the order clients came in */
+    size_t got;       /* request bytes so far */
+    char req[REQUEST_MAX];
+    char *reply; /* NULL while the request comes in */
+    size_t len, sent;
+};
 
 struct stats_server {
     int fd;
     int wake[2]; /* a byte on wake[1] stops the thread */
     char *path;
+    dev_t dev; /* the socket file start made: stop removes that one only */
+    ino_t ino;
     pthread_t thread;
     pthread_mutex_t lock;
     struct kvt_stats snap; /* under lock */
     uint64_t snap_ns;
+    struct client clients[CLIENTS_MAX]; /* the thread's */
+    int64_t listen_paused_until;        /* the thread's; monotonic ms */
 };
 
 /* The published fields: the uint64_t members of struct kvt_stats, by name and kind. */
@@ -131,122 +159,280 @@ static void put_metrics(FILE *f, const struct kvt_stats *st)
     }
 }
 
-/* ---- the thread ---- */
-
-/* One line from the client, within the timeout; false on anything else. */
-static bool read_request(int fd, char *buf, size_t cap)
+static int64_t mono_ms(void)
 {
-    size_t n = 0;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct timespec ts;
 
-    while (n + 1 < cap && poll(&p, 1, CLIENT_TIMEOUT_MS) == 1) {
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-        buf[n] = '\0';
-        if (strchr(buf, '\n'))
-            return true;
-    }
-    buf[n] = '\0';
-    return n > 0;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* All of buf to the client, or as much as it takes within the timeout. MSG_NOSIGNAL: a
- * client that went away must not take the engine's process with it (SIGPIPE). */
-static void send_all(int fd, const char *buf, size_t len)
+static void put_reply(struct stats_server *sv, FILE *f, const char *req)
 {
-    struct timeval tv = {CLIENT_TIMEOUT_MS / 1000, (CLIENT_TIMEOUT_MS % 1000) * 1000};
-
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    while (len) {
-        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        buf += w;
-        len -= (size_t)w;
-    }
-}
-
-static void serve_client(struct stats_server *sv, int fd)
-{
-    char req[REQUEST_MAX], *reply = NULL;
-    size_t len = 0;
     struct kvt_stats st;
     uint64_t ns;
-    FILE *f;
 
-    if (!read_request(fd, req, sizeof(req)) || !(f = open_memstream(&reply, &len))) {
-        close(fd);
-        return;
-    }
     pthread_mutex_lock(&sv->lock);
     st = sv->snap;
     ns = sv->snap_ns;
     pthread_mutex_unlock(&sv->lock);
-    req[strcspn(req, "\r\n")] = '\0';
     if (strcmp(req, "stats") == 0)
         put_json(f, &st, ns);
     else if (strcmp(req, "metrics") == 0)
         put_metrics(f, &st);
     else
         fprintf(f, "error: unknown request \"%s\" (stats or metrics)\n", req);
-    if (fclose(f) == 0)
-        send_all(fd, reply, len);
-    free(reply);
-    close(fd);
+}
+
+/* ---- one client ---- */
+
+static void client_close(struct client *c)
+{
+    char sink[512];
+    size_t n = 0;
+    ssize_t r;
+
+    /* Input left unread would reach the client as ECONNRESET after the reply, in place of
+     * EOF (an over-long request, say); drop what is there. */
+    while (n < DRAIN_MAX && (r = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0)
+        n += (size_t)r;
+    close(c->fd);
+    free(c->reply);
+    *c = (struct client){.fd = -1};
+}
+
+/* As much of the reply as the client takes now; closes it when all went, or on error.
+ * MSG_NOSIGNAL: a client that went away must not take the engine's process with it. */
+static void client_write(struct client *c)
+{
+    while (c->sent < c->len) {
+        ssize_t w = send(c->fd, c->reply + c->sent, c->len - c->sent, MSG_NOSIGNAL);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (w <= 0)
+            break;
+        c->sent += (size_t)w;
+    }
+    client_close(c);
+}
+
+static void client_answer(struct stats_server *sv, struct client *c)
+{
+    FILE *f = open_memstream(&c->reply, &c->len);
+
+    if (!f) {
+        client_close(c);
+        return;
+    }
+    c->req[strcspn(c->req, "\r\n")] = '\0';
+    put_reply(sv, f, c->req);
+    if (fclose(f) != 0 || !c->reply) {
+        client_close(c);
+        return;
+    }
+    client_write(c);
+}
+
+/* Takes what the client sent; answers once a line, EOF or a full buffer is in. */
+static void client_read(struct stats_server *sv, struct client *c)
+{
+    ssize_t r = recv(c->fd, c->req + c->got, sizeof(c->req) - 1 - c->got, 0);
+
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (r < 0 || (r == 0 && c->got == 0)) {
+        client_close(c);
+        return;
+    }
+    c->got += (size_t)r;
+    c->req[c->got] = '\0';
+    if (r == 0 || strchr(c->req, '\n') || c->got + 1 == sizeof(c->req))
+        client_answer(sv, c);
+}
+
+/* ---- the thread ---- */
+
+/* A slot for a new client: a free one, else the one of the client that came first, closed
+ * without a reply. Those that stay are the ones that send nothing, so the newest is the one
+ * most likely to be a kvtier-ctl about to ask. */
+static struct client *take_slot(struct stats_server *sv)
+{
+    struct client *oldest = &sv->clients[0];
+
+    for (int i = 0; i < CLIENTS_MAX; i++) {
+        struct client *c = &sv->clients[i];
+        if (c->fd < 0)
+            return c;
+        if (c->deadline < oldest->deadline)
+            oldest = c;
+    }
+    client_close(oldest);
+    return oldest;
+}
+
+static void accept_clients(struct stats_server *sv, int64_t now)
+{
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        int fd = accept4(sv->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                sv->listen_paused_until = now + LISTEN_PAUSE_MS;
+            return;
+        }
+        struct client *c = take_slot(sv);
+        *c = (struct client){.fd = fd, .deadline = now + CLIENT_DEADLINE_MS};
+        /* One that wrote before it was accepted is answered without another poll. */
+        client_read(sv, c);
+    }
+}
+
+/* Closes the clients past their deadline; the ms to the next deadline, -1 for none. */
+static int expire_clients(struct stats_server *sv, int64_t now)
+{
+    int64_t next = sv->listen_paused_until > now ? sv->listen_paused_until - now : -1;
+
+    for (int i = 0; i < CLIENTS_MAX; i++) {
+        struct client *c = &sv->clients[i];
+        if (c->fd < 0)
+            continue;
+        if (c->deadline <= now)
+            client_close(c);
+        else if (next < 0 || c->deadline - now < next)
+            next = c->deadline - now;
+    }
+    return (int)next;
+}
+
+/* p[0] the wake pipe, p[1] the listener (ignored while paused), p[2 + i] client slot i. */
+static void fill_pollfds(const struct stats_server *sv, struct pollfd *p, int64_t now)
+{
+    p[0] = (struct pollfd){.fd = sv->wake[0], .events = POLLIN};
+    p[1] = (struct pollfd){.fd = sv->listen_paused_until > now ? -1 : sv->fd, .events = POLLIN};
+    for (int i = 0; i < CLIENTS_MAX; i++) {
+        const struct client *c = &sv->clients[i];
+        p[2 + i] = (struct pollfd){.fd = c->fd, .events = c->reply ? POLLOUT : POLLIN};
+    }
 }
 
 static void *serve(void *arg)
 {
     struct stats_server *sv = arg;
-    struct pollfd p[2] = {{.fd = sv->fd, .events = POLLIN}, {.fd = sv->wake[0], .events = POLLIN}};
+    struct pollfd p[2 + CLIENTS_MAX];
 
     for (;;) {
-        if (poll(p, 2, -1) < 0 && errno != EINTR)
+        int64_t now = mono_ms();
+        int timeout = expire_clients(sv, now);
+
+        fill_pollfds(sv, p, now);
+        if (poll(p, 2 + CLIENTS_MAX, timeout) < 0 && errno != EINTR)
             break;
-        if (p[1].revents)
+        if (p[0].revents)
             break;
-        if (p[0].revents & POLLIN) {
-            int c = accept4(sv->fd, NULL, NULL, SOCK_CLOEXEC);
-            if (c >= 0)
-                serve_client(sv, c);
+        for (int i = 0; i < CLIENTS_MAX; i++) {
+            struct client *c = &sv->clients[i];
+            if (p[2 + i].revents && c->reply)
+                client_write(c);
+            else if (p[2 + i].revents)
+                client_read(sv, c);
         }
+        if (p[1].revents & POLLIN)
+            accept_clients(sv, mono_ms());
     }
+    for (int i = 0; i < CLIENTS_MAX; i++)
+        if (sv->clients[i].fd >= 0)
+            client_close(&sv->clients[i]);
     return NULL;
 }
 
-/* ---- lifetime ---- */
+/* ---- the socket file ---- */
 
-static int listen_on(const char *path, int *out)
+/* Whether a server answers at a: 0 when none does (a stale socket file, or none at all),
+ * -EADDRINUSE when one does, else the -errno that kept us from knowing. */
+static int probe(const struct sockaddr_un *a)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    int fd;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), rc = 0;
 
-    if (strlen(path) >= sizeof(a.sun_path))
-        return -ENAMETOOLONG;
-    strcpy(a.sun_path, path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
-    /* A socket file left by a process that died is replaced; a live one answers connect. */
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
-        close(fd);
+    if (connect(fd, (const struct sockaddr *)a, sizeof(*a)))
+        rc = -errno;
+    close(fd);
+    /* EAGAIN: its backlog is full; EPROTOTYPE: a datagram server. Both are alive. */
+    if (rc == 0 || rc == -EAGAIN || rc == -EPROTOTYPE)
         return -EADDRINUSE;
-    }
-    unlink(path);
-    mode_t old = umask(0177); /* the socket is for its owner: 0600 */
-    int rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 8) ? -errno : 0;
-    umask(old);
-    if (rc) {
-        close(fd);
-        return rc;
-    }
-    *out = fd;
-    return 0;
+    return rc == -ECONNREFUSED || rc == -ENOENT ? 0 : rc;
 }
+
+/* Room at a's path for a new socket: nothing there, or a stale socket, removed. Anything else
+ * stays as it is: -EADDRINUSE for a live server, -EEXIST for what is not a socket. */
+static int clear_path(const struct sockaddr_un *a)
+{
+    struct stat st, again;
+    int rc;
+
+    if (lstat(a->sun_path, &st))
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+    if ((rc = probe(a)))
+        return rc;
+    /* Only the file probed: one put in its place since is someone else's. */
+    if (lstat(a->sun_path, &again))
+        return errno == ENOENT ? 0 : -errno;
+    if (again.st_dev != st.st_dev || again.st_ino != st.st_ino)
+        return -EEXIST;
+    return unlink(a->sun_path) && errno != ENOENT ? -errno : 0;
+}
+
+static int listen_on(struct stats_server *sv)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    struct stat st;
+    int fd, rc;
+
+    if (strlen(sv->path) >= sizeof(a.sun_path))
+        return -ENAMETOOLONG;
+    strcpy(a.sun_path, sv->path);
+    if ((rc = clear_path(&a)))
+        return rc;
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+        return -errno;
+    /* bind gives the file the socket's mode less the umask: 0600, for its owner. The umask
+     * is left alone; it is the whole process's, and other threads create files meanwhile. */
+    if (fchmod(fd, 0600) || bind(fd, (struct sockaddr *)&a, sizeof(a))) {
+        rc = -errno;
+        goto close_fd;
+    }
+    if (lstat(sv->path, &st) || listen(fd, SOMAXCONN)) {
+        rc = -errno;
+        goto unlink_file;
+    }
+    sv->fd = fd;
+    sv->dev = st.st_dev;
+    sv->ino = st.st_ino;
+    return 0;
+unlink_file:
+    unlink(sv->path);
+close_fd:
+    close(fd);
+    return rc;
+}
+
+/* The socket file, if it is still the one listen_on made. */
+static void remove_socket_file(const struct stats_server *sv)
+{
+    struct stat st;
+
+    if (lstat(sv->path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == sv->dev &&
+        st.st_ino == sv->ino)
+        unlink(sv->path);
+}
+
+/* ---- lifetime ---- */
 
 static void server_free(struct stats_server *sv)
 {
@@ -268,17 +454,19 @@ int stats_server_start(const char *path, struct stats_server **out)
     if (!sv)
         return -ENOMEM;
     sv->fd = sv->wake[0] = sv->wake[1] = -1;
+    for (int i = 0; i < CLIENTS_MAX; i++)
+        sv->clients[i].fd = -1;
     pthread_mutex_init(&sv->lock, NULL);
     if (!(sv->path = strdup(path)))
         rc = -ENOMEM;
-    else if ((rc = listen_on(path, &sv->fd)) == 0 && pipe2(sv->wake, O_CLOEXEC))
+    else if ((rc = listen_on(sv)) == 0 && pipe2(sv->wake, O_CLOEXEC))
         rc = -errno;
     if (rc == 0 && (rc = -pthread_create(&sv->thread, NULL, serve, sv)) == 0) {
         *out = sv;
         return 0;
     }
     if (sv->fd >= 0)
-        unlink(path);
+        remove_socket_file(sv);
     server_free(sv);
     return rc;
 }
@@ -297,10 +485,11 @@ void stats_server_stop(struct stats_server *sv)
 {
     if (!sv)
         return;
-    /* A pipe with room for a byte cannot refuse it; the thread then leaves its loop. */
+    /* A pipe with room for a byte cannot refuse it; the thread then leaves its loop at once,
+     * whatever its clients are doing. */
     while (write(sv->wake[1], "x", 1) < 0 && errno == EINTR)
         ;
     pthread_join(sv->thread, NULL);
-    unlink(sv->path);
+    remove_socket_file(sv);
     server_free(sv);
 }

@@ -34,6 +34,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from harness import Failure, case, check, eq
@@ -1093,6 +1094,54 @@ def _():
     srv.close()
     eq(proc.returncode, 1, f"exit status; stderr {err!r}")
     check(b"not a kvtier stats reply" in err, f"stderr {err!r}")
+
+
+def trickle(path, stop):
+    """A client that sends its request a byte every 0.9 s, until stop or the server cuts it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+            while not stop.wait(0.9 if s.send(b"s") else 0):
+                pass
+        except OSError:
+            pass
+
+
+@case("live: stat --live answered within ~1 s beside idle, trickling and deaf clients")
+def _():
+    eng = Engine("crowd")
+    held, stop = [], threading.Event()
+    tricklers = [threading.Thread(target=trickle, args=(eng.sock, stop)) for _ in range(2)]
+    try:
+        for t in tricklers:
+            t.start()
+        for i in range(26):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(s)
+            s.connect(eng.sock)
+            if i % 5 == 0:
+                s.sendall(b"metrics\n")  # and never reads the reply
+        for _ in range(3):
+            t0 = time.monotonic()
+            st = ok_json("stat", "--live", eng.sock)["stats"]
+            took = time.monotonic() - t0
+            check(took < 3.0, f"stat --live took {took:.1f} s beside misbehaving clients")
+            check("device_tokens" in st, f"stats lack device_tokens: {st}")
+        # A trickler just taken in, when the engine closes.
+        tricklers.append(threading.Thread(target=trickle, args=(eng.sock, stop)))
+        tricklers[-1].start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        eq(eng.stop(), 0, "live_engine exit status")
+        took = time.monotonic() - t0
+        check(took < 3.0, f"the engine took {took:.1f} s to close beside a trickling client")
+    finally:
+        stop.set()
+        for s in held:
+            s.close()
+        eng.stop()
+        for t in tricklers:
+            t.join()
 
 
 @case("verify shows progress on a terminal, and --json stays clean")
