@@ -304,13 +304,15 @@ int kvt_free_group_end(kvt_engine *e);
 /* Slots for extending batch requests from prefix_lens[i] to seq_lens[i] tokens. last_locs[i]
  * is the slot of token prefix_lens[i]-1 (-1 when the prefix is empty). out receives, request
  * after request, the slots of the new tokens: the rest of the last partial page, then whole
- * new pages, then a new partial page. out_len must be the sum of the extensions. */
+ * new pages, then a new partial page. out_len must be the sum of the extensions. Short of
+ * free pages, it evicts unlocked device leaves for the shortfall, but only when eviction can
+ * cover it: -ENOMEM has evicted nothing. */
 int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
                      size_t out_len);
 
 /* One slot per request for decoding token seq_lens[i]-1: last_locs[i]+1 inside a page, the
- * first slot of a new page at a page boundary. */
+ * first slot of a new page at a page boundary. Evicts as kvt_alloc_extend does. */
 int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
                      const int32_t *last_locs, int32_t *out);
 

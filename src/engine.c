@@ -496,38 +496,46 @@ int kvt_free_group_end(kvt_engine *e)
     return e ? slot_free_group_end(&e->alloc) : -EINVAL;
 }
 
-/* An allocation that cannot be met evicts device leaves (backed-up nodes keep their host
- * copy) and tries once more; only then is it -ENOMEM. The most it can need is a page per
- * request beyond its new tokens. */
+static int check_seq_lens(const kvt_engine *e, size_t batch, const uint32_t *seq_lens)
+{
+    for (size_t i = 0; seq_lens && i < batch; i++)
+        if (seq_lens[i] > e->opts.max_context)
+            return -EINVAL;
+    return 0;
+}
+
+/* An allocation short of free pages evicts device leaves (backed-up nodes keep their host
+ * copy) for exactly the shortfall, and only when eviction can cover it; otherwise it is
+ * -ENOMEM with nothing evicted. */
 int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
                      size_t out_len)
 {
-    if (!e)
+    size_t need;
+    int rc;
+
+    if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    for (size_t i = 0; seq_lens && i < batch; i++)
-        if (seq_lens[i] > e->opts.max_context)
-            return -EINVAL;
-    int rc = slot_alloc_extend(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len);
-    if (rc != -ENOMEM)
+    rc = slot_extend_check(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len, &need);
+    if (rc || (rc = tiers_room_for(e, need)))
         return rc;
-    tiers_make_room(e, out_len + batch * e->opts.page_size);
-    return slot_alloc_extend(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len);
+    slot_extend_take(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out);
+    return 0;
 }
 
 int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
                      const int32_t *last_locs, int32_t *out)
 {
-    if (!e)
+    size_t need;
+    int rc;
+
+    if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    for (size_t i = 0; seq_lens && i < batch; i++)
-        if (seq_lens[i] > e->opts.max_context)
-            return -EINVAL;
-    int rc = slot_alloc_decode(&e->alloc, batch, seq_lens, last_locs, out);
-    if (rc != -ENOMEM)
+    rc = slot_decode_check(&e->alloc, batch, seq_lens, last_locs, out, &need);
+    if (rc || (rc = tiers_room_for(e, need)))
         return rc;
-    tiers_make_room(e, batch * e->opts.page_size);
-    return slot_alloc_decode(&e->alloc, batch, seq_lens, last_locs, out);
+    slot_decode_take(&e->alloc, batch, seq_lens, last_locs, out);
+    return 0;
 }
 
 size_t kvt_available(const kvt_engine *e)

@@ -123,8 +123,9 @@ int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, ui
  * pages evicted. */
 size_t tiers_evict(kvt_engine *e, size_t pages);
 
-/* Make tokens slots free by tiers_evict. */
-void tiers_make_room(kvt_engine *e, size_t tokens);
+/* Make pages device pages free, evicting as tiers_evict does when there are too few: 0, or
+ * -ENOMEM having changed nothing when eviction could not free enough. */
+int tiers_room_for(kvt_engine *e, size_t pages);
 
 void tiers_stats(const kvt_engine *e, struct kvt_stats *st);
 

@@ -489,6 +489,90 @@ static void test_bad_calls(void **state)
     kvt_close(e);
 }
 
+/* Cache key (pages of 4 tokens from tok0) and return the slots it got. */
+static void cache_key(kvt_engine *e, uint32_t tok0, size_t len, int32_t *slots)
+{
+    uint32_t tok[64];
+    size_t pre;
+
+    for (size_t i = 0; i < len; i++)
+        tok[i] = tok0 + (uint32_t)i;
+    struct kvt_key key = {.tokens = tok, .len = len};
+    assert_int_equal(kvt_alloc(e, len, slots), 0);
+    assert_int_equal(kvt_insert(e, &key, slots, 0, &pre), 0);
+    assert_int_equal(pre, 0);
+}
+
+/* An allocation eviction cannot cover fails before it evicts: -ENOMEM leaves the cache as
+ * it was. One eviction can cover is met, evicting no more than it must. */
+static void test_alloc_enomem_keeps_cache(void **state)
+{
+    kvt_engine *e = open_engine();
+    int32_t a[8], b[8], held[48], out[20];
+    uint32_t pre = 0, seq = 20, ones[5] = {1, 1, 1, 1, 1};
+    int32_t none[5] = {-1, -1, -1, -1, -1};
+
+    (void)state;
+    cache_key(e, 100, 8, a); /* 2 evictable pages */
+    cache_key(e, 200, 8, b); /* 2 more, locked below */
+    struct kvt_match m;
+    struct kvt_key kb = {.tokens = (const uint32_t[]){200, 201, 202, 203, 204, 205, 206, 207},
+                         .len = 8};
+    assert_int_equal(kvt_match(e, &kb, NULL, &m), 0);
+    assert_int_equal(kvt_lock(e, m.last_node), 0);
+    assert_int_equal(kvt_alloc(e, 40, held), 0); /* 2 pages left free */
+    struct kvt_stats before = stats(e);
+    assert_int_equal(before.evictable_tokens, 8);
+
+    /* 5 pages wanted, 2 free + 2 evictable: refused, nothing evicted. */
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, none, out, 20), -ENOMEM);
+    assert_same(e, &before);
+    assert_int_equal(stats(e).evicted_tokens, 0);
+    assert_int_equal(kvt_alloc_decode(e, 5, ones, none, out), -ENOMEM); /* 5 new pages */
+    assert_same(e, &before);
+    assert_int_equal(stats(e).evicted_tokens, 0);
+    /* Inside a free group evicted pages are held back: no eviction can help there. */
+    assert_int_equal(kvt_free_group_begin(e), 0);
+    seq = 12;
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, none, out, 12), -ENOMEM);
+    assert_int_equal(kvt_free_group_end(e), 0);
+    assert_same(e, &before);
+
+    /* 3 pages: 1 short, so a's node (its 2 pages) goes and b stays. */
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, none, out, 12), 0);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.evicted_tokens, 8);
+    assert_int_equal(st.cached_tokens, 8);
+    assert_int_equal(st.device_free_tokens, 4);
+    assert_int_equal(kvt_free(e, out, 12), 0);
+    assert_int_equal(kvt_unlock(e, m.last_node), 0);
+    assert_int_equal(kvt_free(e, held, 40), 0);
+    check(e);
+    kvt_close(e);
+}
+
+/* A page-aligned prefix's last page is the cache's; when the eviction that makes room takes
+ * it (the caller did not lock it), the checked call still succeeds rather than failing
+ * after it evicted. */
+static void test_alloc_extend_evicts_own_prefix(void **state)
+{
+    kvt_engine *e = open_engine();
+    int32_t a[8], held[56], out[4];
+
+    (void)state;
+    cache_key(e, 100, 8, a);
+    assert_int_equal(kvt_alloc(e, 56, held), 0); /* nothing free */
+    uint32_t pre = 8, seq = 12;
+    int32_t last = a[7];
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &last, out, 4), 0);
+    assert_int_equal(stats(e).evicted_tokens, 8);
+    assert_int_equal(out[0] % 4, 0);
+    assert_int_equal(kvt_free(e, out, 4), 0);
+    assert_int_equal(kvt_free(e, held, 56), 0);
+    check(e);
+    kvt_close(e);
+}
+
 static void test_kv_data(void **state)
 {
     struct kvt_options o;
@@ -612,13 +696,21 @@ static void test_stats_socket(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_options),          cmocka_unit_test(test_backend_choice),
-        cmocka_unit_test(test_strerror),         cmocka_unit_test(test_fingerprint),
-        cmocka_unit_test(test_insert_ownership), cmocka_unit_test(test_finished),
-        cmocka_unit_test(test_duplicates),       cmocka_unit_test(test_unfinished),
-        cmocka_unit_test(test_request_errors),   cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_kv_data),          cmocka_unit_test(test_release_empty),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_fingerprint),
+        cmocka_unit_test(test_insert_ownership),
+        cmocka_unit_test(test_finished),
+        cmocka_unit_test(test_duplicates),
+        cmocka_unit_test(test_unfinished),
+        cmocka_unit_test(test_request_errors),
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_kv_data),
+        cmocka_unit_test(test_release_empty),
         cmocka_unit_test(test_stats_socket),
+        cmocka_unit_test(test_alloc_enomem_keeps_cache),
+        cmocka_unit_test(test_alloc_extend_evicts_own_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -673,6 +673,45 @@ static void test_device_pressure(void **state)
     kvt_close(e);
 }
 
+/* A load-back the device has no room for even after eviction is left to be recomputed
+ * without evicting anything for it. */
+static void test_load_back_no_room(void **state)
+{
+    struct kvt_options o;
+    struct seq big, small;
+    int32_t held[64];
+
+    (void)state;
+    host_options(&o, 4, 64, 256);
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&big, 0, 32, 110);
+    seq_make(&small, 0, 16, 111);
+    run_request(e, &big, 0, 1);
+    assert_int_equal(drain(e), 0);
+    evict_all(e); /* big lives on the host only */
+    run_request(e, &small, 0, 1);
+    assert_int_equal(drain(e), 0);
+    assert_int_equal(kvt_alloc(e, 40, held), 0); /* 8 free + 16 evictable < 32 */
+    struct kvt_stats before = stats(e);
+    assert_int_equal(before.device_free_tokens, 8);
+    assert_int_equal(before.evictable_tokens, 16);
+
+    struct kvt_key key = seq_key(&big, 32);
+    struct kvt_req r;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.protected_len, 0);
+    assert_int_equal(r.loaded_len, 0);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.evicted_tokens, before.evicted_tokens);
+    assert_int_equal(st.cached_tokens, 16); /* small is still on the device */
+    assert_int_equal(st.device_free_tokens, 8);
+    struct kvt_key none = seq_key(&big, 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &none, 0, 0), 0);
+    assert_int_equal(kvt_free(e, held, 40), 0);
+    check(e);
+    kvt_close(e);
+}
+
 /* Nodes a load is still filling cannot give up their device copy; when only they are left to
  * evict (their request was dropped before its forward), an allocation waits for the load
  * instead of failing. */
@@ -1273,6 +1312,8 @@ static void do_extend(struct rsim *s, struct rreq *q)
     s->op = "extend";
     if (!q->served)
         serve(s, q);
+    struct kvt_stats before = rstats(s);
+    size_t need = (sl + s->ps - 1) / s->ps - (pl + s->ps - 1) / s->ps;
     int rc;
     if (n == 1 && pl && chance(s, 50)) {
         s->op = "decode"; /* one token: the decode path, which evicts by itself too */
@@ -1282,13 +1323,15 @@ static void do_extend(struct rsim *s, struct rreq *q)
         rc = kvt_alloc_extend(s->e, 1, &pl, &sl, &last, out, n);
     }
     if (rc == -ENOMEM) {
-        /* Allowed only when nothing is left to evict. */
+        /* Allowed only when eviction could not cover the need, and then nothing went. */
         struct kvt_stats st = rstats(s);
-        if (st.evictable_tokens)
+        if (need * s->ps <= before.device_free_tokens + before.evictable_tokens)
             die(s, __LINE__,
                 "allocating %u -> %u: -ENOMEM with %" PRIu64 " tokens evictable, %" PRIu64
                 " free, %" PRIu64 " ops in flight",
-                pl, sl, st.evictable_tokens, st.device_free_tokens, st.ops_in_flight);
+                pl, sl, before.evictable_tokens, before.device_free_tokens, st.ops_in_flight);
+        REQUIRE(s, st.evicted_tokens == before.evicted_tokens &&
+                       st.cached_tokens == before.cached_tokens);
         s->enomem++;
         s->op = "extend-abort";
         finish(s, q, 0);
@@ -1959,6 +2002,7 @@ int main(void)
         cmocka_unit_test(test_load_back_min),
         cmocka_unit_test(test_device_pressure),
         cmocka_unit_test(test_pressure_waits_for_load),
+        cmocka_unit_test(test_load_back_no_room),
         cmocka_unit_test(test_close_busy),
         cmocka_unit_test(test_unfinished_pending_load),
         cmocka_unit_test(test_host_sizing),

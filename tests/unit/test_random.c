@@ -1169,17 +1169,20 @@ static void op_req_extend(struct sim *s)
     size_t nfree = count_state(s, M_FREE);
     int rc = decode ? kvt_alloc_decode(s->e, 1, seq, last, out)
                     : kvt_alloc_extend(s->e, nb, pre, seq, last, out, total);
+    int could = 0;
     if (need > nfree) {
-        /* Short of pages, the engine evicted for the new tokens plus a page per request
-         * (a decode: a page). */
-        size_t tokens = (decode ? 0 : total) + nb * s->ps;
-        size_t want = (tokens - nfree * s->ps + s->ps - 1) / s->ps;
-        learn_eviction(s, want);
+        /* Short of pages, the engine evicts exactly the shortfall, and only when eviction
+         * can cover it: never inside a free group (what it frees is held back there). */
+        size_t evictable = count_state(s, M_CACHED) - mark_locked(s);
+        could = !s->group_open && need - nfree <= evictable;
+        size_t gone = learn_eviction(s, could ? need - nfree : 0);
+        if (!could)
+            REQUIRE(s, gone == 0);
     }
     if (rc) {
         EXPECT_RC(s, rc, -ENOMEM);
         s->enomem++;
-        REQUIRE(s, need > count_state(s, M_FREE));
+        REQUIRE(s, need > nfree && !could);
         for (size_t i = 0; i < nb; i++)
             req_finish(s, qs[i], 0, 0);
         return;
