@@ -171,7 +171,9 @@ struct kvt_key {
 /* Names a prefix-cache node, and so the end of a cached prefix. 0 is never a valid ref. A
  * split keeps refs valid (the ref still names the node ending at the same prefix). A locked
  * node is never evicted; an unlocked one may be evicted by any later call that evicts, after
- * which its ref is rejected with -EINVAL. */
+ * which its ref is rejected with -EINVAL. Evicted means its device copy went: the ref dies
+ * even when the node lives on in the host tier, and stays dead when a load-back later gives
+ * the node a device copy again (in other slots); a new match names it anew. */
 typedef uint64_t kvt_node_ref;
 
 struct kvt_match {

@@ -673,6 +673,57 @@ static void test_device_pressure(void **state)
     kvt_close(e);
 }
 
+/* A node whose device copy was evicted lives on in the host tier, but the ref a match gave
+ * for it is dead: locking it would protect nothing the caller holds (its slots may be
+ * anyone's), also after a load-back gives the node a device copy again. */
+static void test_ref_dies_with_device_copy(void **state)
+{
+    struct kvt_options o;
+    struct seq q;
+    struct kvt_match m;
+    int32_t slots[16], again[16];
+
+    (void)state;
+    host_options(&o, 4, 64, 256);
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&q, 0, 16, 120);
+    run_request(e, &q, 0, 1);
+    assert_int_equal(drain(e), 0);
+    struct kvt_key key = seq_key(&q, 16);
+    assert_int_equal(kvt_match(e, &key, slots, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    kvt_node_ref old = m.last_node;
+    assert_int_equal(kvt_lock(e, old), 0);
+    assert_int_equal(kvt_unlock(e, old), 0);
+
+    evict_all(e); /* the node is host-only now */
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.host_len, 16);
+    struct kvt_stats before = stats(e);
+    assert_int_equal(kvt_lock(e, old), -EINVAL);
+    assert_int_equal(kvt_unlock(e, old), -EINVAL);
+    assert_int_equal(stats(e).protected_tokens, before.protected_tokens);
+    check(e);
+
+    /* Loaded back into other slots: the old ref stays dead, a new match names it anew. */
+    int32_t hold[16];
+    assert_int_equal(kvt_alloc(e, 16, hold), 0); /* the old slots are someone else's */
+    struct kvt_req r;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.loaded_len, 16);
+    assert_int_equal(drain(e), 0);
+    assert_int_equal(kvt_match(e, &key, again, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    assert_memory_not_equal(again, slots, sizeof(slots));
+    assert_int_equal(kvt_lock(e, old), -EINVAL);
+    assert_int_equal(kvt_lock(e, m.last_node), 0);
+    assert_int_equal(kvt_unlock(e, m.last_node), 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 1), 0);
+    assert_int_equal(kvt_free(e, hold, 16), 0);
+    check(e);
+    kvt_close(e);
+}
+
 /* A load-back the device has no room for even after eviction is left to be recomputed
  * without evicting anything for it. */
 static void test_load_back_no_room(void **state)
@@ -2003,6 +2054,7 @@ int main(void)
         cmocka_unit_test(test_device_pressure),
         cmocka_unit_test(test_pressure_waits_for_load),
         cmocka_unit_test(test_load_back_no_room),
+        cmocka_unit_test(test_ref_dies_with_device_copy),
         cmocka_unit_test(test_close_busy),
         cmocka_unit_test(test_unfinished_pending_load),
         cmocka_unit_test(test_host_sizing),
