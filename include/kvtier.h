@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_MINOR 2
 
 /* kvtier-specific error codes, below the errno range. */
 enum {
@@ -181,6 +181,10 @@ struct kvt_match {
     kvt_node_ref last_node; /* node ending that prefix (the root when device_len is 0) */
     size_t host_len;        /* tokens after it that only the host tier holds */
     size_t disk_len;        /* tokens after those that only the disk tier holds */
+    /* The load still filling part of that prefix (another request's load-back), as
+     * kvt_req.load_op: wait for it with kvt_load_wait_layer before reading the slots; 0:
+     * every slot has landed. (Since 0.2.) */
+    uint64_t load_op;
 };
 
 /* The state a serving engine keeps per running request. Filled by kvt_req_begin, updated
@@ -269,8 +273,9 @@ int kvt_stats(const kvt_engine *e, struct kvt_stats *st);
 /* ---- prefix cache ---- */
 
 /* Find the longest cached prefix of key, in whole pages. When slots is not NULL it receives
- * the device slots of that prefix (it must hold key->len entries). May split a node so the
- * prefix ends on a node boundary; refreshes access times and hit counts on the path. */
+ * the device slots of that prefix (it must hold key->len entries); their bytes may still be
+ * landing (m->load_op says). May split a node so the prefix ends on a node boundary;
+ * refreshes access times and hit counts on the path. */
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m);
 
 /* Insert key (key->len a multiple of page_size) with the device slots of its tokens. The

@@ -368,6 +368,12 @@ static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struc
     return 0;
 }
 
+/* The op a device prefix waits for: the highest load still filling it. */
+static uint64_t load_to_wait(const kvt_engine *e, uint64_t pending)
+{
+    return e->has_host && pending > xfer_done(e->xfer, XFER_LOAD) ? pending : 0;
+}
+
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
 {
     struct rdx_hit hit;
@@ -384,6 +390,7 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
     m->last_node = hit.dev_last;
     m->host_len = hit.host_pages * e->opts.page_size;
     m->disk_len = dp.pages * e->opts.page_size;
+    m->load_op = load_to_wait(e, hit.pending);
     return 0;
 }
 
@@ -567,12 +574,6 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
 }
 
 /* ---- requests ---- */
-
-/* The op a request's device prefix waits for: the highest load still filling it. */
-static uint64_t load_to_wait(const kvt_engine *e, uint64_t pending)
-{
-    return e->has_host && pending > xfer_done(e->xfer, XFER_LOAD) ? pending : 0;
-}
 
 int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
 {

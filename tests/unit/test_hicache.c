@@ -295,6 +295,48 @@ static void test_layer_wait(void **state)
     kvt_close(e);
 }
 
+/* kvt_match on a prefix another request's load-back is still filling names that load: the
+ * slots it returns are safe to read only after waiting for it. */
+static void test_match_pending_load(void **state)
+{
+    struct kvt_options o;
+    struct xfer_config xc = {.layer_delay_us = 200000};
+    struct seq q;
+    int32_t slots[MAX_TOK];
+
+    (void)state;
+    host_options(&o, 4, 64, 256);
+    kvt_engine *e = open_with(&o, &xc);
+    seq_make(&q, 0, 16, 130);
+    run_request(e, &q, 0, 1);
+    assert_int_equal(drain(e), 0);
+    struct kvt_key key = seq_key(&q, 16);
+    struct kvt_match m = {0};
+    assert_int_equal(kvt_match(e, &key, slots, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    assert_int_equal(m.load_op, 0); /* nothing in flight */
+    evict_all(e);
+
+    struct kvt_req r;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.loaded_len, 16);
+    memset(&m, 0, sizeof(m));
+    assert_int_equal(kvt_match(e, &key, slots, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    assert_true(xfer_done(e->xfer, XFER_LOAD) < r.load_op); /* still landing */
+    assert_int_equal(m.load_op, r.load_op);
+    for (uint32_t l = 0; l < LAYERS; l++) {
+        assert_int_equal(kvt_load_wait_layer(e, m.load_op, l, NULL), 0);
+        assert_int_equal(check_layer(e, &q, 0, 16, slots, l), -1);
+    }
+    assert_int_equal(drain(e), 0);
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.load_op, 0); /* landed */
+    assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 1), 0);
+    check(e);
+    kvt_close(e);
+}
+
 /* write_through backs a prefix up when it is inserted; once the device copy is evicted the
  * next request loads it back, exactly the evicted part. */
 static void test_write_through(void **state)
@@ -1059,6 +1101,7 @@ static void test_no_host(void **state)
     struct kvt_match m;
     assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
     assert_int_equal(m.host_len, 0);
+    assert_int_equal(m.load_op, 0);
 
     assert_int_equal(kvt_poll(e, 0, &applied), 0);
     assert_int_equal(applied, 0);
@@ -2047,6 +2090,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_wait),
+        cmocka_unit_test(test_match_pending_load),
         cmocka_unit_test(test_write_through),
         cmocka_unit_test(test_selective),
         cmocka_unit_test(test_write_back),
@@ -2070,8 +2114,9 @@ int main(void)
     };
     /* On a GPU these cannot hold: they time their checks by the sim-only delay seams of
      * xfer_config, or watch a load still in flight that a GPU has long finished. */
-    static const char *const sim_only[] = {"test_layer_wait", "test_pressure_waits_for_load",
-                                           "test_close_busy", "test_unfinished_pending_load"};
+    static const char *const sim_only[] = {"test_layer_wait", "test_match_pending_load",
+                                           "test_pressure_waits_for_load", "test_close_busy",
+                                           "test_unfinished_pending_load"};
     const size_t n_tests = sizeof(tests) / sizeof(tests[0]);
     struct CMUnitTest on_gpu[sizeof(tests) / sizeof(tests[0])];
     size_t n_gpu = 0;
