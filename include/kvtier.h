@@ -386,8 +386,9 @@ size_t kvt_req_available(const kvt_engine *e);
  * returns at once. KVT_EBACKEND when the load failed: the prefix must not be used. */
 int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream);
 
-/* Apply up to max finished transfers (0: all) to the prefix cache: backups become host
- * copies, loads release their pages for eviction. *applied (may be NULL) gets the count.
+/* Apply up to max finished transfers and disk ops together (0: all) to the prefix cache:
+ * backups become host copies, loads release their pages for eviction, disk writes and reads
+ * land. *applied (may be NULL) gets the count.
  * Call once per scheduler step; the engine also polls when it needs room. KVT_EBACKEND once
  * any transfer failed (a CUDA error): from then on the engine refuses to serve; close it. */
 int kvt_poll(kvt_engine *e, size_t max, size_t *applied);

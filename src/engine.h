@@ -160,8 +160,8 @@ bool disk_reading(const kvt_engine *e);
  * up to timeout_ms, or until they are all applied (-1). */
 void disk_wait_reads(kvt_engine *e, int timeout_ms);
 
-/* Apply every completed disk op: how many. */
-size_t disk_poll(kvt_engine *e);
+/* Apply completed disk ops, at most max of them: how many. */
+size_t disk_poll(kvt_engine *e, size_t max);
 
 /* Wait for and apply every disk op. */
 void disk_sync(kvt_engine *e);

@@ -321,7 +321,7 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
             max = SIZE_MAX;
         n = apply(e, XFER_LOAD, max);
         n += apply(e, XFER_BACKUP, max - n);
-        n += disk_poll(e);
+        n += disk_poll(e, max - n);
     }
     if (applied)
         *applied = n;
