@@ -367,11 +367,16 @@ int kvt_req_read(const kvt_engine *e, const struct kvt_req *req, size_t start, s
  * re-match, point req_to_token at the cached slots, and move the lock to the new last node. */
 int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key);
 
-/* Finish a request: insert the whole pages of key (its committed tokens) with priority, free
- * duplicates and the partial tail page, unlock, and release the request slot. With insert 0
- * nothing is inserted and every slot past the protected prefix is freed. key must cover the
- * protected prefix and no more than the row holds: a request that allocated nothing is
- * released with key->len == req->protected_len (0 when nothing matched). */
+/* Finish a request: insert the whole pages of key (its committed tokens) with priority,
+ * unlock, release the request slot, and free every slot the request's row holds past the
+ * protected prefix that did not pass to the cache: duplicates of pages the cache already had,
+ * the key's partial tail page, and slots written past key->len (allocated for tokens that
+ * were not committed). With insert 0 nothing is inserted and every slot past the protected
+ * prefix is freed. key must cover the protected prefix and no more than the row holds, and
+ * the row past the protected prefix must be whole pages then at most one partial page, each
+ * held by the caller and none named twice (-EINVAL otherwise: rewrite bad entries with
+ * kvt_req_write). A request that allocated nothing is released with key->len ==
+ * req->protected_len (0 when nothing matched). */
 int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key,
                            int32_t priority, int insert);
 

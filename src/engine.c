@@ -637,22 +637,26 @@ size_t kvt_req_available(const kvt_engine *e)
 }
 
 /* A request the caller hands back must be live, its key must cover the protected prefix and
- * stay within what its row holds, and its tokens past the protected prefix must sit in slots
- * the caller holds; then nothing below can fail halfway. A key of exactly the protected
- * prefix (even empty) is fine: it releases a request that allocated nothing. */
-static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_key *key)
+ * stay within what its row holds, and the row's slots past the protected prefix (up to the
+ * key's end, or with whole_row all it holds) must be the caller's; then nothing below can
+ * fail halfway. A key of exactly the protected prefix (even empty) is fine: it releases a
+ * request that allocated nothing. */
+static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_key *key,
+                     bool whole_row)
 {
     const int32_t *row;
+    size_t filled;
 
     if (!req || check_key_form(e, key))
         return -EINVAL;
+    filled = req_pool_filled(&e->reqs, req->pool_idx);
     if (!req_pool_in_use(&e->reqs, req->pool_idx) || key->len < req->protected_len ||
-        key->len > req_pool_filled(&e->reqs, req->pool_idx) ||
-        req->protected_len % e->opts.page_size || rdx_is_locked(e->tree, req->last_node) != 1)
+        key->len > filled || req->protected_len % e->opts.page_size ||
+        rdx_is_locked(e->tree, req->last_node) != 1)
         return -EINVAL;
     row = req_pool_row(&e->reqs, req->pool_idx);
-    return slot_row_held(&e->alloc, row + req->protected_len, key->len - req->protected_len,
-                         e->pages);
+    return slot_row_held(&e->alloc, row + req->protected_len,
+                         (whole_row ? filled : key->len) - req->protected_len, e->pages);
 }
 
 static struct kvt_key aligned_key(const kvt_engine *e, const struct kvt_key *key)
@@ -667,7 +671,7 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
 {
     kvt_node_ref last;
     size_t cached = 0;
-    int rc = check_req(e, req, key);
+    int rc = check_req(e, req, key, false);
 
     if (rc)
         return rc;
@@ -703,18 +707,20 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
                            int32_t priority, int insert_pages)
 {
     size_t cached;
-    int rc = check_req(e, req, key);
+    int rc = check_req(e, req, key, true);
 
     if (rc)
         return rc;
     struct kvt_key k = aligned_key(e, key);
     const int32_t *row = req_pool_row(&e->reqs, req->pool_idx);
+    size_t filled = req_pool_filled(&e->reqs, req->pool_idx);
     cached = k.len; /* without an insert, every page past the protected prefix goes */
     if (insert_pages && k.len > req->protected_len && (rc = insert(e, &k, row, priority, &cached)))
         return rc;
-    /* Duplicates of what the tree had (or everything, without insert), then the tail. */
+    /* Duplicates of what the tree had (or everything, without insert), then the rest of the
+     * row: the key's partial tail page and slots past the key (allocated, not committed). */
     slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
-    slot_free(&e->alloc, row + k.len, key->len - k.len);
+    slot_free(&e->alloc, row + k.len, filled - k.len);
     rdx_unlock(e->tree, req->last_node);
     req_pool_free(&e->reqs, req->pool_idx);
     req->pool_idx = -1;

@@ -410,9 +410,16 @@ static void test_request_errors(void **state)
     assert_int_equal(kvt_req_cache_finished(e, &r[0], &key12, 0, 0), -EINVAL);
     assert_same(e, &before);
     assert_int_equal(kvt_free(e, s, 8), 0);
-    /* insert 0 frees what the request computed and caches nothing. */
+    /* insert 0 frees what the request computed and caches nothing: the whole row, whose
+     * entries 8..11 (past the key) still name the page freed above: rewrite them. */
     assert_int_equal(kvt_alloc(e, 8, s), 0);
     assert_int_equal(kvt_req_write(e, &r[0], 0, s, 8), 0);
+    before = stats(e);
+    assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 0), -EINVAL); /* page twice */
+    assert_same(e, &before);
+    int32_t tail[4];
+    assert_int_equal(kvt_alloc(e, 4, tail), 0);
+    assert_int_equal(kvt_req_write(e, &r[0], 8, tail, 4), 0);
     assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 0), 0);
     assert_int_equal(kvt_available(e), 64);
     assert_int_equal(stats(e).cached_tokens, 0);
@@ -573,6 +580,56 @@ static void test_alloc_extend_evicts_own_prefix(void **state)
     kvt_close(e);
 }
 
+/* Finishing a request frees every slot its row holds past the protected prefix that does
+ * not pass to the cache, including slots past the committed key: nothing leaks. */
+static void test_finished_frees_row(void **state)
+{
+    kvt_engine *e = open_engine();
+    uint32_t tok[12];
+    int32_t out[12];
+    struct kvt_req r;
+
+    (void)state;
+    for (uint32_t i = 0; i < 12; i++)
+        tok[i] = 500 + i;
+    for (int insert = 0; insert <= 1; insert++) {
+        struct kvt_key all = {.tokens = tok, .len = 12};
+        assert_int_equal(kvt_req_begin(e, &all, &r), 0);
+        uint32_t pre = 0, seq = 12;
+        int32_t none = -1;
+        assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &none, out, 12), 0);
+        assert_int_equal(kvt_req_write(e, &r, 0, out, 12), 0);
+        /* 6 tokens committed (say the rest was a rejected draft): 12 slots in the row. */
+        struct kvt_key six = {.tokens = tok, .len = 6};
+        assert_int_equal(kvt_req_cache_finished(e, &r, &six, 0, insert), 0);
+        struct kvt_stats st = stats(e);
+        assert_int_equal(st.cached_tokens, insert ? 4 : 0);
+        assert_int_equal(st.device_free_tokens, 64 - st.cached_tokens);
+        check(e);
+        size_t ev;
+        assert_int_equal(kvt_evict(e, 64, &ev), 0);
+    }
+    /* A row past the key whose slots are not the caller's is refused whole. */
+    struct kvt_key all = {.tokens = tok, .len = 12};
+    assert_int_equal(kvt_req_begin(e, &all, &r), 0);
+    assert_int_equal(kvt_alloc(e, 8, out), 0);
+    const int32_t stray[4] = {40, 41, 42, 43}; /* a free page */
+    assert_int_equal(kvt_req_write(e, &r, 0, out, 8), 0);
+    assert_int_equal(kvt_req_write(e, &r, 8, stray, 4), 0);
+    struct kvt_stats before = stats(e);
+    struct kvt_key eight = {.tokens = tok, .len = 8};
+    assert_int_equal(kvt_req_cache_finished(e, &r, &eight, 0, 1), -EINVAL);
+    assert_same(e, &before);
+    /* Rewritten with a page the caller holds, the row is released whole. */
+    assert_int_equal(kvt_alloc(e, 4, out + 8), 0);
+    assert_int_equal(kvt_req_write(e, &r, 8, out + 8, 4), 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &eight, 0, 0), 0);
+    assert_int_equal(kvt_available(e), 64);
+    assert_int_equal(kvt_req_available(e), 4);
+    check(e);
+    kvt_close(e);
+}
+
 static void test_kv_data(void **state)
 {
     struct kvt_options o;
@@ -711,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_stats_socket),
         cmocka_unit_test(test_alloc_enomem_keeps_cache),
         cmocka_unit_test(test_alloc_extend_evicts_own_prefix),
+        cmocka_unit_test(test_finished_frees_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
