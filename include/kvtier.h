@@ -196,6 +196,9 @@ struct kvt_req {
     size_t loaded_len;      /* tokens of the protected prefix loaded back from the host */
     uint64_t load_op;       /* the load the prefix waits for (kvt_load_wait_layer); 0: none */
     size_t disk_len;        /* tokens of loaded_len that were read from the disk tier first */
+    /* Which holder of pool_idx this is: once the request is finished and its slot is taken
+     * again, a leftover copy of this struct is refused with -EINVAL. (Since 0.2.) */
+    uint32_t gen;
 };
 
 struct kvt_stats {

@@ -602,7 +602,8 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
     *req = (struct kvt_req){.pool_idx = idx,
                             .protected_len = hit.dev_pages * ps,
                             .last_node = hit.dev_last,
-                            .load_op = load_to_wait(e, hit.pending)};
+                            .load_op = load_to_wait(e, hit.pending),
+                            .gen = req_pool_gen(&e->reqs, idx)};
     uint64_t op = 0;
     if (tiers_load_back(e, &hit, row + req->protected_len, &op) == 0) {
         req->loaded_len = hit.host_pages * ps;
@@ -615,10 +616,17 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
     return 0;
 }
 
+/* A request handle names its slot's current holder: a copy kept past the finish of its
+ * request must not act on the next request the slot serves. */
+static bool req_live(const kvt_engine *e, const struct kvt_req *req)
+{
+    return e && req && req_pool_live(&e->reqs, req->pool_idx, req->gen);
+}
+
 int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const int32_t *slots,
                   size_t n)
 {
-    if (!e || !req)
+    if (!req_live(e, req))
         return -EINVAL;
     return req_pool_write(&e->reqs, req->pool_idx, start, slots, n);
 }
@@ -626,7 +634,7 @@ int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const 
 int kvt_req_read(const kvt_engine *e, const struct kvt_req *req, size_t start, size_t n,
                  int32_t *out)
 {
-    if (!e || !req)
+    if (!req_live(e, req))
         return -EINVAL;
     return req_pool_read(&e->reqs, req->pool_idx, start, n, out);
 }
@@ -647,12 +655,11 @@ static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_
     const int32_t *row;
     size_t filled;
 
-    if (!req || check_key_form(e, key))
+    if (!req_live(e, req) || check_key_form(e, key))
         return -EINVAL;
     filled = req_pool_filled(&e->reqs, req->pool_idx);
-    if (!req_pool_in_use(&e->reqs, req->pool_idx) || key->len < req->protected_len ||
-        key->len > filled || req->protected_len % e->opts.page_size ||
-        rdx_is_locked(e->tree, req->last_node) != 1)
+    if (key->len < req->protected_len || key->len > filled ||
+        req->protected_len % e->opts.page_size || rdx_is_locked(e->tree, req->last_node) != 1)
         return -EINVAL;
     row = req_pool_row(&e->reqs, req->pool_idx);
     return slot_row_held(&e->alloc, row + req->protected_len,
@@ -726,6 +733,7 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
     req->pool_idx = -1;
     req->protected_len = 0;
     req->last_node = 0;
+    req->gen = 0;
     return 0;
 }
 

@@ -331,6 +331,16 @@ static void test_req_pool(void **state)
     assert_int_equal(req_pool_free(&r, 7), -EINVAL);
     assert_int_equal(req_pool_alloc(&r, &c), 0);
     assert_int_equal(c, a);
+    /* The row's next holder has another generation: the previous one's handle is dead. */
+    uint32_t first = req_pool_gen(&r, c);
+    assert_true(req_pool_live(&r, c, first));
+    assert_int_equal(req_pool_free(&r, c), 0);
+    assert_false(req_pool_live(&r, c, first));
+    assert_int_equal(req_pool_alloc(&r, &c), 0);
+    assert_int_equal(c, a);
+    assert_false(req_pool_live(&r, c, first));
+    assert_true(req_pool_live(&r, c, req_pool_gen(&r, c)));
+    assert_false(req_pool_live(&r, c, 0));
     req_pool_finish(&r);
 }
 

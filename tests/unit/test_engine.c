@@ -630,6 +630,44 @@ static void test_finished_frees_row(void **state)
     kvt_close(e);
 }
 
+/* A copy of a finished request kept by mistake must not act on the next request that takes
+ * its slot: not finish it, not write or read its row. */
+static void test_stale_request(void **state)
+{
+    kvt_engine *e = open_engine();
+    const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct kvt_key key = {.tokens = tok, .len = 8}, empty = {.tokens = tok, .len = 0};
+    struct kvt_req r, stale, next;
+    int32_t s[8], row[8];
+
+    (void)state;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    stale = r;
+    assert_int_equal(kvt_req_cache_finished(e, &r, &empty, 0, 0), 0);
+    assert_int_equal(kvt_req_begin(e, &key, &next), 0);
+    assert_int_equal(next.pool_idx, stale.pool_idx); /* the slot is reused */
+    assert_int_not_equal(next.gen, stale.gen);
+    assert_int_equal(kvt_alloc(e, 8, s), 0);
+    assert_int_equal(kvt_req_write(e, &next, 0, s, 8), 0);
+
+    struct kvt_stats before = stats(e);
+    assert_int_equal(kvt_req_write(e, &stale, 0, s, 4), -EINVAL);
+    assert_int_equal(kvt_req_read(e, &stale, 0, 8, row), -EINVAL);
+    assert_int_equal(kvt_req_cache_unfinished(e, &stale, &key), -EINVAL);
+    assert_int_equal(kvt_req_cache_finished(e, &stale, &key, 0, 1), -EINVAL);
+    assert_int_equal(kvt_req_cache_finished(e, &stale, &empty, 0, 0), -EINVAL);
+    assert_same(e, &before);
+    struct kvt_req zeroed = {0};
+    assert_int_equal(kvt_req_read(e, &zeroed, 0, 1, row), -EINVAL); /* gen 0: never live */
+
+    assert_int_equal(kvt_req_read(e, &next, 0, 8, row), 0);
+    assert_memory_equal(row, s, sizeof(s));
+    assert_int_equal(kvt_req_cache_finished(e, &next, &key, 0, 1), 0);
+    assert_int_equal(stats(e).cached_tokens, 8);
+    check(e);
+    kvt_close(e);
+}
+
 static void test_kv_data(void **state)
 {
     struct kvt_options o;
@@ -769,6 +807,7 @@ int main(void)
         cmocka_unit_test(test_alloc_enomem_keeps_cache),
         cmocka_unit_test(test_alloc_extend_evicts_own_prefix),
         cmocka_unit_test(test_finished_frees_row),
+        cmocka_unit_test(test_stale_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -119,6 +119,8 @@ struct sim {
     struct oldref refs[N_REFS];
     size_t nrefs, refs_next;
     struct mreq req[N_REQ];
+    struct kvt_req stale; /* a copy of the last finished request: dead once finished */
+    int have_stale;
     int group_open;
     uint64_t m_calls, m_query, m_hit, inserted, evicted;       /* expected kvt_stats counters */
     uint64_t enomem, refused, finished, max_cached, max_nodes; /* what the run exercised */
@@ -1254,8 +1256,11 @@ static void req_finish(struct sim *s, struct mreq *q, int insert, int32_t prio)
         c = model_prefix(s, &q->key, kl, path);
         REQUIRE(s, c * s->ps >= pl);
     }
+    struct kvt_req copy = q->r;
     EXPECT_RC(s, kvt_req_cache_finished(s->e, &q->r, &key, prio, insert), 0);
     REQUIRE(s, q->r.pool_idx == -1 && q->r.protected_len == 0 && q->r.last_node == 0);
+    s->stale = copy;
+    s->have_stale = 1;
     s->finished++;
     if (insert && kl > pl) {
         release_own(s, q, pl, c * s->ps);
@@ -1293,7 +1298,7 @@ static void op_misuse(struct sim *s)
     uint32_t pre = 0, seq = 0;
     int32_t last = -1;
 
-    switch (below(s, 6)) {
+    switch (below(s, 7)) {
     case 0:
         EXPECT_RC(s, kvt_match(s->e, &key, NULL, &m), -EINVAL);
         break;
@@ -1314,6 +1319,15 @@ static void op_misuse(struct sim *s)
     case 4:
         pre = seq = 4; /* no growth */
         EXPECT_RC(s, kvt_alloc_extend(s->e, 1, &pre, &seq, &last, out, 0), -EINVAL);
+        break;
+    case 5:
+        /* A leftover copy of a finished request, its slot maybe serving another one now. */
+        if (s->have_stale) {
+            EXPECT_RC(s, kvt_req_read(s->e, &s->stale, 0, 1, out), -EINVAL);
+            EXPECT_RC(s, kvt_req_write(s->e, &s->stale, 0, out, 0), -EINVAL);
+            key.len = 0;
+            EXPECT_RC(s, kvt_req_cache_finished(s->e, &s->stale, &key, 0, 0), -EINVAL);
+        }
         break;
     default:
         if (s->ps > 1) {
