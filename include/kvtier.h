@@ -202,7 +202,7 @@ struct kvt_req {
 };
 
 struct kvt_stats {
-    size_t size;                 /* set by the caller to sizeof(struct kvt_stats) */
+    size_t size;                 /* set by the caller to sizeof(struct kvt_stats); see kvt_stats */
     uint32_t backend;            /* enum kvt_backend actually in use */
     uint32_t page_size;          /* tokens per page */
     uint64_t device_tokens;      /* usable KV slots (excluding the padding page) */
@@ -245,13 +245,18 @@ struct kvt_stats {
 
 typedef struct kvt_engine kvt_engine;
 
-/* Fill *opts with defaults. size must be sizeof(struct kvt_options). */
+/* Fill *opts with defaults and set opts->size = size, where size is sizeof(struct
+ * kvt_options) as the caller was compiled: a caller built against an older, smaller struct
+ * gets only its size bytes written; a newer, larger one gets zeros past this library's
+ * fields. Does nothing when opts is NULL or size is less than sizeof(size_t). */
 void kvt_options_init(struct kvt_options *opts, size_t size);
 
 /* Open an engine: allocate the KV pool, allocator, request pool and prefix cache. On success
  * *out owns them until kvt_close. Options are validated: a zero or inconsistent geometry, a
  * page_size that is not a power of two, an unknown enum value, or non-zero bytes past the end
- * of the options this library knows give -EINVAL. */
+ * of the options this library knows give -EINVAL. A smaller opts->size (a caller built
+ * against an older header) is accepted: each field wholly inside it is read, the others take
+ * their defaults; a size below sizeof(size_t) is -EINVAL. */
 int kvt_open(const struct kvt_options *opts, kvt_engine **out);
 
 /* Free everything the engine owns. NULL is a no-op. */
@@ -270,7 +275,9 @@ uint64_t kvt_cell_bytes(const struct kvt_geometry *g);
 /* Copy the engine's 32-byte fingerprint (model id, geometry, page size, TP, hash version). */
 void kvt_fingerprint(const kvt_engine *e, uint8_t out[32]);
 
-/* Fill *st (st->size must be set). */
+/* Fill *st. st->size is set by the caller to sizeof(struct kvt_stats) as it was compiled: an
+ * older, smaller struct gets the fields it has, a newer, larger one zeros past this library's.
+ * On return st->size is the number of bytes filled, the smaller of the two sizes. */
 int kvt_stats(const kvt_engine *e, struct kvt_stats *st);
 
 /* ---- prefix cache ---- */
@@ -301,7 +308,9 @@ int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted);
 
 /* ---- device slot allocator ---- */
 
-/* Allocate n slots (n a multiple of page_size) as whole pages; -ENOMEM changes nothing. */
+/* Allocate n slots (n a multiple of page_size, 0 included: nothing is allocated and slots
+ * may be NULL) as whole pages. Does not evict: -ENOMEM (changing nothing) when fewer are
+ * free; make room with kvt_evict. */
 int kvt_alloc(kvt_engine *e, size_t n, int32_t *slots);
 
 /* Free slots the caller allocated: each page named returns once. Slots of pages that are
@@ -311,7 +320,8 @@ int kvt_free(kvt_engine *e, const int32_t *slots, size_t n);
 int kvt_free_group_begin(kvt_engine *e);
 int kvt_free_group_end(kvt_engine *e);
 
-/* Slots for extending batch requests from prefix_lens[i] to seq_lens[i] tokens. last_locs[i]
+/* Slots for extending batch requests (0: nothing to do, out_len 0) from prefix_lens[i] to
+ * seq_lens[i] tokens, each seq_lens[i] > prefix_lens[i] and at most max_context. last_locs[i]
  * is the slot of token prefix_lens[i]-1 (-1 when the prefix is empty). out receives, request
  * after request, the slots of the new tokens: the rest of the last partial page, then whole
  * new pages, then a new partial page. out_len must be the sum of the extensions. Short of
@@ -321,8 +331,9 @@ int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
                      size_t out_len);
 
-/* One slot per request for decoding token seq_lens[i]-1: last_locs[i]+1 inside a page, the
- * first slot of a new page at a page boundary. Evicts as kvt_alloc_extend does. */
+/* One slot per request (batch 0: nothing to do) for decoding token seq_lens[i]-1:
+ * last_locs[i]+1 inside a page, the first slot of a new page at a page boundary. Evicts as
+ * kvt_alloc_extend does. */
 int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
                      const int32_t *last_locs, int32_t *out);
 

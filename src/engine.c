@@ -14,11 +14,9 @@
 
 /* ---- options ---- */
 
-void kvt_options_init(struct kvt_options *o, size_t size)
+static void option_defaults(struct kvt_options *o)
 {
-    if (!o || size < sizeof(*o))
-        return;
-    memset(o, 0, size);
+    memset(o, 0, sizeof(*o));
     o->size = sizeof(*o);
     o->page_size = 16;
     o->backend = KVT_BACKEND_AUTO;
@@ -30,17 +28,65 @@ void kvt_options_init(struct kvt_options *o, size_t size)
     o->write_threshold = 2;
 }
 
-/* Copy the caller's options; bytes past the struct this library knows must be zero, so a
- * newer caller's option is never silently ignored. */
+/* size is the caller's sizeof: an older caller's struct is shorter and gets the defaults of
+ * its own fields only; a newer caller's is longer and gets zeros past ours, which kvt_open
+ * then checks are still zero. */
+void kvt_options_init(struct kvt_options *o, size_t size)
+{
+    struct kvt_options d;
+
+    if (!o || size < sizeof(o->size))
+        return;
+    option_defaults(&d);
+    if (size > sizeof(d))
+        memset((uint8_t *)o + sizeof(d), 0, size - sizeof(d));
+    memcpy(o, &d, size < sizeof(d) ? size : sizeof(d));
+    o->size = size;
+}
+
+/* Every field of struct kvt_options, so a shorter struct is read field by field: a field past
+ * the caller's size keeps its default, even one that sits in the older struct's tail padding. */
+#define OPTION(f)                                                                                  \
+    {                                                                                              \
+        offsetof(struct kvt_options, f), sizeof(((struct kvt_options *)0)->f)                      \
+    }
+static const struct {
+    size_t off, len;
+} option_fields[] = {
+    OPTION(geometry),        OPTION(page_size),
+    OPTION(backend),         OPTION(device_tokens),
+    OPTION(device_bytes),    OPTION(max_requests),
+    OPTION(max_context),     OPTION(evict_policy),
+    OPTION(hash_pages),      OPTION(model_id),
+    OPTION(tp_rank),         OPTION(tp_size),
+    OPTION(host_tokens),     OPTION(host_bytes),
+    OPTION(host_ratio),      OPTION(host_layout),
+    OPTION(write_policy),    OPTION(write_threshold),
+    OPTION(load_back_min),   OPTION(io),
+    OPTION(disk_dir),        OPTION(disk_bytes),
+    OPTION(disk_io),         OPTION(disk_write_policy),
+    OPTION(prefetch_policy), OPTION(prefetch_timeout_ms),
+    OPTION(prefetch_min),    OPTION(stats_socket),
+};
+#undef OPTION
+_Static_assert(offsetof(struct kvt_options, stats_socket) + sizeof(const char *) ==
+                   sizeof(struct kvt_options),
+               "a field added to struct kvt_options needs its row in option_fields");
+
+/* Copy the caller's options over the defaults. Bytes past the struct this library knows must
+ * be zero, so a newer caller's option is never silently ignored. */
 static int copy_options(const struct kvt_options *in, struct kvt_options *o)
 {
-    if (!in || in->size < sizeof(*o))
+    if (!in || in->size < sizeof(in->size))
         return -EINVAL;
     for (size_t i = sizeof(*o); i < in->size; i++)
         if (((const uint8_t *)in)[i])
             return -EINVAL;
-    *o = *in;
-    o->size = sizeof(*o);
+    option_defaults(o);
+    for (size_t i = 0; i < sizeof(option_fields) / sizeof(option_fields[0]); i++)
+        if (option_fields[i].off + option_fields[i].len <= in->size)
+            memcpy((uint8_t *)o + option_fields[i].off, (const uint8_t *)in + option_fields[i].off,
+                   option_fields[i].len);
     return 0;
 }
 
@@ -259,16 +305,14 @@ void engine_publish(kvt_engine *e)
         stats_server_publish(e->stats, &st);
 }
 
-int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
+static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
 {
     struct rdx_sizes s;
     uint32_t ps;
 
-    if (!e || !st || st->size < sizeof(*st))
-        return -EINVAL;
     ps = e->opts.page_size;
     rdx_sizes(e->tree, &s);
-    memset(st, 0, st->size);
+    memset(st, 0, sizeof(*st));
     st->size = sizeof(*st);
     st->backend = e->be->kind;
     st->page_size = ps;
@@ -288,6 +332,22 @@ int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
     st->evicted_tokens = e->count.evicted_tokens;
     tiers_stats(e, st);
     disk_stats(e, st);
+}
+
+/* An older caller's struct is shorter: it gets the fields it has. A newer caller's is longer:
+ * the fields this library does not know are zeroed, and st->size says where ours end. */
+int kvt_stats(const kvt_engine *e, struct kvt_stats *out)
+{
+    struct kvt_stats full;
+
+    if (!e || !out || out->size < sizeof(out->size))
+        return -EINVAL;
+    size_t size = out->size;
+    fill_stats(e, &full);
+    if (size > sizeof(full))
+        memset((uint8_t *)out + sizeof(full), 0, size - sizeof(full));
+    full.size = size < sizeof(full) ? size : sizeof(full);
+    memcpy(out, &full, full.size);
     return 0;
 }
 

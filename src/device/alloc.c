@@ -94,7 +94,7 @@ static uint32_t take_page(struct slot_alloc *a)
 
 int slot_alloc(struct slot_alloc *a, size_t n, int32_t *slots)
 {
-    if (n == 0 || n % a->page_size || !slots)
+    if (n % a->page_size || (n && !slots))
         return -EINVAL;
     if (n / a->page_size > a->nfree)
         return -ENOMEM;
@@ -216,7 +216,7 @@ int slot_extend_check(const struct slot_alloc *a, size_t batch, const uint32_t *
     uint32_t ps = a->page_size;
     uint64_t total = 0, need = 0;
 
-    if (batch == 0 || !prefix_lens || !seq_lens || !last_locs || !out)
+    if (batch && (!prefix_lens || !seq_lens || !last_locs || !out))
         return -EINVAL;
     for (size_t i = 0; i < batch; i++) {
         if (seq_lens[i] <= prefix_lens[i] || check_last_loc(a, prefix_lens[i], last_locs[i]))
@@ -272,7 +272,7 @@ int slot_decode_check(const struct slot_alloc *a, size_t batch, const uint32_t *
 {
     size_t need = 0;
 
-    if (batch == 0 || !seq_lens || !last_locs || !out)
+    if (batch && (!seq_lens || !last_locs || !out))
         return -EINVAL;
     for (size_t i = 0; i < batch; i++) {
         if (seq_lens[i] == 0 || check_last_loc(a, seq_lens[i] - 1, last_locs[i]))

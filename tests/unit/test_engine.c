@@ -106,7 +106,8 @@ static void test_options(void **state)
     REJECT(geometry.kv_lora_rank, 4); /* an MLA field on an MHA geometry */
     REJECT(max_context, 0x80000000u);
     REJECT(device_tokens, 3); /* less than a page */
-    REJECT(size, sizeof(o) - 8);
+    REJECT(size, 0);
+    REJECT(size, sizeof(o.size) - 1); /* not even the size field */
 #undef REJECT
     base_options(&o);
     o.device_tokens = 0; /* and no budget either */
@@ -136,6 +137,106 @@ static void test_options(void **state)
     assert_int_equal(stats(e).device_tokens, 96); /* 100 rows - 4 padding, whole pages */
     kvt_close(e);
     kvt_close(NULL);
+}
+
+/* A caller built against an older header passes a shorter struct kvt_options (and struct
+ * kvt_stats): init fills only its bytes, open reads only its fields and gives the rest their
+ * defaults, stats fills only what it has. The structs are heap blocks of exactly that size,
+ * so ASan sees any access past them; the test reads and writes them as bytes, as the older
+ * struct is another type. */
+#define PUT(buf, type, field, v)                                                                   \
+    do {                                                                                           \
+        __typeof__(((type *)0)->field) v_ = (v);                                                   \
+        memcpy((uint8_t *)(buf) + offsetof(type, field), &v_, sizeof(v_));                         \
+    } while (0)
+#define GET(buf, type, field, out)                                                                 \
+    memcpy(&(out), (uint8_t *)(buf) + offsetof(type, field), sizeof(out))
+
+static void test_older_caller(void **state)
+{
+    size_t sz = offsetof(struct kvt_options, model_id), got_size; /* up to hash_pages */
+    struct kvt_options full;
+    uint8_t *raw = malloc(sizeof(full));
+    uint32_t u32;
+    uint64_t u64;
+    kvt_engine *e = NULL;
+
+    (void)state;
+    memset(raw, 0xab, sizeof(full));
+    kvt_options_init((struct kvt_options *)raw, sz);
+    GET(raw, struct kvt_options, size, got_size);
+    assert_int_equal(got_size, sz);
+    GET(raw, struct kvt_options, page_size, u32);
+    assert_int_equal(u32, 16);
+    for (size_t i = sz; i < sizeof(full); i++)
+        assert_int_equal(raw[i], 0xab); /* not the caller's to write */
+    free(raw);
+
+    uint8_t *old = malloc(sz);
+    base_options(&full);
+    memcpy(old, &full, sz);
+    PUT(old, struct kvt_options, size, sz);
+    PUT(old, struct kvt_options, page_size, 8);
+    assert_int_equal(kvt_open((struct kvt_options *)old, &e), 0);
+    assert_int_equal(e->opts.page_size, 8);
+    assert_int_equal(e->opts.max_requests, 4);
+    assert_int_equal(e->opts.write_threshold, 2); /* past its size: the defaults */
+    assert_int_equal(e->opts.tp_size, 1);
+    assert_int_equal(e->has_host, 0);
+    assert_null(e->stats);
+    free(old);
+
+    size_t ssz = offsetof(struct kvt_stats, cached_tokens);
+    uint8_t *st = malloc(ssz);
+    PUT(st, struct kvt_stats, size, ssz);
+    assert_int_equal(kvt_stats(e, (struct kvt_stats *)st), 0);
+    GET(st, struct kvt_stats, size, got_size);
+    assert_int_equal(got_size, ssz);
+    GET(st, struct kvt_stats, page_size, u32);
+    assert_int_equal(u32, 8);
+    GET(st, struct kvt_stats, device_tokens, u64);
+    assert_int_equal(u64, 64);
+    free(st);
+    kvt_close(e);
+}
+#undef PUT
+#undef GET
+
+/* A caller built against a newer header: init zeroes its fields past ours and keeps its size,
+ * so an option this library does not know, once set, is refused rather than ignored. */
+static void test_newer_caller(void **state)
+{
+    struct {
+        struct kvt_options o;
+        uint64_t newer;
+    } ext;
+    kvt_engine *e = NULL;
+
+    (void)state;
+    memset(&ext, 0xab, sizeof(ext));
+    kvt_options_init(&ext.o, sizeof(ext));
+    assert_int_equal(ext.o.size, sizeof(ext));
+    assert_int_equal(ext.newer, 0);
+    struct kvt_options base;
+    base_options(&base);
+    memcpy((uint8_t *)&ext.o + sizeof(size_t), (uint8_t *)&base + sizeof(size_t),
+           sizeof(base) - sizeof(size_t));
+    ext.newer = 5;
+    assert_int_equal(kvt_open(&ext.o, &e), -EINVAL);
+    ext.newer = 0;
+    assert_int_equal(kvt_open(&ext.o, &e), 0);
+
+    struct {
+        struct kvt_stats st;
+        uint64_t newer;
+    } sx;
+    memset(&sx, 0xab, sizeof(sx));
+    sx.st.size = sizeof(sx);
+    assert_int_equal(kvt_stats(e, &sx.st), 0);
+    assert_int_equal(sx.st.size, sizeof(struct kvt_stats));
+    assert_int_equal(sx.newer, 0);
+    assert_int_equal(sx.st.device_tokens, 64);
+    kvt_close(e);
 }
 
 static void test_backend_choice(void **state)
@@ -476,7 +577,9 @@ static void test_bad_calls(void **state)
 
     (void)state;
     assert_int_equal(kvt_alloc(NULL, 4, s), -EINVAL);
-    assert_int_equal(kvt_alloc(e, 0, s), -EINVAL);
+    assert_int_equal(kvt_alloc(e, 0, s), 0); /* a multiple of the page size: nothing */
+    assert_int_equal(kvt_alloc(e, 0, NULL), 0);
+    assert_int_equal(kvt_alloc(e, 2, s), -EINVAL);
     assert_int_equal(kvt_alloc(e, 68, s), -ENOMEM);
     assert_int_equal(kvt_alloc(e, 4, s), 0);
     assert_int_equal(kvt_free(e, s, 4), 0);
@@ -488,7 +591,15 @@ static void test_bad_calls(void **state)
     assert_int_equal(kvt_lock(e, ~0ull), -EINVAL);
     assert_int_equal(kvt_evict(NULL, 1, &n), -EINVAL);
     assert_int_equal(kvt_free_group_end(e), -EINVAL);
-    assert_int_equal(kvt_stats(e, &(struct kvt_stats){.size = 8}), -EINVAL);
+    assert_int_equal(kvt_stats(e, &(struct kvt_stats){.size = 0}), -EINVAL);
+    assert_int_equal(kvt_stats(e, &(struct kvt_stats){.size = sizeof(size_t) - 1}), -EINVAL);
+    assert_int_equal(kvt_stats(NULL, &(struct kvt_stats){.size = sizeof(struct kvt_stats)}),
+                     -EINVAL);
+    assert_int_equal(kvt_stats(e, NULL), -EINVAL);
+    /* Empty batches: nothing to do. */
+    assert_int_equal(kvt_alloc_extend(e, 0, NULL, NULL, NULL, NULL, 0), 0);
+    assert_int_equal(kvt_alloc_extend(e, 0, NULL, NULL, NULL, NULL, 4), -EINVAL);
+    assert_int_equal(kvt_alloc_decode(e, 0, NULL, NULL, NULL), 0);
     struct kvt_key big_ns = {.tokens = key.tokens, .len = 4, .ns = "x", .ns_len = 257};
     assert_int_equal(kvt_match(e, &big_ns, s, &m), -EINVAL);
     assert_int_equal(kvt_available(e), 64);
@@ -808,6 +919,8 @@ int main(void)
         cmocka_unit_test(test_alloc_extend_evicts_own_prefix),
         cmocka_unit_test(test_finished_frees_row),
         cmocka_unit_test(test_stale_request),
+        cmocka_unit_test(test_older_caller),
+        cmocka_unit_test(test_newer_caller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
