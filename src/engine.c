@@ -264,7 +264,24 @@ void kvt_close(kvt_engine *e)
 
 void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])
 {
-    memcpy(out, e->fingerprint, KVT_HASH_LEN);
+    if (out && e)
+        memcpy(out, e->fingerprint, KVT_HASH_LEN);
+    else if (out)
+        memset(out, 0, KVT_HASH_LEN);
+}
+
+#define KVT_STR_(x) #x
+#define KVT_STR(x) KVT_STR_(x)
+
+const char *kvt_version(int *major, int *minor, int *patch)
+{
+    if (major)
+        *major = KVT_VERSION_MAJOR;
+    if (minor)
+        *minor = KVT_VERSION_MINOR;
+    if (patch)
+        *patch = KVT_VERSION_PATCH;
+    return KVT_STR(KVT_VERSION_MAJOR) "." KVT_STR(KVT_VERSION_MINOR) "." KVT_STR(KVT_VERSION_PATCH);
 }
 
 const char *kvt_strerror(int err)

@@ -272,6 +272,21 @@ static void test_strerror(void **state)
     assert_string_equal(kvt_strerror(INT_MIN), "unknown error");
 }
 
+static void test_version(void **state)
+{
+    int major = -1, minor = -1, patch = -1;
+    char want[32];
+
+    (void)state;
+    snprintf(want, sizeof(want), "%d.%d.%d", KVT_VERSION_MAJOR, KVT_VERSION_MINOR,
+             KVT_VERSION_PATCH);
+    assert_string_equal(kvt_version(&major, &minor, &patch), want);
+    assert_int_equal(major, KVT_VERSION_MAJOR);
+    assert_int_equal(minor, KVT_VERSION_MINOR);
+    assert_int_equal(patch, KVT_VERSION_PATCH);
+    assert_string_equal(kvt_version(NULL, NULL, NULL), want);
+}
+
 static void test_fingerprint(void **state)
 {
     struct kvt_options o;
@@ -293,6 +308,10 @@ static void test_fingerprint(void **state)
     kvt_fingerprint(e, c);
     kvt_close(e);
     assert_memory_not_equal(a, c, 32);
+    memset(c, 0xab, sizeof(c));
+    kvt_fingerprint(NULL, c); /* no engine: zeros */
+    assert_memory_equal(c, (uint8_t[32]){0}, 32);
+    kvt_fingerprint(NULL, NULL);
     o.model_id = "llama";
     o.tp_size = 2;
     o.tp_rank = 1;
@@ -920,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_finished_frees_row),
         cmocka_unit_test(test_stale_request),
         cmocka_unit_test(test_older_caller),
+        cmocka_unit_test(test_version),
         cmocka_unit_test(test_newer_caller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
