@@ -7,8 +7,22 @@
  *
  * Conventions
  * - Every function that can fail returns int: 0 on success, a negated errno value or a
- *   KVT_E* code on failure. errno is never set. kvt_strerror() names every code.
- * - A call that fails with -EINVAL or -ENOMEM leaves the engine as it was.
+ *   KVT_E* code on failure. errno is never set. kvt_strerror() names every code. Each
+ *   function below lists what it can return ("Errors:"); pointers named there may not be
+ *   NULL unless it says so.
+ * - A call that fails with -EINVAL or -ENOMEM leaves the engine as it was: input is checked
+ *   whole before anything changes, and room is known to suffice before anything is evicted.
+ * - -EUCLEAN means an internal consistency check of kvtier failed (a bug in kvtier, never the
+ *   caller's input); the call may have changed state: close the engine. Only the calls that
+ *   insert (kvt_insert, kvt_req_cache_unfinished, kvt_req_cache_finished) can return it.
+ * - KVT_EBACKEND from kvt_poll or kvt_sync means a transfer failed on the device: from then
+ *   on kvt_match, kvt_req_begin and kvt_prefetch refuse with it, kvt_poll and kvt_sync
+ *   report it, and the rest still work so that requests can be released; close the engine.
+ * - Blocking: no call waits unless it says so ("Blocks:"). The calls that evict (kvt_evict,
+ *   kvt_alloc_extend, kvt_alloc_decode, a load-back in kvt_req_begin) may wait for transfers
+ *   in flight, and a backup (write_through on insert, write_through_selective on a match,
+ *   write_back on eviction) that must evict host pages may, with a disk tier writing on
+ *   host eviction (KVT_DISK_WRITE_ON_EVICT), wait for those disk writes.
  * - Slots are int32 indices of token rows in the device KV pool. Slot 0 .. page_size-1
  *   (page 0) is reserved for padding writes and is never handed out.
  * - Pages are page_size consecutive slots starting at a multiple of page_size. Keys given
@@ -27,7 +41,8 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_MINOR 2
+#define KVT_VERSION_PATCH 0
 
 /* kvtier-specific error codes, below the errno range. */
 enum {
@@ -177,7 +192,9 @@ struct kvt_key {
 /* Names a prefix-cache node, and so the end of a cached prefix. 0 is never a valid ref. A
  * split keeps refs valid (the ref still names the node ending at the same prefix). A locked
  * node is never evicted; an unlocked one may be evicted by any later call that evicts, after
- * which its ref is rejected with -EINVAL. */
+ * which its ref is rejected with -EINVAL. Evicted means its device copy went: the ref dies
+ * even when the node lives on in the host tier, and stays dead when a load-back later gives
+ * the node a device copy again (in other slots); a new match names it anew. */
 typedef uint64_t kvt_node_ref;
 
 struct kvt_match {
@@ -185,6 +202,10 @@ struct kvt_match {
     kvt_node_ref last_node; /* node ending that prefix (the root when device_len is 0) */
     size_t host_len;        /* tokens after it that only the host tier holds */
     size_t disk_len;        /* tokens after those that only the disk tier holds */
+    /* The load still filling part of that prefix (another request's load-back), as
+     * kvt_req.load_op: wait for it with kvt_load_wait_layer before reading the slots; 0:
+     * every slot has landed. (Since 0.2.) */
+    uint64_t load_op;
 };
 
 /* The state a serving engine keeps per running request. Filled by kvt_req_begin, updated
@@ -196,10 +217,13 @@ struct kvt_req {
     size_t loaded_len;      /* tokens of the protected prefix loaded back from the host */
     uint64_t load_op;       /* the load the prefix waits for (kvt_load_wait_layer); 0: none */
     size_t disk_len;        /* tokens of loaded_len that were read from the disk tier first */
+    /* Which holder of pool_idx this is: once the request is finished and its slot is taken
+     * again, a leftover copy of this struct is refused with -EINVAL. (Since 0.2.) */
+    uint32_t gen;
 };
 
 struct kvt_stats {
-    size_t size;                 /* set by the caller to sizeof(struct kvt_stats) */
+    size_t size;                 /* set by the caller to sizeof(struct kvt_stats); see kvt_stats */
     uint32_t backend;            /* enum kvt_backend actually in use */
     uint32_t page_size;          /* tokens per page */
     uint64_t device_tokens;      /* usable KV slots (excluding the padding page) */
@@ -242,16 +266,31 @@ struct kvt_stats {
 
 typedef struct kvt_engine kvt_engine;
 
-/* Fill *opts with defaults. size must be sizeof(struct kvt_options). */
+/* The version of the library linked (which may differ from the KVT_VERSION_* this header
+ * gives), as "major.minor.patch"; a static string. Each pointer may be NULL. */
+const char *kvt_version(int *major, int *minor, int *patch);
+
+/* Fill *opts with defaults and set opts->size = size, where size is sizeof(struct
+ * kvt_options) as the caller was compiled: a caller built against an older, smaller struct
+ * gets only its size bytes written; a newer, larger one gets zeros past this library's
+ * fields. Does nothing when opts is NULL or size is less than sizeof(size_t). */
 void kvt_options_init(struct kvt_options *opts, size_t size);
 
 /* Open an engine: allocate the KV pool, allocator, request pool and prefix cache. On success
  * *out owns them until kvt_close. Options are validated: a zero or inconsistent geometry, a
  * page_size that is not a power of two, an unknown enum value, or non-zero bytes past the end
- * of the options this library knows give -EINVAL. */
+ * of the options this library knows give -EINVAL. A smaller opts->size (a caller built
+ * against an older header) is accepted: each field wholly inside it is read, the others take
+ * their defaults; a size below sizeof(size_t) is -EINVAL. *out is NULL on failure.
+ * Errors: -EINVAL (bad options, NULL out), -ENOMEM, KVT_ENOBACKEND, KVT_EBACKEND,
+ * KVT_EHOSTRAM, KVT_EHOSTSIZE; with a disk tier KVT_EFORMAT, KVT_EFINGERPRINT, -EBUSY
+ * (another process has the dir) and -errno of the file system; with a stats socket
+ * -EADDRINUSE, -ENAMETOOLONG and -errno of the socket calls.
+ * Blocks: allocates and pins memory, opens (and may create) the data dir, starts threads. */
 int kvt_open(const struct kvt_options *opts, kvt_engine **out);
 
-/* Free everything the engine owns. NULL is a no-op. */
+/* Free everything the engine owns. NULL is a no-op.
+ * Blocks: until every transfer and disk op in flight has landed. */
 void kvt_close(kvt_engine *e);
 
 /* A static string naming err (an errno value, negated or not, or a KVT_E* code). */
@@ -264,27 +303,44 @@ uint64_t kvt_max_tokens(const struct kvt_geometry *g, uint32_t page_size, uint64
 /* KV bytes per token for geometry g over all its layers; 0 for an invalid geometry. */
 uint64_t kvt_cell_bytes(const struct kvt_geometry *g);
 
-/* Copy the engine's 32-byte fingerprint (model id, geometry, page size, TP, hash version). */
+/* Copy the engine's 32-byte fingerprint (model id, geometry, page size, TP, hash version).
+ * out NULL: nothing; e NULL: 32 zero bytes. */
 void kvt_fingerprint(const kvt_engine *e, uint8_t out[32]);
 
-/* Fill *st (st->size must be set). */
+/* Fill *st. st->size is set by the caller to sizeof(struct kvt_stats) as it was compiled: an
+ * older, smaller struct gets the fields it has, a newer, larger one zeros past this library's.
+ * On return st->size is the number of bytes filled, the smaller of the two sizes. The figures
+ * are those of now; nothing is polled. Errors: -EINVAL (NULL, st->size < sizeof(size_t)). */
 int kvt_stats(const kvt_engine *e, struct kvt_stats *st);
 
 /* ---- prefix cache ---- */
 
 /* Find the longest cached prefix of key, in whole pages. When slots is not NULL it receives
- * the device slots of that prefix (it must hold key->len entries). May split a node so the
- * prefix ends on a node boundary; refreshes access times and hit counts on the path. */
+ * the device slots of that prefix (it must hold key->len entries); their bytes may still be
+ * landing (m->load_op says). May split a node so the prefix ends on a node boundary;
+ * refreshes access times and hit counts on the path. The slots are valid only while the
+ * prefix stays cached: lock m->last_node before any later call that may evict.
+ * Errors: -EINVAL (key empty, longer than max_context, tokens NULL, ns_len > KVT_NS_MAX),
+ * -ENOMEM (a split found no memory), KVT_EBACKEND.
+ * Blocks: with a disk tier it reads the disk index (LMDB) past the host part; under
+ * write_through_selective a hit may start a backup, which may evict host pages (see the
+ * conventions). It never waits for a load: m->load_op names it. */
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m);
 
 /* Insert key (key->len a multiple of page_size) with the device slots of its tokens. The
  * part already cached is left as it is and its length is stored in *prefix_len: the caller
  * still owns its own slots for that part and frees those it allocated. Slots past the cached
- * part pass to the prefix cache; they must be allocated, not cached, page-aligned runs. */
+ * part pass to the prefix cache; they must be allocated, not cached, page-aligned runs.
+ * Errors: -EINVAL (key as kvt_match, or not whole pages; slots NULL, not page runs, or past
+ * the cached part not held by the caller or named twice; prefix_len NULL), -ENOMEM (tree
+ * memory), -EUCLEAN.
+ * Blocks: under write_through it starts a backup (see the conventions); a key that runs into
+ * a disk read still filling the host tier waits for the disk tier's ops in flight. */
 int kvt_insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, int32_t priority,
                size_t *prefix_len);
 
-/* Lock a node and its ancestors against eviction (lock refs are counted). */
+/* Lock a node and its ancestors against eviction (lock refs are counted). -EINVAL for a ref
+ * that is stale (see kvt_node_ref), forged or 0. */
 int kvt_lock(kvt_engine *e, kvt_node_ref node);
 
 /* Drop one lock ref from node and its ancestors; -EINVAL if node is not locked. The root
@@ -292,31 +348,46 @@ int kvt_lock(kvt_engine *e, kvt_node_ref node);
 int kvt_unlock(kvt_engine *e, kvt_node_ref node);
 
 /* Evict at least tokens tokens of unlocked leaves by the eviction policy (fewer if not
- * enough are evictable), freeing their slots. *evicted (may be NULL) gets the count. */
+ * enough are evictable), freeing their slots. *evicted (may be NULL) gets the count. Nodes
+ * with a host copy keep it. Errors: -EINVAL (e NULL).
+ * Blocks: applies finished transfers; when nodes a transfer is filling stand in the way, waits
+ * for the transfers in flight (kvt_sync); under write_back it backs leaves up and waits for
+ * those backups before they go. */
 int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted);
 
 /* ---- device slot allocator ---- */
 
-/* Allocate n slots (n a multiple of page_size) as whole pages; -ENOMEM changes nothing. */
+/* Allocate n slots (n a multiple of page_size, 0 included: nothing is allocated and slots
+ * may be NULL) as whole pages. Does not evict: -ENOMEM (changing nothing) when fewer are
+ * free; make room with kvt_evict. Errors: -EINVAL, -ENOMEM. */
 int kvt_alloc(kvt_engine *e, size_t n, int32_t *slots);
 
 /* Free slots the caller allocated: each page named returns once. Slots of pages that are
  * free, cached or out of range give -EINVAL and nothing is freed. Inside a free group the
- * pages are held back until kvt_free_group_end. */
+ * pages are held back until kvt_free_group_end, and so are pages eviction frees meanwhile:
+ * kvt_alloc_extend, kvt_alloc_decode and load-backs do not evict inside a group. slots may be
+ * NULL when n is 0.
+ * Errors: -EINVAL; begin inside a group and end outside one are -EINVAL too. */
 int kvt_free(kvt_engine *e, const int32_t *slots, size_t n);
 int kvt_free_group_begin(kvt_engine *e);
 int kvt_free_group_end(kvt_engine *e);
 
-/* Slots for extending batch requests from prefix_lens[i] to seq_lens[i] tokens. last_locs[i]
+/* Slots for extending batch requests (0: nothing to do, out_len 0) from prefix_lens[i] to
+ * seq_lens[i] tokens, each seq_lens[i] > prefix_lens[i] and at most max_context. last_locs[i]
  * is the slot of token prefix_lens[i]-1 (-1 when the prefix is empty). out receives, request
  * after request, the slots of the new tokens: the rest of the last partial page, then whole
- * new pages, then a new partial page. out_len must be the sum of the extensions. */
+ * new pages, then a new partial page. out_len must be the sum of the extensions. Short of
+ * free pages, it evicts unlocked device leaves for the shortfall, but only when eviction can
+ * cover it: -ENOMEM has evicted nothing. Errors: -EINVAL (bad lengths, a last_loc not at the
+ * prefix's end or in a page the caller does not hold, out_len), -ENOMEM.
+ * Blocks: when it evicts, as kvt_evict. */
 int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
                      size_t out_len);
 
-/* One slot per request for decoding token seq_lens[i]-1: last_locs[i]+1 inside a page, the
- * first slot of a new page at a page boundary. */
+/* One slot per request (batch 0: nothing to do) for decoding token seq_lens[i]-1:
+ * last_locs[i]+1 inside a page, the first slot of a new page at a page boundary. Evicts as
+ * kvt_alloc_extend does. Errors: -EINVAL, -ENOMEM. Blocks: when it evicts, as kvt_evict. */
 int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
                      const int32_t *last_locs, int32_t *out);
 
@@ -327,13 +398,16 @@ size_t kvt_available(const kvt_engine *e);
 
 /* Copy n token rows of layer between the pool and host buffers. For MHA, k and v hold n rows
  * of kv_heads x head_dim (v: v_head_dim) elements; for MLA, k holds n rows of kv_lora_rank +
- * qk_rope_head_dim elements and v must be NULL. */
+ * qk_rope_head_dim elements and v must be NULL. Slots are any rows of the pool (ownership is
+ * not checked). Errors: -EINVAL (layer, a slot outside the pool, k NULL, v given or not as the
+ * attention kind wants), KVT_EBACKEND (cuda copy failed).
+ * Blocks: the copy is synchronous (cuda: until the bytes have landed). */
 int kvt_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
                  const void *v);
 int kvt_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v);
 
 /* The device address of a layer's K (which 0) or V (which 1; MHA only) buffer and its row
- * size in bytes, for the caller's attention kernels. Valid until kvt_close. */
+ * size in bytes, for the caller's attention kernels. Valid until kvt_close. Errors: -EINVAL. */
 int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *row_bytes);
 
 /* ---- requests ---- */
@@ -347,28 +421,46 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
  * tokens) and req->load_op names the load. Before its forward reads layer l, the caller
  * waits with kvt_load_wait_layer(e, req->load_op, l, stream). load_op is also set when
  * the device prefix is still being filled by another request's load. When the device has
- * no room, the host part is left to be recomputed. */
+ * no room even after eviction, the host part is left to be recomputed and nothing is evicted.
+ * Errors: -EINVAL (key as kvt_match, but may be empty; req NULL), -ENOMEM (no request slot,
+ * or a split found no memory), KVT_EBACKEND.
+ * Blocks: a load-back may evict (as kvt_evict). With a disk tier the part only the disk holds
+ * is read to the host first: prefetch_policy wait_complete waits for that read, timeout waits
+ * up to prefetch_timeout_ms, best_effort does not wait; the read may need host room (see the
+ * conventions). */
 int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req);
 
 /* Write n slots into the request's req_to_token row from position start; start may not be
- * past the entries written so far (no holes). */
+ * past the entries written so far (no holes). Errors: -EINVAL (req not live, past
+ * max_context, a hole, slots NULL with n > 0). */
 int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const int32_t *slots,
                   size_t n);
 
-/* Read n slots of the request's req_to_token row from position start. */
+/* Read n slots of the request's req_to_token row from position start. Errors: -EINVAL (req
+ * not live, past max_context, out NULL with n > 0). */
 int kvt_req_read(const kvt_engine *e, const struct kvt_req *req, size_t start, size_t n,
                  int32_t *out);
 
 /* Chunked prefill boundary: insert the whole pages of key (the tokens filled so far, whose
  * slots are in req_to_token), free the request's duplicates of pages the cache already had,
- * re-match, point req_to_token at the cached slots, and move the lock to the new last node. */
+ * re-match, point req_to_token at the cached slots, and move the lock to the new last node.
+ * req->load_op grows when the cached slots are another request's load still landing.
+ * Errors: -EINVAL (req not live or not as kvt_req_begin left it, key shorter than the
+ * protected prefix or longer than the row, a slot of the key's part not the caller's),
+ * -ENOMEM (tree memory), -EUCLEAN. Blocks: as kvt_insert. */
 int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key);
 
-/* Finish a request: insert the whole pages of key (its committed tokens) with priority, free
- * duplicates and the partial tail page, unlock, and release the request slot. With insert 0
- * nothing is inserted and every slot past the protected prefix is freed. key must cover the
- * protected prefix and no more than the row holds: a request that allocated nothing is
- * released with key->len == req->protected_len (0 when nothing matched). */
+/* Finish a request: insert the whole pages of key (its committed tokens) with priority,
+ * unlock, release the request slot, and free every slot the request's row holds past the
+ * protected prefix that did not pass to the cache: duplicates of pages the cache already had,
+ * the key's partial tail page, and slots written past key->len (allocated for tokens that
+ * were not committed). With insert 0 nothing is inserted and every slot past the protected
+ * prefix is freed. key must cover the protected prefix and no more than the row holds, and
+ * the row past the protected prefix must be whole pages then at most one partial page, each
+ * held by the caller and none named twice (-EINVAL otherwise: rewrite bad entries with
+ * kvt_req_write). A request that allocated nothing is released with key->len ==
+ * req->protected_len (0 when nothing matched). On success req is dead (pool_idx -1).
+ * Errors: -EINVAL, -ENOMEM (tree memory), -EUCLEAN. Blocks: as kvt_insert. */
 int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key,
                            int32_t priority, int insert);
 
@@ -380,16 +472,22 @@ size_t kvt_req_available(const kvt_engine *e);
 /* Make the caller wait until layer of load op (kvt_req.load_op) has landed on the device.
  * sim: blocks the calling thread. cuda: makes stream (a cudaStream_t; NULL: the legacy
  * default stream) wait for the layer, and returns at once. op 0, or an op already done,
- * returns at once. KVT_EBACKEND when the load failed: the prefix must not be used. */
+ * returns at once. KVT_EBACKEND when the load failed: the prefix must not be used.
+ * Errors: -EINVAL (layer out of range, an op never issued), KVT_EBACKEND.
+ * Blocks: sim, until the layer has landed. */
 int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream);
 
-/* Apply up to max finished transfers (0: all) to the prefix cache: backups become host
- * copies, loads release their pages for eviction. *applied (may be NULL) gets the count.
+/* Apply up to max finished transfers and disk ops together (0: all) to the prefix cache:
+ * backups become host copies, loads release their pages for eviction, disk writes and reads
+ * land. *applied (may be NULL) gets the count.
  * Call once per scheduler step; the engine also polls when it needs room. KVT_EBACKEND once
- * any transfer failed (a CUDA error): from then on the engine refuses to serve; close it. */
+ * any transfer failed (a CUDA error): from then on the engine refuses to serve; close it.
+ * Errors: -EINVAL (e NULL), KVT_EBACKEND. Never waits; applied backups may start disk
+ * writes. */
 int kvt_poll(kvt_engine *e, size_t max, size_t *applied);
 
-/* Wait for every transfer in flight and apply them all: afterwards nothing is pending. */
+/* Wait for every transfer and disk op in flight and apply them all: afterwards nothing is
+ * pending. Errors: -EINVAL (e NULL), KVT_EBACKEND. Blocks: until all of it has landed. */
 int kvt_sync(kvt_engine *e);
 
 /* ---- disk tier ---- */
@@ -398,7 +496,10 @@ int kvt_sync(kvt_engine *e);
  * without waiting (call it when a request is queued; kvt_req_begin then finds the pages on
  * the host, or waits for them per prefetch_policy). *tokens (may be NULL) gets how many
  * tokens are being read: 0 when there is nothing to read, it is shorter than prefetch_min,
- * a read of it is already under way, or the host tier has no room. */
+ * a read of it is already under way, or the host tier has no room.
+ * Errors: -EINVAL (key as kvt_match), -ENOMEM (a split found no memory), KVT_EBACKEND.
+ * Blocks: it reads the disk index; a device-only prefix before the disk part is backed up to
+ * the host first, and room on the host may be made (see the conventions). */
 int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens);
 
 #ifdef __cplusplus

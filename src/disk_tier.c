@@ -162,12 +162,13 @@ static void apply_done(kvt_engine *e, const struct dstore_done *d)
         apply(e, op);
 }
 
-size_t disk_poll(kvt_engine *e)
+size_t disk_poll(kvt_engine *e, size_t max)
 {
     struct dstore_done d[16];
     size_t n, total = 0;
 
-    while (e->disk && (n = dstore_poll(e->disk, d, 16)) > 0) {
+    while (e->disk && total < max &&
+           (n = dstore_poll(e->disk, d, max - total < 16 ? max - total : 16)) > 0) {
         for (size_t i = 0; i < n; i++)
             apply_done(e, &d[i]);
         total += n;
@@ -211,7 +212,7 @@ void disk_wait_reads(kvt_engine *e, int timeout_ms)
     uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     struct disk_op *op;
 
-    disk_poll(e);
+    disk_poll(e, SIZE_MAX);
     while (timeout_ms != 0 && (op = first_read(&e->dops)) != NULL) {
         uint64_t now = now_ms();
         struct dstore_done d;

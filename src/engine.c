@@ -14,11 +14,9 @@
 
 /* ---- options ---- */
 
-void kvt_options_init(struct kvt_options *o, size_t size)
+static void option_defaults(struct kvt_options *o)
 {
-    if (!o || size < sizeof(*o))
-        return;
-    memset(o, 0, size);
+    memset(o, 0, sizeof(*o));
     o->size = sizeof(*o);
     o->page_size = 16;
     o->backend = KVT_BACKEND_AUTO;
@@ -30,17 +28,65 @@ void kvt_options_init(struct kvt_options *o, size_t size)
     o->write_threshold = 2;
 }
 
-/* Copy the caller's options; bytes past the struct this library knows must be zero, so a
- * newer caller's option is never silently ignored. */
+/* size is the caller's sizeof: an older caller's struct is shorter and gets the defaults of
+ * its own fields only; a newer caller's is longer and gets zeros past ours, which kvt_open
+ * then checks are still zero. */
+void kvt_options_init(struct kvt_options *o, size_t size)
+{
+    struct kvt_options d;
+
+    if (!o || size < sizeof(o->size))
+        return;
+    option_defaults(&d);
+    if (size > sizeof(d))
+        memset((uint8_t *)o + sizeof(d), 0, size - sizeof(d));
+    memcpy(o, &d, size < sizeof(d) ? size : sizeof(d));
+    o->size = size;
+}
+
+/* Every field of struct kvt_options, so a shorter struct is read field by field: a field past
+ * the caller's size keeps its default, even one that sits in the older struct's tail padding. */
+#define OPTION(f)                                                                                  \
+    {                                                                                              \
+        offsetof(struct kvt_options, f), sizeof(((struct kvt_options *)0)->f)                      \
+    }
+static const struct {
+    size_t off, len;
+} option_fields[] = {
+    OPTION(geometry),        OPTION(page_size),
+    OPTION(backend),         OPTION(device_tokens),
+    OPTION(device_bytes),    OPTION(max_requests),
+    OPTION(max_context),     OPTION(evict_policy),
+    OPTION(hash_pages),      OPTION(model_id),
+    OPTION(tp_rank),         OPTION(tp_size),
+    OPTION(host_tokens),     OPTION(host_bytes),
+    OPTION(host_ratio),      OPTION(host_layout),
+    OPTION(write_policy),    OPTION(write_threshold),
+    OPTION(load_back_min),   OPTION(io),
+    OPTION(disk_dir),        OPTION(disk_bytes),
+    OPTION(disk_io),         OPTION(disk_write_policy),
+    OPTION(prefetch_policy), OPTION(prefetch_timeout_ms),
+    OPTION(prefetch_min),    OPTION(stats_socket),
+};
+#undef OPTION
+_Static_assert(offsetof(struct kvt_options, stats_socket) + sizeof(const char *) ==
+                   sizeof(struct kvt_options),
+               "a field added to struct kvt_options needs its row in option_fields");
+
+/* Copy the caller's options over the defaults. Bytes past the struct this library knows must
+ * be zero, so a newer caller's option is never silently ignored. */
 static int copy_options(const struct kvt_options *in, struct kvt_options *o)
 {
-    if (!in || in->size < sizeof(*o))
+    if (!in || in->size < sizeof(in->size))
         return -EINVAL;
     for (size_t i = sizeof(*o); i < in->size; i++)
         if (((const uint8_t *)in)[i])
             return -EINVAL;
-    *o = *in;
-    o->size = sizeof(*o);
+    option_defaults(o);
+    for (size_t i = 0; i < sizeof(option_fields) / sizeof(option_fields[0]); i++)
+        if (option_fields[i].off + option_fields[i].len <= in->size)
+            memcpy((uint8_t *)o + option_fields[i].off, (const uint8_t *)in + option_fields[i].off,
+                   option_fields[i].len);
     return 0;
 }
 
@@ -218,7 +264,24 @@ void kvt_close(kvt_engine *e)
 
 void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])
 {
-    memcpy(out, e->fingerprint, KVT_HASH_LEN);
+    if (out && e)
+        memcpy(out, e->fingerprint, KVT_HASH_LEN);
+    else if (out)
+        memset(out, 0, KVT_HASH_LEN);
+}
+
+#define KVT_STR_(x) #x
+#define KVT_STR(x) KVT_STR_(x)
+
+const char *kvt_version(int *major, int *minor, int *patch)
+{
+    if (major)
+        *major = KVT_VERSION_MAJOR;
+    if (minor)
+        *minor = KVT_VERSION_MINOR;
+    if (patch)
+        *patch = KVT_VERSION_PATCH;
+    return KVT_STR(KVT_VERSION_MAJOR) "." KVT_STR(KVT_VERSION_MINOR) "." KVT_STR(KVT_VERSION_PATCH);
 }
 
 const char *kvt_strerror(int err)
@@ -259,16 +322,14 @@ void engine_publish(kvt_engine *e)
         stats_server_publish(e->stats, &st);
 }
 
-int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
+static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
 {
     struct rdx_sizes s;
     uint32_t ps;
 
-    if (!e || !st || st->size < sizeof(*st))
-        return -EINVAL;
     ps = e->opts.page_size;
     rdx_sizes(e->tree, &s);
-    memset(st, 0, st->size);
+    memset(st, 0, sizeof(*st));
     st->size = sizeof(*st);
     st->backend = e->be->kind;
     st->page_size = ps;
@@ -288,6 +349,22 @@ int kvt_stats(const kvt_engine *e, struct kvt_stats *st)
     st->evicted_tokens = e->count.evicted_tokens;
     tiers_stats(e, st);
     disk_stats(e, st);
+}
+
+/* An older caller's struct is shorter: it gets the fields it has. A newer caller's is longer:
+ * the fields this library does not know are zeroed, and st->size says where ours end. */
+int kvt_stats(const kvt_engine *e, struct kvt_stats *out)
+{
+    struct kvt_stats full;
+
+    if (!e || !out || out->size < sizeof(out->size))
+        return -EINVAL;
+    size_t size = out->size;
+    fill_stats(e, &full);
+    if (size > sizeof(full))
+        memset((uint8_t *)out + sizeof(full), 0, size - sizeof(full));
+    full.size = size < sizeof(full) ? size : sizeof(full);
+    memcpy(out, &full, full.size);
     return 0;
 }
 
@@ -368,6 +445,12 @@ static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struc
     return 0;
 }
 
+/* The op a device prefix waits for: the highest load still filling it. */
+static uint64_t load_to_wait(const kvt_engine *e, uint64_t pending)
+{
+    return e->has_host && pending > xfer_done(e->xfer, XFER_LOAD) ? pending : 0;
+}
+
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
 {
     struct rdx_hit hit;
@@ -384,6 +467,7 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
     m->last_node = hit.dev_last;
     m->host_len = hit.host_pages * e->opts.page_size;
     m->disk_len = dp.pages * e->opts.page_size;
+    m->load_op = load_to_wait(e, hit.pending);
     return 0;
 }
 
@@ -496,38 +580,46 @@ int kvt_free_group_end(kvt_engine *e)
     return e ? slot_free_group_end(&e->alloc) : -EINVAL;
 }
 
-/* An allocation that cannot be met evicts device leaves (backed-up nodes keep their host
- * copy) and tries once more; only then is it -ENOMEM. The most it can need is a page per
- * request beyond its new tokens. */
+static int check_seq_lens(const kvt_engine *e, size_t batch, const uint32_t *seq_lens)
+{
+    for (size_t i = 0; seq_lens && i < batch; i++)
+        if (seq_lens[i] > e->opts.max_context)
+            return -EINVAL;
+    return 0;
+}
+
+/* An allocation short of free pages evicts device leaves (backed-up nodes keep their host
+ * copy) for exactly the shortfall, and only when eviction can cover it; otherwise it is
+ * -ENOMEM with nothing evicted. */
 int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
                      size_t out_len)
 {
-    if (!e)
+    size_t need;
+    int rc;
+
+    if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    for (size_t i = 0; seq_lens && i < batch; i++)
-        if (seq_lens[i] > e->opts.max_context)
-            return -EINVAL;
-    int rc = slot_alloc_extend(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len);
-    if (rc != -ENOMEM)
+    rc = slot_extend_check(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len, &need);
+    if (rc || (rc = tiers_room_for(e, need)))
         return rc;
-    tiers_make_room(e, out_len + batch * e->opts.page_size);
-    return slot_alloc_extend(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len);
+    slot_extend_take(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out);
+    return 0;
 }
 
 int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
                      const int32_t *last_locs, int32_t *out)
 {
-    if (!e)
+    size_t need;
+    int rc;
+
+    if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    for (size_t i = 0; seq_lens && i < batch; i++)
-        if (seq_lens[i] > e->opts.max_context)
-            return -EINVAL;
-    int rc = slot_alloc_decode(&e->alloc, batch, seq_lens, last_locs, out);
-    if (rc != -ENOMEM)
+    rc = slot_decode_check(&e->alloc, batch, seq_lens, last_locs, out, &need);
+    if (rc || (rc = tiers_room_for(e, need)))
         return rc;
-    tiers_make_room(e, batch * e->opts.page_size);
-    return slot_alloc_decode(&e->alloc, batch, seq_lens, last_locs, out);
+    slot_decode_take(&e->alloc, batch, seq_lens, last_locs, out);
+    return 0;
 }
 
 size_t kvt_available(const kvt_engine *e)
@@ -560,12 +652,6 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
 
 /* ---- requests ---- */
 
-/* The op a request's device prefix waits for: the highest load still filling it. */
-static uint64_t load_to_wait(const kvt_engine *e, uint64_t pending)
-{
-    return e->has_host && pending > xfer_done(e->xfer, XFER_LOAD) ? pending : 0;
-}
-
 int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
 {
     struct rdx_hit hit;
@@ -593,7 +679,8 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
     *req = (struct kvt_req){.pool_idx = idx,
                             .protected_len = hit.dev_pages * ps,
                             .last_node = hit.dev_last,
-                            .load_op = load_to_wait(e, hit.pending)};
+                            .load_op = load_to_wait(e, hit.pending),
+                            .gen = req_pool_gen(&e->reqs, idx)};
     uint64_t op = 0;
     if (tiers_load_back(e, &hit, row + req->protected_len, &op) == 0) {
         req->loaded_len = hit.host_pages * ps;
@@ -606,10 +693,17 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
     return 0;
 }
 
+/* A request handle names its slot's current holder: a copy kept past the finish of its
+ * request must not act on the next request the slot serves. */
+static bool req_live(const kvt_engine *e, const struct kvt_req *req)
+{
+    return e && req && req_pool_live(&e->reqs, req->pool_idx, req->gen);
+}
+
 int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const int32_t *slots,
                   size_t n)
 {
-    if (!e || !req)
+    if (!req_live(e, req))
         return -EINVAL;
     return req_pool_write(&e->reqs, req->pool_idx, start, slots, n);
 }
@@ -617,7 +711,7 @@ int kvt_req_write(kvt_engine *e, const struct kvt_req *req, size_t start, const 
 int kvt_req_read(const kvt_engine *e, const struct kvt_req *req, size_t start, size_t n,
                  int32_t *out)
 {
-    if (!e || !req)
+    if (!req_live(e, req))
         return -EINVAL;
     return req_pool_read(&e->reqs, req->pool_idx, start, n, out);
 }
@@ -628,22 +722,25 @@ size_t kvt_req_available(const kvt_engine *e)
 }
 
 /* A request the caller hands back must be live, its key must cover the protected prefix and
- * stay within what its row holds, and its tokens past the protected prefix must sit in slots
- * the caller holds; then nothing below can fail halfway. A key of exactly the protected
- * prefix (even empty) is fine: it releases a request that allocated nothing. */
-static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_key *key)
+ * stay within what its row holds, and the row's slots past the protected prefix (up to the
+ * key's end, or with whole_row all it holds) must be the caller's; then nothing below can
+ * fail halfway. A key of exactly the protected prefix (even empty) is fine: it releases a
+ * request that allocated nothing. */
+static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_key *key,
+                     bool whole_row)
 {
     const int32_t *row;
+    size_t filled;
 
-    if (!req || check_key_form(e, key))
+    if (!req_live(e, req) || check_key_form(e, key))
         return -EINVAL;
-    if (!req_pool_in_use(&e->reqs, req->pool_idx) || key->len < req->protected_len ||
-        key->len > req_pool_filled(&e->reqs, req->pool_idx) ||
+    filled = req_pool_filled(&e->reqs, req->pool_idx);
+    if (key->len < req->protected_len || key->len > filled ||
         req->protected_len % e->opts.page_size || rdx_is_locked(e->tree, req->last_node) != 1)
         return -EINVAL;
     row = req_pool_row(&e->reqs, req->pool_idx);
-    return slot_row_held(&e->alloc, row + req->protected_len, key->len - req->protected_len,
-                         e->pages);
+    return slot_row_held(&e->alloc, row + req->protected_len,
+                         (whole_row ? filled : key->len) - req->protected_len, e->pages);
 }
 
 static struct kvt_key aligned_key(const kvt_engine *e, const struct kvt_key *key)
@@ -658,7 +755,7 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
 {
     kvt_node_ref last;
     size_t cached = 0;
-    int rc = check_req(e, req, key);
+    int rc = check_req(e, req, key, false);
 
     if (rc)
         return rc;
@@ -694,23 +791,26 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
                            int32_t priority, int insert_pages)
 {
     size_t cached;
-    int rc = check_req(e, req, key);
+    int rc = check_req(e, req, key, true);
 
     if (rc)
         return rc;
     struct kvt_key k = aligned_key(e, key);
     const int32_t *row = req_pool_row(&e->reqs, req->pool_idx);
+    size_t filled = req_pool_filled(&e->reqs, req->pool_idx);
     cached = k.len; /* without an insert, every page past the protected prefix goes */
     if (insert_pages && k.len > req->protected_len && (rc = insert(e, &k, row, priority, &cached)))
         return rc;
-    /* Duplicates of what the tree had (or everything, without insert), then the tail. */
+    /* Duplicates of what the tree had (or everything, without insert), then the rest of the
+     * row: the key's partial tail page and slots past the key (allocated, not committed). */
     slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
-    slot_free(&e->alloc, row + k.len, key->len - k.len);
+    slot_free(&e->alloc, row + k.len, filled - k.len);
     rdx_unlock(e->tree, req->last_node);
     req_pool_free(&e->reqs, req->pool_idx);
     req->pool_idx = -1;
     req->protected_len = 0;
     req->last_node = 0;
+    req->gen = 0;
     return 0;
 }
 

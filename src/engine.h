@@ -123,8 +123,9 @@ int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, ui
  * pages evicted. */
 size_t tiers_evict(kvt_engine *e, size_t pages);
 
-/* Make tokens slots free by tiers_evict. */
-void tiers_make_room(kvt_engine *e, size_t tokens);
+/* Make pages device pages free, evicting as tiers_evict does when there are too few: 0, or
+ * -ENOMEM having changed nothing when eviction could not free enough. */
+int tiers_room_for(kvt_engine *e, size_t pages);
 
 void tiers_stats(const kvt_engine *e, struct kvt_stats *st);
 
@@ -159,8 +160,8 @@ bool disk_reading(const kvt_engine *e);
  * up to timeout_ms, or until they are all applied (-1). */
 void disk_wait_reads(kvt_engine *e, int timeout_ms);
 
-/* Apply every completed disk op: how many. */
-size_t disk_poll(kvt_engine *e);
+/* Apply completed disk ops, at most max of them: how many. */
+size_t disk_poll(kvt_engine *e, size_t max);
 
 /* Wait for and apply every disk op. */
 void disk_sync(kvt_engine *e);

@@ -232,13 +232,21 @@ size_t tiers_evict(kvt_engine *e, size_t pages)
     return done;
 }
 
-void tiers_make_room(kvt_engine *e, size_t tokens)
+/* Eviction frees every unlocked device page, waiting for transfers where it must, so what is
+ * evictable now says whether it can meet the need; inside a free group the pages it frees
+ * are held back, so there it cannot. Deciding first means a call that fails evicted nothing. */
+int tiers_room_for(kvt_engine *e, size_t pages)
 {
-    size_t avail = slot_available(&e->alloc);
-    uint32_t ps = e->opts.page_size;
+    struct rdx_sizes s;
+    size_t nfree = e->alloc.nfree;
 
-    if (avail < tokens)
-        tiers_evict(e, (tokens - avail + ps - 1) / ps);
+    if (pages <= nfree)
+        return 0;
+    rdx_sizes(e->tree, &s);
+    if (e->alloc.in_group || pages - nfree > s.evictable_pages)
+        return -ENOMEM;
+    tiers_evict(e, pages - nfree);
+    return pages <= e->alloc.nfree ? 0 : -ENOMEM;
 }
 
 int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, uint64_t *op)
@@ -251,8 +259,7 @@ int tiers_load_back(kvt_engine *e, const struct rdx_hit *hit, int32_t *slots, ui
     if (!e->has_host || n == 0 || tokens < e->opts.load_back_min || queue_reserve(q))
         return 1;
     /* The device prefix is locked by the caller, so making room cannot take it. */
-    tiers_make_room(e, tokens);
-    if (slot_alloc(&e->alloc, tokens, slots))
+    if (tiers_room_for(e, n) || slot_alloc(&e->alloc, tokens, slots))
         return 1;
     slot_pages_of(&e->alloc, slots, tokens, e->dev_pages);
     slot_claim(&e->alloc, e->dev_pages, n);
@@ -314,7 +321,7 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
             max = SIZE_MAX;
         n = apply(e, XFER_LOAD, max);
         n += apply(e, XFER_BACKUP, max - n);
-        n += disk_poll(e);
+        n += disk_poll(e, max - n);
     }
     if (applied)
         *applied = n;

@@ -94,7 +94,7 @@ static uint32_t take_page(struct slot_alloc *a)
 
 int slot_alloc(struct slot_alloc *a, size_t n, int32_t *slots)
 {
-    if (n == 0 || n % a->page_size || !slots)
+    if (n % a->page_size || (n && !slots))
         return -EINVAL;
     if (n / a->page_size > a->nfree)
         return -ENOMEM;
@@ -209,14 +209,14 @@ static int check_last_loc(const struct slot_alloc *a, uint64_t len, int32_t last
     return len % a->page_size == 0 && a->state[p] == PAGE_CACHED ? 0 : -EINVAL;
 }
 
-int slot_alloc_extend(struct slot_alloc *a, size_t batch, const uint32_t *prefix_lens,
-                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
-                      size_t out_len)
+int slot_extend_check(const struct slot_alloc *a, size_t batch, const uint32_t *prefix_lens,
+                      const uint32_t *seq_lens, const int32_t *last_locs, const int32_t *out,
+                      size_t out_len, size_t *pages)
 {
     uint32_t ps = a->page_size;
     uint64_t total = 0, need = 0;
 
-    if (batch == 0 || !prefix_lens || !seq_lens || !last_locs || !out)
+    if (batch && (!prefix_lens || !seq_lens || !last_locs || !out))
         return -EINVAL;
     for (size_t i = 0; i < batch; i++) {
         if (seq_lens[i] <= prefix_lens[i] || check_last_loc(a, prefix_lens[i], last_locs[i]))
@@ -226,8 +226,14 @@ int slot_alloc_extend(struct slot_alloc *a, size_t batch, const uint32_t *prefix
     }
     if (total != out_len)
         return -EINVAL;
-    if (need > a->nfree)
-        return -ENOMEM;
+    *pages = need;
+    return 0;
+}
+
+void slot_extend_take(struct slot_alloc *a, size_t batch, const uint32_t *prefix_lens,
+                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out)
+{
+    uint32_t ps = a->page_size;
 
     for (size_t i = 0; i < batch; i++) {
         uint64_t pre = prefix_lens[i], seq = seq_lens[i];
@@ -244,30 +250,61 @@ int slot_alloc_extend(struct slot_alloc *a, size_t batch, const uint32_t *prefix
                 *out++ = (int32_t)(p * ps + k);
         }
     }
+}
+
+int slot_alloc_extend(struct slot_alloc *a, size_t batch, const uint32_t *prefix_lens,
+                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
+                      size_t out_len)
+{
+    size_t need;
+    int rc = slot_extend_check(a, batch, prefix_lens, seq_lens, last_locs, out, out_len, &need);
+
+    if (rc)
+        return rc;
+    if (need > a->nfree)
+        return -ENOMEM;
+    slot_extend_take(a, batch, prefix_lens, seq_lens, last_locs, out);
     return 0;
+}
+
+int slot_decode_check(const struct slot_alloc *a, size_t batch, const uint32_t *seq_lens,
+                      const int32_t *last_locs, const int32_t *out, size_t *pages)
+{
+    size_t need = 0;
+
+    if (batch && (!seq_lens || !last_locs || !out))
+        return -EINVAL;
+    for (size_t i = 0; i < batch; i++) {
+        if (seq_lens[i] == 0 || check_last_loc(a, seq_lens[i] - 1, last_locs[i]))
+            return -EINVAL;
+        need += (seq_lens[i] - 1) % a->page_size == 0;
+    }
+    *pages = need;
+    return 0;
+}
+
+void slot_decode_take(struct slot_alloc *a, size_t batch, const uint32_t *seq_lens,
+                      const int32_t *last_locs, int32_t *out)
+{
+    for (size_t i = 0; i < batch; i++) {
+        if ((seq_lens[i] - 1) % a->page_size == 0)
+            out[i] = (int32_t)(take_page(a) * a->page_size);
+        else
+            out[i] = last_locs[i] + 1;
+    }
 }
 
 int slot_alloc_decode(struct slot_alloc *a, size_t batch, const uint32_t *seq_lens,
                       const int32_t *last_locs, int32_t *out)
 {
-    uint32_t ps = a->page_size;
-    uint64_t need = 0;
+    size_t need;
+    int rc = slot_decode_check(a, batch, seq_lens, last_locs, out, &need);
 
-    if (batch == 0 || !seq_lens || !last_locs || !out)
-        return -EINVAL;
-    for (size_t i = 0; i < batch; i++) {
-        if (seq_lens[i] == 0 || check_last_loc(a, seq_lens[i] - 1, last_locs[i]))
-            return -EINVAL;
-        need += (seq_lens[i] - 1) % ps == 0;
-    }
+    if (rc)
+        return rc;
     if (need > a->nfree)
         return -ENOMEM;
-    for (size_t i = 0; i < batch; i++) {
-        if ((seq_lens[i] - 1) % ps == 0)
-            out[i] = (int32_t)(take_page(a) * ps);
-        else
-            out[i] = last_locs[i] + 1;
-    }
+    slot_decode_take(a, batch, seq_lens, last_locs, out);
     return 0;
 }
 

@@ -47,6 +47,21 @@ int slot_alloc_extend(struct slot_alloc *a, size_t batch, const uint32_t *prefix
 int slot_alloc_decode(struct slot_alloc *a, size_t batch, const uint32_t *seq_lens,
                       const int32_t *last_locs, int32_t *out);
 
+/* The two halves of slot_alloc_extend / slot_alloc_decode, for a caller that makes room in
+ * between: check validates everything and counts the pages the call takes from the free
+ * list (*pages), changing nothing; take hands them out and needs that many pages free. take
+ * does not look at last_locs' pages again: a page-aligned prefix's last page (the cache's)
+ * may have been evicted in between, and its slot is not used. */
+int slot_extend_check(const struct slot_alloc *a, size_t batch, const uint32_t *prefix_lens,
+                      const uint32_t *seq_lens, const int32_t *last_locs, const int32_t *out,
+                      size_t out_len, size_t *pages);
+void slot_extend_take(struct slot_alloc *a, size_t batch, const uint32_t *prefix_lens,
+                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out);
+int slot_decode_check(const struct slot_alloc *a, size_t batch, const uint32_t *seq_lens,
+                      const int32_t *last_locs, const int32_t *out, size_t *pages);
+void slot_decode_take(struct slot_alloc *a, size_t batch, const uint32_t *seq_lens,
+                      const int32_t *last_locs, int32_t *out);
+
 /* ---- ownership hand-over with the prefix cache ---- */
 
 /* Turn n tokens of slots (whole pages, in order) into page numbers, checking that each page

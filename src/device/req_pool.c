@@ -15,13 +15,16 @@ int req_pool_init(struct req_pool *r, uint32_t max_reqs, uint32_t max_context)
     r->free_list = malloc(max_reqs * sizeof(uint32_t));
     r->in_use = calloc(max_reqs, 1);
     r->filled = calloc(max_reqs, sizeof(uint32_t));
-    if (!r->map || !r->free_list || !r->in_use || !r->filled) {
+    r->gen = malloc(max_reqs * sizeof(uint32_t));
+    if (!r->map || !r->free_list || !r->in_use || !r->filled || !r->gen) {
         req_pool_finish(r);
         return -ENOMEM;
     }
     /* Pop order 0, 1, 2, ... as in SGLang's free_slots list. */
-    for (uint32_t i = 0; i < max_reqs; i++)
+    for (uint32_t i = 0; i < max_reqs; i++) {
         r->free_list[i] = max_reqs - 1 - i;
+        r->gen[i] = 1;
+    }
     r->nfree = max_reqs;
     return 0;
 }
@@ -32,6 +35,7 @@ void req_pool_finish(struct req_pool *r)
     free(r->free_list);
     free(r->in_use);
     free(r->filled);
+    free(r->gen);
     memset(r, 0, sizeof(*r));
 }
 
@@ -51,11 +55,23 @@ int req_pool_in_use(const struct req_pool *r, int32_t idx)
     return idx >= 0 && (uint32_t)idx < r->max_reqs && r->in_use[idx];
 }
 
+uint32_t req_pool_gen(const struct req_pool *r, int32_t idx)
+{
+    return r->gen[idx];
+}
+
+int req_pool_live(const struct req_pool *r, int32_t idx, uint32_t gen)
+{
+    return req_pool_in_use(r, idx) && r->gen[idx] == gen;
+}
+
 int req_pool_free(struct req_pool *r, int32_t idx)
 {
     if (!req_pool_in_use(r, idx))
         return -EINVAL;
     r->in_use[idx] = 0;
+    if (++r->gen[idx] == 0)
+        r->gen[idx] = 1;
     r->free_list[r->nfree++] = (uint32_t)idx;
     return 0;
 }

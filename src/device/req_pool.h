@@ -12,6 +12,7 @@ struct req_pool {
     uint32_t nfree;
     uint8_t *in_use;
     uint32_t *filled; /* per row: entries written so far, without holes */
+    uint32_t *gen;    /* per row: moves on each free, never 0, so a stale handle is caught */
 };
 
 int req_pool_init(struct req_pool *r, uint32_t max_reqs, uint32_t max_context);
@@ -19,6 +20,10 @@ void req_pool_finish(struct req_pool *r);
 int req_pool_alloc(struct req_pool *r, int32_t *idx); /* -ENOMEM when full */
 int req_pool_free(struct req_pool *r, int32_t idx);   /* -EINVAL unless in use */
 int req_pool_in_use(const struct req_pool *r, int32_t idx);
+/* The generation of row idx (in range): what a handle to its current holder carries. */
+uint32_t req_pool_gen(const struct req_pool *r, int32_t idx);
+/* Whether idx is in use by the holder of generation gen. */
+int req_pool_live(const struct req_pool *r, int32_t idx, uint32_t gen);
 /* Write n entries from start; start must not leave a hole past what the row holds. */
 int req_pool_write(struct req_pool *r, int32_t idx, size_t start, const int32_t *slots, size_t n);
 /* Entries of the row written since the slot was taken. */

@@ -39,6 +39,7 @@ struct rdx_node {
     bool on_device;            /* pages[] names device pages */
     bool on_host;              /* host[] names host pages */
     bool on_disk;              /* every page is durable in the disk tier's index */
+    uint32_t born;             /* the id's generation when this node took it */
     uint64_t pending;          /* the transfer filling one of the copies; 0: none */
     uint64_t disk_op;          /* the disk write reading the host copy; 0: none */
     uint64_t last_access;
@@ -125,14 +126,37 @@ static kvt_node_ref make_ref(const struct rdx_tree *t, uint32_t idx)
     return ((uint64_t)t->gens[idx] << 32) | idx;
 }
 
+/* An id's generation moves on when its node goes and when its node loses its device copy.
+ * The tree's own refs (ops in flight, deferred leaves) name a node through both: any
+ * generation since the node took the id resolves. */
 static int resolve(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *idx)
 {
     uint32_t i = (uint32_t)ref, gen = (uint32_t)(ref >> 32);
 
-    if (i >= t->cap || !t->nodes[i] || t->gens[i] != gen || gen == 0)
+    if (i >= t->cap || !t->nodes[i] || gen == 0 ||
+        gen - t->nodes[i]->born > t->gens[i] - t->nodes[i]->born)
         return -EINVAL;
     *idx = i;
     return 0;
+}
+
+/* A caller's ref is the node's current generation, and names a node on the device: once the
+ * device copy went, the slots of the match that gave the ref may belong to someone else,
+ * even after a load-back gives the node a device copy again. */
+static int resolve_current(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *idx)
+{
+    int rc = resolve(t, ref, idx);
+
+    if (rc == 0 &&
+        (t->gens[*idx] != (uint32_t)(ref >> 32) || (*idx != ROOT && !node_at(t, *idx)->on_device)))
+        rc = -EINVAL;
+    return rc;
+}
+
+static void next_gen(struct rdx_tree *t, uint32_t idx)
+{
+    if (++t->gens[idx] == 0)
+        t->gens[idx] = 1;
 }
 
 static int grow_ids(struct rdx_tree *t)
@@ -183,6 +207,7 @@ static uint32_t take_id(struct rdx_tree *t, struct rdx_node *n)
     uint32_t idx = t->free_ids[--t->nfree];
 
     t->nodes[idx] = n;
+    n->born = t->gens[idx];
     t->used_ids++;
     return idx;
 }
@@ -190,8 +215,7 @@ static uint32_t take_id(struct rdx_tree *t, struct rdx_node *n)
 static void drop_id(struct rdx_tree *t, uint32_t idx)
 {
     t->nodes[idx] = NULL;
-    if (++t->gens[idx] == 0)
-        t->gens[idx] = 1;
+    next_gen(t, idx);
     t->free_ids[t->nfree++] = idx;
     t->used_ids--;
 }
@@ -703,6 +727,7 @@ static void free_device_copy(struct rdx_tree *t, uint32_t idx)
     account_device(t, n, -1);
     n->on_device = false;
     node_at(t, n->parent)->ndev_children--;
+    next_gen(t, idx); /* the caller's refs of the node die with its device copy */
 }
 
 static void free_host_copy(struct rdx_tree *t, uint32_t idx)
@@ -1450,7 +1475,7 @@ int rdx_hit_count(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *hits)
 static int lock_delta(struct rdx_tree *t, kvt_node_ref ref, int d)
 {
     uint32_t idx;
-    int rc = resolve(t, ref, &idx);
+    int rc = resolve_current(t, ref, &idx);
 
     if (rc)
         return rc;
@@ -1486,7 +1511,7 @@ int rdx_unlock(struct rdx_tree *t, kvt_node_ref ref)
 int rdx_is_locked(const struct rdx_tree *t, kvt_node_ref ref)
 {
     uint32_t idx;
-    int rc = resolve(t, ref, &idx);
+    int rc = resolve_current(t, ref, &idx);
 
     if (rc)
         return rc;

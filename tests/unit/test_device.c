@@ -31,8 +31,11 @@ static void test_alloc_basics(void **state)
     assert_int_equal(slot_alloc(&a, 8, s), 0);
     ASSERT_SLOTS(s, 4, 5, 6, 7, 8, 9, 10, 11);
     assert_int_equal(slot_available(&a), 24);
-    assert_int_equal(slot_alloc(&a, 0, s), -EINVAL);
+    assert_int_equal(slot_alloc(&a, 0, s), 0); /* zero whole pages: nothing */
+    assert_int_equal(slot_alloc(&a, 0, NULL), 0);
+    assert_int_equal(slot_available(&a), 24);
     assert_int_equal(slot_alloc(&a, 6, s), -EINVAL); /* not whole pages */
+    assert_int_equal(slot_alloc(&a, 4, NULL), -EINVAL);
     assert_int_equal(slot_alloc(&a, 28, s), -ENOMEM);
     assert_int_equal(slot_available(&a), 24);
     assert_int_equal(slot_alloc(&a, 24, s), 0);
@@ -180,6 +183,8 @@ static void test_alloc_extend_errors(void **state)
     assert_int_equal(slot_alloc_extend(&a, 1, &pre, &seq, &bad_last, out, 9), -EINVAL);
     assert_int_equal(slot_alloc_extend(&a, 1, &pre, &seq, &last, out, 8), -EINVAL);
     assert_int_equal(slot_alloc_extend(&a, 0, &pre, &seq, &last, out, 9), -EINVAL);
+    assert_int_equal(slot_alloc_extend(&a, 0, NULL, NULL, NULL, NULL, 0), 0); /* nothing */
+    assert_int_equal(slot_available(&a), 12);
     uint32_t short_seq = 2;
     assert_int_equal(slot_alloc_extend(&a, 1, &pre, &short_seq, &last, out, 0), -EINVAL);
     int32_t foreign = 9; /* a partial page the caller does not hold */
@@ -218,6 +223,7 @@ static void test_alloc_decode(void **state)
     assert_int_equal(slot_alloc_decode(&a, 1, &seq[0], &bad, out), -EINVAL);
     uint32_t zero = 0;
     assert_int_equal(slot_alloc_decode(&a, 1, &zero, &last[2], out), -EINVAL);
+    assert_int_equal(slot_alloc_decode(&a, 0, NULL, NULL, NULL), 0); /* nothing to do */
     slot_alloc_finish(&a);
 }
 
@@ -331,6 +337,16 @@ static void test_req_pool(void **state)
     assert_int_equal(req_pool_free(&r, 7), -EINVAL);
     assert_int_equal(req_pool_alloc(&r, &c), 0);
     assert_int_equal(c, a);
+    /* The row's next holder has another generation: the previous one's handle is dead. */
+    uint32_t first = req_pool_gen(&r, c);
+    assert_true(req_pool_live(&r, c, first));
+    assert_int_equal(req_pool_free(&r, c), 0);
+    assert_false(req_pool_live(&r, c, first));
+    assert_int_equal(req_pool_alloc(&r, &c), 0);
+    assert_int_equal(c, a);
+    assert_false(req_pool_live(&r, c, first));
+    assert_true(req_pool_live(&r, c, req_pool_gen(&r, c)));
+    assert_false(req_pool_live(&r, c, 0));
     req_pool_finish(&r);
 }
 

@@ -106,7 +106,8 @@ static void test_options(void **state)
     REJECT(geometry.kv_lora_rank, 4); /* an MLA field on an MHA geometry */
     REJECT(max_context, 0x80000000u);
     REJECT(device_tokens, 3); /* less than a page */
-    REJECT(size, sizeof(o) - 8);
+    REJECT(size, 0);
+    REJECT(size, sizeof(o.size) - 1); /* not even the size field */
 #undef REJECT
     base_options(&o);
     o.device_tokens = 0; /* and no budget either */
@@ -136,6 +137,106 @@ static void test_options(void **state)
     assert_int_equal(stats(e).device_tokens, 96); /* 100 rows - 4 padding, whole pages */
     kvt_close(e);
     kvt_close(NULL);
+}
+
+/* A caller built against an older header passes a shorter struct kvt_options (and struct
+ * kvt_stats): init fills only its bytes, open reads only its fields and gives the rest their
+ * defaults, stats fills only what it has. The structs are heap blocks of exactly that size,
+ * so ASan sees any access past them; the test reads and writes them as bytes, as the older
+ * struct is another type. */
+#define PUT(buf, type, field, v)                                                                   \
+    do {                                                                                           \
+        __typeof__(((type *)0)->field) v_ = (v);                                                   \
+        memcpy((uint8_t *)(buf) + offsetof(type, field), &v_, sizeof(v_));                         \
+    } while (0)
+#define GET(buf, type, field, out)                                                                 \
+    memcpy(&(out), (uint8_t *)(buf) + offsetof(type, field), sizeof(out))
+
+static void test_older_caller(void **state)
+{
+    size_t sz = offsetof(struct kvt_options, model_id), got_size; /* up to hash_pages */
+    struct kvt_options full;
+    uint8_t *raw = malloc(sizeof(full));
+    uint32_t u32;
+    uint64_t u64;
+    kvt_engine *e = NULL;
+
+    (void)state;
+    memset(raw, 0xab, sizeof(full));
+    kvt_options_init((struct kvt_options *)raw, sz);
+    GET(raw, struct kvt_options, size, got_size);
+    assert_int_equal(got_size, sz);
+    GET(raw, struct kvt_options, page_size, u32);
+    assert_int_equal(u32, 16);
+    for (size_t i = sz; i < sizeof(full); i++)
+        assert_int_equal(raw[i], 0xab); /* not the caller's to write */
+    free(raw);
+
+    uint8_t *old = malloc(sz);
+    base_options(&full);
+    memcpy(old, &full, sz);
+    PUT(old, struct kvt_options, size, sz);
+    PUT(old, struct kvt_options, page_size, 8);
+    assert_int_equal(kvt_open((struct kvt_options *)old, &e), 0);
+    assert_int_equal(e->opts.page_size, 8);
+    assert_int_equal(e->opts.max_requests, 4);
+    assert_int_equal(e->opts.write_threshold, 2); /* past its size: the defaults */
+    assert_int_equal(e->opts.tp_size, 1);
+    assert_int_equal(e->has_host, 0);
+    assert_null(e->stats);
+    free(old);
+
+    size_t ssz = offsetof(struct kvt_stats, cached_tokens);
+    uint8_t *st = malloc(ssz);
+    PUT(st, struct kvt_stats, size, ssz);
+    assert_int_equal(kvt_stats(e, (struct kvt_stats *)st), 0);
+    GET(st, struct kvt_stats, size, got_size);
+    assert_int_equal(got_size, ssz);
+    GET(st, struct kvt_stats, page_size, u32);
+    assert_int_equal(u32, 8);
+    GET(st, struct kvt_stats, device_tokens, u64);
+    assert_int_equal(u64, 64);
+    free(st);
+    kvt_close(e);
+}
+#undef PUT
+#undef GET
+
+/* A caller built against a newer header: init zeroes its fields past ours and keeps its size,
+ * so an option this library does not know, once set, is refused rather than ignored. */
+static void test_newer_caller(void **state)
+{
+    struct {
+        struct kvt_options o;
+        uint64_t newer;
+    } ext;
+    kvt_engine *e = NULL;
+
+    (void)state;
+    memset(&ext, 0xab, sizeof(ext));
+    kvt_options_init(&ext.o, sizeof(ext));
+    assert_int_equal(ext.o.size, sizeof(ext));
+    assert_int_equal(ext.newer, 0);
+    struct kvt_options base;
+    base_options(&base);
+    memcpy((uint8_t *)&ext.o + sizeof(size_t), (uint8_t *)&base + sizeof(size_t),
+           sizeof(base) - sizeof(size_t));
+    ext.newer = 5;
+    assert_int_equal(kvt_open(&ext.o, &e), -EINVAL);
+    ext.newer = 0;
+    assert_int_equal(kvt_open(&ext.o, &e), 0);
+
+    struct {
+        struct kvt_stats st;
+        uint64_t newer;
+    } sx;
+    memset(&sx, 0xab, sizeof(sx));
+    sx.st.size = sizeof(sx);
+    assert_int_equal(kvt_stats(e, &sx.st), 0);
+    assert_int_equal(sx.st.size, sizeof(struct kvt_stats));
+    assert_int_equal(sx.newer, 0);
+    assert_int_equal(sx.st.device_tokens, 64);
+    kvt_close(e);
 }
 
 static void test_backend_choice(void **state)
@@ -171,6 +272,21 @@ static void test_strerror(void **state)
     assert_string_equal(kvt_strerror(INT_MIN), "unknown error");
 }
 
+static void test_version(void **state)
+{
+    int major = -1, minor = -1, patch = -1;
+    char want[32];
+
+    (void)state;
+    snprintf(want, sizeof(want), "%d.%d.%d", KVT_VERSION_MAJOR, KVT_VERSION_MINOR,
+             KVT_VERSION_PATCH);
+    assert_string_equal(kvt_version(&major, &minor, &patch), want);
+    assert_int_equal(major, KVT_VERSION_MAJOR);
+    assert_int_equal(minor, KVT_VERSION_MINOR);
+    assert_int_equal(patch, KVT_VERSION_PATCH);
+    assert_string_equal(kvt_version(NULL, NULL, NULL), want);
+}
+
 static void test_fingerprint(void **state)
 {
     struct kvt_options o;
@@ -192,6 +308,10 @@ static void test_fingerprint(void **state)
     kvt_fingerprint(e, c);
     kvt_close(e);
     assert_memory_not_equal(a, c, 32);
+    memset(c, 0xab, sizeof(c));
+    kvt_fingerprint(NULL, c); /* no engine: zeros */
+    assert_memory_equal(c, (uint8_t[32]){0}, 32);
+    kvt_fingerprint(NULL, NULL);
     o.model_id = "llama";
     o.tp_size = 2;
     o.tp_rank = 1;
@@ -410,9 +530,16 @@ static void test_request_errors(void **state)
     assert_int_equal(kvt_req_cache_finished(e, &r[0], &key12, 0, 0), -EINVAL);
     assert_same(e, &before);
     assert_int_equal(kvt_free(e, s, 8), 0);
-    /* insert 0 frees what the request computed and caches nothing. */
+    /* insert 0 frees what the request computed and caches nothing: the whole row, whose
+     * entries 8..11 (past the key) still name the page freed above: rewrite them. */
     assert_int_equal(kvt_alloc(e, 8, s), 0);
     assert_int_equal(kvt_req_write(e, &r[0], 0, s, 8), 0);
+    before = stats(e);
+    assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 0), -EINVAL); /* page twice */
+    assert_same(e, &before);
+    int32_t tail[4];
+    assert_int_equal(kvt_alloc(e, 4, tail), 0);
+    assert_int_equal(kvt_req_write(e, &r[0], 8, tail, 4), 0);
     assert_int_equal(kvt_req_cache_finished(e, &r[0], &key, 0, 0), 0);
     assert_int_equal(kvt_available(e), 64);
     assert_int_equal(stats(e).cached_tokens, 0);
@@ -469,7 +596,9 @@ static void test_bad_calls(void **state)
 
     (void)state;
     assert_int_equal(kvt_alloc(NULL, 4, s), -EINVAL);
-    assert_int_equal(kvt_alloc(e, 0, s), -EINVAL);
+    assert_int_equal(kvt_alloc(e, 0, s), 0); /* a multiple of the page size: nothing */
+    assert_int_equal(kvt_alloc(e, 0, NULL), 0);
+    assert_int_equal(kvt_alloc(e, 2, s), -EINVAL);
     assert_int_equal(kvt_alloc(e, 68, s), -ENOMEM);
     assert_int_equal(kvt_alloc(e, 4, s), 0);
     assert_int_equal(kvt_free(e, s, 4), 0);
@@ -481,10 +610,190 @@ static void test_bad_calls(void **state)
     assert_int_equal(kvt_lock(e, ~0ull), -EINVAL);
     assert_int_equal(kvt_evict(NULL, 1, &n), -EINVAL);
     assert_int_equal(kvt_free_group_end(e), -EINVAL);
-    assert_int_equal(kvt_stats(e, &(struct kvt_stats){.size = 8}), -EINVAL);
+    assert_int_equal(kvt_stats(e, &(struct kvt_stats){.size = 0}), -EINVAL);
+    assert_int_equal(kvt_stats(e, &(struct kvt_stats){.size = sizeof(size_t) - 1}), -EINVAL);
+    assert_int_equal(kvt_stats(NULL, &(struct kvt_stats){.size = sizeof(struct kvt_stats)}),
+                     -EINVAL);
+    assert_int_equal(kvt_stats(e, NULL), -EINVAL);
+    /* Empty batches: nothing to do. */
+    assert_int_equal(kvt_alloc_extend(e, 0, NULL, NULL, NULL, NULL, 0), 0);
+    assert_int_equal(kvt_alloc_extend(e, 0, NULL, NULL, NULL, NULL, 4), -EINVAL);
+    assert_int_equal(kvt_alloc_decode(e, 0, NULL, NULL, NULL), 0);
     struct kvt_key big_ns = {.tokens = key.tokens, .len = 4, .ns = "x", .ns_len = 257};
     assert_int_equal(kvt_match(e, &big_ns, s, &m), -EINVAL);
     assert_int_equal(kvt_available(e), 64);
+    check(e);
+    kvt_close(e);
+}
+
+/* Cache key (pages of 4 tokens from tok0) and return the slots it got. */
+static void cache_key(kvt_engine *e, uint32_t tok0, size_t len, int32_t *slots)
+{
+    uint32_t tok[64];
+    size_t pre;
+
+    for (size_t i = 0; i < len; i++)
+        tok[i] = tok0 + (uint32_t)i;
+    struct kvt_key key = {.tokens = tok, .len = len};
+    assert_int_equal(kvt_alloc(e, len, slots), 0);
+    assert_int_equal(kvt_insert(e, &key, slots, 0, &pre), 0);
+    assert_int_equal(pre, 0);
+}
+
+/* An allocation eviction cannot cover fails before it evicts: -ENOMEM leaves the cache as
+ * it was. One eviction can cover is met, evicting no more than it must. */
+static void test_alloc_enomem_keeps_cache(void **state)
+{
+    kvt_engine *e = open_engine();
+    int32_t a[8], b[8], held[48], out[20];
+    uint32_t pre = 0, seq = 20, ones[5] = {1, 1, 1, 1, 1};
+    int32_t none[5] = {-1, -1, -1, -1, -1};
+
+    (void)state;
+    cache_key(e, 100, 8, a); /* 2 evictable pages */
+    cache_key(e, 200, 8, b); /* 2 more, locked below */
+    struct kvt_match m;
+    struct kvt_key kb = {.tokens = (const uint32_t[]){200, 201, 202, 203, 204, 205, 206, 207},
+                         .len = 8};
+    assert_int_equal(kvt_match(e, &kb, NULL, &m), 0);
+    assert_int_equal(kvt_lock(e, m.last_node), 0);
+    assert_int_equal(kvt_alloc(e, 40, held), 0); /* 2 pages left free */
+    struct kvt_stats before = stats(e);
+    assert_int_equal(before.evictable_tokens, 8);
+
+    /* 5 pages wanted, 2 free + 2 evictable: refused, nothing evicted. */
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, none, out, 20), -ENOMEM);
+    assert_same(e, &before);
+    assert_int_equal(stats(e).evicted_tokens, 0);
+    assert_int_equal(kvt_alloc_decode(e, 5, ones, none, out), -ENOMEM); /* 5 new pages */
+    assert_same(e, &before);
+    assert_int_equal(stats(e).evicted_tokens, 0);
+    /* Inside a free group evicted pages are held back: no eviction can help there. */
+    assert_int_equal(kvt_free_group_begin(e), 0);
+    seq = 12;
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, none, out, 12), -ENOMEM);
+    assert_int_equal(kvt_free_group_end(e), 0);
+    assert_same(e, &before);
+
+    /* 3 pages: 1 short, so a's node (its 2 pages) goes and b stays. */
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, none, out, 12), 0);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.evicted_tokens, 8);
+    assert_int_equal(st.cached_tokens, 8);
+    assert_int_equal(st.device_free_tokens, 4);
+    assert_int_equal(kvt_free(e, out, 12), 0);
+    assert_int_equal(kvt_unlock(e, m.last_node), 0);
+    assert_int_equal(kvt_free(e, held, 40), 0);
+    check(e);
+    kvt_close(e);
+}
+
+/* A page-aligned prefix's last page is the cache's; when the eviction that makes room takes
+ * it (the caller did not lock it), the checked call still succeeds rather than failing
+ * after it evicted. */
+static void test_alloc_extend_evicts_own_prefix(void **state)
+{
+    kvt_engine *e = open_engine();
+    int32_t a[8], held[56], out[4];
+
+    (void)state;
+    cache_key(e, 100, 8, a);
+    assert_int_equal(kvt_alloc(e, 56, held), 0); /* nothing free */
+    uint32_t pre = 8, seq = 12;
+    int32_t last = a[7];
+    assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &last, out, 4), 0);
+    assert_int_equal(stats(e).evicted_tokens, 8);
+    assert_int_equal(out[0] % 4, 0);
+    assert_int_equal(kvt_free(e, out, 4), 0);
+    assert_int_equal(kvt_free(e, held, 56), 0);
+    check(e);
+    kvt_close(e);
+}
+
+/* Finishing a request frees every slot its row holds past the protected prefix that does
+ * not pass to the cache, including slots past the committed key: nothing leaks. */
+static void test_finished_frees_row(void **state)
+{
+    kvt_engine *e = open_engine();
+    uint32_t tok[12];
+    int32_t out[12];
+    struct kvt_req r;
+
+    (void)state;
+    for (uint32_t i = 0; i < 12; i++)
+        tok[i] = 500 + i;
+    for (int insert = 0; insert <= 1; insert++) {
+        struct kvt_key all = {.tokens = tok, .len = 12};
+        assert_int_equal(kvt_req_begin(e, &all, &r), 0);
+        uint32_t pre = 0, seq = 12;
+        int32_t none = -1;
+        assert_int_equal(kvt_alloc_extend(e, 1, &pre, &seq, &none, out, 12), 0);
+        assert_int_equal(kvt_req_write(e, &r, 0, out, 12), 0);
+        /* 6 tokens committed (say the rest was a rejected draft): 12 slots in the row. */
+        struct kvt_key six = {.tokens = tok, .len = 6};
+        assert_int_equal(kvt_req_cache_finished(e, &r, &six, 0, insert), 0);
+        struct kvt_stats st = stats(e);
+        assert_int_equal(st.cached_tokens, insert ? 4 : 0);
+        assert_int_equal(st.device_free_tokens, 64 - st.cached_tokens);
+        check(e);
+        size_t ev;
+        assert_int_equal(kvt_evict(e, 64, &ev), 0);
+    }
+    /* A row past the key whose slots are not the caller's is refused whole. */
+    struct kvt_key all = {.tokens = tok, .len = 12};
+    assert_int_equal(kvt_req_begin(e, &all, &r), 0);
+    assert_int_equal(kvt_alloc(e, 8, out), 0);
+    const int32_t stray[4] = {40, 41, 42, 43}; /* a free page */
+    assert_int_equal(kvt_req_write(e, &r, 0, out, 8), 0);
+    assert_int_equal(kvt_req_write(e, &r, 8, stray, 4), 0);
+    struct kvt_stats before = stats(e);
+    struct kvt_key eight = {.tokens = tok, .len = 8};
+    assert_int_equal(kvt_req_cache_finished(e, &r, &eight, 0, 1), -EINVAL);
+    assert_same(e, &before);
+    /* Rewritten with a page the caller holds, the row is released whole. */
+    assert_int_equal(kvt_alloc(e, 4, out + 8), 0);
+    assert_int_equal(kvt_req_write(e, &r, 8, out + 8, 4), 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &eight, 0, 0), 0);
+    assert_int_equal(kvt_available(e), 64);
+    assert_int_equal(kvt_req_available(e), 4);
+    check(e);
+    kvt_close(e);
+}
+
+/* A copy of a finished request kept by mistake must not act on the next request that takes
+ * its slot: not finish it, not write or read its row. */
+static void test_stale_request(void **state)
+{
+    kvt_engine *e = open_engine();
+    const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct kvt_key key = {.tokens = tok, .len = 8}, empty = {.tokens = tok, .len = 0};
+    struct kvt_req r, stale, next;
+    int32_t s[8], row[8];
+
+    (void)state;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    stale = r;
+    assert_int_equal(kvt_req_cache_finished(e, &r, &empty, 0, 0), 0);
+    assert_int_equal(kvt_req_begin(e, &key, &next), 0);
+    assert_int_equal(next.pool_idx, stale.pool_idx); /* the slot is reused */
+    assert_int_not_equal(next.gen, stale.gen);
+    assert_int_equal(kvt_alloc(e, 8, s), 0);
+    assert_int_equal(kvt_req_write(e, &next, 0, s, 8), 0);
+
+    struct kvt_stats before = stats(e);
+    assert_int_equal(kvt_req_write(e, &stale, 0, s, 4), -EINVAL);
+    assert_int_equal(kvt_req_read(e, &stale, 0, 8, row), -EINVAL);
+    assert_int_equal(kvt_req_cache_unfinished(e, &stale, &key), -EINVAL);
+    assert_int_equal(kvt_req_cache_finished(e, &stale, &key, 0, 1), -EINVAL);
+    assert_int_equal(kvt_req_cache_finished(e, &stale, &empty, 0, 0), -EINVAL);
+    assert_same(e, &before);
+    struct kvt_req zeroed = {0};
+    assert_int_equal(kvt_req_read(e, &zeroed, 0, 1, row), -EINVAL); /* gen 0: never live */
+
+    assert_int_equal(kvt_req_read(e, &next, 0, 8, row), 0);
+    assert_memory_equal(row, s, sizeof(s));
+    assert_int_equal(kvt_req_cache_finished(e, &next, &key, 0, 1), 0);
+    assert_int_equal(stats(e).cached_tokens, 8);
     check(e);
     kvt_close(e);
 }
@@ -612,13 +921,26 @@ static void test_stats_socket(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_options),          cmocka_unit_test(test_backend_choice),
-        cmocka_unit_test(test_strerror),         cmocka_unit_test(test_fingerprint),
-        cmocka_unit_test(test_insert_ownership), cmocka_unit_test(test_finished),
-        cmocka_unit_test(test_duplicates),       cmocka_unit_test(test_unfinished),
-        cmocka_unit_test(test_request_errors),   cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_kv_data),          cmocka_unit_test(test_release_empty),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_fingerprint),
+        cmocka_unit_test(test_insert_ownership),
+        cmocka_unit_test(test_finished),
+        cmocka_unit_test(test_duplicates),
+        cmocka_unit_test(test_unfinished),
+        cmocka_unit_test(test_request_errors),
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_kv_data),
+        cmocka_unit_test(test_release_empty),
         cmocka_unit_test(test_stats_socket),
+        cmocka_unit_test(test_alloc_enomem_keeps_cache),
+        cmocka_unit_test(test_alloc_extend_evicts_own_prefix),
+        cmocka_unit_test(test_finished_frees_row),
+        cmocka_unit_test(test_stale_request),
+        cmocka_unit_test(test_older_caller),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_newer_caller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -295,6 +295,48 @@ static void test_layer_wait(void **state)
     kvt_close(e);
 }
 
+/* kvt_match on a prefix another request's load-back is still filling names that load: the
+ * slots it returns are safe to read only after waiting for it. */
+static void test_match_pending_load(void **state)
+{
+    struct kvt_options o;
+    struct xfer_config xc = {.layer_delay_us = 200000};
+    struct seq q;
+    int32_t slots[MAX_TOK];
+
+    (void)state;
+    host_options(&o, 4, 64, 256);
+    kvt_engine *e = open_with(&o, &xc);
+    seq_make(&q, 0, 16, 130);
+    run_request(e, &q, 0, 1);
+    assert_int_equal(drain(e), 0);
+    struct kvt_key key = seq_key(&q, 16);
+    struct kvt_match m = {0};
+    assert_int_equal(kvt_match(e, &key, slots, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    assert_int_equal(m.load_op, 0); /* nothing in flight */
+    evict_all(e);
+
+    struct kvt_req r;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.loaded_len, 16);
+    memset(&m, 0, sizeof(m));
+    assert_int_equal(kvt_match(e, &key, slots, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    assert_true(xfer_done(e->xfer, XFER_LOAD) < r.load_op); /* still landing */
+    assert_int_equal(m.load_op, r.load_op);
+    for (uint32_t l = 0; l < LAYERS; l++) {
+        assert_int_equal(kvt_load_wait_layer(e, m.load_op, l, NULL), 0);
+        assert_int_equal(check_layer(e, &q, 0, 16, slots, l), -1);
+    }
+    assert_int_equal(drain(e), 0);
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.load_op, 0); /* landed */
+    assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 1), 0);
+    check(e);
+    kvt_close(e);
+}
+
 /* write_through backs a prefix up when it is inserted; once the device copy is evicted the
  * next request loads it back, exactly the evicted part. */
 static void test_write_through(void **state)
@@ -673,6 +715,96 @@ static void test_device_pressure(void **state)
     kvt_close(e);
 }
 
+/* A node whose device copy was evicted lives on in the host tier, but the ref a match gave
+ * for it is dead: locking it would protect nothing the caller holds (its slots may be
+ * anyone's), also after a load-back gives the node a device copy again. */
+static void test_ref_dies_with_device_copy(void **state)
+{
+    struct kvt_options o;
+    struct seq q;
+    struct kvt_match m;
+    int32_t slots[16], again[16];
+
+    (void)state;
+    host_options(&o, 4, 64, 256);
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&q, 0, 16, 120);
+    run_request(e, &q, 0, 1);
+    assert_int_equal(drain(e), 0);
+    struct kvt_key key = seq_key(&q, 16);
+    assert_int_equal(kvt_match(e, &key, slots, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    kvt_node_ref old = m.last_node;
+    assert_int_equal(kvt_lock(e, old), 0);
+    assert_int_equal(kvt_unlock(e, old), 0);
+
+    evict_all(e); /* the node is host-only now */
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.host_len, 16);
+    struct kvt_stats before = stats(e);
+    assert_int_equal(kvt_lock(e, old), -EINVAL);
+    assert_int_equal(kvt_unlock(e, old), -EINVAL);
+    assert_int_equal(stats(e).protected_tokens, before.protected_tokens);
+    check(e);
+
+    /* Loaded back into other slots: the old ref stays dead, a new match names it anew. */
+    int32_t hold[16];
+    assert_int_equal(kvt_alloc(e, 16, hold), 0); /* the old slots are someone else's */
+    struct kvt_req r;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.loaded_len, 16);
+    assert_int_equal(drain(e), 0);
+    assert_int_equal(kvt_match(e, &key, again, &m), 0);
+    assert_int_equal(m.device_len, 16);
+    assert_memory_not_equal(again, slots, sizeof(slots));
+    assert_int_equal(kvt_lock(e, old), -EINVAL);
+    assert_int_equal(kvt_lock(e, m.last_node), 0);
+    assert_int_equal(kvt_unlock(e, m.last_node), 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 1), 0);
+    assert_int_equal(kvt_free(e, hold, 16), 0);
+    check(e);
+    kvt_close(e);
+}
+
+/* A load-back the device has no room for even after eviction is left to be recomputed
+ * without evicting anything for it. */
+static void test_load_back_no_room(void **state)
+{
+    struct kvt_options o;
+    struct seq big, small;
+    int32_t held[64];
+
+    (void)state;
+    host_options(&o, 4, 64, 256);
+    kvt_engine *e = open_with(&o, NULL);
+    seq_make(&big, 0, 32, 110);
+    seq_make(&small, 0, 16, 111);
+    run_request(e, &big, 0, 1);
+    assert_int_equal(drain(e), 0);
+    evict_all(e); /* big lives on the host only */
+    run_request(e, &small, 0, 1);
+    assert_int_equal(drain(e), 0);
+    assert_int_equal(kvt_alloc(e, 40, held), 0); /* 8 free + 16 evictable < 32 */
+    struct kvt_stats before = stats(e);
+    assert_int_equal(before.device_free_tokens, 8);
+    assert_int_equal(before.evictable_tokens, 16);
+
+    struct kvt_key key = seq_key(&big, 32);
+    struct kvt_req r;
+    assert_int_equal(kvt_req_begin(e, &key, &r), 0);
+    assert_int_equal(r.protected_len, 0);
+    assert_int_equal(r.loaded_len, 0);
+    struct kvt_stats st = stats(e);
+    assert_int_equal(st.evicted_tokens, before.evicted_tokens);
+    assert_int_equal(st.cached_tokens, 16); /* small is still on the device */
+    assert_int_equal(st.device_free_tokens, 8);
+    struct kvt_key none = seq_key(&big, 0);
+    assert_int_equal(kvt_req_cache_finished(e, &r, &none, 0, 0), 0);
+    assert_int_equal(kvt_free(e, held, 40), 0);
+    check(e);
+    kvt_close(e);
+}
+
 /* Nodes a load is still filling cannot give up their device copy; when only they are left to
  * evict (their request was dropped before its forward), an allocation waits for the load
  * instead of failing. */
@@ -969,6 +1101,7 @@ static void test_no_host(void **state)
     struct kvt_match m;
     assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
     assert_int_equal(m.host_len, 0);
+    assert_int_equal(m.load_op, 0);
 
     assert_int_equal(kvt_poll(e, 0, &applied), 0);
     assert_int_equal(applied, 0);
@@ -1273,6 +1406,8 @@ static void do_extend(struct rsim *s, struct rreq *q)
     s->op = "extend";
     if (!q->served)
         serve(s, q);
+    struct kvt_stats before = rstats(s);
+    size_t need = (sl + s->ps - 1) / s->ps - (pl + s->ps - 1) / s->ps;
     int rc;
     if (n == 1 && pl && chance(s, 50)) {
         s->op = "decode"; /* one token: the decode path, which evicts by itself too */
@@ -1282,13 +1417,15 @@ static void do_extend(struct rsim *s, struct rreq *q)
         rc = kvt_alloc_extend(s->e, 1, &pl, &sl, &last, out, n);
     }
     if (rc == -ENOMEM) {
-        /* Allowed only when nothing is left to evict. */
+        /* Allowed only when eviction could not cover the need, and then nothing went. */
         struct kvt_stats st = rstats(s);
-        if (st.evictable_tokens)
+        if (need * s->ps <= before.device_free_tokens + before.evictable_tokens)
             die(s, __LINE__,
                 "allocating %u -> %u: -ENOMEM with %" PRIu64 " tokens evictable, %" PRIu64
                 " free, %" PRIu64 " ops in flight",
-                pl, sl, st.evictable_tokens, st.device_free_tokens, st.ops_in_flight);
+                pl, sl, before.evictable_tokens, before.device_free_tokens, st.ops_in_flight);
+        REQUIRE(s, st.evicted_tokens == before.evicted_tokens &&
+                       st.cached_tokens == before.cached_tokens);
         s->enomem++;
         s->op = "extend-abort";
         finish(s, q, 0);
@@ -1752,6 +1889,51 @@ static void test_disk_restart(void **state)
     remove_tree(dir);
 }
 
+/* kvt_poll(e, max) applies at most max completions over transfers and disk ops together. */
+static void test_poll_budget(void **state)
+{
+    struct kvt_options o;
+    struct seq q[3];
+    char dir[64];
+    size_t applied = 0;
+
+    (void)state;
+    make_data_dir(dir, sizeof(dir));
+    disk_options(&o, dir);
+    kvt_engine *e = open_with(&o, NULL);
+    for (uint32_t i = 0; i < 3; i++) {
+        seq_make(&q[i], 0, 8, 140 + i);
+        run_request(e, &q[i], 0, 1); /* one backup each */
+    }
+    assert_int_equal(stats(e).ops_in_flight, 3);
+    /* Let the backups land, unapplied; applying them starts one disk write each. */
+    xfer_wait(e->xfer, XFER_BACKUP, e->ops[XFER_BACKUP].last_id);
+    assert_int_equal(kvt_poll(e, 3, &applied), 0);
+    assert_int_equal(applied, 3);
+    assert_int_equal(stats(e).disk_ops_in_flight, 3);
+    /* Let the writes complete, uncollected (the store counts a batch's pages as it settles
+     * its ops). */
+    struct dstore_stats ds;
+    for (int i = 0; i < 10000; i++) {
+        dstore_stats(e->disk, &ds);
+        if (ds.writes == 3 * 2)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(ds.writes, 3 * 2);
+    for (size_t left = 3; left > 0; left--) {
+        assert_int_equal(kvt_poll(e, 1, &applied), 0);
+        assert_int_equal(applied, 1);
+        assert_int_equal(stats(e).disk_ops_in_flight, left - 1);
+    }
+    assert_int_equal(kvt_poll(e, 1, &applied), 0);
+    assert_int_equal(applied, 0);
+    assert_int_equal(stats(e).disk_written_tokens, 3 * 8);
+    check(e);
+    kvt_close(e);
+    remove_tree(dir);
+}
+
 /* The disk tier needs a host tier in page_first layout and page hashes; its enums are
  * checked. */
 static void test_disk_bad_options(void **state)
@@ -1952,30 +2134,24 @@ static void test_random_disk(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layer_wait),
-        cmocka_unit_test(test_write_through),
-        cmocka_unit_test(test_selective),
-        cmocka_unit_test(test_write_back),
-        cmocka_unit_test(test_load_back_min),
-        cmocka_unit_test(test_device_pressure),
-        cmocka_unit_test(test_pressure_waits_for_load),
-        cmocka_unit_test(test_close_busy),
-        cmocka_unit_test(test_unfinished_pending_load),
-        cmocka_unit_test(test_host_sizing),
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_no_host),
-        cmocka_unit_test(test_random_page1),
-        cmocka_unit_test(test_random_page4),
-        cmocka_unit_test(test_disk_restart),
-        cmocka_unit_test(test_disk_bad_options),
-        cmocka_unit_test(test_disk_corruption),
-        cmocka_unit_test(test_disk_prefetch_and_on_evict),
+        cmocka_unit_test(test_layer_wait),        cmocka_unit_test(test_match_pending_load),
+        cmocka_unit_test(test_write_through),     cmocka_unit_test(test_selective),
+        cmocka_unit_test(test_write_back),        cmocka_unit_test(test_load_back_min),
+        cmocka_unit_test(test_device_pressure),   cmocka_unit_test(test_pressure_waits_for_load),
+        cmocka_unit_test(test_load_back_no_room), cmocka_unit_test(test_ref_dies_with_device_copy),
+        cmocka_unit_test(test_close_busy),        cmocka_unit_test(test_unfinished_pending_load),
+        cmocka_unit_test(test_host_sizing),       cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_no_host),           cmocka_unit_test(test_random_page1),
+        cmocka_unit_test(test_random_page4),      cmocka_unit_test(test_disk_restart),
+        cmocka_unit_test(test_disk_bad_options),  cmocka_unit_test(test_poll_budget),
+        cmocka_unit_test(test_disk_corruption),   cmocka_unit_test(test_disk_prefetch_and_on_evict),
         cmocka_unit_test(test_random_disk),
     };
     /* On a GPU these cannot hold: they time their checks by the sim-only delay seams of
      * xfer_config, or watch a load still in flight that a GPU has long finished. */
-    static const char *const sim_only[] = {"test_layer_wait", "test_pressure_waits_for_load",
-                                           "test_close_busy", "test_unfinished_pending_load"};
+    static const char *const sim_only[] = {"test_layer_wait", "test_match_pending_load",
+                                           "test_pressure_waits_for_load", "test_close_busy",
+                                           "test_unfinished_pending_load"};
     const size_t n_tests = sizeof(tests) / sizeof(tests[0]);
     struct CMUnitTest on_gpu[sizeof(tests) / sizeof(tests[0])];
     size_t n_gpu = 0;
