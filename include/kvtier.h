@@ -487,7 +487,8 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
 int kvt_poll(kvt_engine *e, size_t max, size_t *applied);
 
 /* Wait for every transfer and disk op in flight and apply them all: afterwards nothing is
- * pending. Errors: -EINVAL (e NULL), KVT_EBACKEND. Blocks: until all of it has landed. */
+ * pending, and the records of pages that reads found bad are dropped from the disk tier.
+ * Errors: -EINVAL (e NULL), KVT_EBACKEND. Blocks: until all of it has landed. */
 int kvt_sync(kvt_engine *e);
 
 /* ---- disk tier ---- */
@@ -495,8 +496,10 @@ int kvt_sync(kvt_engine *e);
 /* Start reading the part of key's prefix that only the disk tier holds into the host tier,
  * without waiting (call it when a request is queued; kvt_req_begin then finds the pages on
  * the host, or waits for them per prefetch_policy). *tokens (may be NULL) gets how many
- * tokens are being read: 0 when there is nothing to read, it is shorter than prefetch_min,
- * a read of it is already under way, or the host tier has no room.
+ * tokens are being read: the leading pages the disk tier found and has on their way, which
+ * nothing evicts before they land (a page failing its checksum still ends the prefix there);
+ * 0 when there is nothing to read, it is shorter than prefetch_min, a read of it is already
+ * under way, or the host tier has no room.
  * Errors: -EINVAL (key as kvt_match), -ENOMEM (a split found no memory), KVT_EBACKEND.
  * Blocks: it reads the disk index; a device-only prefix before the disk part is backed up to
  * the host first, and room on the host may be made (see the conventions). */

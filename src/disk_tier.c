@@ -261,7 +261,7 @@ static int host_parent(kvt_engine *e, kvt_node_ref ref)
     return span == 0 || tiers_backup(e, ref);
 }
 
-static int submit_fill(kvt_engine *e, kvt_node_ref leaf, uint64_t tag, size_t n)
+static int submit_fill(kvt_engine *e, kvt_node_ref leaf, uint64_t tag, size_t n, size_t *reading)
 {
     struct disk_op *op;
     int *results;
@@ -274,7 +274,7 @@ static int submit_fill(kvt_engine *e, kvt_node_ref leaf, uint64_t tag, size_t n)
             .key = e->hashes[i],
             .buf = host_pool_rows(&e->host, e->fill_host[i], 0, 0), /* the page's start */
         };
-    int rc = dstore_read(e->disk, e->rpages, n, results, &id);
+    int rc = dstore_read(e->disk, e->rpages, n, results, &id, reading);
     if (rc) {
         free(results);
         return rc;
@@ -284,12 +284,15 @@ static int submit_fill(kvt_engine *e, kvt_node_ref leaf, uint64_t tag, size_t n)
     return 0;
 }
 
-int disk_fill(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit, size_t n)
+int disk_fill(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit, size_t n,
+              size_t *reading)
 {
-    size_t first = hit->dev_pages + hit->host_pages;
+    size_t first = hit->dev_pages + hit->host_pages, queued = 0;
     kvt_node_ref leaf = 0;
     uint64_t t;
 
+    if (reading)
+        *reading = 0;
     if (n == 0 || n * e->opts.page_size < e->opts.prefetch_min || !host_parent(e, hit->host_last))
         return 1;
     if (tiers_host_alloc(e, n, e->fill_host))
@@ -302,10 +305,12 @@ int disk_fill(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hi
         return 1;
     }
     e->dops.seq++;
-    if (submit_fill(e, leaf, t, n)) {
+    if (submit_fill(e, leaf, t, n, &queued)) {
         rdx_fill_done(e->tree, leaf, t, 0); /* drops the leaf and its host pages */
         return 1;
     }
+    if (reading)
+        *reading = queued;
     return 0;
 }
 

@@ -411,7 +411,7 @@ static int fetch_disk(kvt_engine *e, const struct kvt_key *key, struct rdx_hit *
     uint32_t policy = e->opts.prefetch_policy;
 
     /* Not started: too short, no room, or a read of it (kvt_prefetch) is under way. */
-    if (disk_fill(e, key, hit, dp->pages) && !disk_reading(e))
+    if (disk_fill(e, key, hit, dp->pages, NULL) && !disk_reading(e))
         return 0;
     disk_wait_reads(e, policy == KVT_PREFETCH_TIMEOUT ? (int)e->opts.prefetch_timeout_ms
                                                       : wait_ms[policy]);
@@ -474,18 +474,20 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
 int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
 {
     struct rdx_hit hit;
-    size_t n = 0;
+    size_t n = 0, reading = 0;
     int rc = check_key(e, key);
 
     if (rc)
         return rc;
     if (e->failed)
         return e->failed;
+    /* What the store has on its way, not what the index held a moment before: a full store
+     * may evict pages between the lookup and the read. */
     if (e->disk && (rc = rdx_match_tiers(e->tree, key, NULL, NULL, &hit)) == 0 &&
-        (n = disk_lookup(e, key, &hit)) && disk_fill(e, key, &hit, n))
-        n = 0;
+        (n = disk_lookup(e, key, &hit)))
+        disk_fill(e, key, &hit, n, &reading);
     if (tokens)
-        *tokens = n * e->opts.page_size;
+        *tokens = reading * e->opts.page_size;
     return rc;
 }
 

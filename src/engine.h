@@ -150,8 +150,10 @@ void disk_close(kvt_engine *e); /* waits for every disk op */
 size_t disk_lookup(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit);
 
 /* Start reading those n pages into a new host-only leaf after hit: 0 when started, 1 when
- * not (below prefetch_min, no host room, a fill already under way there). */
-int disk_fill(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit, size_t n);
+ * not (below prefetch_min, no host room, a fill already under way there). *reading (may be
+ * NULL) gets the leading pages the store found and has on their way. */
+int disk_fill(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit, size_t n,
+              size_t *reading);
 
 /* Whether a fill is in flight. */
 bool disk_reading(const kvt_engine *e);

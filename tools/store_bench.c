@@ -411,7 +411,7 @@ static int pump_submit(const struct pump *p, uint64_t first, struct inflight *f,
     }
     f->pages = n;
     rc = p->write ? dstore_write(p->s, sc->w, n, f->results, &f->id)
-                  : dstore_read(p->s, sc->r, n, f->results, &f->id);
+                  : dstore_read(p->s, sc->r, n, f->results, &f->id, NULL);
     return rc ? fail(p->write ? "dstore_write" : "dstore_read", rc) : 0;
 }
 

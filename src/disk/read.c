@@ -210,11 +210,12 @@ static int prepare(struct dstore *s, struct dop_page *p)
 }
 
 /* Every page's result is settled here or by its I/O: the op always completes. */
-int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages)
+int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages, size_t *leading)
 {
     struct dio_req *list = NULL, **tail = &list;
     int rc = snapshot_renew(s);
     uint32_t queued = 0;
+    size_t lead = 0;
 
     for (uint32_t i = 0; i < op->n; i++) {
         struct dop_page *p = &op->pages[i];
@@ -230,8 +231,10 @@ int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pag
             continue;
         *tail = &p->io[0];
         tail = &p->io[p->nio - 1].next;
-        queued++;
+        lead += queued++ == i; /* every page so far is on its way */
     }
+    if (leading)
+        *leading = lead;
     if (!rc)
         snapshot_reset(s);
     pthread_mutex_lock(&s->lock);

@@ -311,7 +311,7 @@ int dstore_write(struct dstore *s, const struct dstore_wpage *pages, size_t n, i
 }
 
 int dstore_read(struct dstore *s, const struct dstore_rpage *pages, size_t n, int *results,
-                uint64_t *id)
+                uint64_t *id, size_t *leading)
 {
     struct dop *op;
     int rc = check_batch(s, pages, n, results, id);
@@ -326,7 +326,7 @@ int dstore_read(struct dstore *s, const struct dstore_rpage *pages, size_t n, in
     op_link_locked(s, op);
     pthread_mutex_unlock(&s->lock);
     *id = op->id;
-    return read_submit(s, op, pages);
+    return read_submit(s, op, pages, leading);
 }
 
 int dstore_put(struct dstore *s, const struct dstore_wpage *pages, size_t n, int *results)
@@ -340,7 +340,7 @@ int dstore_put(struct dstore *s, const struct dstore_wpage *pages, size_t n, int
 int dstore_get(struct dstore *s, const struct dstore_rpage *pages, size_t n, int *results)
 {
     uint64_t id;
-    int rc = dstore_read(s, pages, n, results, &id);
+    int rc = dstore_read(s, pages, n, results, &id, NULL);
 
     return rc ? rc : dstore_wait(s, id, NULL);
 }

@@ -217,9 +217,11 @@ int dstore_write(struct dstore *s, const struct dstore_wpage *pages, size_t n, i
                  uint64_t *op);
 
 /* Queue a batch of n page reads: the index is looked up now (a page missing now is a miss),
- * the bytes land later. results as for dstore_write. */
+ * the bytes land later. results as for dstore_write. *leading (may be NULL) gets how many of
+ * the first pages were found and are on their way: nothing can evict them before they land
+ * (a check may still fail them); the pages after are misses, or on their way past a miss. */
 int dstore_read(struct dstore *s, const struct dstore_rpage *pages, size_t n, int *results,
-                uint64_t *op);
+                uint64_t *op, size_t *leading);
 
 /* Collect up to max completed ops, oldest submitted first, without blocking; how many. A
  * collected op is forgotten. */

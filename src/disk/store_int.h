@@ -239,7 +239,9 @@ int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct dre
                   uint64_t *digest);
 /* Whether r names a slot the slabs back now (locked). */
 bool record_in_bounds_locked(const struct dstore *s, const struct drec *r);
-int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages);
+/* Submit op's page reads; *leading (may be NULL): the first pages found and on their way. */
+int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages,
+                size_t *leading);
 
 /* ---- slab.c ---- */
 
