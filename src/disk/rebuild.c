@@ -21,6 +21,7 @@
 
 struct drop {
     uint32_t g;
+    uint64_t atime;
     uint8_t key[DSTORE_KEY_BYTES];
 };
 
@@ -33,7 +34,7 @@ struct scan_counts {
     uint64_t err_record, err_bounds, max_atime;
 };
 
-static void drops_add(struct drops *d, uint32_t g, const uint8_t *key)
+static void drops_add(struct drops *d, uint32_t g, const uint8_t *key, uint64_t atime)
 {
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 64;
@@ -45,6 +46,7 @@ static void drops_add(struct drops *d, uint32_t g, const uint8_t *key)
         d->cap = cap;
     }
     d->v[d->n].g = g;
+    d->v[d->n].atime = atime;
     memcpy(d->v[d->n++].key, key, DSTORE_KEY_BYTES);
 }
 
@@ -67,8 +69,8 @@ static void scan_one(struct dstore *s, const MDB_val *k, const MDB_val *v, struc
     }
     g = e.g;
     if (!backed(s, g)) {
-        c->err_bounds++;
-        drops_add(d, g, e.key);
+        c->err_bounds += g < s->nslots; /* past a lowered capacity is no fault */
+        drops_add(d, g, e.key, e.atime);
         return;
     }
     s->state[g] = SLOT_USED;
@@ -135,11 +137,20 @@ static int drop_chunk(struct dstore *s, const struct drop *first, size_t n)
     return index_err(mdb_txn_commit(txn));
 }
 
-/* Dropped in chunks; a chunk that fails (an index error) stays, never served. */
-static size_t drop_all(struct dstore *s, const struct drops *d)
+static int cmp_drop_age(const void *a, const void *b)
+{
+    const struct drop *x = a, *y = b;
+
+    return (x->atime > y->atime) - (x->atime < y->atime);
+}
+
+/* Dropped in chunks, oldest first; a chunk that fails (an index error) stays, never served. */
+static size_t drop_all(struct dstore *s, struct drops *d)
 {
     size_t dropped = 0;
 
+    if (d->n)
+        qsort(d->v, d->n, sizeof(*d->v), cmp_drop_age);
     for (size_t i = 0; i < d->n; i += DROP_CHUNK) {
         size_t n = d->n - i < DROP_CHUNK ? d->n - i : DROP_CHUNK;
 
@@ -218,6 +229,8 @@ void rebuild(struct dstore *s)
 
     if (!rc)
         dropped = drop_all(s, &d);
+    if (!rc && dropped == d.n)
+        slabs_trim(s); /* nothing names a slot past the capacity now */
     free(d.v);
     nfree = build_free(s);
     build_lists(s, s->nslots - nfree);

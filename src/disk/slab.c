@@ -311,13 +311,22 @@ static int slab_create_locked(struct dstore *s, uint32_t slab)
     return slab_open(s, slab, O_CREAT | O_EXCL);
 }
 
+/* Slots of slab within the capacity: slab_slots, fewer for a last slab the capacity cuts. */
+static uint32_t slab_capacity(const struct dstore *s, uint32_t slab)
+{
+    uint64_t first = (uint64_t)slab * s->slab_slots;
+
+    return s->nslots - first < s->slab_slots ? (uint32_t)(s->nslots - first) : s->slab_slots;
+}
+
 int slab_ready(struct dstore *s, uint32_t slab)
 {
     struct dslab *d = &s->slabs[slab];
+    uint32_t cap = slab_capacity(s, slab);
     bool created = false;
     int fd, rc;
 
-    if (d->valid == s->slab_slots)
+    if (d->valid >= cap)
         return 0;
     if ((rc = fault(s, DSTORE_FAULT_GROW, slab)))
         return rc;
@@ -331,16 +340,44 @@ int slab_ready(struct dstore *s, uint32_t slab)
     if (!rc && (created || d->valid == 0))
         rc = write_head(s, slab, d->bfd >= 0 ? d->bfd : fd);
     if (!rc)
-        rc = preallocate(fd, layout_slot_off(&s->lay, s->slab_slots));
+        rc = preallocate(fd, layout_slot_off(&s->lay, cap));
     /* The new name must outlive a power cut as the records that will point into it. */
     if (!rc && created && fsync(s->slabfd))
         rc = -errno;
     if (rc)
         return rc;
     pthread_mutex_lock(&s->lock);
-    d->valid = s->slab_slots;
+    d->valid = cap;
     pthread_mutex_unlock(&s->lock);
     return 0;
+}
+
+/* After a capacity was lowered and the records beyond it dropped: the slab files past it go,
+ * and the last one is cut to what the capacity keeps of it, so the disk gets its space back.
+ * Best effort: what stays is outside the capacity and never read. */
+void slabs_trim(struct dstore *s)
+{
+    uint32_t last = s->nslabs - 1, slab;
+    struct dslab *d = &s->slabs[last];
+    struct dirent *de;
+    int fd = dup(s->slabfd);
+    DIR *dir;
+
+    if (fd >= 0 && (dir = fdopendir(fd))) {
+        rewinddir(dir); /* a dup shares the position the last scan left */
+        while ((de = readdir(dir)))
+            if (parse_name(de->d_name, &slab) && slab >= s->nslabs)
+                unlinkat(s->slabfd, de->d_name, 0);
+        closedir(dir);
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    pthread_mutex_lock(&s->lock);
+    fd = d->dfd >= 0 ? d->dfd : d->bfd;
+    if (fd >= 0 && d->valid > slab_capacity(s, last) &&
+        ftruncate(fd, (off_t)layout_slot_off(&s->lay, slab_capacity(s, last))) == 0)
+        d->valid = slab_capacity(s, last);
+    pthread_mutex_unlock(&s->lock);
 }
 
 int slab_sync(struct dstore *s, uint32_t slab)

@@ -263,6 +263,9 @@ struct dop_page *page_io_landed_locked(struct dio_req *r);
 int slab_sync(struct dstore *s, uint32_t slab);
 /* *count = how many slab files there are from 0000 on, up to the first one missing. */
 int slabs_found(struct dstore *s, uint32_t *count);
+/* A writer, once the records past a lowered capacity are dropped: slab files past it go, and
+ * the last is cut to the capacity. */
+void slabs_trim(struct dstore *s);
 /* Read-only stores: learn again how many slots slab's file backs (it may have grown). */
 void slab_refresh(struct dstore *s, uint32_t slab);
 /* The head of a slab file of the dir at dirfd (any one that is whole): 0, or KVT_EFORMAT

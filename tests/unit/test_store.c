@@ -1126,6 +1126,106 @@ static void test_garbled_index(void **state)
     assert_int_equal(get_id(f, 2), 0);
 }
 
+/* Every page the store claims is byte-exact and every record points at written bytes. */
+static void check_all(struct fx *f, uint64_t first, uint64_t last)
+{
+    for (uint64_t id = first; id <= last; id++) {
+        int res = get_id(f, id);
+
+        assert_true(res == 0 || res == -ENOENT);
+        assert_int_equal(res == 0, has_id(f, id));
+    }
+}
+
+/* A lower capacity at open: the pages past it are dropped, oldest first, in transactions
+ * the index has room for (a map sized for the smaller capacity once could not hold them);
+ * the slab files past it go, and every open after serves what is left without an error. */
+static void test_capacity_lowered(void **state)
+{
+    struct fx *f = *state;
+    char path[128];
+    struct stat sb;
+
+    fx_open(f); /* 64 slots in slabs of 16 */
+    put_range(f, 1, 20);
+    put_range(f, 21, 20);
+    f->o.disk_bytes = 20ull * SLOT; /* slab 0 whole, 4 slots of slab 1 */
+    fx_reopen(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    struct dstore_stats st = stats_of(f);
+    assert_int_equal(st.pages, 20);
+    assert_int_equal(st.dropped, 20);
+    assert_int_equal(st.err_index + st.err_nospc + st.err_bounds, 0);
+    for (uint64_t id = 1; id <= 40; id++)
+        assert_int_equal(get_id(f, id), id <= 20 ? 0 : -ENOENT);
+    slab_path(f, 2, path, sizeof(path));
+    assert_int_equal(stat(path, &sb), -1); /* past the capacity: gone */
+    slab_path(f, 1, path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, SLAB_HEAD_BYTES + 4 * SLOT);
+    /* it keeps working: writes evict within the new capacity */
+    put_range(f, 100, 10);
+    fx_reopen(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    st = stats_of(f);
+    assert_int_equal(st.pages, 20);
+    assert_int_equal(st.err_index + st.err_nospc + st.err_bounds + st.dropped, 0);
+    check_all(f, 1, 110);
+}
+
+/* What a data dir holds that kvtier did not make is never followed, blocked on or written
+ * through: a FIFO, a symbolic link and a device where slab files should be are no slabs (a
+ * read-only open does not hang; their pages are misses), and a writer replaces them; a
+ * dangling link named lock is replaced, its target never created. */
+static void test_not_regular_files(void **state)
+{
+    struct fx *f = *state;
+    char path[128], target[160];
+    struct stat sb;
+
+    f->o.slab_bytes = 8ull * SLOT;
+    fx_open(f);
+    put_range(f, 1, 24); /* slabs 0, 1 and 2 */
+    dstore_close(f->s);
+    f->s = NULL;
+    slab_path(f, 0, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    slab_path(f, 1, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink("/dev/zero", path), 0);
+    snprintf(path, sizeof(path), "%s/lock", f->dir);
+    snprintf(target, sizeof(target), "%s.lock-target", f->dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink(target, path), 0);
+
+    /* read-only: opens at once, the pages of slabs 0 and 1 are misses, slab 2 serves */
+    struct dstore_options ro = f->o;
+    ro.flags = DSTORE_READONLY;
+    assert_int_equal(dstore_open(&ro, &f->s), 0);
+    for (uint64_t id = 1; id <= 24; id++)
+        assert_int_equal(get_id(f, id) == 0, id > 16);
+    dstore_close(f->s);
+    f->s = NULL;
+
+    /* a writer: the junk is replaced, the lock's target never made */
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    assert_int_equal(stat(target, &sb), -1);
+    snprintf(path, sizeof(path), "%s/lock", f->dir);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    put_range(f, 100, 24);
+    for (uint32_t slab = 0; slab < 2; slab++) {
+        slab_path(f, slab, path, sizeof(path));
+        assert_int_equal(lstat(path, &sb), 0);
+        assert_true(S_ISREG(sb.st_mode));
+    }
+    check_all(f, 1, 124);
+    for (uint64_t id = 100; id < 124; id++)
+        assert_true(has_id(f, id) || stats_of(f).evicted > 0);
+}
+
 /* ---- injected faults ---- */
 
 struct inject {
@@ -1153,17 +1253,6 @@ static void arm(struct inject *in, enum dstore_fault_point pt, int err, int budg
 {
     atomic_store(&in->budget, budget);
     atomic_store(&in->err[pt], err);
-}
-
-/* Every page the store claims is byte-exact and every record points at written bytes. */
-static void check_all(struct fx *f, uint64_t first, uint64_t last)
-{
-    for (uint64_t id = first; id <= last; id++) {
-        int res = get_id(f, id);
-
-        assert_true(res == 0 || res == -ENOENT);
-        assert_int_equal(res == 0, has_id(f, id));
-    }
 }
 
 static void test_faults(void **state)
@@ -1652,6 +1741,8 @@ int main(void)
         T(test_lru_eviction),
         T(test_chain_ends_first),
         T(test_batch_larger_than_store),
+        T(test_capacity_lowered),
+        T(test_not_regular_files),
         T(test_pinned_slot),
         T(test_wait_timeout),
         T(test_crash),
