@@ -166,6 +166,16 @@ static void read_landed(struct dio_req *req)
     pthread_mutex_unlock(&s->lock);
 }
 
+static bool in_bounds(struct dstore *s, const struct drec *r)
+{
+    bool in;
+
+    pthread_mutex_lock(&s->lock);
+    in = record_in_bounds_locked(s, r);
+    pthread_mutex_unlock(&s->lock);
+    return in;
+}
+
 /* A pinned page whose descriptor could not be opened: unpin and fail it. */
 static int unusable_fd(struct dstore *s, struct dop_page *p)
 {
@@ -190,6 +200,9 @@ static int prepare(struct dstore *s, struct dop_page *p)
     if (rc)
         return rc;
     g = r.slab * s->slab_slots + r.slot;
+    /* A reader beside a writer: the writer may have made or grown the slab since. */
+    if (s->ro && !in_bounds(s, &r))
+        slab_refresh(s, r.slab);
     pthread_mutex_lock(&s->lock);
     if (!record_in_bounds_locked(s, &r)) {
         s->st.err_bounds++;

@@ -765,6 +765,8 @@ static size_t map_bytes(const struct dstore *s, uint64_t file_bytes)
     uint64_t per = rec_bytes(s->page_tokens) + SLOT_ENTRY_BYTES + 128;
     uint64_t want = 8 * per * s->nslots;
 
+    if (s->o.map_bytes)
+        return (size_t)s->o.map_bytes;
     if (want < 4 * file_bytes)
         want = 4 * file_bytes;
     want += 256 * MIB;
@@ -812,7 +814,7 @@ static int index_install(struct dstore *s, const struct dmeta *m)
         return -errno;
     if (!(path = dir_path(s, "index.new")))
         return -ENOMEM;
-    rc = index_create(path, m, GIB);
+    rc = index_create(path, m, s->o.map_bytes ? s->o.map_bytes : GIB);
     free(path);
     if (rc)
         return rc;
@@ -1064,7 +1066,10 @@ static int index_prepare(struct dstore *s)
             return rc;
         }
     }
-    rc = index_open(&s->ix, path, s->ro, s->ro ? 0 : GIB + 4 * file);
+    rc = index_open(&s->ix, path, s->ro,
+                    s->ro            ? 0
+                    : s->o.map_bytes ? s->o.map_bytes
+                                     : GIB + 4 * file);
     free(path);
     if (rc)
         return rc;

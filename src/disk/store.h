@@ -109,6 +109,8 @@ struct dstore_options {
     void *register_base;
     size_t register_bytes;
     const struct dstore_faults *faults; /* test seam; NULL in production */
+    uint64_t map_bytes; /* test seam: a writer's index map; 0 (production): sized for the
+                           capacity */
 };
 
 /* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay

@@ -1226,6 +1226,45 @@ static void test_not_regular_files(void **state)
         assert_true(has_id(f, id) || stats_of(f).evicted > 0);
 }
 
+static int count_visit(void *arg, const struct dstore_entry *e)
+{
+    (void)e;
+    (*(uint64_t *)arg)++;
+    return 0;
+}
+
+/* A reader beside a writer that grew the index past the reader's map (MDB_MAP_RESIZED): the
+ * reader adopts the larger map between its snapshots and goes on reading, and an iteration
+ * begun before the growth finishes on its own snapshot. */
+static void test_reader_beside_growth(void **state)
+{
+    struct fx *f = *state;
+    struct dstore *r;
+    struct dstore_options ro;
+    uint64_t n = 0;
+
+    f->o.disk_bytes = 8192ull * SLOT;
+    f->o.map_bytes = 512ull << 10; /* a small map, recorded in the index */
+    fx_open(f);
+    put_range(f, 1, 8);
+    fx_close(f);
+    ro = f->o;
+    ro.flags = DSTORE_READONLY;
+    assert_int_equal(dstore_open(&ro, &r), 0); /* takes the writer's 2 MiB */
+    f->o.map_bytes = 64ull << 20;
+    fx_open(f);
+    for (uint64_t id = 100; id < 100 + 6000; id += 30)
+        put_range(f, id, 30); /* the index file grows past 512 KiB */
+    struct dstore *w = f->s;
+    f->s = r; /* the helpers read through the reader */
+    for (uint64_t id = 100; id < 6100; id += 97)
+        assert_int_equal(get_id(f, id), 0);
+    assert_int_equal(dstore_iterate(r, count_visit, &n), 0);
+    assert_int_equal(n, 6008);
+    f->s = w;
+    dstore_close(r);
+}
+
 /* ---- injected faults ---- */
 
 struct inject {
@@ -1742,6 +1781,7 @@ int main(void)
         T(test_chain_ends_first),
         T(test_batch_larger_than_store),
         T(test_capacity_lowered),
+        T(test_reader_beside_growth),
         T(test_not_regular_files),
         T(test_pinned_slot),
         T(test_wait_timeout),
