@@ -396,4 +396,7 @@ void disk_stats(const kvt_engine *e, struct kvt_stats *st)
     st->disk_written_bytes = ds.bytes_written;
     st->disk_ops_in_flight = e->dops.n;
     st->disk_io = ds.io <= DSTORE_IO_PSYNC ? io[ds.io] : KVT_DISK_IO_AUTO;
+    st->disk_index_rebuilt = ds.index_rebuilt;
+    st->disk_recovered_tokens = ds.recovered * ps;
+    st->disk_skipped_tokens = ds.too_many * ps;
 }

@@ -117,6 +117,9 @@ static const struct stat_field fields[] = {
     C(disk_read_bytes, "bytes read from disk"),
     C(disk_written_bytes, "bytes written to disk"),
     G(disk_ops_in_flight, "disk reads and writes not yet applied"),
+    G(disk_index_rebuilt, "1 when the disk index was damaged or lost at open and is rebuilt"),
+    C(disk_recovered_tokens, "tokens the rebuild of the disk index brought back"),
+    C(disk_skipped_tokens, "tokens not written to disk: a chain longer than the tier"),
 };
 #undef G
 #undef C

@@ -1116,16 +1116,16 @@ static int table_alloc(struct dstore *s)
     s->kids = calloc(n, sizeof(*s->kids));
     s->lru.prev = malloc(n * sizeof(uint32_t));
     s->lru.next = malloc(n * sizeof(uint32_t));
-    s->leaves.prev = malloc(n * sizeof(uint32_t));
-    s->leaves.next = malloc(n * sizeof(uint32_t));
+    s->ends = malloc(n * sizeof(uint32_t));
+    s->end_pos = calloc(n, sizeof(uint32_t));
     s->freestk = malloc(n * sizeof(*s->freestk));
     s->dirty_bit = calloc(n, 1);
     s->early = malloc(EARLY_MAX * sizeof(*s->early));
     s->touched = malloc(DIRTY_MAX * sizeof(*s->touched));
     s->recbuf = malloc(rec_bytes(s->page_tokens));
     if (!s->early || !s->touched || !s->recbuf || !s->state || !s->pins || !s->skey || !s->atime ||
-        !s->ptag || !s->kids || !s->lru.prev || !s->lru.next || !s->leaves.prev ||
-        !s->leaves.next || !s->freestk || !s->dirty_bit || map_alloc(s))
+        !s->ptag || !s->kids || !s->lru.prev || !s->lru.next || !s->ends || !s->end_pos ||
+        !s->freestk || !s->dirty_bit || map_alloc(s))
         return -ENOMEM;
     lists_reset_locked(s); /* no other thread yet */
     return 0;
@@ -1141,9 +1141,10 @@ static void table_free(struct dstore *s)
     free(s->kids);
     free(s->lru.prev);
     free(s->lru.next);
-    free(s->leaves.prev);
-    free(s->leaves.next);
+    free(s->ends);
+    free(s->end_pos);
     free(s->map);
+    free(s->waiting);
     free(s->freestk);
     free(s->dirty_bit);
     free(s->early);

@@ -305,6 +305,10 @@ int dstore_lookup(struct dstore *s, const uint8_t *key, dstore_visit_fn fn, void
  * slab file that grew since open is looked at again. */
 bool dstore_entry_in_bounds(struct dstore *s, const struct dstore_entry *e);
 
+/* For tests: the in-memory slot table's invariants (tags, children counts, chain ends): 0,
+ * or -EUCLEAN with the first broken one in why. Writers only, once ready. */
+int slots_check(struct dstore *s, char *why, size_t len);
+
 /* Entries in the slot table (one per stored page, unless something outside kvtier changed
  * the index). */
 uint64_t dstore_slot_entries(struct dstore *s);

@@ -41,6 +41,12 @@ enum slot_state {
     SLOT_DEAD = 4,     /* record deleted, still pinned: freed by the last unpin */
 };
 
+/* How many used slots name a parent tag. */
+struct tag_count {
+    uint64_t tag; /* 0: an empty bucket */
+    uint32_t count;
+};
+
 /* A list of slots through per-slot links (NO_SLOT ends). */
 struct slot_list {
     uint32_t *prev, *next;
@@ -162,14 +168,19 @@ struct dstore {
     uint64_t *ptag;                    /* the parent's key_tag; 0 for none */
     uint32_t *kids;                    /* used slots whose parent this one is */
     struct slot_list lru;              /* locked: every used slot, most recent at the head */
-    struct slot_list leaves;           /* locked: the used slots without stored children */
-    uint32_t *map;                     /* locked: key_tag -> used slot, open addressing */
-    uint64_t map_size;                 /* buckets, a power of two */
-    uint32_t map_shift;                /* 64 - log2(map_size) */
-    uint32_t *freestk;                 /* free slots, lowest on top after the rebuild */
-    uint64_t nfree;                    /* locked */
-    uint8_t *dirty_bit;                /* the slot's access time awaits persisting */
-    uint32_t dirty[DIRTY_MAX];         /* locked */
+    uint32_t *ends;    /* locked: the used slots without stored children, a min-heap on atime */
+    uint32_t *end_pos; /* each slot's place in it, plus 1; 0: not a chain end */
+    uint32_t nends;
+    uint32_t *map;             /* locked: key_tag -> used slot, open addressing */
+    uint64_t map_size;         /* buckets, a power of two */
+    uint32_t map_shift;        /* 64 - log2(map_size) */
+    struct tag_count *waiting; /* locked: children of parents not stored, by tag */
+    uint64_t wait_size, wait_used;
+    uint32_t wait_shift;
+    uint32_t *freestk;         /* free slots, lowest on top after the rebuild */
+    uint64_t nfree;            /* locked */
+    uint8_t *dirty_bit;        /* the slot's access time awaits persisting */
+    uint32_t dirty[DIRTY_MAX]; /* locked */
     uint32_t ndirty;
     struct early_touch *early; /* locked: hits served before ready, oldest first */
     uint32_t nearly;
@@ -226,7 +237,7 @@ void touch_early_locked(struct dstore *s, uint32_t g, const uint8_t *key);
 size_t pick_victims_locked(struct dstore *s, size_t want, uint32_t *victims);
 /* The used slot holding the key of this tag, or NO_SLOT. */
 uint32_t tag_find_locked(const struct dstore *s, uint64_t tag);
-/* Empty both lists (before the rebuild links them). */
+/* Empty the LRU list and the chain ends (before the rebuild links them). */
 void lists_reset_locked(struct dstore *s);
 /* The rebuild: the n used slots, oldest first, into the map, the counts and the lists. */
 void slots_link_all(struct dstore *s, const uint32_t *by_age, uint64_t n);

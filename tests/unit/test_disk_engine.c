@@ -162,6 +162,9 @@ static void check(const kvt_engine *e)
 
     if (kvt_engine_check(e, why, sizeof(why)))
         die(__LINE__, "engine check: %s", why);
+    /* The store's slot table too, once its rebuild is done (children, chain ends). */
+    if (e->disk && dstore_wait_ready(e->disk) == 0 && slots_check(e->disk, why, sizeof(why)))
+        die(__LINE__, "store check: %s", why);
 }
 
 static struct kvt_stats stats(const kvt_engine *e)

@@ -1491,6 +1491,8 @@ static void test_chain_ends_first(void **state)
     assert_true(has_id(f, 1));
     assert_false(has_id(f, 50));
     check_all(f, 1, 90);
+    char why[128];
+    assert_int_equal(slots_check(f->s, why, sizeof(why)), 0);
 }
 
 /* A batch of more new pages than the store has slots: its first pages go in, the rest are
