@@ -176,6 +176,10 @@ struct kvt_options {
      * dir, symlink, fifo), -ENAMETOOLONG past 107 bytes, another -errno (-ENOENT, -EACCES)
      * when it cannot be made. NULL (default): none. */
     const char *stats_socket;
+    /* sim backend: 1 copies each transfer on the calling thread as it is submitted, so that
+     * a run does the same thing every time (tests, recorded baselines); 0 (default): worker
+     * threads emulate the streams, and what lands when varies as on a GPU. cuda ignores it. */
+    uint32_t sim_serial;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -262,6 +266,12 @@ struct kvt_stats {
     uint64_t disk_read_bytes, disk_written_bytes;
     uint64_t disk_ops_in_flight; /* disk reads and writes not yet applied by kvt_poll */
     uint32_t disk_io;            /* enum kvt_disk_io in use */
+    /* 1 when the disk index was found damaged (or missing) at open: it was set aside as
+     * DIR/index.damaged and is rebuilt from the slab files in the background, its pages
+     * served as they come back (disk_recovered_tokens of them so far). */
+    uint64_t disk_index_rebuilt;
+    uint64_t disk_recovered_tokens;
+    uint64_t disk_skipped_tokens; /* tokens not written: a chain longer than the whole tier */
 };
 
 typedef struct kvt_engine kvt_engine;

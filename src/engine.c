@@ -67,10 +67,12 @@ static const struct {
     OPTION(disk_io),         OPTION(disk_write_policy),
     OPTION(prefetch_policy), OPTION(prefetch_timeout_ms),
     OPTION(prefetch_min),    OPTION(stats_socket),
+    OPTION(sim_serial),
 };
 #undef OPTION
-_Static_assert(offsetof(struct kvt_options, stats_socket) + sizeof(const char *) ==
-                   sizeof(struct kvt_options),
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, sim_serial) -
+                       sizeof(uint32_t) <
+                   _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
 /* Copy the caller's options over the defaults. Bytes past the struct this library knows must
@@ -96,7 +98,8 @@ static int check_options(const struct kvt_options *o)
 
     if (ps == 0 || (ps & (ps - 1)) || ps > KVT_PAGE_SIZE_MAX)
         return -EINVAL;
-    if (o->backend > KVT_BACKEND_CUDA || o->evict_policy > KVT_EVICT_PRIORITY || o->hash_pages > 1)
+    if (o->backend > KVT_BACKEND_CUDA || o->evict_policy > KVT_EVICT_PRIORITY ||
+        o->hash_pages > 1 || o->sim_serial > 1)
         return -EINVAL;
     if (o->tp_size == 0 || o->tp_rank >= o->tp_size)
         return -EINVAL;

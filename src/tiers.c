@@ -65,7 +65,7 @@ int tiers_open(kvt_engine *e, uint64_t device_tokens)
     e->bk_dev = malloc(scratch * sizeof(uint32_t));
     if (!e->host_pages || !e->dev_pages || !e->bk_host || !e->bk_dev)
         return -ENOMEM;
-    struct xfer_config xc = {.io = e->opts.io};
+    struct xfer_config xc = {.io = e->opts.io, .serial = e->opts.sim_serial != 0};
     return xfer_create(&e->kv, &e->host, &xc, &e->xfer);
 }
 

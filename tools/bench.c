@@ -56,6 +56,7 @@ struct config {
     uint64_t seed;
     uint64_t corrupt_after; /* test seam: damage a cached page after this request (1-based) */
     bool json;
+    bool serial; /* kvt_options.sim_serial */
 };
 
 /* ---- counters and state ---- */
@@ -696,6 +697,7 @@ static int open_engine(struct bench *b)
     o.geometry = cfg->g;
     o.page_size = ps;
     o.backend = cfg->backend;
+    o.sim_serial = cfg->serial;
     o.device_tokens = cfg->device_tokens;
     o.max_requests = 1;
     o.max_context = (uint32_t)round_up(b->max_tokens, ps);
@@ -994,6 +996,9 @@ static void usage(FILE *f)
             "                        and page size; refused while another process has it open\n"
             "  --backend B           auto, sim or cuda (default auto)\n"
             "  --evict-policy P      lru, lfu, fifo, mru or filo (default lru)\n"
+            "  --serial              sim backend: copy each transfer as it is submitted, so\n"
+            "                        that a run repeats exactly (what lands when otherwise\n"
+            "                        varies, as on a GPU)\n"
             "\n"
             "Output:\n"
             "  --json                one JSON object on stdout instead of the report\n"
@@ -1140,8 +1145,8 @@ static int parse_args(int argc, char **argv, struct config *cfg)
             usage(stdout);
             return -1;
         }
-        if (strcmp(a, "--json") == 0) {
-            cfg->json = true;
+        if (strcmp(a, "--json") == 0 || strcmp(a, "--serial") == 0) {
+            *(strcmp(a, "--json") == 0 ? &cfg->json : &cfg->serial) = true;
             continue;
         }
         if ((rc = parse_value(cfg, a, i + 1 < argc ? argv[i + 1] : NULL)))

@@ -414,9 +414,29 @@ static void sim_stop(struct xfer_stream *s)
     pthread_join(s->thread, NULL);
 }
 
+/* serial: the op runs here, as the worker would run it, before the submit returns. */
+static void sim_run_here(struct xfer_stream *s, struct xfer_op *op)
+{
+    int rc;
+
+    pthread_mutex_lock(&s->lock);
+    s->cur_id = op->id;
+    s->cur_layers = 0;
+    pthread_mutex_unlock(&s->lock);
+    rc = sim_run(s, op);
+    pthread_mutex_lock(&s->lock);
+    complete_locked(s, op->id, op->bytes, rc);
+    pthread_mutex_unlock(&s->lock);
+    free(op);
+}
+
 static int sim_submit(struct xfer_stream *s, struct xfer_op *op)
 {
     op->id = ++s->issued;
+    if (s->x->cfg.serial) {
+        sim_run_here(s, op);
+        return 0;
+    }
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = op;

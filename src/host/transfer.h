@@ -53,6 +53,9 @@ struct xfer_config {
     /* io=auto: an op whose copy-engine copies would average at least this many bytes goes
      * by DMA, a shorter one by the kernels; 0 means XFER_AUTO_DMA_MIN_BYTES. */
     uint64_t auto_dma_min_bytes;
+    /* sim only: copy each op on the submitting thread before xfer_submit returns, so what
+     * has landed never depends on timing (kvt_options.sim_serial). */
+    bool serial;
 };
 
 /* Below about this size a copy-engine copy pays more in its fixed cost (a microsecond or

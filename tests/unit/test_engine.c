@@ -92,6 +92,7 @@ static void test_options(void **state)
     REJECT(page_size, 3);
     REJECT(page_size, 512);
     REJECT(backend, 7);
+    REJECT(sim_serial, 2);
     REJECT(evict_policy, 6);
     REJECT(hash_pages, 2);
     REJECT(tp_rank, 1);
