@@ -7,7 +7,7 @@
 #include "device/backend.h"
 #include "device/kv_pool.h"
 #include "device/req_pool.h"
-#include "disk/store.h"
+#include "store/disk/store.h"
 #include "host/host_pool.h"
 #include "host/transfer.h"
 #include "radix/radix.h"

@@ -21,7 +21,7 @@
 
 #include "cli.h"
 #include "ctl.h"
-#include "disk/index.h"
+#include "store/disk/index.h"
 
 /* ---- output helpers ---- */
 

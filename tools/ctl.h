@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "disk/store.h"
+#include "store/disk/store.h"
 
 #define PROG "kvtier-ctl"
 #define HASH_BYTES DSTORE_KEY_BYTES

@@ -62,8 +62,8 @@
 
 #include "kvtier.h"
 #include "cli.h"
-#include "disk/layout.h"
-#include "disk/store.h"
+#include "store/disk/layout.h"
+#include "store/disk/store.h"
 #include "host/host_pool.h"
 
 #define PROG "kvtier-store-bench"

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "disk/index.h"
-#include "disk/store.h"
+#include "store/disk/index.h"
+#include "store/disk/store.h"
 
 static int fail(const char *what, int rc)
 {

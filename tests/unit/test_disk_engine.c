@@ -47,7 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "disk/layout.h"
+#include "store/disk/layout.h"
 #include "engine.h"
 #include "radix/hash.h"
 

@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "disk/store.h"
+#include "store/disk/store.h"
 
 #define PAGES 1500
 #define PAGE_BYTES 2048 /* the tiny geometry's page: all tail, one block a slot */

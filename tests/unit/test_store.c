@@ -33,9 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "disk/index.h"
-#include "disk/layout.h"
-#include "disk/store.h"
+#include "store/disk/index.h"
+#include "store/disk/layout.h"
+#include "store/disk/store.h"
 
 #define PAGE 8192 /* bytes per page in most tests: O_DIRECT-sized */
 #define TOKENS 4  /* tokens per page */

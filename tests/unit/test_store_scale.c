@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "disk/layout.h"
-#include "disk/store.h"
+#include "store/disk/layout.h"
+#include "store/disk/store.h"
 
 #define PAGE_BYTES 2048
 #define TOKENS 16

@@ -22,10 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "disk/dio.h"
-#include "disk/index.h"
-#include "disk/layout.h"
-#include "disk/store.h"
+#include "store/disk/dio.h"
+#include "store/disk/index.h"
+#include "store/disk/layout.h"
+#include "store/disk/store.h"
 
 #define NO_SLOT UINT32_MAX
 #define DIRTY_MAX 4096   /* access times waiting to be persisted, at most */

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "disk/store.h"
+#include "store/disk/store.h"
 
 struct dio_req {
     struct dio_req *next; /* queue link; the engine's while the request is submitted */

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "disk/store.h"
+#include "store/disk/store.h"
 
 #define DSTORE_FORMAT_VERSION 2
 #define DSTORE_RECORD_VERSION 1
