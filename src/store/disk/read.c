@@ -100,7 +100,8 @@ static int landed_result(const struct dstore *s, struct dop_page *p)
 
     if (p->res)
         return p->res;
-    memcpy((uint8_t *)p->buf + s->lay.body, p->block, s->lay.tail);
+    if (s->lay.tail) /* a page of whole blocks has no bytes beside its head */
+        memcpy((uint8_t *)p->buf + s->lay.body, p->block, s->lay.tail);
     page_checksum(p->buf, s->page_bytes, sum);
     return memcmp(sum, p->sum, 16) ? KVT_ECORRUPT : 0;
 }
