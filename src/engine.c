@@ -1,375 +1,12 @@
 /*
- * The engine: the one place where the prefix cache and the device tier meet. Every public
- * call validates all of its input before it changes anything, so a rejected call leaves the
- * engine as it was.
+ * The engine's prefix cache over the device (engine.h): matching through the tiers below,
+ * insert, eviction and room on the device, allocation, KV data, and requests.
  */
 #include "engine.h"
-#include "stats_server.h"
 
 #include <errno.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- options ---- */
-
-static void option_defaults(struct kvt_options *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->size = sizeof(*o);
-    o->page_size = 16;
-    o->backend = KVT_BACKEND_AUTO;
-    o->max_requests = 256;
-    o->max_context = 32768;
-    o->evict_policy = KVT_EVICT_LRU;
-    o->hash_pages = 1;
-    o->tp_size = 1;
-    o->write_threshold = 2;
-}
-
-/* size is the caller's sizeof: an older caller's struct is shorter and gets the defaults of
- * its own fields only; a newer caller's is longer and gets zeros past ours, which kvt_open
- * then checks are still zero. */
-void kvt_options_init(struct kvt_options *o, size_t size)
-{
-    struct kvt_options d;
-
-    if (!o || size < sizeof(o->size))
-        return;
-    option_defaults(&d);
-    if (size > sizeof(d))
-        memset((uint8_t *)o + sizeof(d), 0, size - sizeof(d));
-    memcpy(o, &d, size < sizeof(d) ? size : sizeof(d));
-    o->size = size;
-}
-
-/* Every field of struct kvt_options, so a shorter struct is read field by field: a field past
- * the caller's size keeps its default, even one that sits in the older struct's tail padding. */
-#define OPTION(f)                                                                                  \
-    {                                                                                              \
-        offsetof(struct kvt_options, f), sizeof(((struct kvt_options *)0)->f)                      \
-    }
-static const struct {
-    size_t off, len;
-} option_fields[] = {
-    OPTION(geometry),        OPTION(page_size),
-    OPTION(backend),         OPTION(device_tokens),
-    OPTION(device_bytes),    OPTION(max_requests),
-    OPTION(max_context),     OPTION(evict_policy),
-    OPTION(hash_pages),      OPTION(model_id),
-    OPTION(tp_rank),         OPTION(tp_size),
-    OPTION(host_tokens),     OPTION(host_bytes),
-    OPTION(host_ratio),      OPTION(host_layout),
-    OPTION(write_policy),    OPTION(write_threshold),
-    OPTION(load_back_min),   OPTION(io),
-    OPTION(disk_dir),        OPTION(disk_bytes),
-    OPTION(disk_io),         OPTION(disk_write_policy),
-    OPTION(prefetch_policy), OPTION(prefetch_timeout_ms),
-    OPTION(prefetch_min),    OPTION(stats_socket),
-    OPTION(sim_serial),
-};
-#undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, sim_serial) -
-                       sizeof(uint32_t) <
-                   _Alignof(struct kvt_options),
-               "a field added to struct kvt_options needs its row in option_fields");
-
-/* Copy the caller's options over the defaults. Bytes past the struct this library knows must
- * be zero, so a newer caller's option is never silently ignored. */
-static int copy_options(const struct kvt_options *in, struct kvt_options *o)
-{
-    if (!in || in->size < sizeof(in->size))
-        return -EINVAL;
-    for (size_t i = sizeof(*o); i < in->size; i++)
-        if (((const uint8_t *)in)[i])
-            return -EINVAL;
-    option_defaults(o);
-    for (size_t i = 0; i < sizeof(option_fields) / sizeof(option_fields[0]); i++)
-        if (option_fields[i].off + option_fields[i].len <= in->size)
-            memcpy((uint8_t *)o + option_fields[i].off, (const uint8_t *)in + option_fields[i].off,
-                   option_fields[i].len);
-    return 0;
-}
-
-static int check_options(const struct kvt_options *o)
-{
-    uint32_t ps = o->page_size;
-
-    if (ps == 0 || (ps & (ps - 1)) || ps > KVT_PAGE_SIZE_MAX)
-        return -EINVAL;
-    if (o->backend > KVT_BACKEND_CUDA || o->evict_policy > KVT_EVICT_PRIORITY ||
-        o->hash_pages > 1 || o->sim_serial > 1)
-        return -EINVAL;
-    if (o->tp_size == 0 || o->tp_rank >= o->tp_size)
-        return -EINVAL;
-    if (o->max_requests == 0 || o->max_context == 0 || o->max_requests > INT32_MAX ||
-        o->max_context > INT32_MAX)
-        return -EINVAL;
-    if (kv_geometry_check(&o->geometry))
-        return -EINVAL;
-    return 0;
-}
-
-static int device_tokens(const struct kvt_options *o, uint64_t *tokens)
-{
-    uint64_t t = o->device_tokens;
-
-    if (t == 0)
-        t = kvt_max_tokens(&o->geometry, o->page_size, o->device_bytes);
-    t = t / o->page_size * o->page_size;
-    if (t == 0 || t / o->page_size >= INT32_MAX / o->page_size)
-        return -EINVAL;
-    *tokens = t;
-    return 0;
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-/* SHA256 over everything that makes KV bytes interchangeable, in a fixed byte order. */
-static int make_fingerprint(kvt_engine *e)
-{
-    const struct kvt_geometry *g = &e->opts.geometry;
-    uint32_t v[] = {g->attention,
-                    g->layers,
-                    g->kv_heads,
-                    g->head_dim,
-                    g->v_head_dim ? g->v_head_dim : g->head_dim,
-                    g->kv_lora_rank,
-                    g->qk_rope_head_dim,
-                    g->dtype_bytes,
-                    e->opts.page_size,
-                    e->opts.tp_rank,
-                    e->opts.tp_size,
-                    KVT_HASH_VERSION};
-    uint8_t tail[sizeof(v)];
-    struct page_hasher h;
-    int rc = page_hasher_init(&h);
-
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
-        put_u32(tail + 4 * i, v[i]);
-    /* The model id is NUL-terminated in the input so "ab"+fields and "a"+"b..." differ. */
-    rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, sizeof(tail),
-                             e->fingerprint);
-    page_hasher_finish(&h);
-    return rc;
-}
-
-/* ---- open / close ---- */
-
-static void release_cached_pages(void *ctx, const uint32_t *pages, size_t n)
-{
-    kvt_engine *e = ctx;
-
-    slot_release_cached(&e->alloc, pages, n);
-    e->count.evicted_tokens += n * e->opts.page_size;
-}
-
-static int open_tree(kvt_engine *e)
-{
-    struct rdx_config cfg = {
-        .page_size = e->opts.page_size,
-        .policy = e->opts.evict_policy,
-        .hash_pages = (int)e->opts.hash_pages,
-        .host_tier = e->has_host,
-        .free_pages = release_cached_pages,
-        .free_host_pages = tiers_release_host_pages,
-        .ctx = e,
-    };
-
-    memcpy(cfg.fingerprint, e->fingerprint, KVT_HASH_LEN);
-    return rdx_create(&cfg, &e->tree);
-}
-
-static int open_parts(kvt_engine *e)
-{
-    uint64_t tokens;
-    int rc;
-
-    if ((rc = device_tokens(&e->opts, &tokens)))
-        return rc;
-    if ((rc = dev_backend_select(e->opts.backend, &e->be)))
-        return rc;
-    if ((rc = make_fingerprint(e)))
-        return rc;
-    if ((rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)))
-        return rc;
-    if ((rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context)))
-        return rc;
-    e->pages = malloc(((size_t)e->opts.max_context / e->opts.page_size + 1) * sizeof(uint32_t));
-    if (!e->pages)
-        return -ENOMEM;
-    if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)))
-        return rc;
-    if ((rc = tiers_open(e, tokens)) || (rc = disk_open(e)) || (rc = open_tree(e)))
-        return rc;
-    if (e->opts.stats_socket && (rc = stats_server_start(e->opts.stats_socket, &e->stats)))
-        return rc;
-    engine_publish(e);
-    return 0;
-}
-
-int kvt_open(const struct kvt_options *opts, kvt_engine **out)
-{
-    kvt_engine *e;
-    int rc;
-
-    if (!out)
-        return -EINVAL;
-    *out = NULL;
-    e = calloc(1, sizeof(*e));
-    if (!e)
-        return -ENOMEM;
-    if ((rc = copy_options(opts, &e->opts)) || (rc = check_options(&e->opts)))
-        goto fail;
-    e->model_id = strdup(e->opts.model_id ? e->opts.model_id : "");
-    if (!e->model_id) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    e->opts.model_id = e->model_id;
-    if ((rc = open_parts(e)))
-        goto fail;
-    *out = e;
-    return 0;
-fail:
-    kvt_close(e);
-    return rc;
-}
-
-void kvt_close(kvt_engine *e)
-{
-    if (!e)
-        return;
-    stats_server_stop(e->stats);
-    /* Transfers and disk I/O land first, then the tree hands its pages back through the
-     * allocators. */
-    tiers_close(e);
-    disk_close(e);
-    rdx_destroy(e->tree);
-    tiers_close_pool(e);
-    if (e->be)
-        kv_pool_finish(&e->kv);
-    free(e->pages);
-    req_pool_finish(&e->reqs);
-    slot_alloc_finish(&e->alloc);
-    free(e->model_id);
-    free(e);
-}
-
-void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])
-{
-    if (out && e)
-        memcpy(out, e->fingerprint, KVT_HASH_LEN);
-    else if (out)
-        memset(out, 0, KVT_HASH_LEN);
-}
-
-#define KVT_STR_(x) #x
-#define KVT_STR(x) KVT_STR_(x)
-
-const char *kvt_version(int *major, int *minor, int *patch)
-{
-    if (major)
-        *major = KVT_VERSION_MAJOR;
-    if (minor)
-        *minor = KVT_VERSION_MINOR;
-    if (patch)
-        *patch = KVT_VERSION_PATCH;
-    return KVT_STR(KVT_VERSION_MAJOR) "." KVT_STR(KVT_VERSION_MINOR) "." KVT_STR(KVT_VERSION_PATCH);
-}
-
-const char *kvt_strerror(int err)
-{
-    if (err == INT_MIN)
-        return "unknown error";
-    if (err > 0)
-        err = -err;
-    switch (err) {
-    case 0:
-        return "success";
-    case KVT_ENOBACKEND:
-        return "backend not available (not built in, or no GPU visible)";
-    case KVT_EBACKEND:
-        return "the device backend reported a failure";
-    case KVT_EHOSTRAM:
-        return "the host pool does not fit in the memory available now";
-    case KVT_EHOSTSIZE:
-        return "the host pool must be larger than the device pool";
-    case KVT_EFORMAT:
-        return "not a kvtier data dir, or a format this build cannot read";
-    case KVT_EFINGERPRINT:
-        return "the data dir holds KV of another model, geometry or layout";
-    case KVT_ECORRUPT:
-        return "stored data failed its checks";
-    default: {
-        const char *s = strerrordesc_np(-err);
-        return s ? s : "unknown error";
-    }
-    }
-}
-
-void engine_publish(kvt_engine *e)
-{
-    struct kvt_stats st = {.size = sizeof(st)};
-
-    if (e->stats && kvt_stats(e, &st) == 0)
-        stats_server_publish(e->stats, &st);
-}
-
-static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
-{
-    struct rdx_sizes s;
-    uint32_t ps;
-
-    ps = e->opts.page_size;
-    rdx_sizes(e->tree, &s);
-    memset(st, 0, sizeof(*st));
-    st->size = sizeof(*st);
-    st->backend = e->be->kind;
-    st->page_size = ps;
-    st->device_tokens = (uint64_t)e->alloc.npages * ps;
-    st->device_free_tokens = slot_available(&e->alloc);
-    st->kv_pool_bytes = kv_pool_bytes(&e->kv);
-    st->cached_tokens = s.cached_pages * ps;
-    st->evictable_tokens = s.evictable_pages * ps;
-    st->protected_tokens = s.protected_pages * ps;
-    st->nodes = s.nodes;
-    st->tree_bytes = s.bytes;
-    st->req_slots_free = e->reqs.nfree;
-    st->match_calls = e->count.match_calls;
-    st->match_query_tokens = e->count.match_query_tokens;
-    st->match_hit_tokens = e->count.match_hit_tokens;
-    st->inserted_tokens = e->count.inserted_tokens;
-    st->evicted_tokens = e->count.evicted_tokens;
-    tiers_stats(e, st);
-    disk_stats(e, st);
-}
-
-/* An older caller's struct is shorter: it gets the fields it has. A newer caller's is longer:
- * the fields this library does not know are zeroed, and st->size says where ours end. */
-int kvt_stats(const kvt_engine *e, struct kvt_stats *out)
-{
-    struct kvt_stats full;
-
-    if (!e || !out || out->size < sizeof(out->size))
-        return -EINVAL;
-    size_t size = out->size;
-    fill_stats(e, &full);
-    if (size > sizeof(full))
-        memset((uint8_t *)out + sizeof(full), 0, size - sizeof(full));
-    full.size = size < sizeof(full) ? size : sizeof(full);
-    memcpy(out, &full, full.size);
-    return 0;
-}
 
 /* ---- prefix cache ---- */
 
@@ -398,43 +35,46 @@ static void pages_to_slots(const kvt_engine *e, const uint32_t *pages, size_t np
             slots[i * ps + j] = (int32_t)(pages[i] * ps + j);
 }
 
-/* What a match found on disk past the host part, and what it read from there. */
-struct disk_part {
-    size_t pages; /* the leading run the disk index holds after the host part */
-    size_t read;  /* pages by which the host part grew through reading (fetch only) */
+/* What a match found below the tree, and what it brought up from there. */
+struct below_part {
+    size_t pages; /* the leading run the tiers below hold past the tree's part */
+    size_t read;  /* pages by which the tree's part grew through fetching (fetch only) */
 };
 
-/* Read the disk part of a hit to the host as prefetch_policy says, then match again. */
-static int fetch_disk(kvt_engine *e, const struct kvt_key *key, struct rdx_hit *hit,
-                      struct disk_part *dp)
+/* Bring what the tiers below hold of a hit into the tree as prefetch_policy says, then
+ * match again. */
+static int fetch_below(kvt_engine *e, const struct kvt_key *key, struct rdx_hit *hit,
+                       struct below_part *bp)
 {
     static const int wait_ms[] = {
         [KVT_PREFETCH_WAIT_COMPLETE] = -1, [KVT_PREFETCH_BEST_EFFORT] = 0};
+    const struct tier_ops *ops = e->below->ops;
     size_t host = hit->host_pages;
     uint32_t policy = e->opts.prefetch_policy;
 
-    /* Not started: too short, no room, or a read of it (kvt_prefetch) is under way. */
-    if (disk_fill(e, key, hit, dp->pages, NULL) && !disk_reading(e))
+    /* Not started: too short, no room, or a fetch of it (kvt_prefetch) is under way. */
+    if (ops->fetch(e->below, key, hit, bp->pages, NULL) && !ops->fetching(e->below))
         return 0;
-    disk_wait_reads(e, policy == KVT_PREFETCH_TIMEOUT ? (int)e->opts.prefetch_timeout_ms
-                                                      : wait_ms[policy]);
-    int rc = rdx_match_tiers(e->tree, key, e->pages, e->host_pages, hit);
+    ops->wait_fetches(e->below, policy == KVT_PREFETCH_TIMEOUT ? (int)e->opts.prefetch_timeout_ms
+                                                               : wait_ms[policy]);
+    int rc = rdx_match_tiers(e->tree, key, e->pages, e->below_pages, hit);
     if (rc == 0 && hit->host_pages > host)
-        dp->read = hit->host_pages - host;
+        bp->read = hit->host_pages - host;
     return rc;
 }
 
-/* Match without validation; slots may be NULL. The host pages of the hit go to
- * e->host_pages. With fetch, the disk part is read to the host first (kvt_req_begin). */
+/* Match without validation; slots may be NULL. The pages of the hit's part below the device
+ * go to e->below_pages. With fetch, what the tiers below hold past the tree is brought up
+ * first (kvt_req_begin). */
 static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct rdx_hit *hit,
-                 bool fetch, struct disk_part *dp)
+                 bool fetch, struct below_part *bp)
 {
     uint32_t ps = e->opts.page_size;
-    int rc = rdx_match_tiers(e->tree, key, e->pages, e->has_host ? e->host_pages : NULL, hit);
+    int rc = rdx_match_tiers(e->tree, key, e->pages, e->below ? e->below_pages : NULL, hit);
 
-    *dp = (struct disk_part){0};
-    if (rc == 0 && e->disk && (dp->pages = disk_lookup(e, key, hit)) && fetch)
-        rc = fetch_disk(e, key, hit, dp);
+    *bp = (struct below_part){0};
+    if (rc == 0 && (bp->pages = tier_find(e->below, key, hit)) && fetch)
+        rc = fetch_below(e, key, hit, bp);
     if (rc)
         return rc;
     if (slots)
@@ -442,16 +82,22 @@ static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struc
     e->count.match_calls++;
     e->count.match_query_tokens += key->len / ps * ps;
     e->count.match_hit_tokens += hit->dev_pages * ps;
-    e->count.host_hit_tokens += hit->host_pages * ps;
-    e->count.disk_hit_tokens += dp->pages * ps;
-    tiers_after_hit(e, hit->dev_last);
+    tier_matched(e->below, hit, bp->pages);
+    if (e->below)
+        e->below->ops->hit(e->below, hit->dev_last);
     return 0;
 }
 
 /* The op a device prefix waits for: the highest load still filling it. */
 static uint64_t load_to_wait(const kvt_engine *e, uint64_t pending)
 {
-    return e->has_host && pending > xfer_done(e->xfer, XFER_LOAD) ? pending : 0;
+    return e->below ? e->below->ops->pending_load(e->below, pending) : 0;
+}
+
+/* A failure that stops the engine (sticky): a transfer the device failed. */
+static int failed(const kvt_engine *e)
+{
+    return tier_failed(e->below);
 }
 
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
@@ -461,15 +107,15 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
 
     if (rc || !m)
         return rc ? rc : -EINVAL;
-    if (e->failed)
-        return e->failed;
-    struct disk_part dp;
-    if ((rc = match(e, key, slots, &hit, false, &dp)))
+    if ((rc = failed(e)))
+        return rc;
+    struct below_part bp;
+    if ((rc = match(e, key, slots, &hit, false, &bp)))
         return rc;
     m->device_len = hit.dev_pages * e->opts.page_size;
     m->last_node = hit.dev_last;
     m->host_len = hit.host_pages * e->opts.page_size;
-    m->disk_len = dp.pages * e->opts.page_size;
+    m->disk_len = bp.pages * e->opts.page_size;
     m->load_op = load_to_wait(e, hit.pending);
     return 0;
 }
@@ -482,13 +128,13 @@ int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
 
     if (rc)
         return rc;
-    if (e->failed)
-        return e->failed;
-    /* What the store has on its way, not what the index held a moment before: a full store
-     * may evict pages between the lookup and the read. */
-    if (e->disk && (rc = rdx_match_tiers(e->tree, key, NULL, NULL, &hit)) == 0 &&
-        (n = disk_lookup(e, key, &hit)))
-        disk_fill(e, key, &hit, n, &reading);
+    if ((rc = failed(e)))
+        return rc;
+    /* What the store has on its way, not what it held a moment before: a full store may
+     * evict pages between the lookup and the read. */
+    if (e->below && (rc = rdx_match_tiers(e->tree, key, NULL, NULL, &hit)) == 0 &&
+        (n = tier_find(e->below, key, &hit)))
+        e->below->ops->fetch(e->below, key, &hit, n, &reading);
     if (tokens)
         *tokens = reading * e->opts.page_size;
     return rc;
@@ -512,9 +158,9 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
         return rc;
     kvt_node_ref last = 0;
     rc = rdx_insert_ref(e->tree, key, e->pages, prio, &got, &last);
-    if (rc == -EBUSY && e->disk) {
-        /* The key runs into a fill from disk that has not landed: let it land. */
-        disk_sync(e);
+    if (rc == -EBUSY && e->below) {
+        /* The key runs into a fetch from below that has not landed: let it land. */
+        e->below->ops->wait_fetches(e->below, -1);
         rc = rdx_insert_ref(e->tree, key, e->pages, prio, &got, &last);
     }
     if (rc == 0 && got != cached)
@@ -525,8 +171,8 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
     }
     e->count.inserted_tokens += (np - cached) * ps;
     *prefix_len = cached * ps;
-    if (np)
-        tiers_after_insert(e, last);
+    if (np && e->below)
+        e->below->ops->inserted(e->below, last);
     return 0;
 }
 
@@ -557,10 +203,78 @@ int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted)
     if (!e)
         return -EINVAL;
     pages = tokens / e->opts.page_size + (tokens % e->opts.page_size != 0);
-    pages = tiers_evict(e, pages);
+    pages = engine_evict(e, pages);
     if (evicted)
         *evicted = pages * e->opts.page_size;
     return 0;
+}
+
+/* ---- eviction and room on the device ---- */
+
+size_t engine_evict(kvt_engine *e, size_t pages)
+{
+    size_t done = 0;
+
+    tier_poll(e->below, SIZE_MAX);
+    /* A tier below that keeps what the device evicts (write_back) stores it first. */
+    if (tier_wants_evicted(e->below))
+        done = tier_evict_storing(e->below, e->tree, rdx_evict_backed_up, pages);
+    if (done < pages)
+        done += rdx_evict(e->tree, pages - done);
+    /* Nodes a transfer is filling cannot give up their device copy yet: wait for the ops
+     * in flight (they are few and short), apply them and try again. */
+    if (done < pages && e->below && e->below->ops->busy(e->below)) {
+        tier_sync(e->below);
+        done += rdx_evict(e->tree, pages - done);
+    }
+    return done;
+}
+
+/* Eviction frees every unlocked device page, waiting for transfers where it must, so what is
+ * evictable now says whether it can meet the need; inside a free group the pages it frees
+ * are held back, so there it cannot. Deciding first means a call that fails evicted nothing. */
+int engine_room_for(kvt_engine *e, size_t pages)
+{
+    struct rdx_sizes s;
+    size_t nfree = e->alloc.nfree;
+
+    if (pages <= nfree)
+        return 0;
+    rdx_sizes(e->tree, &s);
+    if (e->alloc.in_group || pages - nfree > s.evictable_pages)
+        return -ENOMEM;
+    engine_evict(e, pages - nfree);
+    return pages <= e->alloc.nfree ? 0 : -ENOMEM;
+}
+
+/* ---- completions ---- */
+
+int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
+{
+    size_t n;
+
+    if (!e)
+        return -EINVAL;
+    n = tier_poll(e->below, max ? max : SIZE_MAX);
+    if (applied)
+        *applied = n;
+    engine_publish(e);
+    return failed(e);
+}
+
+int kvt_sync(kvt_engine *e)
+{
+    if (!e)
+        return -EINVAL;
+    tier_sync(e->below);
+    return kvt_poll(e, 0, NULL);
+}
+
+int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream)
+{
+    if (!e || layer >= e->opts.geometry.layers || (op && !e->below))
+        return -EINVAL;
+    return op ? e->below->ops->wait_layer(e->below, op, layer, stream) : 0;
 }
 
 /* ---- allocator ---- */
@@ -606,7 +320,7 @@ int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
     if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
     rc = slot_extend_check(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len, &need);
-    if (rc || (rc = tiers_room_for(e, need)))
+    if (rc || (rc = engine_room_for(e, need)))
         return rc;
     slot_extend_take(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out);
     return 0;
@@ -621,7 +335,7 @@ int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
     if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
     rc = slot_decode_check(&e->alloc, batch, seq_lens, last_locs, out, &need);
-    if (rc || (rc = tiers_room_for(e, need)))
+    if (rc || (rc = engine_room_for(e, need)))
         return rc;
     slot_decode_take(&e->alloc, batch, seq_lens, last_locs, out);
     return 0;
@@ -666,15 +380,15 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
 
     if (rc || !req)
         return rc ? rc : -EINVAL;
-    if (e->failed)
-        return e->failed;
+    if ((rc = failed(e)))
+        return rc;
     if ((rc = req_pool_alloc(&e->reqs, &idx)))
         return rc;
     ps = e->opts.page_size;
     row = e->reqs.map + (size_t)idx * e->reqs.max_context;
     /* The match writes its slots straight into the request's row. */
-    struct disk_part dp;
-    rc = match(e, key, row, &hit, true, &dp);
+    struct below_part bp;
+    rc = match(e, key, row, &hit, true, &bp);
     if (rc == 0)
         rc = rdx_lock(e->tree, hit.dev_last);
     if (rc) {
@@ -687,12 +401,13 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
                             .load_op = load_to_wait(e, hit.pending),
                             .gen = req_pool_gen(&e->reqs, idx)};
     uint64_t op = 0;
-    if (tiers_load_back(e, &hit, row + req->protected_len, &op) == 0) {
+    if (e->below &&
+        e->below->ops->load(e->below, &hit, e->below_pages, row + req->protected_len, &op) == 0) {
         req->loaded_len = hit.host_pages * ps;
         req->protected_len += req->loaded_len;
         req->last_node = hit.host_last;
         req->load_op = op; /* loads finish in order: waiting for it covers the prefix too */
-        req->disk_len = dp.read * ps;
+        req->disk_len = bp.read * ps;
     }
     e->reqs.filled[idx] = (uint32_t)req->protected_len;
     return 0;
@@ -817,99 +532,4 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
     req->last_node = 0;
     req->gen = 0;
     return 0;
-}
-
-/* ---- invariants, for tests ---- */
-
-/* How many nodes hold each page of one tier; pages outside [lo, hi] are errors. */
-struct page_count {
-    uint8_t *count;
-    uint32_t lo, hi;
-    int bad;
-};
-
-static void count_one(struct page_count *pc, uint32_t page)
-{
-    if (page < pc->lo || page > pc->hi || pc->count[page]++ != 0)
-        pc->bad = 1;
-}
-
-struct owners {
-    struct page_count dev, host;
-};
-
-static void count_device_page(void *ctx, uint32_t page)
-{
-    count_one(&((struct owners *)ctx)->dev, page);
-}
-
-static void count_host_page(void *ctx, uint32_t page)
-{
-    count_one(&((struct owners *)ctx)->host, page);
-}
-
-static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why, size_t len)
-{
-    for (uint32_t i = 0; i < a->nfree; i++) {
-        uint32_t p = a->ring[(a->head + i) % a->npages];
-        if (p == 0 || p > a->npages || a->state[p] != PAGE_FREE || seen[p]++) {
-            snprintf(why, len, "free list holds page %u that is not free or twice", p);
-            return -EUCLEAN;
-        }
-    }
-    return 0;
-}
-
-static int check_ownership(const kvt_engine *e, const struct page_count *oc, char *why, size_t len)
-{
-    const struct slot_alloc *a = &e->alloc;
-    uint32_t nfree = 0;
-
-    for (uint32_t p = 1; p <= a->npages; p++) {
-        int cached = a->state[p] == PAGE_CACHED;
-        if (cached != (oc->count[p] == 1)) {
-            snprintf(why, len, "page %u: allocator state %d, held by %u nodes", p, a->state[p],
-                     oc->count[p]);
-            return -EUCLEAN;
-        }
-        nfree += a->state[p] == PAGE_FREE;
-    }
-    if (nfree != a->nfree) {
-        snprintf(why, len, "%u pages free, free list holds %u", nfree, a->nfree);
-        return -EUCLEAN;
-    }
-    return 0;
-}
-
-/* One walk of the tree counts the owners of every device and host page. */
-int kvt_engine_check(const kvt_engine *e, char *why, size_t why_len)
-{
-    struct owners o = {.dev = {.lo = 1, .hi = e->alloc.npages},
-                       .host = {.lo = 0, .hi = e->host.npages ? e->host.npages - 1 : 0}};
-    struct rdx_page_visitor v = {.device = count_device_page, .ctx = &o};
-    int rc = -ENOMEM;
-
-    o.dev.count = calloc(e->alloc.npages + 1, 1);
-    o.host.count = calloc(e->has_host ? e->host.npages : 1, 1);
-    if (!o.dev.count || !o.host.count)
-        goto out;
-    if (e->has_host)
-        v.host = count_host_page;
-    rc = rdx_check(e->tree, &v, why, why_len);
-    if (rc == 0 && (o.dev.bad || o.host.bad)) {
-        snprintf(why, why_len, "a page is held by two nodes or is out of range");
-        rc = -EUCLEAN;
-    }
-    if (rc == 0)
-        rc = check_ownership(e, &o.dev, why, why_len);
-    if (rc == 0) {
-        memset(o.dev.count, 0, e->alloc.npages + 1);
-        rc = check_free_list(&e->alloc, o.dev.count, why, why_len);
-    }
-    if (rc == 0)
-        rc = tiers_check(e, o.host.count, why, why_len);
-out:
-    free(o.dev.count);
-    free(o.host.count);
-    return rc;
 }

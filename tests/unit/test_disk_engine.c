@@ -49,6 +49,7 @@
 
 #include "store/disk/layout.h"
 #include "engine.h"
+#include "store/disk/ops.h"
 #include "radix/hash.h"
 
 #define LAYERS 2
@@ -160,10 +161,11 @@ static void check(const kvt_engine *e)
 {
     char why[256] = "";
 
-    if (kvt_engine_check(e, why, sizeof(why)))
+    if (engine_check(e, why, sizeof(why)))
         die(__LINE__, "engine check: %s", why);
     /* The store's slot table too, once its rebuild is done (children, chain ends). */
-    if (e->disk && dstore_wait_ready(e->disk) == 0 && slots_check(e->disk, why, sizeof(why)))
+    if (store_disk_dstore(e->store) && dstore_wait_ready(store_disk_dstore(e->store)) == 0 &&
+        slots_check(store_disk_dstore(e->store), why, sizeof(why)))
         die(__LINE__, "store check: %s", why);
 }
 
@@ -360,7 +362,7 @@ static void collect_all(kvt_engine *e, struct recs *r)
 {
     r->n = 0;
     r->bad = 0;
-    RC(dstore_iterate(e->disk, collect, r), 0);
+    RC(dstore_iterate(store_disk_dstore(e->store), collect, r), 0);
     if (r->n > 1)
         qsort(r->v, r->n, sizeof(*r->v), rec_cmp);
 }
@@ -408,7 +410,7 @@ static struct disk_check check_disk(kvt_engine *e, struct recs *r)
     struct dstore_stats ds;
     struct page_hasher ph;
 
-    dstore_stats(e->disk, &ds);
+    dstore_stats(store_disk_dstore(e->store), &ds);
     REQUIRE(ds.page_bytes == PAGE_BYTES);
     RC(page_hasher_init(&ph), 0);
     for (uint32_t n = 0; n < N_NS; n++)
@@ -453,7 +455,7 @@ static struct disk_check check_disk(kvt_engine *e, struct recs *r)
         expected_page(&q, want);
         struct dstore_rpage rp = {.key = r->v[i].key, .buf = got};
         int res = -1;
-        RC(dstore_get(e->disk, &rp, 1, &res), 0);
+        RC(dstore_get(store_disk_dstore(e->store), &rp, 1, &res), 0);
         if (res)
             die(__LINE__, "page %zu of %zu in the index (depth %zu, ns %u) reads as %d (%s)", i,
                 r->n, depth, q.ns, res, kvt_strerror(res));
@@ -689,12 +691,14 @@ static void swap_store(kvt_engine *e, const struct dstore_faults *f)
 {
     struct dstore_options so;
 
-    REQUIRE(e->disk != NULL && e->dops.n == 0);
-    dstore_close(e->disk);
-    e->disk = NULL;
-    disk_store_options(e, &so);
+    struct kvt_store *s = NULL;
+
+    REQUIRE(e->store != NULL && stats(e).disk_ops_in_flight == 0);
+    engine_disk_options(e, &so);
     so.faults = f;
-    RC(dstore_open(&so, &e->disk), 0);
+    RC(engine_swap_store(e, NULL), 0); /* the dir's lock goes with it */
+    RC(store_disk_open(&so, &s), 0);
+    RC(engine_swap_store(e, s), 0);
 }
 
 struct fault_case {
@@ -908,9 +912,9 @@ static int damage_pages(kvt_engine *e, const char *dir, const struct seq *q, uin
     struct dstore_stats ds;
     struct damage d = {.q = q, .pages = mask, .dir = dir};
 
-    dstore_stats(e->disk, &ds);
+    dstore_stats(store_disk_dstore(e->store), &ds);
     d.slot_bytes = ds.slot_bytes;
-    RC(dstore_iterate(e->disk, damage_visit, &d), 0);
+    RC(dstore_iterate(store_disk_dstore(e->store), damage_visit, &d), 0);
     return d.done;
 }
 
@@ -927,7 +931,7 @@ static uint64_t checksum_errors(kvt_engine *e)
 {
     struct dstore_stats ds;
 
-    dstore_stats(e->disk, &ds);
+    dstore_stats(store_disk_dstore(e->store), &ds);
     return ds.err_checksum;
 }
 
@@ -935,7 +939,7 @@ static uint64_t dropped_records(kvt_engine *e)
 {
     struct dstore_stats ds;
 
-    dstore_stats(e->disk, &ds);
+    dstore_stats(store_disk_dstore(e->store), &ds);
     return ds.dropped;
 }
 

@@ -43,7 +43,7 @@ static void check(const kvt_engine *e)
 {
     char why[200];
 
-    if (kvt_engine_check(e, why, sizeof(why)))
+    if (engine_check(e, why, sizeof(why)))
         fail_msg("engine check: %s", why);
 }
 
@@ -183,7 +183,7 @@ static void test_older_caller(void **state)
     assert_int_equal(e->opts.max_requests, 4);
     assert_int_equal(e->opts.write_threshold, 2); /* past its size: the defaults */
     assert_int_equal(e->opts.tp_size, 1);
-    assert_int_equal(e->has_host, 0);
+    assert_null(e->below);
     assert_null(e->stats);
     free(old);
 

@@ -12,7 +12,7 @@
  * somewhat larger, so both tiers are under pressure, and swaps the transfer engine for one
  * whose worker sleeps a random 0..max_delay_us before each op (the xfer_config test seam), so
  * completions arrive late and in varied order relative to the owner thread. After every step
- * kvt_engine_check passes and the device and host pages add up.
+ * engine_check passes and the device and host pages add up.
  *
  * KVT_SEED=<n> reruns a sequence; the seed is printed at the start and on failure.
  */
@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "host/host_tier.h"
+#include "store/disk/ops.h"
 
 /* tests/gpu builds this file again with TEST_BACKEND=KVT_BACKEND_CUDA. */
 #ifndef TEST_BACKEND
@@ -61,7 +63,7 @@ static void check(const kvt_engine *e)
 {
     char why[256] = "";
 
-    if (kvt_engine_check(e, why, sizeof(why)))
+    if (engine_check(e, why, sizeof(why)))
         fail_msg("engine check: %s", why);
 }
 
@@ -102,9 +104,7 @@ static void make_data_dir(char *dir, size_t len)
  * flight. */
 static int set_xfer(kvt_engine *e, const struct xfer_config *xc)
 {
-    xfer_destroy(e->xfer);
-    e->xfer = NULL;
-    return xfer_create(&e->kv, &e->host, xc, &e->xfer);
+    return host_tier_set_xfer(e->below, xc);
 }
 
 static kvt_engine *open_with(const struct kvt_options *o, const struct xfer_config *xc)
@@ -256,11 +256,12 @@ static void test_layer_wait(void **state)
     assert_int_equal(kvt_req_read(e, &r, 0, 16, slots), 0);
 
     assert_int_equal(kvt_load_wait_layer(e, r.load_op, 0, NULL), 0);
-    assert_true(xfer_done(e->xfer, XFER_LOAD) < r.load_op); /* layer 1 still on its way */
+    assert_true(xfer_done(host_tier_xfer(e->below), XFER_LOAD) <
+                r.load_op); /* layer 1 still on its way */
     assert_int_equal(check_layer(e, &q, 0, 16, slots, 0), -1);
     /* Waiting for layer 0 again returns at once, and the op is still not done. */
     assert_int_equal(kvt_load_wait_layer(e, r.load_op, 0, NULL), 0);
-    assert_true(xfer_done(e->xfer, XFER_LOAD) < r.load_op);
+    assert_true(xfer_done(host_tier_xfer(e->below), XFER_LOAD) < r.load_op);
 
     /* A second request on the prefix while it is still being loaded gets it as its device
      * prefix, with the first request's load to wait for. */
@@ -280,7 +281,7 @@ static void test_layer_wait(void **state)
     assert_int_equal(kvt_load_wait_layer(e, r.load_op, 1, NULL), 0);
     assert_int_equal(check_layer(e, &q, 0, 16, slots, 1), -1);
     assert_int_equal(drain(e), 0);
-    assert_true(xfer_done(e->xfer, XFER_LOAD) >= r.load_op);
+    assert_true(xfer_done(host_tier_xfer(e->below), XFER_LOAD) >= r.load_op);
     /* A done op: every layer returns at once. */
     for (uint32_t l = 0; l < LAYERS; l++)
         assert_int_equal(kvt_load_wait_layer(e, r.load_op, l, NULL), 0);
@@ -323,7 +324,7 @@ static void test_match_pending_load(void **state)
     memset(&m, 0, sizeof(m));
     assert_int_equal(kvt_match(e, &key, slots, &m), 0);
     assert_int_equal(m.device_len, 16);
-    assert_true(xfer_done(e->xfer, XFER_LOAD) < r.load_op); /* still landing */
+    assert_true(xfer_done(host_tier_xfer(e->below), XFER_LOAD) < r.load_op); /* still landing */
     assert_int_equal(m.load_op, r.load_op);
     for (uint32_t l = 0; l < LAYERS; l++) {
         assert_int_equal(kvt_load_wait_layer(e, m.load_op, l, NULL), 0);
@@ -832,7 +833,7 @@ static void test_pressure_waits_for_load(void **state)
     uint64_t op = r.load_op;
     assert_int_equal(kvt_req_cache_finished(e, &r, &key, 0, 0), 0); /* dropped, unserved */
     check(e);
-    assert_true(xfer_done(e->xfer, XFER_LOAD) < op);
+    assert_true(xfer_done(host_tier_xfer(e->below), XFER_LOAD) < op);
     assert_int_equal(stats(e).evictable_tokens, 16);
 
     /* 32 of the 48 free slots, then 32 more: the second needs k[0]'s pages. */
@@ -843,7 +844,7 @@ static void test_pressure_waits_for_load(void **state)
         assert_int_equal(extend(e, &x[i], &rx[i], 0, 32), 0);
         check(e);
     }
-    assert_true(xfer_done(e->xfer, XFER_LOAD) >= op);
+    assert_true(xfer_done(host_tier_xfer(e->below), XFER_LOAD) >= op);
     assert_int_equal(stats(e).device_free_tokens, 0);
     assert_int_equal(stats(e).cached_tokens, 0);
     for (int i = 0; i < 2; i++) {
@@ -935,7 +936,7 @@ static void test_unfinished_pending_load(void **state)
     assert_int_equal(kvt_req_begin(e, &key, &b), 0);
     assert_int_equal(b.loaded_len, 16);
     assert_int_equal(kvt_load_wait_layer(e, b.load_op, 0, NULL), 0);
-    assert_true(xfer_done(e->xfer, XFER_LOAD) < b.load_op);
+    assert_true(xfer_done(host_tier_xfer(e->below), XFER_LOAD) < b.load_op);
 
     /* A's chunked-prefill boundary: the tree has q on the device now (B's load), so A's
      * duplicates go and A's row points at B's pages. */
@@ -946,7 +947,8 @@ static void test_unfinished_pending_load(void **state)
     int32_t bslots[16];
     assert_int_equal(kvt_req_read(e, &b, 0, 16, bslots), 0);
     int shares = memcmp(slots, bslots, sizeof(bslots)) == 0;
-    int unsafe = shares && xfer_done(e->xfer, XFER_LOAD) < b.load_op && a.load_op < b.load_op;
+    int unsafe = shares && xfer_done(host_tier_xfer(e->below), XFER_LOAD) < b.load_op &&
+                 a.load_op < b.load_op;
     /* A's row names pages B's load may still be filling: A must wait for that load. */
     assert_false(unsafe);
     /* Safe from here: wait for B's load, then both rows must read right. */
@@ -1086,7 +1088,7 @@ static void test_no_host(void **state)
     (void)state;
     host_options(&o, 4, 64, 0);
     kvt_engine *e = open_with(&o, NULL);
-    assert_int_equal(e->has_host, 0);
+    assert_null(e->below);
     struct seq q;
     seq_make(&q, 0, 16, 60);
     run_request(e, &q, 0, 1);
@@ -1242,10 +1244,10 @@ static void make_bases(struct rsim *s)
 static void check_all(struct rsim *s)
 {
     char why[256] = "";
-    int rc = kvt_engine_check(s->e, why, sizeof(why));
+    int rc = engine_check(s->e, why, sizeof(why));
 
     if (rc)
-        die(s, __LINE__, "kvt_engine_check: %d %s", rc, why);
+        die(s, __LINE__, "engine_check: %d %s", rc, why);
     struct kvt_stats st = rstats(s);
     uint64_t owned = 0, ps = s->ps;
     for (size_t i = 0; i < N_REQ; i++)
@@ -1271,7 +1273,8 @@ static void verify_rows(struct rsim *s, const struct seq *q, const int32_t *slot
             die(s, __LINE__,
                 "layer %u: token %ld of %zu (slot %d) has the wrong KV (op %" PRIu64
                 ", load done %" PRIu64 ")",
-                l, bad, n, bad >= 0 ? slots[bad] : -1, op, xfer_done(s->e->xfer, XFER_LOAD));
+                l, bad, n, bad >= 0 ? slots[bad] : -1, op,
+                xfer_done(host_tier_xfer(s->e->below), XFER_LOAD));
     }
     s->rows_checked += n;
 }
@@ -1475,8 +1478,8 @@ static void do_match(struct rsim *s)
     REQUIRE(s, m.last_node != 0);
     s->matches++;
     /* A match locks nothing: its pages are right only while no load may still fill them. */
-    uint64_t issued = s->e->ops[XFER_LOAD].last_id;
-    if (xfer_done(s->e->xfer, XFER_LOAD) >= issued) {
+    uint64_t issued = host_tier_last_op(s->e->below, XFER_LOAD);
+    if (xfer_done(host_tier_xfer(s->e->below), XFER_LOAD) >= issued) {
         verify_rows(s, &t, slots, m.device_len, 0);
         s->match_checked++;
     }
@@ -1907,7 +1910,7 @@ static void test_poll_budget(void **state)
     }
     assert_int_equal(stats(e).ops_in_flight, 3);
     /* Let the backups land, unapplied; applying them starts one disk write each. */
-    xfer_wait(e->xfer, XFER_BACKUP, e->ops[XFER_BACKUP].last_id);
+    xfer_wait(host_tier_xfer(e->below), XFER_BACKUP, host_tier_last_op(e->below, XFER_BACKUP));
     assert_int_equal(kvt_poll(e, 3, &applied), 0);
     assert_int_equal(applied, 3);
     assert_int_equal(stats(e).disk_ops_in_flight, 3);
@@ -1915,7 +1918,7 @@ static void test_poll_budget(void **state)
      * its ops). */
     struct dstore_stats ds;
     for (int i = 0; i < 10000; i++) {
-        dstore_stats(e->disk, &ds);
+        dstore_stats(store_disk_dstore(e->store), &ds);
         if (ds.writes == 3 * 2)
             break;
         usleep(1000);

@@ -9,7 +9,7 @@
  * page, so the page number doubles as the node id of the model's trie (page 0, the padding
  * page, stands for a namespace root).
  *
- * After every step: kvt_engine_check passes; the allocator's state of every page equals the
+ * After every step: engine_check passes; the allocator's state of every page equals the
  * model's; kvt_stats sizes and counters equal the model's; every match returns the model's
  * longest cached prefix and its slots. Evictions are the engine's choice, but they must be
  * leaves first (the cached set stays prefix-closed), spare every locked page, free what they
@@ -472,13 +472,13 @@ static void check_bookkeeping(struct sim *s, size_t held, size_t owned)
 static void check_all(struct sim *s)
 {
     char why[256] = "";
-    int rc = kvt_engine_check(s->e, why, sizeof(why));
+    int rc = engine_check(s->e, why, sizeof(why));
     struct kvt_stats st = stats(s);
     size_t n[5] = {0}, active = 0;
     uint64_t ps = s->ps;
 
     if (rc)
-        die(s, __LINE__, "kvt_engine_check: %d: %s", rc, why);
+        die(s, __LINE__, "engine_check: %d: %s", rc, why);
     for (uint32_t p = 1; p <= s->npages; p++) {
         int m = s->pg[p].state;
         n[m]++;

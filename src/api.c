@@ -1,0 +1,482 @@
+/*
+ * The public engine's front (engine.h): options, open and close, where the chain of tiers
+ * below the device is built from the options, stats, versions and errors. Every public call
+ * validates all of its input before it changes anything, so a rejected call leaves the engine
+ * as it was.
+ */
+#include "engine.h"
+#include "host/host_tier.h"
+#include "stats_server.h"
+#include "store/disk/ops.h"
+#include "store/store_tier.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- options ---- */
+
+static void option_defaults(struct kvt_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+    o->page_size = 16;
+    o->backend = KVT_BACKEND_AUTO;
+    o->max_requests = 256;
+    o->max_context = 32768;
+    o->evict_policy = KVT_EVICT_LRU;
+    o->hash_pages = 1;
+    o->tp_size = 1;
+    o->write_threshold = 2;
+}
+
+/* size is the caller's sizeof: an older caller's struct is shorter and gets the defaults of
+ * its own fields only; a newer caller's is longer and gets zeros past ours, which kvt_open
+ * then checks are still zero. */
+void kvt_options_init(struct kvt_options *o, size_t size)
+{
+    struct kvt_options d;
+
+    if (!o || size < sizeof(o->size))
+        return;
+    option_defaults(&d);
+    if (size > sizeof(d))
+        memset((uint8_t *)o + sizeof(d), 0, size - sizeof(d));
+    memcpy(o, &d, size < sizeof(d) ? size : sizeof(d));
+    o->size = size;
+}
+
+/* Every field of struct kvt_options, so a shorter struct is read field by field: a field past
+ * the caller's size keeps its default, even one that sits in the older struct's tail padding. */
+#define OPTION(f)                                                                                  \
+    {                                                                                              \
+        offsetof(struct kvt_options, f), sizeof(((struct kvt_options *)0)->f)                      \
+    }
+static const struct {
+    size_t off, len;
+} option_fields[] = {
+    OPTION(geometry),        OPTION(page_size),
+    OPTION(backend),         OPTION(device_tokens),
+    OPTION(device_bytes),    OPTION(max_requests),
+    OPTION(max_context),     OPTION(evict_policy),
+    OPTION(hash_pages),      OPTION(model_id),
+    OPTION(tp_rank),         OPTION(tp_size),
+    OPTION(host_tokens),     OPTION(host_bytes),
+    OPTION(host_ratio),      OPTION(host_layout),
+    OPTION(write_policy),    OPTION(write_threshold),
+    OPTION(load_back_min),   OPTION(io),
+    OPTION(disk_dir),        OPTION(disk_bytes),
+    OPTION(disk_io),         OPTION(disk_write_policy),
+    OPTION(prefetch_policy), OPTION(prefetch_timeout_ms),
+    OPTION(prefetch_min),    OPTION(stats_socket),
+    OPTION(sim_serial),
+};
+#undef OPTION
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, sim_serial) -
+                       sizeof(uint32_t) <
+                   _Alignof(struct kvt_options),
+               "a field added to struct kvt_options needs its row in option_fields");
+
+/* Copy the caller's options over the defaults. Bytes past the struct this library knows must
+ * be zero, so a newer caller's option is never silently ignored. */
+static int copy_options(const struct kvt_options *in, struct kvt_options *o)
+{
+    if (!in || in->size < sizeof(in->size))
+        return -EINVAL;
+    for (size_t i = sizeof(*o); i < in->size; i++)
+        if (((const uint8_t *)in)[i])
+            return -EINVAL;
+    option_defaults(o);
+    for (size_t i = 0; i < sizeof(option_fields) / sizeof(option_fields[0]); i++)
+        if (option_fields[i].off + option_fields[i].len <= in->size)
+            memcpy((uint8_t *)o + option_fields[i].off, (const uint8_t *)in + option_fields[i].off,
+                   option_fields[i].len);
+    return 0;
+}
+
+static int check_options(const struct kvt_options *o)
+{
+    uint32_t ps = o->page_size;
+
+    if (ps == 0 || (ps & (ps - 1)) || ps > KVT_PAGE_SIZE_MAX)
+        return -EINVAL;
+    if (o->backend > KVT_BACKEND_CUDA || o->evict_policy > KVT_EVICT_PRIORITY ||
+        o->hash_pages > 1 || o->sim_serial > 1)
+        return -EINVAL;
+    if (o->tp_size == 0 || o->tp_rank >= o->tp_size)
+        return -EINVAL;
+    if (o->max_requests == 0 || o->max_context == 0 || o->max_requests > INT32_MAX ||
+        o->max_context > INT32_MAX)
+        return -EINVAL;
+    if (kv_geometry_check(&o->geometry))
+        return -EINVAL;
+    return 0;
+}
+
+static int device_tokens(const struct kvt_options *o, uint64_t *tokens)
+{
+    uint64_t t = o->device_tokens;
+
+    if (t == 0)
+        t = kvt_max_tokens(&o->geometry, o->page_size, o->device_bytes);
+    t = t / o->page_size * o->page_size;
+    if (t == 0 || t / o->page_size >= INT32_MAX / o->page_size)
+        return -EINVAL;
+    *tokens = t;
+    return 0;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+/* SHA256 over everything that makes KV bytes interchangeable, in a fixed byte order. */
+static int make_fingerprint(kvt_engine *e)
+{
+    const struct kvt_geometry *g = &e->opts.geometry;
+    uint32_t v[] = {g->attention,
+                    g->layers,
+                    g->kv_heads,
+                    g->head_dim,
+                    g->v_head_dim ? g->v_head_dim : g->head_dim,
+                    g->kv_lora_rank,
+                    g->qk_rope_head_dim,
+                    g->dtype_bytes,
+                    e->opts.page_size,
+                    e->opts.tp_rank,
+                    e->opts.tp_size,
+                    KVT_HASH_VERSION};
+    uint8_t tail[sizeof(v)];
+    struct page_hasher h;
+    int rc = page_hasher_init(&h);
+
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        put_u32(tail + 4 * i, v[i]);
+    /* The model id is NUL-terminated in the input so "ab"+fields and "a"+"b..." differ. */
+    rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, sizeof(tail),
+                             e->fingerprint);
+    page_hasher_finish(&h);
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+static void release_cached_pages(void *ctx, const uint32_t *pages, size_t n)
+{
+    kvt_engine *e = ctx;
+
+    slot_release_cached(&e->alloc, pages, n);
+    e->count.evicted_tokens += n * e->opts.page_size;
+}
+
+/* The tree holds copies of the first tier below, and hands their pages back to it. */
+static void release_below_pages(void *ctx, const uint32_t *pages, size_t n)
+{
+    kvt_engine *e = ctx;
+
+    e->below->ops->release(e->below, pages, n);
+}
+
+static int open_tree(kvt_engine *e)
+{
+    struct rdx_config cfg = {
+        .page_size = e->opts.page_size,
+        .policy = e->opts.evict_policy,
+        .hash_pages = (int)e->opts.hash_pages,
+        .host_tier = e->below && e->below->ops->tree_pages(e->below) > 0,
+        .free_pages = release_cached_pages,
+        .free_host_pages = release_below_pages,
+        .ctx = e,
+    };
+
+    memcpy(cfg.fingerprint, e->fingerprint, KVT_HASH_LEN);
+    return rdx_create(&cfg, &e->tree);
+}
+
+/* What the device offers the tier below it: room for a load-back. */
+static int room_up(void *ctx, size_t pages)
+{
+    return engine_room_for(ctx, pages);
+}
+
+static size_t scratch_pages(const kvt_engine *e)
+{
+    return (size_t)e->opts.max_context / e->opts.page_size + 1;
+}
+
+/* The disk store the options name, over the host pool, which every read lands in and every
+ * write comes from. */
+static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store **out)
+{
+    static const uint32_t io[] = {DSTORE_IO_AUTO, DSTORE_IO_URING, DSTORE_IO_PSYNC};
+    struct dstore_options *so = &e->disk_so;
+
+    dstore_options_init(so, sizeof(*so));
+    so->dir = e->opts.disk_dir;
+    memcpy(so->fingerprint, e->fingerprint, DSTORE_FINGERPRINT_BYTES);
+    so->page_bytes = (uint32_t)hp->page_bytes;
+    so->page_tokens = e->opts.page_size;
+    if (e->opts.disk_bytes)
+        so->disk_bytes = e->opts.disk_bytes;
+    if (so->slab_bytes > so->disk_bytes)
+        so->slab_bytes = so->disk_bytes; /* no slab file larger than the whole tier */
+    so->io = io[e->opts.disk_io];
+    so->register_base = hp->base;
+    so->register_bytes = hp->bytes;
+    return store_disk_open(so, out);
+}
+
+/* Below the host: the store given, or the disk store the options name, or none. */
+static int open_store_tier(kvt_engine *e, struct kvt_store *store)
+{
+    struct tier *host = e->below;
+    const struct host_pool *hp;
+    int rc;
+
+    if (!store && !e->opts.disk_dir)
+        return 0;
+    hp = host ? host_tier_pool(host) : NULL;
+    if ((rc = store_tier_check_options(&e->opts, host != NULL, hp ? hp->page_bytes : 0)) ||
+        (!store && (rc = open_disk(e, hp, &store)))) {
+        store_close(store);
+        return rc;
+    }
+    struct store_tier_config c = {&e->opts, &e->tree, scratch_pages(e)};
+    if ((rc = store_tier_open(&c, store, host_tier_up(host), &e->bottom)))
+        return rc;
+    e->store = store;
+    host->below = e->bottom;
+    return 0;
+}
+
+/* The chain the options ask for: the host tier, then a store below it. */
+static int open_tiers(kvt_engine *e, uint64_t device_tokens, struct kvt_store *store)
+{
+    struct host_tier_config hc = {&e->opts,  &e->tree,      e->be,           &e->kv,
+                                  &e->alloc, device_tokens, scratch_pages(e)};
+    struct tier_up up = {.ctx = e, .room = room_up};
+    int rc;
+
+    if ((rc = host_tier_open(&hc, up, &e->below))) {
+        store_close(store);
+        return rc;
+    }
+    if (e->opts.prefetch_timeout_ms == 0)
+        e->opts.prefetch_timeout_ms = 100;
+    return open_store_tier(e, store);
+}
+
+static int open_parts(kvt_engine *e, struct kvt_store *store)
+{
+    uint64_t tokens;
+    int rc;
+
+    if ((rc = device_tokens(&e->opts, &tokens)) ||
+        (rc = dev_backend_select(e->opts.backend, &e->be)) || (rc = make_fingerprint(e)) ||
+        (rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)) ||
+        (rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context))) {
+        store_close(store);
+        return rc;
+    }
+    e->pages = malloc(scratch_pages(e) * sizeof(uint32_t));
+    e->below_pages = malloc(scratch_pages(e) * sizeof(uint32_t));
+    if (!e->pages || !e->below_pages)
+        rc = -ENOMEM;
+    else
+        rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size);
+    if (rc) {
+        store_close(store);
+        return rc;
+    }
+    if ((rc = open_tiers(e, tokens, store)) || (rc = open_tree(e)))
+        return rc;
+    if (e->opts.stats_socket && (rc = stats_server_start(e->opts.stats_socket, &e->stats)))
+        return rc;
+    engine_publish(e);
+    return 0;
+}
+
+int engine_open(const struct kvt_options *opts, struct kvt_store *store, kvt_engine **out)
+{
+    kvt_engine *e;
+    int rc;
+
+    if (!out) {
+        store_close(store);
+        return -EINVAL;
+    }
+    *out = NULL;
+    e = calloc(1, sizeof(*e));
+    if (!e) {
+        store_close(store);
+        return -ENOMEM;
+    }
+    if ((rc = copy_options(opts, &e->opts)) || (rc = check_options(&e->opts)) ||
+        !(e->model_id = strdup(e->opts.model_id ? e->opts.model_id : ""))) {
+        store_close(store);
+        rc = rc ? rc : -ENOMEM;
+        goto fail;
+    }
+    e->opts.model_id = e->model_id;
+    if ((rc = open_parts(e, store)))
+        goto fail;
+    *out = e;
+    return 0;
+fail:
+    kvt_close(e);
+    return rc;
+}
+
+int kvt_open(const struct kvt_options *opts, kvt_engine **out)
+{
+    return engine_open(opts, NULL, out);
+}
+
+void engine_disk_options(const kvt_engine *e, struct dstore_options *so)
+{
+    *so = e->disk_so;
+}
+
+int engine_swap_store(kvt_engine *e, struct kvt_store *s)
+{
+    if (!e->bottom) {
+        store_close(s);
+        return -EINVAL;
+    }
+    store_tier_swap(e->bottom, s);
+    e->store = s;
+    return 0;
+}
+
+void kvt_close(kvt_engine *e)
+{
+    if (!e)
+        return;
+    stats_server_stop(e->stats);
+    /* Transfers and store I/O land first, then the tree hands its pages back through the
+     * allocators, and only then do the tiers' memories go. */
+    tier_stop_chain(e->below);
+    rdx_destroy(e->tree);
+    tier_close_chain(e->below);
+    if (e->be)
+        kv_pool_finish(&e->kv);
+    free(e->pages);
+    free(e->below_pages);
+    req_pool_finish(&e->reqs);
+    slot_alloc_finish(&e->alloc);
+    free(e->model_id);
+    free(e);
+}
+
+void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])
+{
+    if (out && e)
+        memcpy(out, e->fingerprint, KVT_HASH_LEN);
+    else if (out)
+        memset(out, 0, KVT_HASH_LEN);
+}
+
+#define KVT_STR_(x) #x
+#define KVT_STR(x) KVT_STR_(x)
+
+const char *kvt_version(int *major, int *minor, int *patch)
+{
+    if (major)
+        *major = KVT_VERSION_MAJOR;
+    if (minor)
+        *minor = KVT_VERSION_MINOR;
+    if (patch)
+        *patch = KVT_VERSION_PATCH;
+    return KVT_STR(KVT_VERSION_MAJOR) "." KVT_STR(KVT_VERSION_MINOR) "." KVT_STR(KVT_VERSION_PATCH);
+}
+
+const char *kvt_strerror(int err)
+{
+    if (err == INT_MIN)
+        return "unknown error";
+    if (err > 0)
+        err = -err;
+    switch (err) {
+    case 0:
+        return "success";
+    case KVT_ENOBACKEND:
+        return "backend not available (not built in, or no GPU visible)";
+    case KVT_EBACKEND:
+        return "the device backend reported a failure";
+    case KVT_EHOSTRAM:
+        return "the host pool does not fit in the memory available now";
+    case KVT_EHOSTSIZE:
+        return "the host pool must be larger than the device pool";
+    case KVT_EFORMAT:
+        return "not a kvtier data dir, or a format this build cannot read";
+    case KVT_EFINGERPRINT:
+        return "the data dir holds KV of another model, geometry or layout";
+    case KVT_ECORRUPT:
+        return "stored data failed its checks";
+    default: {
+        const char *s = strerrordesc_np(-err);
+        return s ? s : "unknown error";
+    }
+    }
+}
+
+void engine_publish(kvt_engine *e)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    if (e->stats && kvt_stats(e, &st) == 0)
+        stats_server_publish(e->stats, &st);
+}
+
+static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
+{
+    struct rdx_sizes s;
+    uint32_t ps;
+
+    ps = e->opts.page_size;
+    rdx_sizes(e->tree, &s);
+    memset(st, 0, sizeof(*st));
+    st->size = sizeof(*st);
+    st->backend = e->be->kind;
+    st->page_size = ps;
+    st->device_tokens = (uint64_t)e->alloc.npages * ps;
+    st->device_free_tokens = slot_available(&e->alloc);
+    st->kv_pool_bytes = kv_pool_bytes(&e->kv);
+    st->cached_tokens = s.cached_pages * ps;
+    st->evictable_tokens = s.evictable_pages * ps;
+    st->protected_tokens = s.protected_pages * ps;
+    st->nodes = s.nodes;
+    st->tree_bytes = s.bytes;
+    st->req_slots_free = e->reqs.nfree;
+    st->match_calls = e->count.match_calls;
+    st->match_query_tokens = e->count.match_query_tokens;
+    st->match_hit_tokens = e->count.match_hit_tokens;
+    st->inserted_tokens = e->count.inserted_tokens;
+    st->evicted_tokens = e->count.evicted_tokens;
+    tier_stats(e->below, st);
+}
+
+/* An older caller's struct is shorter: it gets the fields it has. A newer caller's is longer:
+ * the fields this library does not know are zeroed, and st->size says where ours end. */
+int kvt_stats(const kvt_engine *e, struct kvt_stats *out)
+{
+    struct kvt_stats full;
+
+    if (!e || !out || out->size < sizeof(out->size))
+        return -EINVAL;
+    size_t size = out->size;
+    fill_stats(e, &full);
+    if (size > sizeof(full))
+        memset((uint8_t *)out + sizeof(full), 0, size - sizeof(full));
+    full.size = size < sizeof(full) ? size : sizeof(full);
+    memcpy(out, &full, full.size);
+    return 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * The invariant check across the tree, the device allocator and the tiers below (engine.h),
+ * for tests: one walk of the tree counts the owners of every page.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- invariants, for tests ---- */
+
+/* How many nodes hold each page of one tier; pages outside [lo, hi] are errors. */
+struct page_count {
+    uint8_t *count;
+    uint32_t lo, hi;
+    int bad;
+};
+
+static void count_one(struct page_count *pc, uint32_t page)
+{
+    if (page < pc->lo || page > pc->hi || pc->count[page]++ != 0)
+        pc->bad = 1;
+}
+
+struct owners {
+    struct page_count dev, host;
+};
+
+static void count_device_page(void *ctx, uint32_t page)
+{
+    count_one(&((struct owners *)ctx)->dev, page);
+}
+
+static void count_host_page(void *ctx, uint32_t page)
+{
+    count_one(&((struct owners *)ctx)->host, page);
+}
+
+static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why, size_t len)
+{
+    for (uint32_t i = 0; i < a->nfree; i++) {
+        uint32_t p = a->ring[(a->head + i) % a->npages];
+        if (p == 0 || p > a->npages || a->state[p] != PAGE_FREE || seen[p]++) {
+            snprintf(why, len, "free list holds page %u that is not free or twice", p);
+            return -EUCLEAN;
+        }
+    }
+    return 0;
+}
+
+static int check_ownership(const kvt_engine *e, const struct page_count *oc, char *why, size_t len)
+{
+    const struct slot_alloc *a = &e->alloc;
+    uint32_t nfree = 0;
+
+    for (uint32_t p = 1; p <= a->npages; p++) {
+        int cached = a->state[p] == PAGE_CACHED;
+        if (cached != (oc->count[p] == 1)) {
+            snprintf(why, len, "page %u: allocator state %d, held by %u nodes", p, a->state[p],
+                     oc->count[p]);
+            return -EUCLEAN;
+        }
+        nfree += a->state[p] == PAGE_FREE;
+    }
+    if (nfree != a->nfree) {
+        snprintf(why, len, "%u pages free, free list holds %u", nfree, a->nfree);
+        return -EUCLEAN;
+    }
+    return 0;
+}
+
+/* Pages of the first tier below that the tree may hold: 0 when it keeps none there. */
+static uint32_t below_tree_pages(const kvt_engine *e)
+{
+    return e->below ? e->below->ops->tree_pages(e->below) : 0;
+}
+
+/* One walk of the tree counts the owners of every device page and of every page of the tier
+ * below whose copies the tree records (the host's). */
+int engine_check(const kvt_engine *e, char *why, size_t why_len)
+{
+    uint32_t nbelow = below_tree_pages(e);
+    struct owners o = {.dev = {.lo = 1, .hi = e->alloc.npages},
+                       .host = {.lo = 0, .hi = nbelow ? nbelow - 1 : 0}};
+    struct rdx_page_visitor v = {.device = count_device_page, .ctx = &o};
+    int rc = -ENOMEM;
+
+    o.dev.count = calloc(e->alloc.npages + 1, 1);
+    o.host.count = calloc(nbelow ? nbelow : 1, 1);
+    if (!o.dev.count || !o.host.count)
+        goto out;
+    if (nbelow)
+        v.host = count_host_page;
+    rc = rdx_check(e->tree, &v, why, why_len);
+    if (rc == 0 && (o.dev.bad || o.host.bad)) {
+        snprintf(why, why_len, "a page is held by two nodes or is out of range");
+        rc = -EUCLEAN;
+    }
+    if (rc == 0)
+        rc = check_ownership(e, &o.dev, why, why_len);
+    if (rc == 0) {
+        memset(o.dev.count, 0, e->alloc.npages + 1);
+        rc = check_free_list(&e->alloc, o.dev.count, why, why_len);
+    }
+    if (rc == 0 && nbelow)
+        rc = e->below->ops->check(e->below, o.host.count, why, why_len);
+out:
+    free(o.dev.count);
+    free(o.host.count);
+    return rc;
+}

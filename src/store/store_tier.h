@@ -1,0 +1,32 @@
+/*
+ * The store tier (tier.h): any store of the store contract (store/store.h) as the tier below
+ * the host. Pages go down from their host copies (write-through once a backup lands, or when
+ * the host evicts them) and come back up into the host tier as fills; past the tree, a match
+ * goes on by chained page hash through the store's leading run.
+ */
+#ifndef KVT_STORE_TIER_H
+#define KVT_STORE_TIER_H
+
+#include "store/store.h"
+#include "tier.h"
+
+struct store_tier_config {
+    const struct kvt_options *opts; /* the engine's, validated; outlives the tier */
+    struct rdx_tree *const *tree;   /* the engine's tree, made after the tiers */
+    size_t scratch_pages;           /* pages of the longest key */
+};
+
+/* The options a store tier needs of the engine: -EINVAL when they do not allow one (no
+ * host tier above, no page hashes, a host layout other than page_first, an unknown policy,
+ * pages that do not fit one I/O). */
+int store_tier_check_options(const struct kvt_options *o, bool has_host, size_t page_bytes);
+
+/* The tier around store, which it then owns (closing it closes the store). up is the host
+ * tier's (host_tier_up). -ENOMEM. */
+int store_tier_open(const struct store_tier_config *c, struct kvt_store *store, struct tier_up up,
+                    struct tier **out);
+
+/* Test seam: replace the store by s (nothing in flight); the old one is closed. */
+void store_tier_swap(struct tier *t, struct kvt_store *s);
+
+#endif
