@@ -249,6 +249,10 @@ static int open_store_tier(kvt_engine *e, struct kvt_store *store)
         store_close(store);
         return rc;
     }
+    if (store->page_bytes != hp->page_bytes || store->page_tokens != e->opts.page_size) {
+        store_close(store); /* a store given for pages of another size */
+        return -EINVAL;
+    }
     struct store_tier_config c = {&e->opts, &e->tree, scratch_pages(e)};
     if ((rc = store_tier_open(&c, store, host_tier_up(host), &e->bottom)))
         return rc;

@@ -126,11 +126,14 @@ static uint8_t *bytes_of(const struct mem_store *m, uint32_t e)
     return m->bytes + (size_t)e * m->o.page_bytes;
 }
 
-static int fault(const struct mem_store *m, enum store_op_kind kind, const uint8_t *key)
+/* An injected failure counts as an error, as the I/O error it stands for would. */
+static int fault(struct mem_store *m, enum store_op_kind kind, const uint8_t *key)
 {
     const struct store_mem_faults *f = m->o.faults;
+    int rc = f && f->inject ? f->inject(f->arg, kind, key) : 0;
 
-    return f && f->inject ? f->inject(f->arg, kind, key) : 0;
+    m->st.errors += rc != 0;
+    return rc;
 }
 
 static int put_page(struct mem_store *m, const struct store_wpage *w)
