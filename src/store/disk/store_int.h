@@ -311,4 +311,11 @@ int recover(struct dstore *s);
  * dropped. Sets ready (and broken on failure). */
 void rebuild(struct dstore *s);
 
+/* ---- the data dir at open (dir.c) ---- */
+
+int dir_prepare(struct dstore *s);   /* classify, create or refuse the dir; take the lock */
+int index_prepare(struct dstore *s); /* open, check or rebuild the index; adopt its meta */
+int table_alloc(struct dstore *s);   /* the slot table and its maps */
+void table_free(struct dstore *s);
+
 #endif

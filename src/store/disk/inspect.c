@@ -1,0 +1,246 @@
+/*
+ * The block store for inspectors (store.h): iteration over the index from a snapshot, the
+ * counters, and what kvtier-ctl reads of a dir without opening it.
+ */
+#include "store_int.h"
+#include "trust.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- iteration and counters ---- */
+
+static void entry_fill(struct dstore_entry *e, const struct drec *r, uint32_t *tokens)
+{
+    e->parent = r->parent;
+    e->ns = r->ns;
+    e->ntokens = r->ntokens;
+    for (uint32_t i = 0; i < r->ntokens; i++) {
+        const uint8_t *t = r->tokens + 4 * (size_t)i;
+
+        tokens[i] =
+            (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+    }
+    e->tokens = tokens;
+    e->slab = r->slab;
+    e->slot = r->slot;
+    e->length = r->length;
+    memcpy(e->checksum, r->sum, 16);
+    e->created_ns = r->created;
+    e->last_access_ns = r->last_access;
+}
+
+/* One walk over the index: its snapshot and what each record is shown with. */
+struct walk {
+    struct dstore *s;
+    MDB_txn *txn;
+    uint32_t *tokens;
+    dstore_visit_fn fn;
+    void *arg;
+};
+
+/* The key the slot table gives r's slot, in the walk's snapshot; NULL when none. */
+static const uint8_t *slot_owner(const struct walk *w, const struct drec *r)
+{
+    uint64_t g = (uint64_t)r->slab * w->s->slab_slots + r->slot;
+    unsigned int slot = (unsigned int)g;
+    MDB_val k = {sizeof(slot), &slot}, v;
+
+    if (r->slot >= w->s->slab_slots || g >= NO_SLOT)
+        return NULL;
+    if (mdb_get(w->txn, w->s->ix.slots, &k, &v) || v.mv_size != SLOT_ENTRY_BYTES)
+        return NULL;
+    return v.mv_data;
+}
+
+static int visit(const struct walk *w, MDB_val *k, MDB_val *v)
+{
+    struct dstore_entry e = {
+        .key = k->mv_data, .status = KVT_ECORRUPT, .key_bytes = (uint32_t)k->mv_size};
+    struct drec r;
+
+    if (k->mv_size == DSTORE_KEY_BYTES && !rec_decode(k->mv_data, v->mv_data, v->mv_size, &r)) {
+        e.status = 0;
+        entry_fill(&e, &r, w->tokens);
+        e.slot_owner = slot_owner(w, &r);
+    }
+    return w->fn(w->arg, &e);
+}
+
+static int walk_begin(struct dstore *s, struct walk *w, dstore_visit_fn fn, void *arg)
+{
+    int rc;
+
+    if (!s || !fn)
+        return -EINVAL;
+    *w = (struct walk){.s = s, .fn = fn, .arg = arg};
+    if (!(w->tokens = malloc(DSTORE_MAX_TOKENS * sizeof(uint32_t))))
+        return -ENOMEM;
+    if ((rc = snapshot_begin(s, &w->txn)))
+        free(w->tokens);
+    return rc;
+}
+
+static void walk_end(struct walk *w)
+{
+    snapshot_end(w->s, w->txn);
+    free(w->tokens);
+}
+
+int dstore_iterate_from(struct dstore *s, const uint8_t *from, dstore_visit_fn fn, void *arg)
+{
+    struct walk w;
+    MDB_cursor *c;
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)from}, v;
+    int rc = walk_begin(s, &w, fn, arg), mrc;
+
+    if (rc)
+        return rc;
+    if ((rc = index_err(mdb_cursor_open(w.txn, s->ix.pages, &c))))
+        goto out;
+    for (mrc = mdb_cursor_get(c, &k, &v, from ? MDB_SET_RANGE : MDB_FIRST); !mrc && !rc;
+         mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        rc = visit(&w, &k, &v);
+    if (!rc && mrc != MDB_NOTFOUND)
+        rc = index_err(mrc);
+    mdb_cursor_close(c);
+out:
+    walk_end(&w);
+    return rc;
+}
+
+int dstore_iterate(struct dstore *s, dstore_visit_fn fn, void *arg)
+{
+    return dstore_iterate_from(s, NULL, fn, arg);
+}
+
+int dstore_lookup(struct dstore *s, const uint8_t *key, dstore_visit_fn fn, void *arg)
+{
+    struct walk w;
+    MDB_val k = {DSTORE_KEY_BYTES, (void *)key}, v;
+    int rc;
+
+    if (!key)
+        return -EINVAL;
+    if ((rc = walk_begin(s, &w, fn, arg)))
+        return rc;
+    rc = mdb_get(w.txn, s->ix.pages, &k, &v);
+    rc = rc ? index_err(rc) : visit(&w, &k, &v);
+    walk_end(&w);
+    return rc;
+}
+
+/* Entries in one of the index's databases, in a snapshot of their own; 0 on an error. */
+static uint64_t db_entries(struct dstore *s, MDB_dbi dbi)
+{
+    MDB_txn *txn;
+    MDB_stat ms = {0};
+
+    if (snapshot_begin(s, &txn))
+        return 0;
+    mdb_stat(txn, dbi, &ms);
+    snapshot_end(s, txn);
+    return ms.ms_entries;
+}
+
+void dstore_stats(struct dstore *s, struct dstore_stats *st)
+{
+    if (!s || !st)
+        return;
+    pthread_mutex_lock(&s->lock);
+    *st = s->st;
+    st->free_slots = s->ready ? s->nfree : 0;
+    st->index_walked = s->index_walked;
+    st->index_rebuilt = s->recovering;
+    st->ready = s->ro || s->ready;
+    st->ops_in_flight = s->live;
+    st->direct = s->direct; /* may turn off when the first slab is made */
+    pthread_mutex_unlock(&s->lock);
+    st->pages = db_entries(s, s->ix.pages);
+    st->bytes = st->pages * s->page_bytes;
+    st->capacity_slots = s->nslots;
+    st->page_bytes = s->page_bytes;
+    st->slot_bytes = s->slot_bytes;
+    st->io = dio_kind(s->io);
+    st->fixed_buffers = dio_fixed_buffers(s->io);
+}
+
+/* ---- for inspectors ---- */
+
+uint64_t dstore_slot_entries(struct dstore *s)
+{
+    return s ? db_entries(s, s->ix.slots) : 0;
+}
+
+void dstore_info(struct dstore *s, struct dstore_info *info)
+{
+    if (!s || !info)
+        return;
+    memset(info, 0, sizeof(*info));
+    info->format_version = s->meta.version;
+    memcpy(info->fingerprint, s->meta.fingerprint, DSTORE_FINGERPRINT_BYTES);
+    info->page_bytes = s->page_bytes;
+    info->page_tokens = s->page_tokens;
+    info->slot_bytes = s->slot_bytes;
+    info->slab_slots = s->slab_slots;
+    info->slabs = s->nslabs;
+    info->capacity_slots = s->nslots;
+    info->created_ns = s->meta.created;
+    pthread_mutex_lock(&s->lock);
+    for (uint32_t i = 0; i < s->nslabs; i++) {
+        info->slab_files += s->slabs[i].dfd >= 0 || s->slabs[i].bfd >= 0;
+        info->backed_slots += s->slabs[i].valid;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool dstore_entry_in_bounds(struct dstore *s, const struct dstore_entry *e)
+{
+    struct drec r = {.slab = e->slab, .slot = e->slot, .length = e->length};
+    bool ok;
+
+    if (!s || e->status)
+        return false;
+    for (int pass = 0; pass < 2; pass++) {
+        pthread_mutex_lock(&s->lock);
+        ok = record_in_bounds_locked(s, &r);
+        pthread_mutex_unlock(&s->lock);
+        if (ok || pass || r.length != s->page_bytes)
+            break;
+        slab_refresh(s, r.slab); /* a writer beside us may have made it since open */
+    }
+    return ok;
+}
+
+int dstore_peek_version(const char *dir, uint32_t *version)
+{
+    struct dindex ix = {0};
+    struct stat st;
+    bool walked;
+    char *path;
+    int dirfd, rc;
+
+    if (!dir || !version)
+        return -EINVAL;
+    if ((dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -errno;
+    if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW))
+        rc = errno == ENOENT ? KVT_EFORMAT : -errno;
+    else if (!(path = malloc(strlen(dir) + sizeof("/index"))))
+        rc = -ENOMEM;
+    else {
+        sprintf(path, "%s/index", dir);
+        if (!(rc = index_trust(dirfd, path, &walked)) && !(rc = index_open(&ix, path, true, 0))) {
+            rc = index_peek_version(&ix, version);
+            index_close(&ix);
+        }
+        free(path);
+    }
+    close(dirfd);
+    return rc;
+}
