@@ -260,9 +260,11 @@ static size_t mem_poll(struct kvt_store *s, struct store_done *done, size_t max)
 
     pthread_mutex_lock(&m->lock);
     n = m->ndone < max ? m->ndone : max;
-    memcpy(done, m->done, n * sizeof(*done));
-    memmove(m->done, m->done + n, (m->ndone - n) * sizeof(*done));
-    m->ndone -= n;
+    if (n) { /* m->done is NULL until the first op */
+        memcpy(done, m->done, n * sizeof(*done));
+        memmove(m->done, m->done + n, (m->ndone - n) * sizeof(*done));
+        m->ndone -= n;
+    }
     pthread_mutex_unlock(&m->lock);
     return n;
 }
