@@ -86,16 +86,20 @@ const char *ctl_bytes(uint64_t n, char *buf)
 
 /* ---- opening a data dir ---- */
 
+/* Only a regular file opened through no link can be the lock a writer holds: a FIFO would
+ * block the open, and a link would test some other file's lock. */
 bool ctl_dir_locked(const char *dir)
 {
     char path[4096];
+    struct stat st;
     int fd;
     bool locked;
 
     snprintf(path, sizeof(path), "%s/lock", dir);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0)
         return false;
-    locked = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    locked = !fstat(fd, &st) && S_ISREG(st.st_mode) && flock(fd, LOCK_SH | LOCK_NB) != 0 &&
+             errno == EWOULDBLOCK;
     close(fd); /* releases the shared lock at once */
     return locked;
 }
@@ -113,6 +117,11 @@ static int format_error(const char *dir, const char *name)
         return ctl_fail("%s: data format version %u is newer than this kvtier-ctl reads (%u); "
                         "use the kvtier that wrote it",
                         name, version, DSTORE_FORMAT_VERSION);
+    if (rc == 0 && version == 1)
+        return ctl_fail("%s: data format version 1, written by kvtier before 0.2, which this "
+                        "version (format %u) does not read; the dir is a cache: remove it and "
+                        "the engine starts a new one (or read it with the kvtier that wrote it)",
+                        name, DSTORE_FORMAT_VERSION);
     if (rc == KVT_ECORRUPT)
         return ctl_fail("%s: corrupt index: the meta record is damaged", name);
     if (rc == 0)

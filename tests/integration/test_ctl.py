@@ -20,6 +20,7 @@ worked out here, independently of its code:
     lists, and the damage this script did.
 The live cases run live_engine in the background and read its stats socket.
 """
+import fcntl
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -670,6 +672,47 @@ def _():
         fh.write(os.urandom(16384))
     for cmd in ("stat", "verify", "gc"):
         fails(1, "corrupt index", cmd, bad)
+
+
+@case("a FIFO or a link in place of the lock file neither hangs kvtier-ctl nor says locked")
+def _():
+    d = copy_of(bench_dir(), "lock-fifo")
+    n = len(pages_of(d))
+    lock = os.path.join(d, "lock")
+    os.remove(lock)
+    os.mkfifo(lock)
+    for args in (("stat", d), ("ls", d), ("tree", d), ("verify", d)):
+        r = ctl(*args, timeout=20)
+        eq(r.rc, 0, f"beside a FIFO lock{r.where()}")
+    eq(ok_json("gc", d)["pages"], n, "gc beside a FIFO lock")
+    j = ok_json("evict", d, "--to", "1T")  # a writer replaces the FIFO with its lock file
+    eq((j["pages"], j["evicted"]), (n, 0), "evict beside a FIFO lock")
+    check(stat.S_ISREG(os.lstat(lock).st_mode), "the writer's lock is a regular file")
+    # a link to a file some other process holds locked: no writer of this dir
+    d = copy_of(bench_dir(), "lock-link")
+    held = os.path.join(TMP, "held-lock")
+    open(held, "w").close()
+    lock = os.path.join(d, "lock")
+    os.remove(lock)
+    os.symlink(held, lock)
+    with open(held) as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        j = ok_json("gc", d)
+        eq((j["pages"], j["dropped"]), (n, 0), "gc with a link for its lock")
+        eq(ok_json("verify", d, "--repair")["ok"], True, "verify --repair")
+        eq(ok_json("import", d, bench_dir(), "--all")["already_there"], n, "import into it")
+        check(stat.S_ISREG(os.lstat(lock).st_mode), "the link was replaced by a lock file")
+    eq(os.path.getsize(held), 0, "the link's target is untouched")
+
+
+@case("a data dir of format 1 (kvtier before 0.2) is named as such, with what to do")
+def _():
+    d = copy_of(bench_dir(), "format1")
+    fixture("version", d, 1)
+    for args in (("stat", d), ("ls", d), ("verify", d), ("gc", d), ("evict", d, "--to", "0"),
+                 ("export", d, os.path.join(TMP, "format1-exp"), "--all")):
+        fails(1, r"data format version 1, written by kvtier before 0\.2, which this version "
+              r"\(format 2\) does not read; the dir is a cache: remove it", *args)
 
 
 @case("beside a running engine: reads work, writes are refused as locked")
