@@ -7,13 +7,11 @@
  * This file holds the command table, option parsing, help and the shared output helpers.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
@@ -21,7 +19,6 @@
 
 #include "cli.h"
 #include "ctl.h"
-#include "store/disk/index.h"
 
 /* ---- output helpers ---- */
 
@@ -82,93 +79,6 @@ const char *ctl_bytes(uint64_t n, char *buf)
     else
         snprintf(buf, 32, "%.1f %s", v, units[u]);
     return buf;
-}
-
-/* ---- opening a data dir ---- */
-
-bool ctl_dir_locked(const char *dir)
-{
-    char path[4096];
-    int fd;
-    bool locked;
-
-    snprintf(path, sizeof(path), "%s/lock", dir);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return false;
-    locked = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-    close(fd); /* releases the shared lock at once */
-    return locked;
-}
-
-/* KVT_EFORMAT says "not ours, or too new": tell which from the meta record itself. name is
- * dir as messages show it. */
-static int format_error(const char *dir, const char *name)
-{
-    char path[4096];
-    uint32_t version = 0;
-    int rc = dstore_peek_version(dir, &version);
-
-    snprintf(path, sizeof(path), "%s/index/data.mdb", dir);
-    if (rc == 0 && version > DSTORE_FORMAT_VERSION)
-        return ctl_fail("%s: data format version %u is newer than this kvtier-ctl reads (%u); "
-                        "use the kvtier that wrote it",
-                        name, version, DSTORE_FORMAT_VERSION);
-    if (rc == KVT_ECORRUPT)
-        return ctl_fail("%s: corrupt index: the meta record is damaged", name);
-    if (rc == 0)
-        return ctl_fail("%s: not a usable kvtier data dir (format %u, but slabs/ is missing or "
-                        "the index lacks a database)",
-                        name, version);
-    if (access(path, F_OK) == 0)
-        return ctl_fail(
-            "%s: corrupt index: %s/index/data.mdb is not a kvtier index (damaged, or another "
-            "program's LMDB environment)",
-            name, name);
-    return ctl_fail("%s: not a kvtier data dir (it has no index/data.mdb)", name);
-}
-
-int ctl_open_error(const char *path, int rc, bool writing)
-{
-    char clip[CLI_PATH_ECHO_MAX + 4];
-    const char *dir = cli_clip(path, CLI_PATH_ECHO_MAX, clip);
-
-    switch (rc) {
-    case KVT_EFORMAT:
-        return format_error(path, dir);
-    case KVT_ECORRUPT:
-        return ctl_fail("%s: corrupt index: %s", dir, kvt_strerror(rc));
-    case -EBUSY:
-        return ctl_fail("%s: locked: another process (a running engine?) has it open for "
-                        "writing; stop it to %s, or use a read-only command (stat, ls, show, "
-                        "tree, verify, export from it), which work beside it",
-                        dir, writing ? "write" : "use it");
-    case -ENOENT:
-        return ctl_fail("%s: no such data dir", dir);
-    case -ENOTDIR:
-        return ctl_fail("%s: not a directory", dir);
-    default:
-        return ctl_fail("%s: cannot open: %s", dir, kvt_strerror(rc));
-    }
-}
-
-int ctl_open(const char *dir, bool writing, uint64_t disk_bytes, struct dstore **out)
-{
-    struct dstore_options o;
-    int rc;
-
-    dstore_options_init(&o, sizeof(o));
-    o.dir = dir;
-    o.flags = DSTORE_AS_FOUND | (writing ? 0 : DSTORE_READONLY);
-    o.disk_bytes = disk_bytes;
-    o.page_bytes = 0;
-    if ((rc = dstore_open(&o, out)))
-        return ctl_open_error(dir, rc, writing);
-    if (writing && (rc = dstore_wait_ready(*out))) {
-        dstore_close(*out);
-        return ctl_fail("%s: the index could not be scanned for writing: %s", dir,
-                        kvt_strerror(rc));
-    }
-    return 0;
 }
 
 /* ---- commands ---- */
@@ -246,6 +156,17 @@ static const struct command commands[] = {
      "records that fail their checks, dangling and stale records, and orphaned pages.\n"
      "verify --repair also drops pages whose bytes fail their checksum.\n" WRITE_NOTE "\n"
      "  --dry-run             only say what would be dropped (read-only)\n" JSON_HELP},
+    {"recover", cmd_recover, 1, 1, "--json ", "recover DIR",
+     "Rebuild DIR's index from its slab files: every slot's page head (key, parent,\n"
+     "namespace, tokens, checksum) is read, and each that checks out gets its record back.\n"
+     "The old index is set aside as DIR/index.damaged (the last one only). Read-only\n"
+     "commands refuse a damaged index and point here; an engine's open, and gc, evict,\n"
+     "verify --repair and import into the dir, rebuild a damaged or lost index by\n"
+     "themselves, but not one whose meta record alone is bad. Page bytes are not read\n"
+     "(verify reads them); a page evicted before the index was damaged may come back, as a\n"
+     "good page of this dir.\n" WRITE_NOTE "\n" JSON_HELP
+     "\nExit status: 0 when the index was rebuilt, 1 on an error (the rebuild met index\n"
+     "errors, or the dir is not one kvtier can rebuild).\n"},
     {"evict", cmd_evict, 1, 1, "--json --to ", "evict DIR --to SIZE",
      "Evict least recently used pages until the pages held take at most SIZE bytes (as\n"
      "stat counts them: pages x page bytes). Slab files keep their size; the slots are\n"
@@ -318,6 +239,8 @@ static void usage(FILE *f)
             "                        --repair (writes) drops what is bad\n"
             "  gc DIR                writes: drop orphaned, dangling and corrupt records\n"
             "  evict DIR --to SIZE   writes: evict least recently used pages down to SIZE\n"
+            "  recover DIR           writes: rebuild a damaged or lost index from the pages'\n"
+            "                        heads in the slab files\n"
             "  export DIR TARGET     writes TARGET: copy chosen prefixes to a dir of the same\n"
             "                        fingerprint (created when missing)\n"
             "  import DIR SOURCE     writes DIR: copy chosen prefixes from SOURCE\n"

@@ -1,6 +1,7 @@
 /*
  * kvtier-ctl's pieces (tools/ctl*.c):
- *   ctl.c         main: subcommands, options, help, errors, output helpers
+ *   ctl.c         main: subcommands, options, help, output helpers
+ *   ctl_dir.c     opening a data dir: why it failed, a damaged index rebuilt; recover
  *   ctl_index.c   a data dir's index in memory: pages, namespaces, parent links, checks
  *   ctl_show.c    stat, ls, show, tree (read-only)
  *   ctl_check.c   verify, gc, evict
@@ -54,8 +55,15 @@ const char *ctl_time(uint64_t ns, char *buf);
 const char *ctl_bytes(uint64_t n, char *buf);
 void ctl_json_hex(const uint8_t *b, size_t n);
 
-/* Open a data dir as found; read-only unless writing. 0, or an exit status after saying why. */
-int ctl_open(const char *dir, bool writing, uint64_t disk_bytes, struct dstore **out);
+/* Open a data dir as found, read-only; with heal (the command writes the dir anyway), a
+ * damaged index is first rebuilt by a writer's open. 0, or an exit status after saying why. */
+int ctl_open_ro(const char *dir, bool heal, struct dstore **out);
+/* Open a data dir as found for writing, ready; a damaged index is rebuilt from the slabs,
+ * with a note on stderr. 0, or an exit status after saying why. */
+int ctl_open_rw(const char *dir, uint64_t disk_bytes, struct dstore **out);
+/* When the writer's open of dir rebuilt its index from the slabs, say so on stderr (stdout may
+ * be JSON); had_index: whether there was one to set aside. */
+void ctl_note_rebuilt(const char *dir, struct dstore *s, bool had_index);
 /* Whether a writer (a running engine) holds dir's lock now; a quick check before a long scan. */
 bool ctl_dir_locked(const char *dir);
 
@@ -126,8 +134,9 @@ int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out);
 int index_select(const struct ctl_index *ix, const struct ctl_args *a, bool good_only, bool *sel);
 /* After problems changed (verify's reads): orphans and per-namespace counts again. */
 int index_relink(struct ctl_index *ix);
-/* Open dir read-only and load its index: 0, or an exit status after saying why. */
-int ctl_load(const char *dir, struct dstore **s, struct ctl_index *ix);
+/* Open dir read-only (ctl_open_ro) and load its index: 0, or an exit status after saying
+ * why. */
+int ctl_load(const char *dir, bool heal, struct dstore **s, struct ctl_index *ix);
 void ctl_unload(struct dstore *s, struct ctl_index *ix);
 /* Problems by kind, over the pages of ix. */
 struct problem_counts {
@@ -153,6 +162,7 @@ int cmd_tree(const struct ctl_args *a);
 int cmd_verify(const struct ctl_args *a);
 int cmd_gc(const struct ctl_args *a);
 int cmd_evict(const struct ctl_args *a);
+int cmd_recover(const struct ctl_args *a);
 int cmd_export(const struct ctl_args *a);
 int cmd_import(const struct ctl_args *a);
 int cmd_stat_live(const struct ctl_args *a);

@@ -335,7 +335,7 @@ static int drop_bad(const char *dir, const struct ctl_index *ix, struct verdict 
         free(keep);
         return ctl_fail("out of memory");
     }
-    if ((rc = ctl_open(dir, true, 0, &w))) {
+    if ((rc = ctl_open_rw(dir, 0, &w))) {
         free(keep);
         return rc;
     }
@@ -378,7 +378,7 @@ int cmd_verify(const struct ctl_args *a)
 
     if (a->repair && ctl_dir_locked(v.dir))
         return locked_error(v.dir);
-    if ((rc = ctl_load(v.dir, &s, &ix)))
+    if ((rc = ctl_load(v.dir, a->repair, &s, &ix)))
         return rc;
     if ((rc = scan_init(&sc, &ix)))
         rc = ctl_fail("out of memory");
@@ -403,7 +403,7 @@ int cmd_gc(const struct ctl_args *a)
 
     if (!a->dry_run && ctl_dir_locked(v.dir))
         return locked_error(v.dir);
-    if ((rc = ctl_load(v.dir, &s, &ix)))
+    if ((rc = ctl_load(v.dir, !a->dry_run, &s, &ix)))
         return rc;
     dstore_close(s);
     rc = finish(&ix, &v, a->json, !a->dry_run);
@@ -422,7 +422,7 @@ int cmd_evict(const struct ctl_args *a)
     struct dstore *w;
     uint64_t before, want, evicted = 0;
     size_t n = 1;
-    int rc = ctl_open(dir, true, 0, &w);
+    int rc = ctl_open_rw(dir, 0, &w);
     char b[32];
 
     if (rc)

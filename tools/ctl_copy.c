@@ -126,7 +126,7 @@ static int open_existing(struct copy *c, uint64_t capacity)
 {
     struct dstore_info t;
     struct dstore *r;
-    int rc = ctl_open(c->dst, false, 0, &r);
+    int rc = ctl_open_ro(c->dst, true, &r);
 
     if (rc)
         return rc;
@@ -134,7 +134,7 @@ static int open_existing(struct copy *c, uint64_t capacity)
     dstore_close(r);
     if (!same_model(&c->ix->info, &t))
         return fingerprint_error(c, &t);
-    if ((rc = ctl_open(c->dst, true, capacity, &c->w)))
+    if ((rc = ctl_open_rw(c->dst, capacity, &c->w)))
         return rc;
     if ((rc = check_room(c, capacity != 0)))
         dstore_close(c->w);
@@ -164,6 +164,7 @@ static int create_target(struct copy *c, uint64_t capacity)
         dstore_close(c->w);
         return ctl_fail("%s: %s", c->dst_name, kvt_strerror(rc));
     }
+    ctl_note_rebuilt(c->dst, c->w, false); /* slabs of ours without an index */
     return 0;
 }
 
@@ -473,7 +474,7 @@ static int copy_dirs(const char *src, const char *dst, const struct ctl_args *a)
         return rc;
     if (ctl_dir_locked(dst))
         return ctl_open_error(dst, -EBUSY, true);
-    if ((rc = ctl_load(src, &s, &ix)))
+    if ((rc = ctl_load(src, false, &s, &ix)))
         return rc;
     c.ix = &ix;
     if (!(sel = calloc((size_t)ix.n + 1, 1)) || copy_init(&c))

@@ -493,10 +493,10 @@ int index_select(const struct ctl_index *ix, const struct ctl_args *a, bool good
     return 0;
 }
 
-int ctl_load(const char *dir, struct dstore **s, struct ctl_index *ix)
+int ctl_load(const char *dir, bool heal, struct dstore **s, struct ctl_index *ix)
 {
     bool quiet = !ctl_dir_locked(dir);
-    int rc = ctl_open(dir, false, 0, s);
+    int rc = ctl_open_ro(dir, heal, s);
 
     if (rc)
         return rc;

@@ -145,7 +145,7 @@ int cmd_stat(const struct ctl_args *a)
 {
     struct ctl_index ix;
     struct dstore *s;
-    int rc = ctl_load(a->pos[0], &s, &ix);
+    int rc = ctl_load(a->pos[0], false, &s, &ix);
 
     if (rc)
         return rc;
@@ -275,7 +275,7 @@ int cmd_ls(const struct ctl_args *a)
     struct dstore *s;
     uint32_t *v = NULL, n = 0;
     bool *sel;
-    int rc = ctl_load(a->pos[0], &s, &ix);
+    int rc = ctl_load(a->pos[0], false, &s, &ix);
 
     if (rc)
         return rc;
@@ -469,7 +469,7 @@ int cmd_show(const struct ctl_args *a)
     struct dstore *s;
     uint32_t i, *chain = NULL, len = 0;
     bool *seen = NULL;
-    int rc = ctl_load(a->pos[0], &s, &ix);
+    int rc = ctl_load(a->pos[0], false, &s, &ix);
 
     if (rc)
         return rc;

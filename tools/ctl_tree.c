@@ -293,7 +293,7 @@ int cmd_tree(const struct ctl_args *a)
     struct dstore *s;
     struct tree *t;
     bool *sel = NULL;
-    int rc = ctl_load(a->pos[0], &s, &ix);
+    int rc = ctl_load(a->pos[0], false, &s, &ix);
 
     if (rc)
         return rc;

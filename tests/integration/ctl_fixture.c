@@ -6,6 +6,8 @@
  *   ctl_fixture junk DIR HASH              HASH's record becomes bytes that fail its check
  *   ctl_fixture move DIR HASH SLAB SLOT    HASH's record, still well formed, names SLAB:SLOT
  *   ctl_fixture version DIR N              the meta record claims format version N
+ *   ctl_fixture metajunk DIR               a byte of the meta record's fingerprint flipped:
+ *                                          the record fails its check, the LMDB file is sound
  *   ctl_fixture delete DIR HASH            delete HASH's page through the store (its
  *                                          descendants are left orphaned)
  *   ctl_fixture put DIR HASH PARENT NS T   write a page through the store under the key HASH,
@@ -121,7 +123,8 @@ static int move_slot(const uint8_t *key, uint8_t *val, size_t len, char **argv)
     return 0;
 }
 
-static int set_version(const char *dir, uint32_t version)
+/* The meta record with its bytes from at on xor'ed with the n bytes of x. */
+static int meta_xor(const char *dir, size_t at, const uint8_t *x, size_t n)
 {
     struct dindex ix = {0};
     MDB_txn *txn;
@@ -131,14 +134,25 @@ static int set_version(const char *dir, uint32_t version)
 
     if (rc)
         return rc;
-    if (!(rc = index_err(mdb_get(txn, ix.meta, &k, &v))) && v.mv_size <= sizeof(buf)) {
+    if (!(rc = index_err(mdb_get(txn, ix.meta, &k, &v))) && v.mv_size <= sizeof(buf) &&
+        at + n <= v.mv_size) {
         memcpy(buf, v.mv_data, v.mv_size);
-        for (int i = 0; i < 4; i++)
-            buf[8 + i] = (uint8_t)(version >> (8 * i));
+        for (size_t i = 0; i < n; i++)
+            buf[at + i] ^= x[i];
         v.mv_data = buf;
         rc = index_err(mdb_put(txn, ix.meta, &k, &v, 0));
     }
     return end(&ix, txn, rc);
+}
+
+/* The version field (bytes 8-11, little-endian) set to version. */
+static int set_version(const char *dir, uint32_t version)
+{
+    uint8_t x[4];
+
+    for (int i = 0; i < 4; i++)
+        x[i] = (uint8_t)(version >> (8 * i)) ^ (uint8_t)(DSTORE_FORMAT_VERSION >> (8 * i));
+    return meta_xor(dir, 8, x, 4);
 }
 
 static int open_as_found(const char *dir, struct dstore **s)
@@ -242,10 +256,13 @@ int main(int argc, char **argv)
     uint8_t key[DSTORE_KEY_BYTES];
     const char *cmd = argc > 2 ? argv[1] : "";
 
+    if (!strcmp(cmd, "metajunk") && argc == 3)
+        return meta_xor(argv[2], 40, (const uint8_t[]){0x5a}, 1);
     if (!strcmp(cmd, "version") && argc == 4)
         return set_version(argv[2], (uint32_t)strtoul(argv[3], NULL, 10));
     if (argc < 4 || parse_key(argv[3], key)) {
-        fprintf(stderr, "usage: ctl_fixture junk|move|version|delete|put|tokens DIR ...\n");
+        fprintf(stderr,
+                "usage: ctl_fixture junk|move|version|metajunk|delete|put|tokens DIR ...\n");
         return 2;
     }
     if (!strcmp(cmd, "junk") && argc == 4)

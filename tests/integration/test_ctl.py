@@ -20,6 +20,7 @@ worked out here, independently of its code:
     lists, and the damage this script did.
 The live cases run live_engine in the background and read its stats socket.
 """
+import fcntl
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -313,8 +315,8 @@ def live_dir():
 
 # ---- cases ----
 
-COMMANDS = ["stat", "ls", "show", "tree", "verify", "gc", "evict", "export", "import", "top",
-            "metrics"]
+COMMANDS = ["stat", "ls", "show", "tree", "verify", "gc", "evict", "recover", "export", "import",
+            "top", "metrics"]
 
 
 @case("--help lists every command; each command's --help names what it takes")
@@ -668,8 +670,198 @@ def _():
     bad = copy_of(bench_dir(), "badindex")
     with open(os.path.join(bad, "index", "data.mdb"), "r+b") as fh:
         fh.write(os.urandom(16384))
-    for cmd in ("stat", "verify", "gc"):
-        fails(1, "corrupt index", cmd, bad)
+    for cmd in ("stat", "verify", "gc --dry-run"):
+        fails(1, rf"{re.escape(bad)}/index/data.mdb is damaged", *cmd.split(), bad)
+
+
+LMDB_PAGE = 4096
+
+
+def damage_index(d, how):
+    """Damage d's index one way: LMDB's file (its meta pages, its B-tree), or the meta record
+    inside a sound file, or the whole index gone."""
+    path = os.path.join(d, "index", "data.mdb")
+    size = os.path.getsize(path)
+    pages = size // LMDB_PAGE
+    with open(path, "r+b") as f:
+        if how == "meta pages":  # LMDB's two meta pages
+            f.write(os.urandom(2 * LMDB_PAGE))
+        elif how == "zeroed":  # the first half of the B-tree's pages
+            f.seek(2 * LMDB_PAGE)
+            f.write(bytes((pages // 2) * LMDB_PAGE))
+        elif how == "garbled":  # a byte of every page's header
+            for i in range(2, pages):
+                f.seek(i * LMDB_PAGE + 40)
+                b = f.read(1)
+                f.seek(i * LMDB_PAGE + 40)
+                f.write(bytes([b[0] ^ 0x55]))
+        elif how == "swapped":  # two runs of pages trade places
+            f.seek(2 * LMDB_PAGE)
+            a, b = f.read(8 * LMDB_PAGE), f.read(8 * LMDB_PAGE)
+            f.seek(2 * LMDB_PAGE)
+            f.write(b + a)
+        elif how == "cut":  # to half, whole pages
+            f.truncate(pages // 2 * LMDB_PAGE)
+        elif how == "cut mid-page":
+            f.truncate(pages // 2 * LMDB_PAGE - 100)
+    if how == "meta record":
+        fixture("metajunk", d)
+    elif how == "lost":
+        shutil.rmtree(os.path.join(d, "index"))
+
+
+DAMAGES = {"meta pages": "its LMDB structure failed the check kvtier runs on it",
+           "zeroed": "its LMDB structure failed the check kvtier runs on it",
+           "garbled": "its LMDB structure failed the check kvtier runs on it",
+           "swapped": "its LMDB structure failed the check kvtier runs on it",
+           "cut": "its LMDB structure failed the check kvtier runs on it",
+           "cut mid-page": r"\d+ bytes: not whole LMDB pages, cut short",
+           "meta record": "its meta record fails its checks",
+           "lost": "it is missing"}
+
+
+def damaged_message(d, how):
+    """What read-only commands say of d with its index damaged how."""
+    name = re.escape(d)
+    heals = ("an engine refuses the dir until then" if how == "meta record" else
+             "an engine opening the dir does the same")
+    return (rf"^kvtier-ctl: {name}: {name}/index/data.mdb is (damaged|lost) \({DAMAGES[how]}\); "
+            rf"the pages are in {name}/slabs, each with a head that names it: run `kvtier-ctl "
+            rf"recover {name}` to rebuild the index from them \({heals}\)\n$")
+
+
+@case("a damaged index: read-only commands say what is wrong, name the file and the repair")
+def _():
+    src = bench_dir()
+    for how in DAMAGES:
+        d = copy_of(src, "damaged-" + how.replace(" ", "-"))
+        damage_index(d, how)
+        before = sorted(os.listdir(d))
+        fails(1, damaged_message(d, how), "stat", d)
+        r = fails(1, damaged_message(d, how), "stat", d, "--json")
+        if how == "garbled":
+            t = os.path.join(TMP, "damaged-export")
+            for args in (("ls", d), ("show", d, "abcd"), ("tree", d), ("verify", d),
+                         ("verify", d, "--json"), ("gc", d, "--dry-run"),
+                         ("export", d, t, "--all")):
+                fails(1, damaged_message(d, how), *args)
+            check(not os.path.exists(t), "export made its target from a damaged source")
+        eq(sorted(os.listdir(d)), before, f"{how}: the dir after read-only commands")
+
+
+@case("recover: an index damaged any way is rebuilt from the slabs; every page reads back")
+def _():
+    src = bench_dir()
+    pages = set(pages_of(src))
+    n, slots = len(pages), ok_json("stat", src)["capacity_slots"]
+    for how in DAMAGES:
+        d = copy_of(src, "recover-" + how.replace(" ", "-"))
+        damage_index(d, how)
+        fails(1, damaged_message(d, how), "stat", d)
+        j = ok_json("recover", d)
+        aside = None if how == "lost" else os.path.join(d, "index.damaged")
+        eq((j["dir"], j["slots_scanned"], j["pages_recovered"], j["pages"], j["index_errors"],
+            j["set_aside"]), (d, slots, n, n, 0, aside), f"recover ({how})")
+        check(aside is None or os.path.exists(os.path.join(aside, "data.mdb")), "set aside")
+        j = ok_json("verify", d)
+        eq((j["pages"], j["pages_read"], j["problems"], j["ok"]), (n, n, 0, True),
+           f"verify after recover ({how})")
+        eq(set(pages_of(d)), pages, f"the pages after recover ({how})")
+    # text, and again on the rebuilt dir: the last index set aside replaces the one before
+    r = ok("recover", d)
+    eq(r.out, f"{d}: {slots} slots scanned, {n} pages recovered from their heads; the index "
+       f"holds {n} pages\nthe old index was set aside as {d}/index.damaged (kept for "
+       "inspection only; the next recovery replaces it)\n", f"recover text{r.where()}")
+    eq(ok_json("verify", d)["pages_read"], n, "verify after a second recover")
+    fails(1, "no such data dir", "recover", os.path.join(TMP, "recover-missing"))
+    fails(1, "not a kvtier data dir", "recover", TMP)
+
+
+@case("recover is refused beside a running engine")
+def _():
+    d = os.path.join(TMP, "recover-busy")
+    eng = Engine("recover-busy", disk_dir=d, requests=20)
+    try:
+        fails(1, r"locked: a running engine has the dir open; stop it first", "recover", d)
+        check(not os.path.exists(os.path.join(d, "index.damaged")), "nothing set aside")
+    finally:
+        eq(eng.stop(), 0, "live_engine exit status")
+    eq(ok_json("verify", d)["ok"], True, "the dir after")
+
+
+@case("a damaged index: gc, evict, verify --repair and import rebuild it by their open")
+def _():
+    src = bench_dir()
+    n = len(pages_of(src))
+    note = (r"^kvtier-ctl: note: {d}: the index was damaged: set aside as {d}/index.damaged and "
+            r"rebuilt from the slabs with {n} pages\n$")
+    for how, args in (("meta pages", ("gc",)), ("garbled", ("evict", "--to", "1T")),
+                      ("zeroed", ("verify", "--repair")), ("cut", ("import", src, "--all"))):
+        d = copy_of(src, "heal-" + how.replace(" ", "-"))
+        damage_index(d, how)
+        r = ctl(args[0], d, *args[1:], "--json")
+        eq(r.rc, 0, f"{args[0]} on an index damaged ({how}){r.where()}")
+        check(re.search(note.format(d=re.escape(d), n=n), r.err), f"the note{r.where()}")
+        r.json()
+        check(os.path.isdir(os.path.join(d, "index.damaged")), "index.damaged")
+        j = ok_json("verify", d)
+        eq((j["pages"], j["pages_read"], j["ok"]), (n, n, True), f"verify after {args[0]}")
+        eq(set(pages_of(d)), set(pages_of(src)), f"the pages after {args[0]}")
+    # no index at all: the target of an import is made from its slabs again
+    d = copy_of(src, "heal-lost")
+    damage_index(d, "lost")
+    r = ctl("import", d, src, "--all")
+    eq(r.rc, 0, f"import into a dir whose index is lost{r.where()}")
+    eq(r.err, f"kvtier-ctl: note: {d}: the index was missing: rebuilt from the slabs with {n} "
+       "pages\n", f"the note{r.where()}")
+    check(f"{n} already there" in r.out, f"the pages were found there{r.where()}")
+    # a damaged meta record is not rebuilt by an open: the writer says what to do
+    d = copy_of(src, "heal-meta")
+    damage_index(d, "meta record")
+    fails(1, damaged_message(d, "meta record"), "evict", d, "--to", "1T")
+
+
+@case("a FIFO or a link in place of the lock file neither hangs kvtier-ctl nor says locked")
+def _():
+    d = copy_of(bench_dir(), "lock-fifo")
+    n = len(pages_of(d))
+    lock = os.path.join(d, "lock")
+    os.remove(lock)
+    os.mkfifo(lock)
+    for args in (("stat", d), ("ls", d), ("tree", d), ("verify", d)):
+        r = ctl(*args, timeout=20)
+        eq(r.rc, 0, f"beside a FIFO lock{r.where()}")
+    eq(ok_json("gc", d)["pages"], n, "gc beside a FIFO lock")
+    j = ok_json("evict", d, "--to", "1T")  # a writer replaces the FIFO with its lock file
+    eq((j["pages"], j["evicted"]), (n, 0), "evict beside a FIFO lock")
+    check(stat.S_ISREG(os.lstat(lock).st_mode), "the writer's lock is a regular file")
+    # a link to a file some other process holds locked: no writer of this dir
+    d = copy_of(bench_dir(), "lock-link")
+    held = os.path.join(TMP, "held-lock")
+    open(held, "w").close()
+    lock = os.path.join(d, "lock")
+    os.remove(lock)
+    os.symlink(held, lock)
+    with open(held) as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        j = ok_json("gc", d)
+        eq((j["pages"], j["dropped"]), (n, 0), "gc with a link for its lock")
+        eq(ok_json("verify", d, "--repair")["ok"], True, "verify --repair")
+        eq(ok_json("import", d, bench_dir(), "--all")["already_there"], n, "import into it")
+        check(stat.S_ISREG(os.lstat(lock).st_mode), "the link was replaced by a lock file")
+    eq(os.path.getsize(held), 0, "the link's target is untouched")
+
+
+@case("a data dir of format 1 (kvtier before 0.2) is named as such, with what to do")
+def _():
+    d = copy_of(bench_dir(), "format1")
+    fixture("version", d, 1)
+    with open(os.path.join(d, "slabs", "0000.slab"), "r+b") as f:
+        f.write(bytes(SLAB_HEAD))  # format 1's slabs had no head
+    for args in (("stat", d), ("ls", d), ("verify", d), ("gc", d), ("evict", d, "--to", "0"),
+                 ("recover", d), ("export", d, os.path.join(TMP, "format1-exp"), "--all")):
+        fails(1, r"data format version 1, written by kvtier before 0\.2, which this version "
+              r"\(format 2\) does not read; the dir is a cache: remove it", *args)
 
 
 @case("beside a running engine: reads work, writes are refused as locked")
