@@ -112,16 +112,17 @@ static const struct command commands[] = {
     {"stat", cmd_stat, 0, 1, "--json --live ", "stat DIR | stat --live SOCKET",
      "Offline (DIR): the data format, the fingerprint (model, geometry, page size, TP),\n"
      "the page geometry, the slab files, pages and bytes in total and per namespace,\n"
-     "pages with problems found by the record checks, free slots, and the oldest and\n"
-     "newest pages.\n" DIR_NOTE
+     "pages with problems found by the record checks, detached pages (intact, but a page\n"
+     "above them is not on this disk: no problem), free slots, and the oldest and newest\n"
+     "pages.\n" DIR_NOTE
      "\nLive (--live SOCKET): a running engine's figures from its stats socket:\n"
      "per tier (device, host, disk) capacity, use, cached and hit tokens; bytes moved;\n"
      "operations in flight; errors.\n\n" JSON_HELP
      "  --live SOCKET         ask the engine serving stats at SOCKET instead of a dir\n"},
     {"ls", cmd_ls, 1, 1, "--json --ns --prefix --sort --reverse --limit ", "ls DIR [options]",
      "One line per page: hash, namespace, prefix length in tokens through the page,\n"
-     "slab:slot, created, last access, first token, and its problem if any.\n" DIR_NOTE
-     "\n" SELECT_HELP
+     "slab:slot, created, last access, first token, and its state: ok, detached (a page\n"
+     "above it is not on this disk) or its problem.\n" DIR_NOTE "\n" SELECT_HELP
      "  --sort KEY            hash (default, index order), time (last access, newest\n"
      "                        first), created (newest first) or size (longest prefix first)\n"
      "  --reverse             reverse the order\n"
@@ -134,27 +135,33 @@ static const struct command commands[] = {
     {"tree", cmd_tree, 1, 1, "--json --dot --ns --prefix ", "tree DIR [options]",
      "The prefix forest rebuilt from parent links: one tree per namespace, a run of pages\n"
      "with one child each shown as one node (first hash, last hash, pages, tokens).\n"
-     "Orphaned pages (no chain to a root) are listed after the forest.\n" DIR_NOTE "\n" SELECT_HELP
-     "  --dot                 write Graphviz (dot) instead of text\n" JSON_HELP},
+     "Detached pages (their parent is not on this disk) are drawn after the forest.\n" DIR_NOTE
+     "\n" SELECT_HELP "  --dot                 write Graphviz (dot) instead of text\n" JSON_HELP},
     {"verify", cmd_verify, 1, 1, "--json --repair ", "verify DIR [--repair]",
      "Read every page and check its checksum; check every record (its own check, its\n"
      "hash chain, its length), its slot (inside the slab files: else dangling; its own in\n"
-     "the slot table: else stale) and its links (a chain of present pages to a namespace\n"
-     "root: else orphaned). A page the engine evicts during the scan is not counted; a\n"
-     "checksum failure is confirmed by a second read. A progress line is shown on stderr\n"
-     "when it is a terminal.\n" DIR_NOTE "\n"
+     "the slot table: else stale). A page the engine evicts during the scan is not\n"
+     "counted; a checksum failure is confirmed by a second read. Pages with no chain of\n"
+     "good pages up to their namespace root are counted as detached, which is no problem:\n"
+     "a page above them is not on this disk (on a big dir the disk copies of hot chain\n"
+     "roots age out, as their hits go to the upper tiers), and an engine serves them again\n"
+     "once it stores that page again. A progress line is shown on stderr when it is a\n"
+     "terminal.\n" DIR_NOTE "\n"
      "  --repair              then drop the pages found bad: corrupt (checksum included),\n"
-     "                        dangling, stale and orphaned. Pages whose read failed (read\n"
-     "                        error) are kept, since the failure may pass, and so are the\n"
-     "                        orphans below them (orphaned by nothing else); they are counted\n"
-     "                        as left. This writes DIR and takes its lock, so it is refused\n"
-     "                        while an engine has the dir open\n" JSON_HELP
+     "                        dangling and stale; detached pages are kept (gc --detached\n"
+     "                        drops them). Pages whose read failed (read error) are kept,\n"
+     "                        since the failure may pass; they are counted as left. This\n"
+     "                        writes DIR and takes its lock, so it is refused while an\n"
+     "                        engine has the dir open\n" JSON_HELP
      "\nExit status: 0 when nothing is wrong (or --repair dropped everything found), 1 when\n"
      "problems remain or on an error, 2 on bad usage.\n"},
-    {"gc", cmd_gc, 1, 1, "--json --dry-run ", "gc DIR [--dry-run]",
+    {"gc", cmd_gc, 1, 1, "--json --dry-run --detached ", "gc DIR [--dry-run] [--detached]",
      "Drop what the engine can never serve, found from the index alone (no page is read):\n"
-     "records that fail their checks, dangling and stale records, and orphaned pages.\n"
-     "verify --repair also drops pages whose bytes fail their checksum.\n" WRITE_NOTE "\n"
+     "records that fail their checks, dangling and stale records. verify --repair also\n"
+     "drops pages whose bytes fail their checksum. Detached pages (intact, but a page\n"
+     "above them is not on this disk) are kept unless --detached is given: an engine\n"
+     "serves them again once it stores that page again.\n" WRITE_NOTE "\n"
+     "  --detached            drop detached pages too\n"
      "  --dry-run             only say what would be dropped (read-only)\n" JSON_HELP},
     {"recover", cmd_recover, 1, 1, "--json ", "recover DIR",
      "Rebuild DIR's index from its slab files: every slot's page head (key, parent,\n"
@@ -183,7 +190,7 @@ static const struct command commands[] = {
      "TARGET must lie outside DIR and DIR outside TARGET (symbolic links and bind mounts\n"
      "are seen through). The report counts the pages skipped by reason: bad bytes, read\n"
      "errors, evicted or changed since the index was read, below a skipped page.\n\n"
-     "  --all                 every page that can be served\n" SELECT_HELP
+     "  --all                 every page that can be served, detached ones included\n" SELECT_HELP
      "  --capacity SIZE       TARGET's capacity when it is created (default DIR's, as its\n"
      "                        slab files span; raised as needed to hold what is copied).\n"
      "                        An existing TARGET keeps its capacity (what its slab files\n"
@@ -197,7 +204,7 @@ static const struct command commands[] = {
      "Copy chosen prefixes from the data dir SOURCE into DIR: export SOURCE DIR, with the\n"
      "same options. DIR is written and locked (refused while an engine has it open);\n"
      "SOURCE is only read. Neither may lie inside the other.\n\n"
-     "  --all                 every page that can be served\n" SELECT_HELP
+     "  --all                 every page that can be served, detached ones included\n" SELECT_HELP
      "  --capacity SIZE       DIR's capacity when it is created (default SOURCE's). An\n"
      "                        existing DIR keeps its capacity (what its slab files span)\n"
      "                        and the copy is refused when it does not fit in its free\n"
@@ -234,10 +241,12 @@ static void usage(FILE *f)
             "  ls DIR                pages, by namespace or prefix, sorted by hash, time or size\n"
             "  show DIR HASH         a page's record and its chain to the root, with tokens\n"
             "  tree DIR              the prefix forest rebuilt from parent links; --dot: Graphviz\n"
-            "  verify DIR            read every page: checksums, records, corrupt, orphaned and\n"
-            "                        dangling entries; exit 1 when anything is wrong;\n"
-            "                        --repair (writes) drops what is bad\n"
-            "  gc DIR                writes: drop orphaned, dangling and corrupt records\n"
+            "  verify DIR            read every page: checksums, records, corrupt, dangling and\n"
+            "                        stale entries (detached pages are counted, no problem);\n"
+            "                        exit 1 when anything is wrong; --repair (writes) drops\n"
+            "                        what is bad\n"
+            "  gc DIR                writes: drop corrupt, dangling and stale records;\n"
+            "                        --detached: detached pages too\n"
             "  evict DIR --to SIZE   writes: evict least recently used pages down to SIZE\n"
             "  recover DIR           writes: rebuild a damaged or lost index from the pages'\n"
             "                        heads in the slab files\n"
@@ -355,9 +364,10 @@ static int parse_valued(const struct command *c, struct ctl_args *a, const char 
 
 static bool set_flag(struct ctl_args *a, const char *opt)
 {
-    static const char *const names[] = {"--json",    "--dot", "--repair",
-                                        "--reverse", "--all", "--dry-run"};
-    bool *flags[] = {&a->json, &a->dot, &a->repair, &a->reverse, &a->all, &a->dry_run};
+    static const char *const names[] = {"--json", "--dot",     "--repair",  "--reverse",
+                                        "--all",  "--dry-run", "--detached"};
+    bool *flags[] = {&a->json, &a->dot,     &a->repair,  &a->reverse,
+                     &a->all,  &a->dry_run, &a->detached};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (!strcmp(opt, names[i])) {

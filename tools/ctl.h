@@ -28,7 +28,7 @@
 struct ctl_args {
     const char *pos[2]; /* positional arguments: DIR or SOCKET, then HASH or another DIR */
     int npos;
-    bool json, dot, repair, reverse, all, dry_run;
+    bool json, dot, repair, reverse, all, dry_run, detached;
     const char *live;               /* stat --live SOCKET */
     const char *ns[MAX_SELECT];     /* --ns, repeatable */
     const char *prefix[MAX_SELECT]; /* --prefix, repeatable */
@@ -76,8 +76,7 @@ enum page_problem {
     BAD_CHECKSUM = 1u << 3, /* corrupt: the page's bytes failed their checksum (verify) */
     BAD_DANGLING = 1u << 4, /* the slot is outside the slabs or past a truncated file */
     BAD_STALE = 1u << 5,    /* the slot table gives the slot to another page or none */
-    BAD_ORPHAN = 1u << 6,   /* no chain of present pages leads to a namespace root */
-    BAD_IO = 1u << 7,       /* reading the page failed (verify) */
+    BAD_IO = 1u << 6,       /* reading the page failed (verify) */
 };
 #define BAD_CORRUPT (BAD_RECORD | BAD_HASH | BAD_LENGTH | BAD_CHECKSUM)
 #define NO_PAGE UINT32_MAX
@@ -89,12 +88,16 @@ struct page {
                      * or a key that is not the hash of its parent (links never loop) */
     uint32_t child; /* first child, NO_PAGE when none */
     uint32_t next;  /* next sibling, NO_PAGE when none */
-    uint32_t depth; /* pages from the namespace root through this one; 0: unreachable */
+    uint32_t depth; /* pages from the namespace root through this one; 0: not served now */
     uint32_t slab, slot;
     uint32_t first_token; /* for listings */
     uint32_t problems;    /* enum page_problem */
-    bool owns_slot;       /* the slot table gives its slot to it */
-    bool key_ok;          /* key is SHA256(parent || tokens): it may hang below its parent */
+    /* No problem of its own, but no chain of good pages leads to it from its namespace root:
+     * a page above is not on this disk (its copy aged out while its hits went to the upper
+     * tiers) or is bad. Not a problem: an engine serves it again once it stores that page. */
+    bool detached;
+    bool owns_slot; /* the slot table gives its slot to it */
+    bool key_ok;    /* key is SHA256(parent || tokens): it may hang below its parent */
     uint64_t created, atime;
 };
 
@@ -102,8 +105,8 @@ struct ns_info {
     uint8_t root[HASH_BYTES];
     bool is_default;
     uint32_t first; /* first of its first pages (linked by next), NO_PAGE when none */
-    uint64_t pages, good;
-    uint64_t oldest, newest; /* created */
+    uint64_t pages, good, detached; /* good: served now */
+    uint64_t oldest, newest;        /* created */
 };
 
 struct ctl_index {
@@ -132,22 +135,26 @@ int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out);
  * root and its descendants) or --all (also when none is given); with good_only, only pages
  * without problems. 0, or an exit status after saying why. */
 int index_select(const struct ctl_index *ix, const struct ctl_args *a, bool good_only, bool *sel);
-/* After problems changed (verify's reads): orphans and per-namespace counts again. */
+/* After problems changed (verify's reads): detached pages and per-namespace counts again. */
 int index_relink(struct ctl_index *ix);
 /* Open dir read-only (ctl_open_ro) and load its index: 0, or an exit status after saying
  * why. */
 int ctl_load(const char *dir, bool heal, struct dstore **s, struct ctl_index *ix);
 void ctl_unload(struct dstore *s, struct ctl_index *ix);
-/* Problems by kind, over the pages of ix. */
+/* Problems by kind, over the pages of ix; and the detached pages, which are none. */
 struct problem_counts {
-    uint64_t corrupt, dangling, stale, orphaned, io, total;
+    uint64_t corrupt, dangling, stale, io, total;
+    uint64_t detached; /* not in total */
 };
 void index_count_problems(const struct ctl_index *ix, struct problem_counts *c);
 /* Short hex of a namespace for tables: "default" or the root's first digits. */
 const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf);
-/* Name of the first problem in mask, e.g. "orphaned"; "ok" for none. */
+/* Name of the first problem in mask, e.g. "dangling"; "ok" for none. */
 const char *problem_name(uint32_t mask);
-/* Whether a page with these problems can be served: none, or only a checksum not yet read. */
+/* A page's state for listings: its first problem, "detached" or "ok". */
+const char *page_state(const struct page *p);
+/* Whether a page has no problem found so far (its checksum may not have been read): it is
+ * served, or, detached, would be once the pages above it are stored again. */
 static inline bool page_good(const struct page *p)
 {
     return p->problems == 0;

@@ -171,23 +171,21 @@ static uint64_t leaked_slots(const struct ctl_index *ix)
     return ix->slot_entries > owned ? ix->slot_entries - owned : 0;
 }
 
-/* Root causes first, then the orphans they leave: a long list is cut, and what is cut
- * should be what follows from what is shown. */
+/* The pages with problems (detached pages have none); a long list is cut. */
 static void list_text(const struct ctl_index *ix)
 {
     char hex[2 * HASH_BYTES + 1];
     uint32_t listed = 0, bad = 0;
 
-    for (int orphans = 0; orphans < 2; orphans++)
-        for (uint32_t i = 0; i < ix->n; i++) {
-            uint32_t pr = ix->p[i].problems;
+    for (uint32_t i = 0; i < ix->n; i++) {
+        uint32_t pr = ix->p[i].problems;
 
-            if (!pr || (pr == BAD_ORPHAN) != orphans || ++bad > LIST_MAX)
-                continue;
-            ctl_hex(ix->p[i].key, HASH_BYTES, hex);
-            printf("  %s  %s\n", hex, problem_name(pr));
-            listed++;
-        }
+        if (!pr || ++bad > LIST_MAX)
+            continue;
+        ctl_hex(ix->p[i].key, HASH_BYTES, hex);
+        printf("  %s  %s\n", hex, problem_name(pr));
+        listed++;
+    }
     if (bad > listed)
         printf("  ... and %u more (--json lists all)\n", bad - listed);
 }
@@ -213,8 +211,31 @@ struct verdict {
     bool read_pages;        /* verify (pages read) or gc (index only) */
     uint64_t checked, gone; /* pages read; evicted meanwhile */
     bool repaired, dry_run;
-    uint64_t dropped, left; /* by the repair: pages gone, bad pages still there */
+    bool drop_detached;     /* gc --detached: detached pages go too */
+    uint64_t dropped, left; /* by the repair: pages gone, pages to drop still there */
 };
+
+/* Whether the repair drops page p: a problem (but a read error, which may pass: such a page
+ * is kept) or, when asked, detached. */
+static bool to_drop(const struct page *p, const struct verdict *v)
+{
+    return (p->problems && !(p->problems & BAD_IO)) || (v->drop_detached && p->detached);
+}
+
+/* Pages the repair deals with: those with problems, and detached ones when it drops them. */
+static uint64_t to_repair(const struct problem_counts *c, const struct verdict *v)
+{
+    return c->total + (v->drop_detached ? c->detached : 0);
+}
+
+static void detached_text(const struct problem_counts *c, const struct verdict *v)
+{
+    printf("detached  %" PRIu64, c->detached);
+    if (c->detached && !v->drop_detached)
+        printf(" (not a problem: intact, but a page above them is not on this disk; an engine "
+               "serves them again once it stores that page again)");
+    printf("\n");
+}
 
 static void report_text(const struct ctl_index *ix, const struct verdict *v,
                         const struct problem_counts *c)
@@ -227,9 +248,9 @@ static void report_text(const struct ctl_index *ix, const struct verdict *v,
     else
         printf("%s: %u pages (records and links checked; verify also reads the pages)\n", v->dir,
                ix->n);
-    printf("corrupt   %" PRIu64 "\ndangling  %" PRIu64 "\nstale     %" PRIu64 "\norphaned  %" PRIu64
-           "\n",
-           c->corrupt, c->dangling, c->stale, c->orphaned);
+    printf("corrupt   %" PRIu64 "\ndangling  %" PRIu64 "\nstale     %" PRIu64 "\n", c->corrupt,
+           c->dangling, c->stale);
+    detached_text(c, v);
     if (c->io)
         printf("read errors %" PRIu64 "\n", c->io);
     if (leaked_slots(ix))
@@ -239,10 +260,10 @@ static void report_text(const struct ctl_index *ix, const struct verdict *v,
     if (v->repaired)
         printf("repaired: dropped %" PRIu64 " page%s; %" PRIu64 " bad left%s\n", v->dropped,
                v->dropped == 1 ? "" : "s", v->left,
-               c->io ? " (read errors, and the orphans below them, are kept: verify again)" : "");
-    else if (v->dry_run && c->total)
-        printf("dry run: %" PRIu64 " page%s would be dropped\n", c->total,
-               c->total == 1 ? "" : "s");
+               c->io ? " (pages with read errors are kept: verify again)" : "");
+    else if (v->dry_run && to_repair(c, v))
+        printf("dry run: %" PRIu64 " page%s would be dropped\n", to_repair(c, v),
+               to_repair(c, v) == 1 ? "" : "s");
     printf("%s\n", !c->total ? "OK" : v->repaired && !v->left ? "REPAIRED" : "PROBLEMS FOUND");
 }
 
@@ -253,9 +274,9 @@ static void report_json(const struct ctl_index *ix, const struct verdict *v,
     cli_json_string(v->dir);
     printf(",\"pages\":%u,\"pages_read\":%" PRIu64 ",\"evicted_during_scan\":%" PRIu64
            ",\"corrupt\":%" PRIu64 ",\"dangling\":%" PRIu64 ",\"stale\":%" PRIu64
-           ",\"orphaned\":%" PRIu64 ",\"read_errors\":%" PRIu64 ",\"problems\":%" PRIu64
+           ",\"detached\":%" PRIu64 ",\"read_errors\":%" PRIu64 ",\"problems\":%" PRIu64
            ",\"leaked_slots\":%" PRIu64,
-           ix->n, v->checked, v->gone, c->corrupt, c->dangling, c->stale, c->orphaned, c->io,
+           ix->n, v->checked, v->gone, c->corrupt, c->dangling, c->stale, c->detached, c->io,
            c->total, leaked_slots(ix));
     printf(",\"repaired\":%s,\"dropped\":%" PRIu64 ",\"left\":%" PRIu64 ",\"bad\":",
            v->repaired ? "true" : "false", v->dropped, v->left);
@@ -270,39 +291,9 @@ static int delete_chunk(struct dstore *w, const uint8_t *keys, size_t n)
     return dstore_delete(w, keys, n, NULL);
 }
 
-/* Pages the repair leaves: a read that failed may fail no more (the page is likely whole),
- * so a page with a read error stays, and so does every orphan that is one only because such
- * a page is above it (its first ancestor that is not merely orphaned has the read error).
- * keep[i] for those; the orphans are found walking down from each read error. */
-static int pages_kept(const struct ctl_index *ix, bool *keep)
-{
-    uint32_t *stack = malloc(((size_t)ix->n + 1) * sizeof(*stack)), top = 0;
-
-    if (!stack)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < ix->n; i++) {
-        if (!(ix->p[i].problems & BAD_IO))
-            continue;
-        keep[i] = true;
-        stack[top++] = i;
-        while (top) {
-            uint32_t k = stack[--top];
-
-            for (uint32_t c = ix->p[k].child; c != NO_PAGE; c = ix->p[c].next)
-                if (ix->p[c].problems == BAD_ORPHAN && !keep[c]) {
-                    keep[c] = true;
-                    stack[top++] = c;
-                }
-        }
-    }
-    free(stack);
-    return 0;
-}
-
-/* Delete the keys of the pages with a problem (but those kept: pages_kept) from dir, opened
- * for writing now; count what went and what is left. */
-static int delete_bad(struct dstore *w, const struct ctl_index *ix, const bool *keep,
-                      struct verdict *v)
+/* Delete the pages the repair drops (to_drop) from dir, opened for writing now; count what
+ * went and what is left. */
+static int delete_bad(struct dstore *w, const struct ctl_index *ix, struct verdict *v)
 {
     uint8_t *keys = malloc((size_t)DELETE_CHUNK * HASH_BYTES);
     bool present;
@@ -310,7 +301,7 @@ static int delete_bad(struct dstore *w, const struct ctl_index *ix, const bool *
     int rc = keys ? 0 : -ENOMEM;
 
     for (uint32_t i = 0; i <= ix->n && !rc; i++) {
-        if (i < ix->n && ix->p[i].problems && !keep[i])
+        if (i < ix->n && to_drop(&ix->p[i], v))
             memcpy(keys + HASH_BYTES * n++, ix->p[i].key, HASH_BYTES);
         if (n && (n == DELETE_CHUNK || i == ix->n)) {
             rc = delete_chunk(w, keys, n);
@@ -318,7 +309,8 @@ static int delete_bad(struct dstore *w, const struct ctl_index *ix, const bool *
         }
     }
     for (uint32_t i = 0; i < ix->n && !rc; i++)
-        if (ix->p[i].problems && !(rc = dstore_exists(w, ix->p[i].key, 1, &present)))
+        if ((ix->p[i].problems || to_drop(&ix->p[i], v)) &&
+            !(rc = dstore_exists(w, ix->p[i].key, 1, &present)))
             present ? v->left++ : v->dropped++;
     v->left += ix->bad_keys; /* keys of the wrong length: the store's API cannot name them */
     free(keys);
@@ -327,21 +319,13 @@ static int delete_bad(struct dstore *w, const struct ctl_index *ix, const bool *
 
 static int drop_bad(const char *dir, const struct ctl_index *ix, struct verdict *v)
 {
-    bool *keep = calloc((size_t)ix->n + 1, sizeof(*keep));
     struct dstore *w;
-    int rc;
+    int rc = ctl_open_rw(dir, 0, &w);
 
-    if (!keep || pages_kept(ix, keep)) {
-        free(keep);
-        return ctl_fail("out of memory");
-    }
-    if ((rc = ctl_open_rw(dir, 0, &w))) {
-        free(keep);
+    if (rc)
         return rc;
-    }
-    rc = delete_bad(w, ix, keep, v);
+    rc = delete_bad(w, ix, v);
     dstore_close(w);
-    free(keep);
     v->repaired = !rc;
     return rc ? ctl_fail("%s: dropping: %s", dir, kvt_strerror(rc)) : 0;
 }
@@ -352,7 +336,7 @@ static int finish(struct ctl_index *ix, struct verdict *v, bool json, bool repai
     int rc = 0;
 
     index_count_problems(ix, &c);
-    if (repair && c.total)
+    if (repair && to_repair(&c, v))
         rc = drop_bad(v->dir, ix, v);
     if (json)
         report_json(ix, v, &c);
@@ -396,7 +380,7 @@ int cmd_verify(const struct ctl_args *a)
 
 int cmd_gc(const struct ctl_args *a)
 {
-    struct verdict v = {.dir = a->pos[0], .dry_run = a->dry_run};
+    struct verdict v = {.dir = a->pos[0], .dry_run = a->dry_run, .drop_detached = a->detached};
     struct ctl_index ix;
     struct dstore *s;
     int rc;

@@ -4,7 +4,9 @@
  * opened for writing (its lock) and created with the source's fingerprint and geometry when
  * missing. Pages go top-down, parents before children, each through the store's read path
  * (checksum checked) and write path (slot, bytes, fdatasync, then the index), so a crash
- * mid-copy leaves a target whose every page is whole and whose chains start at a root.
+ * mid-copy leaves a target whose every page is whole and whose every chain starts where it
+ * started in the source: at a root, or (detached pages) at a page whose parent the source
+ * did not hold either.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +46,7 @@ struct copy {
     struct ctl_index *ix;
     struct dstore *w;
     uint32_t *order, n; /* selected pages, parents first */
+    uint32_t *level;    /* each page's place below the top of its stored chain */
     bool *failed;       /* not copied: bad bytes, or below such a page */
     uint32_t batch;
     uint8_t *buf;
@@ -183,16 +186,39 @@ static int open_target(struct copy *c, uint64_t capacity)
 
 /* ---- the copy ---- */
 
-static const struct page *depth_base;
+static const uint32_t *level_base;
 
-static int cmp_depth(const void *x, const void *y)
+static int cmp_level(const void *x, const void *y)
 {
     uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
-    uint32_t a = depth_base[i].depth, b = depth_base[j].depth;
+    uint32_t a = level_base[i], b = level_base[j];
 
     if (a != b)
         return a < b ? -1 : 1;
     return (i > j) - (i < j);
+}
+
+/* Each page's place below the top of its chain of stored pages (1 for a page whose parent is
+ * its root or is not linked): the depth of a page served now, and an order, parents first,
+ * for detached pages too. path is scratch of ix->n + 1; links cannot loop (link_pages), and a
+ * walk is bounded all the same. */
+static void copy_levels(struct copy *c, uint32_t *path)
+{
+    const struct page *p = c->ix->p;
+
+    for (uint32_t i = 0; i < c->ix->n; i++) {
+        uint32_t len = 0, k = i, base;
+
+        while (!c->level[k] && len <= c->ix->n) {
+            path[len++] = k;
+            if (p[k].up == NO_PAGE)
+                break;
+            k = p[k].up;
+        }
+        base = c->level[k];
+        while (len)
+            c->level[path[--len]] = ++base;
+    }
 }
 
 static int copy_init(struct copy *c)
@@ -203,30 +229,33 @@ static int copy_init(struct copy *c)
     if (c->batch > COPY_BATCH_MAX)
         c->batch = COPY_BATCH_MAX;
     c->order = malloc(((size_t)c->ix->n + 1) * sizeof(*c->order));
+    c->level = calloc((size_t)c->ix->n + 1, sizeof(*c->level));
     c->failed = calloc((size_t)c->ix->n + 1, sizeof(*c->failed));
     c->tokens = malloc((size_t)c->batch * (in->page_tokens + 1) * sizeof(uint32_t));
     c->rp = malloc(c->batch * sizeof(*c->rp));
     c->wp = malloc(c->batch * sizeof(*c->wp));
     c->res = malloc(c->batch * sizeof(*c->res));
-    if (!c->order || !c->failed || !c->tokens || !c->rp || !c->wp || !c->res ||
+    if (!c->order || !c->level || !c->failed || !c->tokens || !c->rp || !c->wp || !c->res ||
         posix_memalign((void **)&c->buf, 4096, (size_t)c->batch * in->page_bytes))
         return -ENOMEM;
     return 0;
 }
 
-/* The selected pages, parents first. */
+/* The selected pages, parents first (c->order serves as scratch before). */
 static void copy_order(struct copy *c, const bool *sel)
 {
+    copy_levels(c, c->order);
     for (uint32_t i = 0; i < c->ix->n; i++)
         if (sel[i])
             c->order[c->n++] = i;
-    depth_base = c->ix->p;
-    qsort(c->order, c->n, sizeof(*c->order), cmp_depth);
+    level_base = c->level;
+    qsort(c->order, c->n, sizeof(*c->order), cmp_level);
 }
 
 static void copy_free(struct copy *c)
 {
     free(c->order);
+    free(c->level);
     free(c->failed);
     free(c->tokens);
     free(c->rp);
@@ -317,7 +346,7 @@ static int copy_batch(struct copy *c, const uint32_t *idx, uint32_t n)
     return rc;
 }
 
-/* Batches never mix depths, so a parent has landed (or failed) before its children go. */
+/* Batches never mix levels, so a parent has landed (or failed) before its children go. */
 static int copy_all(struct copy *c)
 {
     struct dstore_stats before, after;
@@ -325,9 +354,9 @@ static int copy_all(struct copy *c)
 
     dstore_stats(c->w, &before);
     for (uint32_t i = 0; i < c->n && !rc;) {
-        uint32_t n = 1, d = c->ix->p[c->order[i]].depth;
+        uint32_t n = 1, d = c->level[c->order[i]];
 
-        while (i + n < c->n && n < c->batch && c->ix->p[c->order[i + n]].depth == d)
+        while (i + n < c->n && n < c->batch && c->level[c->order[i + n]] == d)
             n++;
         rc = copy_batch(c, c->order + i, n);
         i += n;

@@ -5,8 +5,11 @@
  * The records come from one LMDB snapshot, so a writer beside us cannot make the picture
  * inconsistent. What the record checks find here (a record that fails its own check, a key
  * that is not the hash of its parent and tokens, a slot outside the slab files or not its
- * own in the slot table) the engine would never serve; a page below such a page or below a
- * missing one is orphaned, since a match walks the chain from the root and stops there.
+ * own in the slot table) the engine would never serve. A good page below such a page or below
+ * a missing one is detached: a match walks the chain from the root and stops there, but once
+ * an engine stores the page above again (it recomputed it), the match goes on through the
+ * detached pages below it. On a large dir most pages are detached for a while: the disk copies
+ * of hot chain roots age out because their hits happen in the upper tiers.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -183,18 +186,16 @@ static void link_pages(struct ctl_index *ix)
     }
 }
 
-/* Depth-first from each namespace's first pages through good pages only; what is not
- * reached and has no other problem is orphaned. Run again after verify finds bad bytes. */
+/* Depth-first from each namespace's first pages through good pages only; a good page not
+ * reached is detached. Run again after verify finds bad bytes. */
 static int reach(struct ctl_index *ix)
 {
     uint32_t *stack = malloc(((size_t)ix->n + 1) * sizeof(*stack)), top = 0;
 
     if (!stack)
         return -ENOMEM;
-    for (uint32_t i = 0; i < ix->n; i++) {
-        ix->p[i].problems &= ~(uint32_t)BAD_ORPHAN;
+    for (uint32_t i = 0; i < ix->n; i++)
         ix->p[i].depth = 0;
-    }
     for (uint32_t n = 0; n < ix->nns; n++) {
         for (uint32_t c = ix->ns[n].first; c != NO_PAGE; c = ix->p[c].next)
             if (page_good(&ix->p[c])) {
@@ -213,15 +214,14 @@ static int reach(struct ctl_index *ix)
     }
     free(stack);
     for (uint32_t i = 0; i < ix->n; i++)
-        if (!ix->p[i].depth && !ix->p[i].problems)
-            ix->p[i].problems = BAD_ORPHAN;
+        ix->p[i].detached = !ix->p[i].depth && !ix->p[i].problems;
     return 0;
 }
 
 static void count_namespaces(struct ctl_index *ix)
 {
     for (uint32_t n = 0; n < ix->nns; n++) {
-        ix->ns[n].pages = ix->ns[n].good = 0;
+        ix->ns[n].pages = ix->ns[n].good = ix->ns[n].detached = 0;
         ix->ns[n].oldest = ix->ns[n].newest = 0;
     }
     for (uint32_t i = 0; i < ix->n; i++) {
@@ -232,7 +232,8 @@ static void count_namespaces(struct ctl_index *ix)
             continue;
         n = &ix->ns[p->ns];
         n->pages++;
-        n->good += page_good(p);
+        n->good += page_good(p) && !p->detached;
+        n->detached += p->detached;
         if (!n->oldest || p->created < n->oldest)
             n->oldest = p->created;
         if (p->created > n->newest)
@@ -286,12 +287,17 @@ const char *problem_name(uint32_t mask)
 {
     static const char *const names[] = {
         "corrupt record", "corrupt (hash chain)", "corrupt (length)", "corrupt (checksum)",
-        "dangling",       "stale slot",           "orphaned",         "read error"};
+        "dangling",       "stale slot",           "read error"};
 
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 7; i++)
         if (mask & (1u << i))
             return names[i];
     return "ok";
+}
+
+const char *page_state(const struct page *p)
+{
+    return p->detached ? "detached" : problem_name(p->problems);
 }
 
 const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf)
@@ -527,8 +533,8 @@ void index_count_problems(const struct ctl_index *ix, struct problem_counts *c)
         c->corrupt += (m & BAD_CORRUPT) != 0;
         c->dangling += (m & BAD_DANGLING) != 0;
         c->stale += (m & BAD_STALE) != 0;
-        c->orphaned += (m & BAD_ORPHAN) != 0;
         c->io += (m & BAD_IO) != 0;
+        c->detached += ix->p[i].detached;
     }
-    c->total = c->corrupt + c->dangling + c->stale + c->orphaned + c->io;
+    c->total = c->corrupt + c->dangling + c->stale + c->io;
 }

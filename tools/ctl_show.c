@@ -41,13 +41,17 @@ static uint64_t free_slots(const struct ctl_index *ix)
 
 static void print_problems_text(const struct problem_counts *c)
 {
-    if (!c->total) {
+    if (!c->total)
         printf("problems      none found in the index (verify also reads every page)\n");
-        return;
-    }
-    printf("problems      %" PRIu64 ": %" PRIu64 " corrupt, %" PRIu64 " dangling, %" PRIu64
-           " stale, %" PRIu64 " orphaned (run verify)\n",
-           c->total, c->corrupt, c->dangling, c->stale, c->orphaned);
+    else
+        printf("problems      %" PRIu64 ": %" PRIu64 " corrupt, %" PRIu64 " dangling, %" PRIu64
+               " stale (run verify)\n",
+               c->total, c->corrupt, c->dangling, c->stale);
+    printf("detached      %" PRIu64 " page%s", c->detached, c->detached == 1 ? "" : "s");
+    if (c->detached)
+        printf(": a page above them is not on this disk; an engine serves them again once it "
+               "stores that page again (not a problem)");
+    printf("\n");
 }
 
 static void stat_text(const char *dir, const struct ctl_index *ix)
@@ -90,8 +94,8 @@ static void stat_text(const char *dir, const struct ctl_index *ix)
 static void problems_json(const struct problem_counts *c)
 {
     printf("{\"total\":%" PRIu64 ",\"corrupt\":%" PRIu64 ",\"dangling\":%" PRIu64
-           ",\"stale\":%" PRIu64 ",\"orphaned\":%" PRIu64 ",\"read_errors\":%" PRIu64 "}",
-           c->total, c->corrupt, c->dangling, c->stale, c->orphaned, c->io);
+           ",\"stale\":%" PRIu64 ",\"read_errors\":%" PRIu64 "}",
+           c->total, c->corrupt, c->dangling, c->stale, c->io);
 }
 
 static void namespaces_json(const struct ctl_index *ix)
@@ -104,9 +108,10 @@ static void namespaces_json(const struct ctl_index *ix)
 
         printf("%s{\"root\":", n ? "," : "");
         ctl_json_hex(s->root, HASH_BYTES);
-        printf(",\"default\":%s,\"pages\":%" PRIu64 ",\"good_pages\":%" PRIu64 ",\"bytes\":%" PRIu64
-               ",\"tokens\":%" PRIu64 ",\"oldest_ns\":%" PRIu64 ",\"newest_ns\":%" PRIu64 "}",
-               s->is_default ? "true" : "false", s->pages, s->good, s->pages * pb,
+        printf(",\"default\":%s,\"pages\":%" PRIu64 ",\"good_pages\":%" PRIu64
+               ",\"detached\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"tokens\":%" PRIu64
+               ",\"oldest_ns\":%" PRIu64 ",\"newest_ns\":%" PRIu64 "}",
+               s->is_default ? "true" : "false", s->pages, s->good, s->detached, s->pages * pb,
                s->pages * ix->info.page_tokens, s->oldest, s->newest);
     }
     printf("]");
@@ -133,8 +138,8 @@ static void stat_json(const char *dir, const struct ctl_index *ix)
            ix->n, (uint64_t)ix->n * in->page_bytes, (uint64_t)ix->n * in->page_tokens,
            free_slots(ix));
     printf(",\"oldest_ns\":%" PRIu64 ",\"newest_ns\":%" PRIu64 ",\"last_access_ns\":%" PRIu64
-           ",\"problems\":",
-           t.oldest, t.newest, t.last_access);
+           ",\"detached\":%" PRIu64 ",\"problems\":",
+           t.oldest, t.newest, t.last_access, c.detached);
     problems_json(&c);
     printf(",\"namespaces\":");
     namespaces_json(ix);
@@ -222,7 +227,7 @@ static void ls_line(const struct ctl_index *ix, const struct page *p)
     snprintf(slot, sizeof(slot), "%u:%u", p->slab, p->slot);
     printf("%-12s  %-12s %8s  %-11s  %-20s  %-20s  %s\n", hex, index_ns_name(ix, p->ns, name),
            prefix, p->problems & BAD_RECORD ? "-" : slot, ctl_time(p->created, t1),
-           ctl_time(p->atime, t2), problem_name(p->problems));
+           ctl_time(p->atime, t2), page_state(p));
 }
 
 /* A page's members, without the braces around them. */
@@ -230,7 +235,7 @@ static void page_json_members(const struct ctl_index *ix, const struct page *p)
 {
     printf("\"hash\":");
     ctl_json_hex(p->key, HASH_BYTES);
-    printf(",\"state\":\"%s\"", problem_name(p->problems));
+    printf(",\"state\":\"%s\"", page_state(p));
     if (p->problems & BAD_RECORD)
         return;
     printf(",\"namespace\":");
@@ -351,7 +356,7 @@ static void show_record_text(const struct ctl_index *ix, const struct page *p,
     char hex[2 * HASH_BYTES + 1], t[32], name[SHORT_HEX + 8];
 
     ctl_hex(p->key, HASH_BYTES, hex);
-    printf("page          %s\nstate         %s\n", hex, problem_name(p->problems));
+    printf("page          %s\nstate         %s\n", hex, page_state(p));
     if (p->problems & BAD_RECORD)
         return;
     ctl_hex(ix->ns[p->ns].root, HASH_BYTES, hex);
@@ -408,7 +413,7 @@ static int show_chain_text(const struct ctl_index *ix, const uint32_t *chain, ui
         printf("%5u  %s ", k + 1, hex);
         if (r->found && !r->e.status)
             print_tokens(r, false);
-        printf(p->problems ? "  [%s]\n" : "\n", problem_name(p->problems));
+        printf(p->problems || p->detached ? "  [%s]\n" : "\n", page_state(p));
     }
     free(r);
     return 0;

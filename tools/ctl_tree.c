@@ -21,7 +21,7 @@ struct tree {
     enum tree_format fmt;
     char indent[MAX_INDENT + 8];
     /* Each page is drawn once at most, so even links that looped could not hang the walk;
-     * scratch of ix->n each for finding where orphaned subtrees start. */
+     * scratch of ix->n each for finding where detached subtrees start. */
     bool *drawn, *placed;
     uint32_t *starts, *stack;
 };
@@ -29,7 +29,7 @@ struct tree {
 /* One node: a run of pages from first to last, each but the last with one selected child. */
 struct run {
     uint32_t first, last, pages, bad;
-    uint32_t pos; /* the first page's place in its prefix (1-based); 0: unknown (orphans) */
+    uint32_t pos; /* the first page's place in its prefix (1-based); 0: unknown (detached) */
     uint32_t problems;
 };
 
@@ -174,9 +174,9 @@ static void namespace_open(struct tree *t, uint32_t n, bool comma, char *id)
                comma ? "," : "", hex, ns->is_default ? "true" : "false", ns->pages);
 }
 
-/* Orphan subtrees start at a page whose parent is not its root and is not stored, or is
+/* Detached subtrees start at a page whose parent is not its root and is not stored, or is
  * stored as a record that fails its checks (so it names no parent of its own). */
-static bool orphan_top(const struct ctl_index *ix, uint32_t i)
+static bool detached_top(const struct ctl_index *ix, uint32_t i)
 {
     const struct page *p = &ix->p[i];
 
@@ -202,10 +202,10 @@ static void place_subtree(struct tree *t, uint32_t i)
     }
 }
 
-/* Where the orphaned subtrees start, into t->starts: each orphan top not drawn yet, then a
+/* Where the detached subtrees start, into t->starts: each detached top not drawn yet, then a
  * page of whatever is still undrawn (were parent links ever to loop, which link_pages rules
  * out), so that no selected page vanishes from the tree. */
-static uint32_t orphan_starts(struct tree *t)
+static uint32_t detached_starts(struct tree *t)
 {
     uint32_t n = 0;
 
@@ -213,25 +213,23 @@ static uint32_t orphan_starts(struct tree *t)
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t i = 0; i < t->ix->n; i++)
             if (t->sel[i] && !t->placed[i] && t->ix->p[i].ns != NO_PAGE &&
-                (pass || orphan_top(t->ix, i))) {
+                (pass || detached_top(t->ix, i))) {
                 t->starts[n++] = i;
                 place_subtree(t, i);
             }
     return n;
 }
 
-static void draw_orphans(struct tree *t)
+static void draw_detached(struct tree *t)
 {
-    uint32_t count = orphan_starts(t);
+    uint32_t count = detached_starts(t);
 
     if (t->fmt == TREE_TEXT && count)
-        printf("orphaned (parent missing or unreadable): %u subtree%s\n", count,
-               count == 1 ? "" : "s");
+        printf("detached (parent not on disk): %u subtree%s\n", count, count == 1 ? "" : "s");
     if (t->fmt == TREE_DOT && count)
-        printf("  orphans [label=\"orphaned\\n(parent missing or unreadable)\", shape=ellipse, "
-               "color=red];\n");
+        printf("  detached [label=\"detached\\n(parent not on disk)\", shape=ellipse];\n");
     for (uint32_t k = 0; k < count; k++)
-        walk(t, t->starts[k], 0, "orphans", k + 1 == count, k > 0);
+        walk(t, t->starts[k], 0, "detached", k + 1 == count, k > 0);
 }
 
 static void draw(struct tree *t)
@@ -256,8 +254,8 @@ static void draw(struct tree *t)
             printf("]}");
     }
     if (t->fmt == TREE_JSON)
-        printf("],\"orphaned\":[");
-    draw_orphans(t);
+        printf("],\"detached\":[");
+    draw_detached(t);
     if (t->fmt == TREE_JSON)
         printf("],\"corrupt_records\":%" PRIu64 "}\n", bad);
     else if (t->fmt == TREE_DOT)
