@@ -8,6 +8,7 @@
 #include "host/host_tier.h"
 #include "stats_server.h"
 #include "store/disk/ops.h"
+#include "store/disk/store.h"
 #include "store/store_tier.h"
 
 #include <errno.h>
@@ -217,8 +218,10 @@ static size_t scratch_pages(const kvt_engine *e)
 static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store **out)
 {
     static const uint32_t io[] = {DSTORE_IO_AUTO, DSTORE_IO_URING, DSTORE_IO_PSYNC};
-    struct dstore_options *so = &e->disk_so;
+    struct dstore_options *so = e->disk_so = malloc(sizeof(*so));
 
+    if (!so)
+        return -ENOMEM;
     dstore_options_init(so, sizeof(*so));
     so->dir = e->opts.disk_dir;
     memcpy(so->fingerprint, e->fingerprint, DSTORE_FINGERPRINT_BYTES);
@@ -308,6 +311,8 @@ static int open_parts(kvt_engine *e, struct kvt_store *store)
     return 0;
 }
 
+static void engine_free(kvt_engine *e);
+
 int engine_open(const struct kvt_options *opts, struct kvt_store *store, kvt_engine **out)
 {
     kvt_engine *e;
@@ -335,7 +340,7 @@ int engine_open(const struct kvt_options *opts, struct kvt_store *store, kvt_eng
     *out = e;
     return 0;
 fail:
-    kvt_close(e);
+    engine_free(e);
     return rc;
 }
 
@@ -346,7 +351,10 @@ int kvt_open(const struct kvt_options *opts, kvt_engine **out)
 
 void engine_disk_options(const kvt_engine *e, struct dstore_options *so)
 {
-    *so = e->disk_so;
+    if (e->disk_so)
+        *so = *e->disk_so;
+    else
+        dstore_options_init(so, sizeof(*so));
 }
 
 int engine_swap_store(kvt_engine *e, struct kvt_store *s)
@@ -360,7 +368,7 @@ int engine_swap_store(kvt_engine *e, struct kvt_store *s)
     return 0;
 }
 
-void kvt_close(kvt_engine *e)
+static void engine_free(kvt_engine *e)
 {
     if (!e)
         return;
@@ -376,8 +384,14 @@ void kvt_close(kvt_engine *e)
     free(e->below_pages);
     req_pool_finish(&e->reqs);
     slot_alloc_finish(&e->alloc);
+    free(e->disk_so);
     free(e->model_id);
     free(e);
+}
+
+void kvt_close(kvt_engine *e)
+{
+    engine_free(e);
 }
 
 void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])
@@ -432,14 +446,6 @@ const char *kvt_strerror(int err)
     }
 }
 
-void engine_publish(kvt_engine *e)
-{
-    struct kvt_stats st = {.size = sizeof(st)};
-
-    if (e->stats && kvt_stats(e, &st) == 0)
-        stats_server_publish(e->stats, &st);
-}
-
 static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
 {
     struct rdx_sizes s;
@@ -466,6 +472,16 @@ static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
     st->inserted_tokens = e->count.inserted_tokens;
     st->evicted_tokens = e->count.evicted_tokens;
     tier_stats(e->below, st);
+}
+
+void engine_publish(kvt_engine *e)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    if (!e->stats)
+        return;
+    fill_stats(e, &st);
+    stats_server_publish(e->stats, &st);
 }
 
 /* An older caller's struct is shorter: it gets the fields it has. A newer caller's is longer:

@@ -267,7 +267,9 @@ int kvt_sync(kvt_engine *e)
     if (!e)
         return -EINVAL;
     tier_sync(e->below);
-    return kvt_poll(e, 0, NULL);
+    tier_poll(e->below, SIZE_MAX);
+    engine_publish(e);
+    return failed(e);
 }
 
 int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream)

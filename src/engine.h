@@ -16,11 +16,12 @@
 #include "device/kv_pool.h"
 #include "device/req_pool.h"
 #include "radix/radix.h"
-#include "store/disk/store.h"
 #include "store/store.h"
 #include "tier.h"
 
 #define KVT_PAGE_SIZE_MAX 256
+
+struct dstore_options;
 
 struct kvt_engine {
     struct kvt_options opts;
@@ -42,8 +43,8 @@ struct kvt_engine {
         uint64_t match_calls, match_query_tokens, match_hit_tokens;
         uint64_t inserted_tokens, evicted_tokens;
     } count;
-    struct dstore_options disk_so; /* what the disk store was opened with (tests) */
-    struct stats_server *stats;    /* options.stats_socket; NULL without one */
+    struct dstore_options *disk_so; /* what the disk store was opened with (tests) */
+    struct stats_server *stats;     /* options.stats_socket; NULL without one */
 };
 
 /* kvt_open with the store below the host given (NULL: the one the options name): the test
