@@ -77,4 +77,62 @@ struct rdx_tree {
     struct rdx_sizes sz;
 };
 
+static inline struct rdx_node *node_at(const struct rdx_tree *t, uint32_t idx)
+{
+    return t->nodes[idx];
+}
+
+/* ---- radix_ids.c: heap accounting, node ids ---- */
+
+/* malloc, counting the block in the tree's sizes. */
+void *tree_alloc(struct rdx_tree *t, size_t n);
+/* free a block from tree_alloc or tree_realloc; NULL is a no-op. */
+void tree_free(struct rdx_tree *t, void *p);
+/* realloc, keeping the tree's sizes; on failure p is untouched. */
+void *tree_realloc(struct rdx_tree *t, void *p, size_t n);
+/* The ref of node idx at its id's current generation. */
+kvt_node_ref make_ref(const struct rdx_tree *t, uint32_t idx);
+/* The node of one of the tree's own refs, any generation since the node took the id. */
+int resolve(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *idx);
+/* The node of a caller's ref: current generation, and on the device (or the root). */
+int resolve_current(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *idx);
+/* Move idx's generation on, so the refs handed out for it so far stop resolving. */
+void next_gen(struct rdx_tree *t, uint32_t idx);
+/* Make sure n ids can be taken without allocating. */
+int reserve_ids(struct rdx_tree *t, uint32_t n);
+/* Give node n a free id (reserved before); returns the id. */
+uint32_t take_id(struct rdx_tree *t, struct rdx_node *n);
+/* Free id idx; its refs stop resolving. */
+void drop_id(struct rdx_tree *t, uint32_t idx);
+
+/* ---- radix_ns.c: namespaces ---- */
+
+/* Length of key's namespace bytes (0 for the default namespace). */
+size_t key_ns_len(const struct kvt_key *key);
+/* The id of key's namespace, or NONE when it has none yet. */
+uint32_t ns_find(const struct rdx_tree *t, const struct kvt_key *key);
+/* Fill a free entry with these bytes and their root hash; the entry stays free on failure. */
+int ns_fill(struct rdx_tree *t, struct ns_entry *e, const void *bytes, size_t len);
+/* The id of key's namespace, created when absent. */
+int ns_intern(struct rdx_tree *t, const struct kvt_key *key, uint32_t *id);
+/* Free namespace id when it is not the default and has no nodes. */
+void ns_drop_if_empty(struct rdx_tree *t, uint32_t id);
+/* One node of namespace id is gone. */
+void ns_unref(struct rdx_tree *t, uint32_t id);
+
+/* ---- radix_edges.c: the edge table ---- */
+
+/* The edge key's hash: (parent, namespace, first page of the child). */
+uint32_t edge_hash(uint32_t parent, uint32_t ns, const uint32_t *page, uint32_t ps);
+/* The child of parent in ns whose first page is page, or NONE. */
+uint32_t edge_find(const struct rdx_tree *t, uint32_t parent, uint32_t ns, const uint32_t *page);
+/* Add child's edge (room reserved, edge_hash set). */
+void edge_put(struct rdx_tree *t, uint32_t child);
+/* Make room for more edges, rehashing when the table would be over half full. */
+int edge_reserve(struct rdx_tree *t, uint32_t more);
+/* The table slot holding child's edge. */
+uint32_t edge_slot(const struct rdx_tree *t, uint32_t child);
+/* Remove child's edge. */
+void edge_del(struct rdx_tree *t, uint32_t child);
+
 #endif
