@@ -14,84 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- eviction lists ---- */
-
-/* A device leaf gives up its device copy: it holds one, nothing locks or fills it, and no
- * child holds one. Without a host copy it must be a real leaf, since it is then deleted. */
-static bool is_device_leaf(const struct rdx_node *n, uint32_t idx)
-{
-    return idx != ROOT && n->on_device && n->lock_ref == 0 && n->pending == 0 &&
-           n->ndev_children == 0 && (n->on_host || n->nchildren == 0);
-}
-
-/* A host leaf is deleted: it is left only on the host and has no children. */
-static bool is_host_leaf(const struct rdx_node *n, uint32_t idx)
-{
-    return idx != ROOT && !n->on_device && n->on_host && n->lock_ref == 0 && n->pending == 0 &&
-           n->disk_op == 0 && n->nchildren == 0;
-}
-
-static bool is_leaf(const struct rdx_node *n, uint32_t idx, int list)
-{
-    return list == LIST_DEV ? is_device_leaf(n, idx) : is_host_leaf(n, idx);
-}
-
-static bool in_list(const struct rdx_tree *t, uint32_t idx, int list)
-{
-    const struct rdx_node *n = node_at(t, idx);
-    return n->prev[list] != NONE || t->leaf_head[list] == idx;
-}
-
-static void list_add(struct rdx_tree *t, uint32_t idx, int list)
-{
-    struct rdx_node *n = node_at(t, idx);
-
-    n->prev[list] = NONE;
-    n->next[list] = t->leaf_head[list];
-    if (t->leaf_head[list] != NONE)
-        node_at(t, t->leaf_head[list])->prev[list] = idx;
-    t->leaf_head[list] = idx;
-    t->nleaves[list]++;
-}
-
-static void list_remove(struct rdx_tree *t, uint32_t idx, int list)
-{
-    struct rdx_node *n = node_at(t, idx);
-
-    if (n->prev[list] != NONE)
-        node_at(t, n->prev[list])->next[list] = n->next[list];
-    else
-        t->leaf_head[list] = n->next[list];
-    if (n->next[list] != NONE)
-        node_at(t, n->next[list])->prev[list] = n->prev[list];
-    n->prev[list] = n->next[list] = NONE;
-    t->nleaves[list]--;
-}
-
-static void update_leaf(struct rdx_tree *t, uint32_t idx)
-{
-    for (int list = LIST_DEV; list <= LIST_HOST; list++) {
-        bool want = is_leaf(node_at(t, idx), idx, list);
-        bool have = in_list(t, idx, list);
-        if (want && !have)
-            list_add(t, idx, list);
-        else if (!want && have)
-            list_remove(t, idx, list);
-    }
-}
-
-/* Count a node's device pages in (sign 1) or out of (sign -1) the tree's sizes. */
-static void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign)
-{
-    uint64_t np = n->npages;
-
-    t->sz.cached_pages += sign > 0 ? np : -np;
-    if (n->lock_ref)
-        t->sz.protected_pages += sign > 0 ? np : -np;
-    else
-        t->sz.evictable_pages += sign > 0 ? np : -np;
-}
-
 /* ---- nodes ---- */
 
 static size_t block_bytes(const struct rdx_tree *t, uint32_t npages)
@@ -229,90 +151,9 @@ static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
     return 0;
 }
 
-/* ---- eviction order ---- */
+/* ---- dropping copies and nodes ---- */
 
-struct evict_key {
-    int64_t a;
-    uint64_t b;
-};
-
-static struct evict_key evict_key(const struct rdx_tree *t, const struct rdx_node *n)
-{
-    switch (t->cfg.policy) {
-    case KVT_EVICT_LFU:
-        return (struct evict_key){n->hit_count, n->last_access};
-    case KVT_EVICT_FIFO:
-        return (struct evict_key){(int64_t)n->created, 0};
-    case KVT_EVICT_MRU:
-        return (struct evict_key){-(int64_t)n->last_access, 0};
-    case KVT_EVICT_FILO:
-        return (struct evict_key){-(int64_t)n->created, 0};
-    case KVT_EVICT_PRIORITY:
-        return (struct evict_key){n->priority, n->last_access};
-    default:
-        return (struct evict_key){(int64_t)n->last_access, 0};
-    }
-}
-
-static bool evict_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
-{
-    struct evict_key kx = evict_key(t, node_at(t, x)), ky = evict_key(t, node_at(t, y));
-
-    if (kx.a != ky.a)
-        return kx.a < ky.a;
-    if (kx.b != ky.b)
-        return kx.b < ky.b;
-    return x < y;
-}
-
-struct heap {
-    uint32_t *v;
-    size_t n;
-};
-
-static void heap_sift_down(const struct rdx_tree *t, struct heap *h, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && evict_before(t, h->v[l], h->v[m]))
-            m = l;
-        if (r < h->n && evict_before(t, h->v[r], h->v[m]))
-            m = r;
-        if (m == i)
-            return;
-        uint32_t tmp = h->v[i];
-        h->v[i] = h->v[m];
-        h->v[m] = tmp;
-        i = m;
-    }
-}
-
-static void heap_push(const struct rdx_tree *t, struct heap *h, uint32_t x)
-{
-    size_t i = h->n++;
-
-    h->v[i] = x;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!evict_before(t, h->v[i], h->v[p]))
-            return;
-        uint32_t tmp = h->v[i];
-        h->v[i] = h->v[p];
-        h->v[p] = tmp;
-        i = p;
-    }
-}
-
-static uint32_t heap_pop(const struct rdx_tree *t, struct heap *h)
-{
-    uint32_t top = h->v[0];
-
-    h->v[0] = h->v[--h->n];
-    heap_sift_down(t, h, 0);
-    return top;
-}
-
-static void free_device_copy(struct rdx_tree *t, uint32_t idx)
+void free_device_copy(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
 
@@ -324,7 +165,7 @@ static void free_device_copy(struct rdx_tree *t, uint32_t idx)
     next_gen(t, idx); /* the caller's refs of the node die with its device copy */
 }
 
-static void free_host_copy(struct rdx_tree *t, uint32_t idx)
+void free_host_copy(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
 
@@ -335,7 +176,7 @@ static void free_host_copy(struct rdx_tree *t, uint32_t idx)
 }
 
 /* Remove an unlocked childless node and give its pages back. */
-static void delete_leaf(struct rdx_tree *t, uint32_t idx)
+void delete_leaf(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
     uint32_t parent = n->parent;
@@ -352,119 +193,6 @@ static void delete_leaf(struct rdx_tree *t, uint32_t idx)
     drop_id(t, idx);
     node_at(t, parent)->nchildren--;
     update_leaf(t, parent);
-}
-
-/* Drop a device leaf's device copy: the node stays on the host, or goes. */
-static void evict_device(struct rdx_tree *t, uint32_t idx)
-{
-    uint32_t parent = node_at(t, idx)->parent;
-
-    if (!node_at(t, idx)->on_host) {
-        delete_leaf(t, idx);
-        return;
-    }
-    free_device_copy(t, idx);
-    update_leaf(t, idx);
-    update_leaf(t, parent);
-}
-
-/* What one eviction pass is asked to do. Under write_back, device leaves without a host
- * copy are not dropped but named in defer[] (up to cap), their pages counted as planned. */
-struct evict_req {
-    size_t pages;
-    int list;
-    kvt_node_ref *defer;
-    size_t cap, n;
-    size_t planned; /* pages of the deferred leaves */
-};
-
-/* Whether leaf x lacks the copy in the next tier down that a deferring eviction wants first:
- * a host copy before a device leaf goes, a disk copy before a host leaf goes. */
-static bool needs_copy_below(const struct rdx_node *n, int list)
-{
-    return list == LIST_DEV ? !n->on_host : !n->on_disk;
-}
-
-/* Take leaf x: evict it, or defer it for a copy below; the pages it accounts for. */
-static size_t evict_one(struct rdx_tree *t, uint32_t x, struct evict_req *r, bool *gone)
-{
-    const struct rdx_node *n = node_at(t, x);
-    size_t np = n->npages;
-
-    *gone = false;
-    if (r->defer && needs_copy_below(n, r->list)) {
-        if (r->n == r->cap)
-            return 0;
-        r->defer[r->n++] = make_ref(t, x);
-        r->planned += np;
-        return np;
-    }
-    if (r->list == LIST_HOST)
-        delete_leaf(t, x);
-    else
-        evict_device(t, x);
-    *gone = true;
-    return np;
-}
-
-/* Evict leaves by policy until r->pages pages are gone or planned, or none is left. */
-static size_t evict_list(struct rdx_tree *t, struct evict_req *r)
-{
-    /* A parent is pushed only after its last child was popped, so the heap never holds
-     * more entries than there are nodes. */
-    struct heap h = {.v = t->heap};
-    size_t done = 0;
-
-    if (r->pages == 0 || t->nleaves[r->list] == 0)
-        return 0;
-    for (uint32_t i = t->leaf_head[r->list]; i != NONE; i = node_at(t, i)->next[r->list])
-        h.v[h.n++] = i;
-    for (size_t i = h.n / 2; i-- > 0;)
-        heap_sift_down(t, &h, i);
-
-    while (done < r->pages && h.n) {
-        uint32_t x = heap_pop(t, &h);
-        uint32_t parent = node_at(t, x)->parent;
-        bool gone;
-        done += evict_one(t, x, r, &gone);
-        if (gone && in_list(t, parent, r->list))
-            heap_push(t, &h, parent);
-    }
-    return done;
-}
-
-size_t rdx_evict(struct rdx_tree *t, size_t pages)
-{
-    struct evict_req r = {.pages = pages, .list = LIST_DEV};
-    return evict_list(t, &r);
-}
-
-static size_t evict_deferring(struct rdx_tree *t, int list, size_t pages, kvt_node_ref *defer,
-                              size_t cap, size_t *ndefer)
-{
-    struct evict_req r = {.pages = pages, .list = list, .defer = defer, .cap = cap};
-    size_t done = evict_list(t, &r);
-
-    *ndefer = r.n;
-    return done - r.planned;
-}
-
-size_t rdx_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
-                           size_t *ndefer)
-{
-    return evict_deferring(t, LIST_DEV, pages, defer, cap, ndefer);
-}
-
-size_t rdx_evict_host(struct rdx_tree *t, size_t pages)
-{
-    struct evict_req r = {.pages = pages, .list = LIST_HOST};
-    return evict_list(t, &r);
-}
-
-size_t rdx_evict_host_written(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
-                              size_t *ndefer)
-{
-    return evict_deferring(t, LIST_HOST, pages, defer, cap, ndefer);
 }
 
 /* ---- public operations ---- */

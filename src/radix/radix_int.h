@@ -135,4 +135,26 @@ uint32_t edge_slot(const struct rdx_tree *t, uint32_t child);
 /* Remove child's edge. */
 void edge_del(struct rdx_tree *t, uint32_t child);
 
+/* ---- radix_leaves.c: the leaf lists and device page counts ---- */
+
+/* Whether node idx may give up its device copy now. */
+bool is_device_leaf(const struct rdx_node *n, uint32_t idx);
+/* Whether node idx, left only on the host, may be deleted now. */
+bool is_host_leaf(const struct rdx_node *n, uint32_t idx);
+/* Whether node idx is on leaf list list. */
+bool in_list(const struct rdx_tree *t, uint32_t idx, int list);
+/* Put node idx on, or take it off, each leaf list as its state now says. */
+void update_leaf(struct rdx_tree *t, uint32_t idx);
+/* Count n's device pages in (sign 1) or out of (sign -1) the tree's sizes. */
+void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign);
+
+/* ---- radix.c: the tree ---- */
+
+/* Drop node idx's device copy: pages to free_pages, sizes, the caller's refs die. */
+void free_device_copy(struct rdx_tree *t, uint32_t idx);
+/* Drop node idx's host copy: pages to free_host_pages, sizes. */
+void free_host_copy(struct rdx_tree *t, uint32_t idx);
+/* Remove an unlocked childless node and give its pages back. */
+void delete_leaf(struct rdx_tree *t, uint32_t idx);
+
 #endif
