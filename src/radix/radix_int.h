@@ -156,5 +156,19 @@ void free_device_copy(struct rdx_tree *t, uint32_t idx);
 void free_host_copy(struct rdx_tree *t, uint32_t idx);
 /* Remove an unlocked childless node and give its pages back. */
 void delete_leaf(struct rdx_tree *t, uint32_t idx);
+/* Split node idx after its first m pages; *out gets the new upper node. All or nothing. */
+int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out);
+/* The hash ending node idx's pages (for the root, namespace ns's root hash). */
+const uint8_t *last_hash(const struct rdx_tree *t, uint32_t idx, uint32_t ns);
+/* 0 when t and key are usable: tokens present, namespace not too long. */
+int check_key(const struct rdx_tree *t, const struct kvt_key *key);
+/* A new unlinked leaf for np pages of tokens holding pages (host pages when host). */
+int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t *pages, uint32_t np,
+              bool host, const uint8_t *prev, struct rdx_node **out);
+/* Link leaf n under parent (ids and edges reserved); returns its id. */
+uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n, bool host,
+                   int32_t priority, uint64_t now);
+/* Give device pages to the host-only nodes on the path ending at node to, from page end down. */
+void adopt_device_pages(struct rdx_tree *t, uint32_t to, const uint32_t *pages, size_t end);
 
 #endif
