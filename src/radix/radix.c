@@ -191,6 +191,28 @@ void delete_leaf(struct rdx_tree *t, uint32_t idx)
     update_leaf(t, parent);
 }
 
+/* ---- spans ---- */
+
+size_t span_pages(const struct rdx_tree *t, uint32_t idx, const struct span *s)
+{
+    size_t pages = 0;
+
+    for (uint32_t i = idx; i != ROOT && s->has(node_at(t, i), s->op); i = node_at(t, i)->parent)
+        pages += node_at(t, i)->npages;
+    return pages;
+}
+
+void span_each(struct rdx_tree *t, uint32_t idx, const struct span *s, size_t end, span_fn fn,
+               const void *arg)
+{
+    for (uint32_t i = idx; i != ROOT && s->has(node_at(t, i), s->op);) {
+        uint32_t parent = node_at(t, i)->parent;
+        end -= node_at(t, i)->npages;
+        fn(t, i, end, arg);
+        i = parent;
+    }
+}
+
 /* ---- public operations ---- */
 
 int check_key(const struct rdx_tree *t, const struct kvt_key *key)
@@ -411,21 +433,32 @@ static const uint8_t *prefix_hash(const struct rdx_tree *t, const struct walk *w
     return last_hash(t, w->node, ns);
 }
 
+bool lacks_device(const struct rdx_node *n, uint64_t op)
+{
+    (void)op;
+    return !n->on_device;
+}
+
+static void give_device_copy(struct rdx_tree *t, uint32_t idx, size_t at, const void *pages)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    memcpy(n->pages, (const uint32_t *)pages + at, n->npages * sizeof(uint32_t));
+    n->on_device = true;
+    node_at(t, n->parent)->ndev_children++;
+    account_device(t, n, 1);
+    update_leaf(t, idx);
+    update_leaf(t, n->parent);
+}
+
 /* Give the host-only nodes on the path ending at node to device copies, from the bottom up
  * to the first node that has one: pages[] holds the key's device pages, the path ends at page
  * end. Device copies form a subtree at the top, so the nodes above that one have them too. */
 void adopt_device_pages(struct rdx_tree *t, uint32_t to, const uint32_t *pages, size_t end)
 {
-    for (uint32_t i = to; !node_at(t, i)->on_device; i = node_at(t, i)->parent) {
-        struct rdx_node *n = node_at(t, i);
-        end -= n->npages;
-        memcpy(n->pages, pages + end, n->npages * sizeof(uint32_t));
-        n->on_device = true;
-        node_at(t, n->parent)->ndev_children++;
-        account_device(t, n, 1);
-        update_leaf(t, i);
-        update_leaf(t, n->parent);
-    }
+    struct span s = {lacks_device, 0};
+
+    span_each(t, to, &s, end, give_device_copy, pages);
 }
 
 /* Everything that can fail happens before the tree changes: the walk, the reservations, the

@@ -82,6 +82,16 @@ static inline struct rdx_node *node_at(const struct rdx_tree *t, uint32_t idx)
     return t->nodes[idx];
 }
 
+/* A span: a node and its ancestors up the parent chain while has(node, op) holds, never the
+ * root. What a transfer covers is one: the nodes lacking the copy it makes, or marked by it. */
+struct span {
+    bool (*has)(const struct rdx_node *n, uint64_t op);
+    uint64_t op;
+};
+
+/* Called on each node of a span, bottom-up; at is where its pages start, top-down. */
+typedef void (*span_fn)(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg);
+
 /* ---- radix_ids.c: heap accounting, node ids ---- */
 
 /* malloc, counting the block in the tree's sizes. */
@@ -168,6 +178,13 @@ int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t *pages,
 /* Link leaf n under parent (ids and edges reserved); returns its id. */
 uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n, bool host,
                    int32_t priority, uint64_t now);
+/* The pages of the span starting at node idx. */
+size_t span_pages(const struct rdx_tree *t, uint32_t idx, const struct span *s);
+/* Call fn(arg) on each node of the span starting at idx, whose pages end at page end. */
+void span_each(struct rdx_tree *t, uint32_t idx, const struct span *s, size_t end, span_fn fn,
+               const void *arg);
+/* The span a load-back covers: nodes without a device copy. */
+bool lacks_device(const struct rdx_node *n, uint64_t op);
 /* Give device pages to the host-only nodes on the path ending at node to, from page end down. */
 void adopt_device_pages(struct rdx_tree *t, uint32_t to, const uint32_t *pages, size_t end);
 

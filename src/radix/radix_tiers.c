@@ -9,95 +9,138 @@
 #include <errno.h>
 #include <string.h>
 
-/* ---- residency changes driven by transfers ---- */
+/* ---- spans ---- */
 
-int rdx_attach_device(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *pages, size_t n,
-                      uint64_t op)
+/* Resolve ref and check that its span is n pages long and op (op_ok) fits. */
+static int span_start(const struct rdx_tree *t, kvt_node_ref ref, const struct span *s, size_t n,
+                      bool op_ok, uint32_t *idx)
 {
-    uint32_t idx, i;
-    size_t span = 0;
-    int rc = resolve(t, ref, &idx);
+    int rc = resolve(t, ref, idx);
 
-    if (rc)
-        return rc;
-    for (i = idx; !node_at(t, i)->on_device; i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    if (span != n || op == 0)
-        return -EINVAL;
-    for (i = idx; !node_at(t, i)->on_device; i = node_at(t, i)->parent)
-        node_at(t, i)->pending = op;
-    adopt_device_pages(t, idx, pages, n);
-    return 0;
+    if (rc == 0 && (span_pages(t, *idx, s) != n || !op_ok))
+        rc = -EINVAL;
+    return rc;
 }
 
-/* The nodes a backup of ref must cover: ref and its ancestors up to the first with a host
- * copy (host copies form a subtree at the top, so the backup keeps them one). */
-static size_t backup_span(const struct rdx_tree *t, uint32_t idx)
-{
-    size_t span = 0;
-
-    for (uint32_t i = idx; !node_at(t, i)->on_host; i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    return span;
-}
-
-int rdx_backup_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
+/* Resolve ref and measure its span. */
+static int span_of(const struct rdx_tree *t, kvt_node_ref ref, const struct span *s, size_t *pages)
 {
     uint32_t idx;
     int rc = resolve(t, ref, &idx);
 
     if (rc == 0)
-        *pages = backup_span(t, idx);
+        *pages = span_pages(t, idx, s);
     return rc;
+}
+
+/* ---- residency changes driven by transfers ---- */
+
+static void mark_pending(struct rdx_tree *t, uint32_t idx, size_t at, const void *op)
+{
+    (void)at;
+    node_at(t, idx)->pending = *(const uint64_t *)op;
+}
+
+int rdx_attach_device(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *pages, size_t n,
+                      uint64_t op)
+{
+    struct span s = {lacks_device, 0};
+    uint32_t idx;
+    int rc = span_start(t, ref, &s, n, op != 0, &idx);
+
+    if (rc)
+        return rc;
+    span_each(t, idx, &s, n, mark_pending, &op);
+    adopt_device_pages(t, idx, pages, n);
+    return 0;
+}
+
+/* The span a backup of ref must cover: ref and its ancestors up to the first with a host
+ * copy (host copies form a subtree at the top, so the backup keeps them one). */
+static bool lacks_host(const struct rdx_node *n, uint64_t op)
+{
+    (void)op;
+    return !n->on_host;
+}
+
+int rdx_backup_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
+{
+    struct span s = {lacks_host, 0};
+
+    return span_of(t, ref, &s, pages);
+}
+
+struct host_copy {
+    const uint32_t *host_pages;
+    uint32_t *dev_pages;
+    uint64_t op;
+};
+
+static void take_host_copy(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
+{
+    const struct host_copy *c = arg;
+    struct rdx_node *n = node_at(t, idx);
+
+    memcpy(n->host, c->host_pages + at, n->npages * sizeof(uint32_t));
+    memcpy(c->dev_pages + at, n->pages, n->npages * sizeof(uint32_t));
+    n->on_host = true;
+    n->pending = c->op;
+    t->sz.host_pages += n->npages;
+    update_leaf(t, idx);
 }
 
 int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_pages, size_t n,
                     uint32_t *dev_pages, uint64_t op)
 {
+    struct span s = {lacks_host, 0};
+    struct host_copy c = {host_pages, dev_pages, op};
     uint32_t idx;
-    int rc = resolve(t, ref, &idx);
+    int rc = span_start(t, ref, &s, n, op != 0, &idx);
 
-    if (rc)
-        return rc;
-    if (backup_span(t, idx) != n || op == 0)
-        return -EINVAL;
-    size_t end = n;
-    for (uint32_t i = idx; !node_at(t, i)->on_host; i = node_at(t, i)->parent) {
-        struct rdx_node *nd = node_at(t, i);
-        end -= nd->npages;
-        memcpy(nd->host, host_pages + end, nd->npages * sizeof(uint32_t));
-        memcpy(dev_pages + end, nd->pages, nd->npages * sizeof(uint32_t));
-        nd->on_host = true;
-        nd->pending = op;
-        t->sz.host_pages += nd->npages;
-        update_leaf(t, i);
-    }
-    return 0;
+    if (rc == 0)
+        span_each(t, idx, &s, n, take_host_copy, &c);
+    return rc;
+}
+
+/* The span an op's end clears: the nodes it marked pending. */
+static bool pending_on(const struct rdx_node *n, uint64_t op)
+{
+    return n->pending == op;
+}
+
+struct op_end {
+    uint64_t op;
+    int failed;
+};
+
+static void end_op(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
+{
+    const struct op_end *e = arg;
+    struct rdx_node *n = node_at(t, idx);
+
+    (void)at;
+    n->pending = 0;
+    /* A failed backup leaves nothing on the host. A failed load leaves device pages
+     * holding garbage: they go when nothing holds them; a locked node is the engine's
+     * to fence off. */
+    if (e->failed && (e->op & RDX_OP_BACKUP) && n->on_host)
+        free_host_copy(t, idx);
+    else if (e->failed && !(e->op & RDX_OP_BACKUP) && n->on_device && n->lock_ref == 0 &&
+             n->ndev_children == 0)
+        free_device_copy(t, idx);
+    update_leaf(t, idx);
 }
 
 int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
 {
+    struct span s = {pending_on, op};
+    struct op_end e = {op, failed};
     uint32_t idx;
     int rc = resolve(t, ref, &idx);
 
-    if (rc)
-        return rc;
-    for (uint32_t i = idx; i != ROOT && node_at(t, i)->pending == op;) {
-        struct rdx_node *n = node_at(t, i);
-        uint32_t parent = n->parent;
-        n->pending = 0;
-        /* A failed backup leaves nothing on the host. A failed load leaves device pages
-         * holding garbage: they go when nothing holds them; a locked node is the engine's
-         * to fence off. */
-        if (failed && (op & RDX_OP_BACKUP) && n->on_host)
-            free_host_copy(t, i);
-        else if (failed && !(op & RDX_OP_BACKUP) && n->on_device && n->lock_ref == 0 &&
-                 n->ndev_children == 0)
-            free_device_copy(t, i);
-        update_leaf(t, i);
-        i = parent;
-    }
-    return 0;
+    if (rc == 0)
+        span_each(t, idx, &s, span_pages(t, idx, &s), end_op, &e);
+    return rc;
 }
 
 /* ---- the disk tier ---- */
@@ -213,82 +256,85 @@ int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
     return 0;
 }
 
-/* The nodes a disk write of ref covers: ref and its ancestors with a host copy that is
+/* The span a disk write of ref covers: ref and its ancestors with a host copy that is
  * neither on disk, being written, nor still being backed up. */
-static bool disk_writable(const struct rdx_node *n)
+static bool disk_writable(const struct rdx_node *n, uint64_t op)
 {
+    (void)op;
     return n->on_host && !n->on_disk && n->disk_op == 0 && !(n->pending & RDX_OP_BACKUP);
-}
-
-static size_t disk_span(const struct rdx_tree *t, uint32_t idx)
-{
-    size_t span = 0;
-
-    for (uint32_t i = idx; i != ROOT && disk_writable(node_at(t, i)); i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    return span;
 }
 
 int rdx_disk_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
 {
-    uint32_t idx;
-    int rc = resolve(t, ref, &idx);
+    struct span s = {disk_writable, 0};
+    int rc = span_of(t, ref, &s, pages);
 
-    if (rc == 0)
-        *pages = t->cfg.hash_pages ? disk_span(t, idx) : 0;
+    if (rc == 0 && !t->cfg.hash_pages)
+        *pages = 0;
     return rc;
+}
+
+struct disk_write {
+    struct rdx_disk_page *out;
+    uint64_t op;
+};
+
+static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
+{
+    const struct disk_write *w = arg;
+    struct rdx_node *n = node_at(t, idx);
+    size_t ps = t->cfg.page_size;
+
+    for (uint32_t k = 0; k < n->npages; k++)
+        w->out[at + k] = (struct rdx_disk_page){
+            .hash = n->hash[k],
+            .parent = k ? n->hash[k - 1] : last_hash(t, n->parent, n->ns),
+            .ns = t->ns[n->ns].root_hash,
+            .tokens = n->tokens + k * ps,
+            .host_page = n->host[k],
+        };
+    n->disk_op = w->op;
+    update_leaf(t, idx);
 }
 
 int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rdx_disk_page *out,
                     size_t n)
 {
+    struct span s = {disk_writable, 0};
+    struct disk_write w = {out, op};
     uint32_t idx;
-    int rc = resolve(t, ref, &idx);
+    int rc = span_start(t, ref, &s, n, t->cfg.hash_pages && (op & RDX_OP_DISK), &idx);
 
-    if (rc)
-        return rc;
-    if (!t->cfg.hash_pages || disk_span(t, idx) != n || !(op & RDX_OP_DISK))
-        return -EINVAL;
-    size_t end = n, ps = t->cfg.page_size;
-    for (uint32_t i = idx; i != ROOT && disk_writable(node_at(t, i)); i = node_at(t, i)->parent) {
-        struct rdx_node *nd = node_at(t, i);
-        end -= nd->npages;
-        for (uint32_t k = 0; k < nd->npages; k++)
-            out[end + k] = (struct rdx_disk_page){
-                .hash = nd->hash[k],
-                .parent = k ? nd->hash[k - 1] : last_hash(t, nd->parent, nd->ns),
-                .ns = t->ns[nd->ns].root_hash,
-                .tokens = nd->tokens + k * ps,
-                .host_page = nd->host[k],
-            };
-        nd->disk_op = op;
-        update_leaf(t, i);
-    }
-    return 0;
+    if (rc == 0)
+        span_each(t, idx, &s, n, describe_page, &w);
+    return rc;
+}
+
+/* The span a disk write's end clears: the nodes it is writing. */
+static bool written_by(const struct rdx_node *n, uint64_t op)
+{
+    return n->disk_op == op;
+}
+
+static void record_disk_result(struct rdx_tree *t, uint32_t idx, size_t at, const void *results)
+{
+    struct rdx_node *n = node_at(t, idx);
+    bool all = true;
+
+    for (uint32_t k = 0; k < n->npages; k++)
+        all = all && ((const int *)results)[at + k] == 0;
+    n->on_disk = all;
+    n->disk_op = 0;
+    update_leaf(t, idx);
 }
 
 int rdx_disk_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, const int *results, size_t n)
 {
+    struct span s = {written_by, op};
     uint32_t idx;
-    size_t span = 0;
-    int rc = resolve(t, ref, &idx);
+    int rc = span_start(t, ref, &s, n, op != 0, &idx);
 
-    if (rc)
-        return rc;
-    for (uint32_t i = idx; i != ROOT && node_at(t, i)->disk_op == op; i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    if (span != n || op == 0)
-        return -EINVAL;
-    for (uint32_t i = idx; i != ROOT && node_at(t, i)->disk_op == op;) {
-        struct rdx_node *nd = node_at(t, i);
-        bool all = true;
-        span -= nd->npages;
-        for (uint32_t k = 0; k < nd->npages; k++)
-            all = all && results[span + k] == 0;
-        nd->on_disk = all;
-        nd->disk_op = 0;
-        update_leaf(t, i);
-        i = nd->parent;
-    }
-    return 0;
+    if (rc == 0)
+        span_each(t, idx, &s, n, record_disk_result, results);
+    return rc;
 }
