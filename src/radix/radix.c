@@ -1,5 +1,8 @@
 /*
- * Radix prefix cache.
+ * The tree itself: nodes and their page blocks, splits, dropping copies and nodes, spans up
+ * the parent chain, the walk behind match and insert, locks, and the tree's lifetime. Ids,
+ * namespaces, edges and the leaf lists sit below it (radix_int.h); eviction and residency
+ * above it.
  *
  * Time is a logical clock that ticks once per match or insert, which makes every eviction
  * order reproducible.
@@ -213,7 +216,7 @@ void span_each(struct rdx_tree *t, uint32_t idx, const struct span *s, size_t en
     }
 }
 
-/* ---- public operations ---- */
+/* ---- walk, match and insert ---- */
 
 int check_key(const struct rdx_tree *t, const struct kvt_key *key)
 {

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- checks ---- */
+
 struct checker {
     const struct rdx_tree *t;
     struct page_hasher hasher;
@@ -174,6 +176,8 @@ out:
     free(c.ns_nodes);
     return rc;
 }
+
+/* ---- dumps and node hashes ---- */
 
 struct dumper {
     char *buf;

@@ -5,6 +5,8 @@
  */
 #include "radix_int.h"
 
+/* ---- policy order ---- */
+
 struct evict_key {
     int64_t a;
     uint64_t b;
@@ -38,6 +40,8 @@ static bool evict_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
         return kx.b < ky.b;
     return x < y;
 }
+
+/* ---- a heap of leaves in policy order ---- */
 
 struct heap {
     uint32_t *v;
@@ -85,6 +89,8 @@ static uint32_t heap_pop(const struct rdx_tree *t, struct heap *h)
     heap_sift_down(t, h, 0);
     return top;
 }
+
+/* ---- eviction passes ---- */
 
 /* Drop a device leaf's device copy: the node stays on the host, or goes. */
 static void evict_device(struct rdx_tree *t, uint32_t idx)

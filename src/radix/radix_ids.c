@@ -1,5 +1,5 @@
 /*
- * Node ids and the tree's heap accounting. Nodes live behind an id table (index +
+ * Node ids and the tree's memory accounting. Nodes live behind an id table (index +
  * generation), so the refs handed out through the API can be checked instead of trusted.
  */
 #include "radix_int.h"

@@ -1,5 +1,19 @@
 /*
- * The radix tree's private state, shared by its files (src/radix/radix.h is the API).
+ * The radix tree's private state, shared by its files (radix.h is the API; its top comment
+ * draws the tree). Each file holds one concern and calls only the files below it:
+ *
+ *   radix_check.c   rdx_check, rdx_dump, rdx_node_hashes: for tests and tools
+ *   radix_evict.c   eviction order: policy keys, the heap, deferring passes, rdx_evict*
+ *   radix_tiers.c   residency driven by transfers: load-back, backup, op end, disk fills,
+ *                   disk writes (rdx_attach_*, rdx_*span, rdx_op_done, rdx_*_done)
+ *   radix.c         the tree: nodes, split, dropping copies, spans, walk, match, insert,
+ *                   locks, lifetime
+ *   radix_leaves.c  the two leaf lists and the device page counts
+ *   radix_edges.c   the edge table          radix_ns.c   namespaces
+ *   radix_ids.c     node ids, refs and generations; heap accounting
+ *   radix_int.h     (this file) the structs every file shares
+ *
+ * The tree is used from one thread, the engine's owner; nothing here locks.
  */
 #ifndef KVT_RADIX_INT_H
 #define KVT_RADIX_INT_H
@@ -160,16 +174,21 @@ void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign);
 
 /* ---- radix.c: the tree ---- */
 
+/* Split node idx after its first m pages; *out gets the new upper node. All or nothing. */
+int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out);
+/* The hash ending node idx's pages (for the root, namespace ns's root hash). */
+const uint8_t *last_hash(const struct rdx_tree *t, uint32_t idx, uint32_t ns);
 /* Drop node idx's device copy: pages to free_pages, sizes, the caller's refs die. */
 void free_device_copy(struct rdx_tree *t, uint32_t idx);
 /* Drop node idx's host copy: pages to free_host_pages, sizes. */
 void free_host_copy(struct rdx_tree *t, uint32_t idx);
 /* Remove an unlocked childless node and give its pages back. */
 void delete_leaf(struct rdx_tree *t, uint32_t idx);
-/* Split node idx after its first m pages; *out gets the new upper node. All or nothing. */
-int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out);
-/* The hash ending node idx's pages (for the root, namespace ns's root hash). */
-const uint8_t *last_hash(const struct rdx_tree *t, uint32_t idx, uint32_t ns);
+/* The pages of the span starting at node idx. */
+size_t span_pages(const struct rdx_tree *t, uint32_t idx, const struct span *s);
+/* Call fn(arg) on each node of the span starting at idx, whose pages end at page end. */
+void span_each(struct rdx_tree *t, uint32_t idx, const struct span *s, size_t end, span_fn fn,
+               const void *arg);
 /* 0 when t and key are usable: tokens present, namespace not too long. */
 int check_key(const struct rdx_tree *t, const struct kvt_key *key);
 /* A new unlinked leaf for np pages of tokens holding pages (host pages when host). */
@@ -178,11 +197,6 @@ int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t *pages,
 /* Link leaf n under parent (ids and edges reserved); returns its id. */
 uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n, bool host,
                    int32_t priority, uint64_t now);
-/* The pages of the span starting at node idx. */
-size_t span_pages(const struct rdx_tree *t, uint32_t idx, const struct span *s);
-/* Call fn(arg) on each node of the span starting at idx, whose pages end at page end. */
-void span_each(struct rdx_tree *t, uint32_t idx, const struct span *s, size_t end, span_fn fn,
-               const void *arg);
 /* The span a load-back covers: nodes without a device copy. */
 bool lacks_device(const struct rdx_node *n, uint64_t op);
 /* Give device pages to the host-only nodes on the path ending at node to, from page end down. */

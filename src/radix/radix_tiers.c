@@ -33,7 +33,7 @@ static int span_of(const struct rdx_tree *t, kvt_node_ref ref, const struct span
     return rc;
 }
 
-/* ---- residency changes driven by transfers ---- */
+/* ---- device and host copies: load-back, backup, op end ---- */
 
 static void mark_pending(struct rdx_tree *t, uint32_t idx, size_t at, const void *op)
 {
@@ -138,12 +138,13 @@ int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
     uint32_t idx;
     int rc = resolve(t, ref, &idx);
 
+    /* end_op needs no page offsets; the span's length only keeps them in range. */
     if (rc == 0)
         span_each(t, idx, &s, span_pages(t, idx, &s), end_op, &e);
     return rc;
 }
 
-/* ---- the disk tier ---- */
+/* ---- the disk tier: key hashes, fills, writes ---- */
 
 /* Whether node idx ends the first `first` pages of key in namespace ns. */
 static bool ends_key(const struct rdx_tree *t, uint32_t idx, uint32_t ns, const struct kvt_key *key,
