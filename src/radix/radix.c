@@ -1,502 +1,17 @@
 /*
- * Radix prefix cache.
+ * The tree itself: nodes and their page blocks, splits, dropping copies and nodes, spans up
+ * the parent chain, the walk behind match and insert, locks, and the tree's lifetime. Ids,
+ * namespaces, edges and the leaf lists sit below it (radix_int.h); eviction and residency
+ * above it.
  *
- * Nodes live behind an id table (index + generation), so the refs handed out through the API
- * can be checked instead of trusted. Edges are one open-addressing table for the whole tree,
- * keyed by (parent, namespace, first page of the child): a node needs no child container, and
- * a lookup is one probe sequence plus one page compare. Time is a logical clock that ticks
- * once per match or insert, which makes every eviction order reproducible.
+ * Time is a logical clock that ticks once per match or insert, which makes every eviction
+ * order reproducible.
  */
-#include "radix.h"
+#include "radix_int.h"
 
 #include <errno.h>
-#include <malloc.h>
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define NONE UINT32_MAX
-#define ROOT 0u
-
-/* The two eviction lists: device leaves (whose device copy may go) and host leaves (nodes
- * left only on the host, which may be deleted). */
-enum { LIST_DEV = 0, LIST_HOST = 1 };
-
-struct rdx_node {
-    uint32_t parent;
-    uint32_t ns;
-    uint32_t npages;
-    uint32_t nchildren;
-    uint32_t ndev_children; /* children holding a device copy */
-    uint32_t lock_ref;      /* locks on this node and on its descendants */
-    uint32_t own_ref;       /* locks taken on this node itself: what unlock may drop */
-    uint32_t hit_count;
-    int32_t priority;
-    uint32_t edge_hash;
-    uint32_t prev[2], next[2]; /* eviction lists; NONE at the ends */
-    bool on_device;            /* pages[] names device pages */
-    bool on_host;              /* host[] names host pages */
-    bool on_disk;              /* every page is durable in the disk tier's index */
-    uint32_t born;             /* the id's generation when this node took it */
-    uint64_t pending;          /* the transfer filling one of the copies; 0: none */
-    uint64_t disk_op;          /* the disk write reading the host copy; 0: none */
-    uint64_t last_access;
-    uint64_t created;
-    /* One block: npages device pages, npages host pages (with a host tier), npages *
-     * page_size tokens, npages hashes. */
-    uint32_t *pages;
-    uint32_t *host;
-    uint32_t *tokens;
-    uint8_t (*hash)[KVT_HASH_LEN];
-};
-
-struct ns_entry {
-    uint8_t *bytes;
-    size_t len;
-    uint64_t key; /* cheap hash of bytes, compared before the bytes */
-    uint64_t nodes;
-    bool used;
-    uint8_t root_hash[KVT_HASH_LEN];
-};
-
-struct rdx_tree {
-    struct rdx_config cfg;
-    struct page_hasher hasher;
-
-    struct rdx_node **nodes; /* by index; NULL when free */
-    uint32_t *gens;          /* generation per index, bumped when the index is freed */
-    uint32_t *free_ids;
-    uint32_t *heap; /* eviction heap, as long as the id table, so evict never allocates */
-    uint32_t cap, nfree, used_ids;
-
-    uint32_t *edges; /* node index or NONE */
-    uint32_t edge_mask, nedges;
-
-    uint32_t leaf_head[2];
-    uint32_t nleaves[2];
-
-    struct ns_entry *ns;
-    uint32_t nns;
-
-    uint64_t clock;
-    struct rdx_sizes sz;
-};
-
-/* ---- memory accounting ---- */
-
-static void *tree_alloc(struct rdx_tree *t, size_t n)
-{
-    void *p = malloc(n);
-
-    if (p)
-        t->sz.bytes += malloc_usable_size(p) + sizeof(size_t);
-    return p;
-}
-
-static void tree_free(struct rdx_tree *t, void *p)
-{
-    if (!p)
-        return;
-    t->sz.bytes -= malloc_usable_size(p) + sizeof(size_t);
-    free(p);
-}
-
-static void *tree_realloc(struct rdx_tree *t, void *p, size_t n)
-{
-    size_t before = p ? malloc_usable_size(p) + sizeof(size_t) : 0;
-    void *q = realloc(p, n);
-
-    if (!q)
-        return NULL;
-    t->sz.bytes += malloc_usable_size(q) + sizeof(size_t) - before;
-    return q;
-}
-
-/* ---- node ids ---- */
-
-static struct rdx_node *node_at(const struct rdx_tree *t, uint32_t idx)
-{
-    return t->nodes[idx];
-}
-
-static kvt_node_ref make_ref(const struct rdx_tree *t, uint32_t idx)
-{
-    return ((uint64_t)t->gens[idx] << 32) | idx;
-}
-
-/* An id's generation moves on when its node goes and when its node loses its device copy.
- * The tree's own refs (ops in flight, deferred leaves) name a node through both: any
- * generation since the node took the id resolves. */
-static int resolve(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *idx)
-{
-    uint32_t i = (uint32_t)ref, gen = (uint32_t)(ref >> 32);
-
-    if (i >= t->cap || !t->nodes[i] || gen == 0 ||
-        gen - t->nodes[i]->born > t->gens[i] - t->nodes[i]->born)
-        return -EINVAL;
-    *idx = i;
-    return 0;
-}
-
-/* A caller's ref is the node's current generation, and names a node on the device: once the
- * device copy went, the slots of the match that gave the ref may belong to someone else,
- * even after a load-back gives the node a device copy again. */
-static int resolve_current(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *idx)
-{
-    int rc = resolve(t, ref, idx);
-
-    if (rc == 0 &&
-        (t->gens[*idx] != (uint32_t)(ref >> 32) || (*idx != ROOT && !node_at(t, *idx)->on_device)))
-        rc = -EINVAL;
-    return rc;
-}
-
-static void next_gen(struct rdx_tree *t, uint32_t idx)
-{
-    if (++t->gens[idx] == 0)
-        t->gens[idx] = 1;
-}
-
-static int grow_ids(struct rdx_tree *t)
-{
-    uint32_t ncap = t->cap ? t->cap * 2 : 1024;
-    struct rdx_node **nodes;
-    uint32_t *gens, *free_ids;
-
-    nodes = tree_realloc(t, t->nodes, ncap * sizeof(*nodes));
-    if (!nodes)
-        return -ENOMEM;
-    t->nodes = nodes;
-    gens = tree_realloc(t, t->gens, ncap * sizeof(*gens));
-    if (!gens)
-        return -ENOMEM;
-    t->gens = gens;
-    free_ids = tree_realloc(t, t->free_ids, ncap * sizeof(*free_ids));
-    if (!free_ids)
-        return -ENOMEM;
-    t->free_ids = free_ids;
-    uint32_t *heap = tree_realloc(t, t->heap, ncap * sizeof(*heap));
-    if (!heap)
-        return -ENOMEM;
-    t->heap = heap;
-    for (uint32_t i = t->cap; i < ncap; i++) {
-        t->nodes[i] = NULL;
-        t->gens[i] = 1;
-    }
-    /* Hand out low indices first so small trees dump in a stable order. */
-    for (uint32_t i = ncap; i > t->cap; i--)
-        t->free_ids[t->nfree++] = i - 1;
-    t->cap = ncap;
-    return 0;
-}
-
-static int reserve_ids(struct rdx_tree *t, uint32_t n)
-{
-    while (t->nfree < n) {
-        int rc = grow_ids(t);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-static uint32_t take_id(struct rdx_tree *t, struct rdx_node *n)
-{
-    uint32_t idx = t->free_ids[--t->nfree];
-
-    t->nodes[idx] = n;
-    n->born = t->gens[idx];
-    t->used_ids++;
-    return idx;
-}
-
-static void drop_id(struct rdx_tree *t, uint32_t idx)
-{
-    t->nodes[idx] = NULL;
-    next_gen(t, idx);
-    t->free_ids[t->nfree++] = idx;
-    t->used_ids--;
-}
-
-/* ---- edges ---- */
-
-static uint32_t edge_hash(uint32_t parent, uint32_t ns, const uint32_t *page, uint32_t ps)
-{
-    uint64_t h = ((uint64_t)parent << 32 | ns) * 0x9E3779B97F4A7C15ull;
-
-    for (uint32_t i = 0; i < ps; i++) {
-        h ^= page[i];
-        h *= 0xFF51AFD7ED558CCDull;
-        h ^= h >> 32;
-    }
-    return (uint32_t)(h ^ (h >> 29));
-}
-
-static bool edge_is(const struct rdx_tree *t, const struct rdx_node *c, uint32_t parent,
-                    uint32_t ns, const uint32_t *page)
-{
-    return c->parent == parent && c->ns == ns &&
-           memcmp(c->tokens, page, (size_t)t->cfg.page_size * sizeof(uint32_t)) == 0;
-}
-
-static uint32_t edge_find(const struct rdx_tree *t, uint32_t parent, uint32_t ns,
-                          const uint32_t *page)
-{
-    uint32_t h = edge_hash(parent, ns, page, t->cfg.page_size);
-
-    for (uint32_t i = h & t->edge_mask;; i = (i + 1) & t->edge_mask) {
-        uint32_t c = t->edges[i];
-        if (c == NONE)
-            return NONE;
-        struct rdx_node *n = node_at(t, c);
-        if (n->edge_hash == h && edge_is(t, n, parent, ns, page))
-            return c;
-    }
-}
-
-static void edge_put(struct rdx_tree *t, uint32_t child)
-{
-    struct rdx_node *n = node_at(t, child);
-    uint32_t i = n->edge_hash & t->edge_mask;
-
-    while (t->edges[i] != NONE)
-        i = (i + 1) & t->edge_mask;
-    t->edges[i] = child;
-    t->nedges++;
-}
-
-static int edge_reserve(struct rdx_tree *t, uint32_t more)
-{
-    uint32_t cap = t->edge_mask + 1;
-
-    if ((uint64_t)(t->nedges + more) * 2 <= cap)
-        return 0;
-    uint32_t ncap = cap;
-    while ((uint64_t)(t->nedges + more) * 2 > ncap)
-        ncap *= 2;
-    uint32_t *old = t->edges, oldcap = cap;
-    uint32_t *edges = tree_alloc(t, (size_t)ncap * sizeof(*edges));
-    if (!edges)
-        return -ENOMEM;
-    memset(edges, 0xff, (size_t)ncap * sizeof(*edges));
-    t->edges = edges;
-    t->edge_mask = ncap - 1;
-    t->nedges = 0;
-    for (uint32_t i = 0; i < oldcap; i++)
-        if (old[i] != NONE)
-            edge_put(t, old[i]);
-    tree_free(t, old);
-    return 0;
-}
-
-static uint32_t edge_slot(const struct rdx_tree *t, uint32_t child)
-{
-    uint32_t i = node_at(t, child)->edge_hash & t->edge_mask;
-
-    while (t->edges[i] != child)
-        i = (i + 1) & t->edge_mask;
-    return i;
-}
-
-/* Backward-shift deletion keeps probe sequences unbroken without tombstones. */
-static void edge_del(struct rdx_tree *t, uint32_t child)
-{
-    uint32_t hole = edge_slot(t, child), i = hole;
-
-    for (;;) {
-        i = (i + 1) & t->edge_mask;
-        uint32_t c = t->edges[i];
-        if (c == NONE)
-            break;
-        uint32_t home = node_at(t, c)->edge_hash & t->edge_mask;
-        /* c may fill the hole when its home is not in (hole, i]. */
-        if (((i - home) & t->edge_mask) >= ((i - hole) & t->edge_mask)) {
-            t->edges[hole] = c;
-            hole = i;
-        }
-    }
-    t->edges[hole] = NONE;
-    t->nedges--;
-}
-
-/* ---- eviction lists ---- */
-
-/* A device leaf gives up its device copy: it holds one, nothing locks or fills it, and no
- * child holds one. Without a host copy it must be a real leaf, since it is then deleted. */
-static bool is_device_leaf(const struct rdx_node *n, uint32_t idx)
-{
-    return idx != ROOT && n->on_device && n->lock_ref == 0 && n->pending == 0 &&
-           n->ndev_children == 0 && (n->on_host || n->nchildren == 0);
-}
-
-/* A host leaf is deleted: it is left only on the host and has no children. */
-static bool is_host_leaf(const struct rdx_node *n, uint32_t idx)
-{
-    return idx != ROOT && !n->on_device && n->on_host && n->lock_ref == 0 && n->pending == 0 &&
-           n->disk_op == 0 && n->nchildren == 0;
-}
-
-static bool is_leaf(const struct rdx_node *n, uint32_t idx, int list)
-{
-    return list == LIST_DEV ? is_device_leaf(n, idx) : is_host_leaf(n, idx);
-}
-
-static bool in_list(const struct rdx_tree *t, uint32_t idx, int list)
-{
-    const struct rdx_node *n = node_at(t, idx);
-    return n->prev[list] != NONE || t->leaf_head[list] == idx;
-}
-
-static void list_add(struct rdx_tree *t, uint32_t idx, int list)
-{
-    struct rdx_node *n = node_at(t, idx);
-
-    n->prev[list] = NONE;
-    n->next[list] = t->leaf_head[list];
-    if (t->leaf_head[list] != NONE)
-        node_at(t, t->leaf_head[list])->prev[list] = idx;
-    t->leaf_head[list] = idx;
-    t->nleaves[list]++;
-}
-
-static void list_remove(struct rdx_tree *t, uint32_t idx, int list)
-{
-    struct rdx_node *n = node_at(t, idx);
-
-    if (n->prev[list] != NONE)
-        node_at(t, n->prev[list])->next[list] = n->next[list];
-    else
-        t->leaf_head[list] = n->next[list];
-    if (n->next[list] != NONE)
-        node_at(t, n->next[list])->prev[list] = n->prev[list];
-    n->prev[list] = n->next[list] = NONE;
-    t->nleaves[list]--;
-}
-
-static void update_leaf(struct rdx_tree *t, uint32_t idx)
-{
-    for (int list = LIST_DEV; list <= LIST_HOST; list++) {
-        bool want = is_leaf(node_at(t, idx), idx, list);
-        bool have = in_list(t, idx, list);
-        if (want && !have)
-            list_add(t, idx, list);
-        else if (!want && have)
-            list_remove(t, idx, list);
-    }
-}
-
-/* Count a node's device pages in (sign 1) or out of (sign -1) the tree's sizes. */
-static void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign)
-{
-    uint64_t np = n->npages;
-
-    t->sz.cached_pages += sign > 0 ? np : -np;
-    if (n->lock_ref)
-        t->sz.protected_pages += sign > 0 ? np : -np;
-    else
-        t->sz.evictable_pages += sign > 0 ? np : -np;
-}
-
-/* ---- namespaces ---- */
-
-static uint64_t ns_key(const void *bytes, size_t len)
-{
-    const uint8_t *p = bytes;
-    uint64_t h = 0xCBF29CE484222325ull ^ len;
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001B3ull;
-    return h;
-}
-
-static size_t key_ns_len(const struct kvt_key *key)
-{
-    return key->ns ? key->ns_len : 0;
-}
-
-static uint32_t ns_find(const struct rdx_tree *t, const struct kvt_key *key)
-{
-    size_t len = key_ns_len(key);
-    uint64_t k;
-
-    if (len == 0)
-        return 0;
-    k = ns_key(key->ns, len);
-    for (uint32_t i = 1; i < t->nns; i++) {
-        const struct ns_entry *e = &t->ns[i];
-        if (e->used && e->key == k && e->len == len && memcmp(e->bytes, key->ns, len) == 0)
-            return i;
-    }
-    return NONE;
-}
-
-static int ns_fill(struct rdx_tree *t, struct ns_entry *e, const void *bytes, size_t len)
-{
-    int rc = 0;
-
-    e->bytes = NULL;
-    if (len) {
-        e->bytes = tree_alloc(t, len);
-        if (!e->bytes)
-            return -ENOMEM;
-        memcpy(e->bytes, bytes, len);
-    }
-    e->len = len;
-    e->key = ns_key(bytes, len);
-    e->nodes = 0;
-    e->used = true;
-    if (t->cfg.hash_pages)
-        rc = page_hash_root(&t->hasher, t->cfg.fingerprint, bytes, len, e->root_hash);
-    if (rc) {
-        tree_free(t, e->bytes);
-        e->used = false;
-    }
-    return rc;
-}
-
-/* The namespace of key, created when absent. */
-static int ns_intern(struct rdx_tree *t, const struct kvt_key *key, uint32_t *id)
-{
-    uint32_t i = ns_find(t, key);
-
-    if (i != NONE) {
-        *id = i;
-        return 0;
-    }
-    for (i = 1; i < t->nns && t->ns[i].used; i++)
-        ;
-    if (i == t->nns) {
-        struct ns_entry *ns = tree_realloc(t, t->ns, (t->nns + 1) * sizeof(*ns));
-        if (!ns)
-            return -ENOMEM;
-        t->ns = ns;
-        t->ns[t->nns++].used = false;
-    }
-    int rc = ns_fill(t, &t->ns[i], key->ns, key_ns_len(key));
-    if (rc == 0)
-        *id = i;
-    return rc;
-}
-
-/* Namespaces other than the default live only while they have nodes. */
-static void ns_drop_if_empty(struct rdx_tree *t, uint32_t id)
-{
-    struct ns_entry *e = &t->ns[id];
-
-    if (id != 0 && e->nodes == 0) {
-        tree_free(t, e->bytes);
-        e->bytes = NULL;
-        e->used = false;
-    }
-}
-
-static void ns_unref(struct rdx_tree *t, uint32_t id)
-{
-    t->ns[id].nodes--;
-    ns_drop_if_empty(t, id);
-}
 
 /* ---- nodes ---- */
 
@@ -574,7 +89,7 @@ static uint32_t common_pages(const struct rdx_tree *t, const struct rdx_node *n,
     return i;
 }
 
-static const uint8_t *last_hash(const struct rdx_tree *t, uint32_t idx, uint32_t ns)
+const uint8_t *last_hash(const struct rdx_tree *t, uint32_t idx, uint32_t ns)
 {
     const struct rdx_node *n = node_at(t, idx);
 
@@ -583,7 +98,7 @@ static const uint8_t *last_hash(const struct rdx_tree *t, uint32_t idx, uint32_t
 
 /* Split node idx after its first m pages: a new node takes those pages and idx's place
  * under the parent; idx keeps the rest as the new node's only child. */
-static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
+int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
 {
     struct rdx_node *c = node_at(t, idx), *n;
     struct rdx_node rest = {0};
@@ -635,90 +150,9 @@ static int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
     return 0;
 }
 
-/* ---- eviction order ---- */
+/* ---- dropping copies and nodes ---- */
 
-struct evict_key {
-    int64_t a;
-    uint64_t b;
-};
-
-static struct evict_key evict_key(const struct rdx_tree *t, const struct rdx_node *n)
-{
-    switch (t->cfg.policy) {
-    case KVT_EVICT_LFU:
-        return (struct evict_key){n->hit_count, n->last_access};
-    case KVT_EVICT_FIFO:
-        return (struct evict_key){(int64_t)n->created, 0};
-    case KVT_EVICT_MRU:
-        return (struct evict_key){-(int64_t)n->last_access, 0};
-    case KVT_EVICT_FILO:
-        return (struct evict_key){-(int64_t)n->created, 0};
-    case KVT_EVICT_PRIORITY:
-        return (struct evict_key){n->priority, n->last_access};
-    default:
-        return (struct evict_key){(int64_t)n->last_access, 0};
-    }
-}
-
-static bool evict_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
-{
-    struct evict_key kx = evict_key(t, node_at(t, x)), ky = evict_key(t, node_at(t, y));
-
-    if (kx.a != ky.a)
-        return kx.a < ky.a;
-    if (kx.b != ky.b)
-        return kx.b < ky.b;
-    return x < y;
-}
-
-struct heap {
-    uint32_t *v;
-    size_t n;
-};
-
-static void heap_sift_down(const struct rdx_tree *t, struct heap *h, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && evict_before(t, h->v[l], h->v[m]))
-            m = l;
-        if (r < h->n && evict_before(t, h->v[r], h->v[m]))
-            m = r;
-        if (m == i)
-            return;
-        uint32_t tmp = h->v[i];
-        h->v[i] = h->v[m];
-        h->v[m] = tmp;
-        i = m;
-    }
-}
-
-static void heap_push(const struct rdx_tree *t, struct heap *h, uint32_t x)
-{
-    size_t i = h->n++;
-
-    h->v[i] = x;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!evict_before(t, h->v[i], h->v[p]))
-            return;
-        uint32_t tmp = h->v[i];
-        h->v[i] = h->v[p];
-        h->v[p] = tmp;
-        i = p;
-    }
-}
-
-static uint32_t heap_pop(const struct rdx_tree *t, struct heap *h)
-{
-    uint32_t top = h->v[0];
-
-    h->v[0] = h->v[--h->n];
-    heap_sift_down(t, h, 0);
-    return top;
-}
-
-static void free_device_copy(struct rdx_tree *t, uint32_t idx)
+void free_device_copy(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
 
@@ -730,7 +164,7 @@ static void free_device_copy(struct rdx_tree *t, uint32_t idx)
     next_gen(t, idx); /* the caller's refs of the node die with its device copy */
 }
 
-static void free_host_copy(struct rdx_tree *t, uint32_t idx)
+void free_host_copy(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
 
@@ -741,7 +175,7 @@ static void free_host_copy(struct rdx_tree *t, uint32_t idx)
 }
 
 /* Remove an unlocked childless node and give its pages back. */
-static void delete_leaf(struct rdx_tree *t, uint32_t idx)
+void delete_leaf(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
     uint32_t parent = n->parent;
@@ -760,122 +194,31 @@ static void delete_leaf(struct rdx_tree *t, uint32_t idx)
     update_leaf(t, parent);
 }
 
-/* Drop a device leaf's device copy: the node stays on the host, or goes. */
-static void evict_device(struct rdx_tree *t, uint32_t idx)
-{
-    uint32_t parent = node_at(t, idx)->parent;
+/* ---- spans ---- */
 
-    if (!node_at(t, idx)->on_host) {
-        delete_leaf(t, idx);
-        return;
+size_t span_pages(const struct rdx_tree *t, uint32_t idx, const struct span *s)
+{
+    size_t pages = 0;
+
+    for (uint32_t i = idx; i != ROOT && s->has(node_at(t, i), s->op); i = node_at(t, i)->parent)
+        pages += node_at(t, i)->npages;
+    return pages;
+}
+
+void span_each(struct rdx_tree *t, uint32_t idx, const struct span *s, size_t end, span_fn fn,
+               const void *arg)
+{
+    for (uint32_t i = idx; i != ROOT && s->has(node_at(t, i), s->op);) {
+        uint32_t parent = node_at(t, i)->parent;
+        end -= node_at(t, i)->npages;
+        fn(t, i, end, arg);
+        i = parent;
     }
-    free_device_copy(t, idx);
-    update_leaf(t, idx);
-    update_leaf(t, parent);
 }
 
-/* What one eviction pass is asked to do. Under write_back, device leaves without a host
- * copy are not dropped but named in defer[] (up to cap), their pages counted as planned. */
-struct evict_req {
-    size_t pages;
-    int list;
-    kvt_node_ref *defer;
-    size_t cap, n;
-    size_t planned; /* pages of the deferred leaves */
-};
+/* ---- walk, match and insert ---- */
 
-/* Whether leaf x lacks the copy in the next tier down that a deferring eviction wants first:
- * a host copy before a device leaf goes, a disk copy before a host leaf goes. */
-static bool needs_copy_below(const struct rdx_node *n, int list)
-{
-    return list == LIST_DEV ? !n->on_host : !n->on_disk;
-}
-
-/* Take leaf x: evict it, or defer it for a copy below; the pages it accounts for. */
-static size_t evict_one(struct rdx_tree *t, uint32_t x, struct evict_req *r, bool *gone)
-{
-    const struct rdx_node *n = node_at(t, x);
-    size_t np = n->npages;
-
-    *gone = false;
-    if (r->defer && needs_copy_below(n, r->list)) {
-        if (r->n == r->cap)
-            return 0;
-        r->defer[r->n++] = make_ref(t, x);
-        r->planned += np;
-        return np;
-    }
-    if (r->list == LIST_HOST)
-        delete_leaf(t, x);
-    else
-        evict_device(t, x);
-    *gone = true;
-    return np;
-}
-
-/* Evict leaves by policy until r->pages pages are gone or planned, or none is left. */
-static size_t evict_list(struct rdx_tree *t, struct evict_req *r)
-{
-    /* A parent is pushed only after its last child was popped, so the heap never holds
-     * more entries than there are nodes. */
-    struct heap h = {.v = t->heap};
-    size_t done = 0;
-
-    if (r->pages == 0 || t->nleaves[r->list] == 0)
-        return 0;
-    for (uint32_t i = t->leaf_head[r->list]; i != NONE; i = node_at(t, i)->next[r->list])
-        h.v[h.n++] = i;
-    for (size_t i = h.n / 2; i-- > 0;)
-        heap_sift_down(t, &h, i);
-
-    while (done < r->pages && h.n) {
-        uint32_t x = heap_pop(t, &h);
-        uint32_t parent = node_at(t, x)->parent;
-        bool gone;
-        done += evict_one(t, x, r, &gone);
-        if (gone && in_list(t, parent, r->list))
-            heap_push(t, &h, parent);
-    }
-    return done;
-}
-
-size_t rdx_evict(struct rdx_tree *t, size_t pages)
-{
-    struct evict_req r = {.pages = pages, .list = LIST_DEV};
-    return evict_list(t, &r);
-}
-
-static size_t evict_deferring(struct rdx_tree *t, int list, size_t pages, kvt_node_ref *defer,
-                              size_t cap, size_t *ndefer)
-{
-    struct evict_req r = {.pages = pages, .list = list, .defer = defer, .cap = cap};
-    size_t done = evict_list(t, &r);
-
-    *ndefer = r.n;
-    return done - r.planned;
-}
-
-size_t rdx_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
-                           size_t *ndefer)
-{
-    return evict_deferring(t, LIST_DEV, pages, defer, cap, ndefer);
-}
-
-size_t rdx_evict_host(struct rdx_tree *t, size_t pages)
-{
-    struct evict_req r = {.pages = pages, .list = LIST_HOST};
-    return evict_list(t, &r);
-}
-
-size_t rdx_evict_host_written(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
-                              size_t *ndefer)
-{
-    return evict_deferring(t, LIST_HOST, pages, defer, cap, ndefer);
-}
-
-/* ---- public operations ---- */
-
-static int check_key(const struct rdx_tree *t, const struct kvt_key *key)
+int check_key(const struct rdx_tree *t, const struct kvt_key *key)
 {
     if (!key || (key->len && !key->tokens) || key_ns_len(key) > KVT_NS_MAX)
         return -EINVAL;
@@ -1039,8 +382,8 @@ static int fill_hashes(struct rdx_tree *t, struct rdx_node *n, const uint8_t *pr
 
 /* A complete new leaf for np pages of tokens and pages (of the device, or of the host when
  * host is set), chained from prev; not yet linked. */
-static int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t *pages, uint32_t np,
-                     bool host, const uint8_t *prev, struct rdx_node **out)
+int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t *pages, uint32_t np,
+              bool host, const uint8_t *prev, struct rdx_node **out)
 {
     struct rdx_node *n = node_new(t, np);
     int rc;
@@ -1059,8 +402,8 @@ static int make_leaf(struct rdx_tree *t, const uint32_t *tokens, const uint32_t 
 
 /* Link leaf n under parent, with its device copy or (host) its host copy; ids and edges were
  * reserved, so this cannot fail. */
-static uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n,
-                          bool host, int32_t priority, uint64_t now)
+uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_node *n, bool host,
+                   int32_t priority, uint64_t now)
 {
     n->parent = parent;
     n->ns = ns;
@@ -1093,21 +436,32 @@ static const uint8_t *prefix_hash(const struct rdx_tree *t, const struct walk *w
     return last_hash(t, w->node, ns);
 }
 
+bool lacks_device(const struct rdx_node *n, uint64_t op)
+{
+    (void)op;
+    return !n->on_device;
+}
+
+static void give_device_copy(struct rdx_tree *t, uint32_t idx, size_t at, const void *pages)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    memcpy(n->pages, (const uint32_t *)pages + at, n->npages * sizeof(uint32_t));
+    n->on_device = true;
+    node_at(t, n->parent)->ndev_children++;
+    account_device(t, n, 1);
+    update_leaf(t, idx);
+    update_leaf(t, n->parent);
+}
+
 /* Give the host-only nodes on the path ending at node to device copies, from the bottom up
  * to the first node that has one: pages[] holds the key's device pages, the path ends at page
  * end. Device copies form a subtree at the top, so the nodes above that one have them too. */
-static void adopt_device_pages(struct rdx_tree *t, uint32_t to, const uint32_t *pages, size_t end)
+void adopt_device_pages(struct rdx_tree *t, uint32_t to, const uint32_t *pages, size_t end)
 {
-    for (uint32_t i = to; !node_at(t, i)->on_device; i = node_at(t, i)->parent) {
-        struct rdx_node *n = node_at(t, i);
-        end -= n->npages;
-        memcpy(n->pages, pages + end, n->npages * sizeof(uint32_t));
-        n->on_device = true;
-        node_at(t, n->parent)->ndev_children++;
-        account_device(t, n, 1);
-        update_leaf(t, i);
-        update_leaf(t, n->parent);
-    }
+    struct span s = {lacks_device, 0};
+
+    span_each(t, to, &s, end, give_device_copy, pages);
 }
 
 /* Everything that can fail happens before the tree changes: the walk, the reservations, the
@@ -1178,289 +532,7 @@ fail:
     return rc;
 }
 
-/* ---- residency changes driven by transfers ---- */
-
-int rdx_attach_device(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *pages, size_t n,
-                      uint64_t op)
-{
-    uint32_t idx, i;
-    size_t span = 0;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    for (i = idx; !node_at(t, i)->on_device; i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    if (span != n || op == 0)
-        return -EINVAL;
-    for (i = idx; !node_at(t, i)->on_device; i = node_at(t, i)->parent)
-        node_at(t, i)->pending = op;
-    adopt_device_pages(t, idx, pages, n);
-    return 0;
-}
-
-/* The nodes a backup of ref must cover: ref and its ancestors up to the first with a host
- * copy (host copies form a subtree at the top, so the backup keeps them one). */
-static size_t backup_span(const struct rdx_tree *t, uint32_t idx)
-{
-    size_t span = 0;
-
-    for (uint32_t i = idx; !node_at(t, i)->on_host; i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    return span;
-}
-
-int rdx_backup_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
-{
-    uint32_t idx;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc == 0)
-        *pages = backup_span(t, idx);
-    return rc;
-}
-
-int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_pages, size_t n,
-                    uint32_t *dev_pages, uint64_t op)
-{
-    uint32_t idx;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    if (backup_span(t, idx) != n || op == 0)
-        return -EINVAL;
-    size_t end = n;
-    for (uint32_t i = idx; !node_at(t, i)->on_host; i = node_at(t, i)->parent) {
-        struct rdx_node *nd = node_at(t, i);
-        end -= nd->npages;
-        memcpy(nd->host, host_pages + end, nd->npages * sizeof(uint32_t));
-        memcpy(dev_pages + end, nd->pages, nd->npages * sizeof(uint32_t));
-        nd->on_host = true;
-        nd->pending = op;
-        t->sz.host_pages += nd->npages;
-        update_leaf(t, i);
-    }
-    return 0;
-}
-
-int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
-{
-    uint32_t idx;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    for (uint32_t i = idx; i != ROOT && node_at(t, i)->pending == op;) {
-        struct rdx_node *n = node_at(t, i);
-        uint32_t parent = n->parent;
-        n->pending = 0;
-        /* A failed backup leaves nothing on the host. A failed load leaves device pages
-         * holding garbage: they go when nothing holds them; a locked node is the engine's
-         * to fence off. */
-        if (failed && (op & RDX_OP_BACKUP) && n->on_host)
-            free_host_copy(t, i);
-        else if (failed && !(op & RDX_OP_BACKUP) && n->on_device && n->lock_ref == 0 &&
-                 n->ndev_children == 0)
-            free_device_copy(t, i);
-        update_leaf(t, i);
-        i = parent;
-    }
-    return 0;
-}
-
-/* ---- the disk tier ---- */
-
-/* Whether node idx ends the first `first` pages of key in namespace ns. */
-static bool ends_key(const struct rdx_tree *t, uint32_t idx, uint32_t ns, const struct kvt_key *key,
-                     size_t first)
-{
-    size_t ps = t->cfg.page_size, end = first;
-
-    for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent) {
-        const struct rdx_node *n = node_at(t, i);
-        if (n->ns != ns || n->npages > end)
-            return false;
-        end -= n->npages;
-        if (memcmp(n->tokens, key->tokens + end * ps, (size_t)n->npages * ps * sizeof(uint32_t)))
-            return false;
-    }
-    return end == 0;
-}
-
-/* Resolve ref and check it ends key's first `first` pages, with n more pages in key. */
-static int resolve_on_key(const struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref,
-                          size_t first, size_t n, uint32_t *idx)
-{
-    int rc = check_key(t, key);
-
-    if (rc || (rc = resolve(t, ref, idx)))
-        return rc;
-    if (!t->cfg.hash_pages || first + n > key->len / t->cfg.page_size ||
-        (*idx != ROOT && !ends_key(t, *idx, ns_find(t, key), key, first)) ||
-        (*idx == ROOT && first != 0))
-        return -EINVAL;
-    return 0;
-}
-
-int rdx_key_hashes(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
-                   size_t n, uint8_t (*out)[KVT_HASH_LEN])
-{
-    uint8_t root[KVT_HASH_LEN];
-    const uint8_t *prev = root;
-    size_t ps;
-    uint32_t idx;
-    int rc = resolve_on_key(t, key, ref, first, n, &idx);
-
-    if (rc)
-        return rc;
-    ps = t->cfg.page_size;
-    if (idx != ROOT)
-        prev = last_hash(t, idx, 0);
-    else if ((rc = page_hash_root(&t->hasher, t->cfg.fingerprint, key->ns, key_ns_len(key), root)))
-        return rc;
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t *page = key->tokens + (first + i) * ps;
-        if ((rc = page_hash_next(&t->hasher, prev, page, (uint32_t)ps, out[i])))
-            return rc;
-        prev = out[i];
-    }
-    return 0;
-}
-
-int rdx_attach_fill(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
-                    const uint32_t *host_pages, size_t n, uint64_t op, kvt_node_ref *leaf)
-{
-    struct rdx_node *nd;
-    uint32_t idx, ns, at;
-    size_t ps;
-    int rc = resolve_on_key(t, key, ref, first, n, &idx);
-
-    if (rc)
-        return rc;
-    ps = t->cfg.page_size;
-    /* Host copies form a subtree at the top: the new leaf's parent needs one too. */
-    if (!t->cfg.host_tier || n == 0 || n > UINT32_MAX || !(op & RDX_OP_DISK) ||
-        (idx != ROOT && !node_at(t, idx)->on_host))
-        return -EINVAL;
-    if ((rc = ns_intern(t, key, &ns)))
-        return rc;
-    if (edge_find(t, idx, ns, key->tokens + first * ps) != NONE)
-        return -EEXIST;
-    if ((rc = reserve_ids(t, 1)) || (rc = edge_reserve(t, 1)) ||
-        (rc = make_leaf(t, key->tokens + first * ps, host_pages, (uint32_t)n, true,
-                        last_hash(t, idx, ns), &nd))) {
-        ns_drop_if_empty(t, ns);
-        return rc;
-    }
-    nd->on_disk = true;
-    nd->pending = op; /* before linking, so it never shows as a host leaf */
-    at = link_leaf(t, idx, ns, nd, true, 0, ++t->clock);
-    *leaf = make_ref(t, at);
-    return 0;
-}
-
-int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
-{
-    uint32_t idx, top;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    if (node_at(t, idx)->pending != op || !(op & RDX_OP_DISK))
-        return -EINVAL;
-    bool whole = ok >= node_at(t, idx)->npages;
-    if (!whole && ok > 0 && split(t, idx, (uint32_t)ok, &top) == 0) {
-        node_at(t, top)->pending = 0;
-        update_leaf(t, top);
-    }
-    node_at(t, idx)->pending = 0;
-    if (whole)
-        update_leaf(t, idx);
-    else
-        delete_leaf(t, idx); /* what did not land, or all of it when the split failed */
-    return 0;
-}
-
-/* The nodes a disk write of ref covers: ref and its ancestors with a host copy that is
- * neither on disk, being written, nor still being backed up. */
-static bool disk_writable(const struct rdx_node *n)
-{
-    return n->on_host && !n->on_disk && n->disk_op == 0 && !(n->pending & RDX_OP_BACKUP);
-}
-
-static size_t disk_span(const struct rdx_tree *t, uint32_t idx)
-{
-    size_t span = 0;
-
-    for (uint32_t i = idx; i != ROOT && disk_writable(node_at(t, i)); i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    return span;
-}
-
-int rdx_disk_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
-{
-    uint32_t idx;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc == 0)
-        *pages = t->cfg.hash_pages ? disk_span(t, idx) : 0;
-    return rc;
-}
-
-int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rdx_disk_page *out,
-                    size_t n)
-{
-    uint32_t idx;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    if (!t->cfg.hash_pages || disk_span(t, idx) != n || !(op & RDX_OP_DISK))
-        return -EINVAL;
-    size_t end = n, ps = t->cfg.page_size;
-    for (uint32_t i = idx; i != ROOT && disk_writable(node_at(t, i)); i = node_at(t, i)->parent) {
-        struct rdx_node *nd = node_at(t, i);
-        end -= nd->npages;
-        for (uint32_t k = 0; k < nd->npages; k++)
-            out[end + k] = (struct rdx_disk_page){
-                .hash = nd->hash[k],
-                .parent = k ? nd->hash[k - 1] : last_hash(t, nd->parent, nd->ns),
-                .ns = t->ns[nd->ns].root_hash,
-                .tokens = nd->tokens + k * ps,
-                .host_page = nd->host[k],
-            };
-        nd->disk_op = op;
-        update_leaf(t, i);
-    }
-    return 0;
-}
-
-int rdx_disk_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, const int *results, size_t n)
-{
-    uint32_t idx;
-    size_t span = 0;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    for (uint32_t i = idx; i != ROOT && node_at(t, i)->disk_op == op; i = node_at(t, i)->parent)
-        span += node_at(t, i)->npages;
-    if (span != n || op == 0)
-        return -EINVAL;
-    for (uint32_t i = idx; i != ROOT && node_at(t, i)->disk_op == op;) {
-        struct rdx_node *nd = node_at(t, i);
-        bool all = true;
-        span -= nd->npages;
-        for (uint32_t k = 0; k < nd->npages; k++)
-            all = all && results[span + k] == 0;
-        nd->on_disk = all;
-        nd->disk_op = 0;
-        update_leaf(t, i);
-        i = nd->parent;
-    }
-    return 0;
-}
+/* ---- locks, hits and sizes ---- */
 
 int rdx_hit_count(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *hits)
 {
@@ -1590,279 +662,4 @@ void rdx_destroy(struct rdx_tree *t)
     if (t->hasher.md)
         page_hasher_finish(&t->hasher);
     free(t);
-}
-
-/* ---- checks and dumps, for tests and tools ---- */
-
-struct checker {
-    const struct rdx_tree *t;
-    struct page_hasher hasher;
-    uint32_t *kids, *dev_kids;
-    uint64_t *child_locks; /* sum of the children's lock refs, per node */
-    uint64_t *ns_nodes;    /* nodes per namespace id */
-    struct rdx_sizes sz;
-    char *why;
-    size_t why_len;
-};
-
-static int fail(struct checker *c, uint32_t idx, const char *what)
-{
-    if (c->why_len)
-        snprintf(c->why, c->why_len, "node %u: %s", idx, what);
-    return -EUCLEAN;
-}
-
-static int check_hashes(struct checker *c, uint32_t idx, const struct rdx_node *n)
-{
-    const struct rdx_tree *t = c->t;
-    const uint8_t *prev = last_hash(t, n->parent, n->ns);
-    uint8_t h[KVT_HASH_LEN];
-
-    for (uint32_t i = 0; i < n->npages; i++) {
-        if (page_hash_next(&c->hasher, prev, n->tokens + (size_t)i * t->cfg.page_size,
-                           t->cfg.page_size, h) ||
-            memcmp(h, n->hash[i], KVT_HASH_LEN) != 0)
-            return fail(c, idx, "page hash does not chain from its parent");
-        prev = n->hash[i];
-    }
-    return 0;
-}
-
-static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
-{
-    const struct rdx_tree *t = c->t;
-
-    if (n->parent >= t->cap || !t->nodes[n->parent])
-        return fail(c, idx, "parent is not a node");
-    if (n->npages == 0)
-        return fail(c, idx, "empty node");
-    if (n->parent != ROOT && node_at(t, n->parent)->lock_ref < n->lock_ref)
-        return fail(c, idx, "parent holds fewer lock refs than its child");
-    if (n->ns >= t->nns || !t->ns[n->ns].used)
-        return fail(c, idx, "namespace is not live");
-    if (n->parent != ROOT && node_at(t, n->parent)->ns != n->ns)
-        return fail(c, idx, "namespace differs from its parent's");
-    if (!n->on_device && !n->on_host)
-        return fail(c, idx, "node has no copy anywhere");
-    if (n->on_device && !node_at(t, n->parent)->on_device)
-        return fail(c, idx, "on the device but its parent is not");
-    if (n->on_host && !node_at(t, n->parent)->on_host)
-        return fail(c, idx, "on the host but its parent is not");
-    if (!n->on_device && n->lock_ref)
-        return fail(c, idx, "host-only node is locked");
-    if (!n->on_device && n->pending && (!(n->pending & RDX_OP_DISK) || n->nchildren))
-        return fail(c, idx, "host-only node is pending, but not as a leaf the disk fills");
-    if ((n->disk_op && !n->on_host) || (n->on_disk && !t->cfg.hash_pages))
-        return fail(c, idx, "disk state without a host copy or without page hashes");
-    if (n->edge_hash != edge_hash(n->parent, n->ns, n->tokens, t->cfg.page_size) ||
-        edge_find(t, n->parent, n->ns, n->tokens) != idx)
-        return fail(c, idx, "edge from parent does not lead here");
-    if (t->cfg.hash_pages && check_hashes(c, idx, n))
-        return -EUCLEAN;
-    c->kids[n->parent]++;
-    c->dev_kids[n->parent] += n->on_device;
-    c->child_locks[n->parent] += n->lock_ref;
-    c->ns_nodes[n->ns]++;
-    c->sz.nodes++;
-    if (n->on_host)
-        c->sz.host_pages += n->npages;
-    if (!n->on_device)
-        return 0;
-    c->sz.cached_pages += n->npages;
-    if (n->lock_ref)
-        c->sz.protected_pages += n->npages;
-    else
-        c->sz.evictable_pages += n->npages;
-    return 0;
-}
-
-static int check_list(struct checker *c, int list)
-{
-    const struct rdx_tree *t = c->t;
-    uint32_t leaves = 0;
-
-    for (uint32_t i = t->leaf_head[list]; i != NONE; i = node_at(t, i)->next[list])
-        if (++leaves > t->nleaves[list])
-            return fail(c, i, "leaf list is longer than its count");
-    if (leaves != t->nleaves[list])
-        return fail(c, ROOT, "leaf count is wrong");
-    return 0;
-}
-
-static int check_shape(struct checker *c)
-{
-    const struct rdx_tree *t = c->t;
-
-    for (uint32_t i = 0; i < t->cap; i++) {
-        const struct rdx_node *n = t->nodes[i];
-        if (!n)
-            continue;
-        if (c->kids[i] != n->nchildren || c->dev_kids[i] != n->ndev_children)
-            return fail(c, i, "child count is wrong");
-        if (i != ROOT && n->lock_ref != n->own_ref + c->child_locks[i])
-            return fail(c, i, "lock refs are not its own plus its children's");
-        if (in_list(t, i, LIST_DEV) != is_device_leaf(n, i) ||
-            in_list(t, i, LIST_HOST) != is_host_leaf(n, i))
-            return fail(c, i, "eviction list membership is wrong");
-    }
-    if (check_list(c, LIST_DEV) || check_list(c, LIST_HOST))
-        return -EUCLEAN;
-    for (uint32_t i = 0; i < t->nns; i++)
-        if (t->ns[i].used && t->ns[i].nodes != c->ns_nodes[i])
-            return fail(c, ROOT, "a namespace's node count differs from its nodes");
-    if (t->nedges != c->sz.nodes)
-        return fail(c, ROOT, "edge count differs from node count");
-    if (c->sz.nodes != t->sz.nodes || c->sz.cached_pages != t->sz.cached_pages ||
-        c->sz.evictable_pages != t->sz.evictable_pages ||
-        c->sz.protected_pages != t->sz.protected_pages || c->sz.host_pages != t->sz.host_pages)
-        return fail(c, ROOT, "evictable/protected/cached/host sizes differ from the nodes");
-    return 0;
-}
-
-static void visit_pages(const struct rdx_node *n, const struct rdx_page_visitor *v)
-{
-    for (uint32_t p = 0; v && v->device && n->on_device && p < n->npages; p++)
-        v->device(v->ctx, n->pages[p]);
-    for (uint32_t p = 0; v && v->host && n->on_host && p < n->npages; p++)
-        v->host(v->ctx, n->host[p]);
-}
-
-int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *why, size_t why_len)
-{
-    struct checker c = {.t = t, .why = why, .why_len = why_len};
-    int rc = -ENOMEM;
-
-    if (why_len)
-        why[0] = '\0';
-    c.kids = calloc(t->cap, sizeof(*c.kids));
-    c.dev_kids = calloc(t->cap, sizeof(*c.dev_kids));
-    c.child_locks = calloc(t->cap, sizeof(*c.child_locks));
-    c.ns_nodes = calloc(t->nns, sizeof(*c.ns_nodes));
-    if (!c.kids || !c.dev_kids || !c.child_locks || !c.ns_nodes ||
-        (t->cfg.hash_pages && page_hasher_init(&c.hasher)))
-        goto out;
-    rc = 0;
-    for (uint32_t i = 1; i < t->cap && rc == 0; i++) {
-        const struct rdx_node *n = t->nodes[i];
-        if (n && (rc = check_node(&c, i, n)) == 0)
-            visit_pages(n, v);
-    }
-    if (rc == 0)
-        rc = check_shape(&c);
-    if (t->cfg.hash_pages)
-        page_hasher_finish(&c.hasher);
-out:
-    free(c.kids);
-    free(c.dev_kids);
-    free(c.child_locks);
-    free(c.ns_nodes);
-    return rc;
-}
-
-struct dumper {
-    char *buf;
-    size_t cap, len;
-};
-
-static void emit(struct dumper *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void emit(struct dumper *d, const char *fmt, ...)
-{
-    va_list ap;
-    size_t room = d->len < d->cap ? d->cap - d->len : 0;
-
-    va_start(ap, fmt);
-    int n = vsnprintf(room ? d->buf + d->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        d->len += (size_t)n;
-}
-
-static bool sorts_before(const struct rdx_tree *t, const struct rdx_node *a,
-                         const struct rdx_node *b)
-{
-    if (a->ns != b->ns)
-        return a->ns < b->ns;
-    for (uint32_t i = 0; i < t->cfg.page_size; i++)
-        if (a->tokens[i] != b->tokens[i])
-            return a->tokens[i] < b->tokens[i];
-    return false;
-}
-
-/* "[p0,p1,...]", or "-" for no copy. */
-static void emit_pages(struct dumper *d, const uint32_t *pages, uint32_t n)
-{
-    if (!pages) {
-        emit(d, "-");
-        return;
-    }
-    emit(d, "[");
-    for (uint32_t i = 0; i < n; i++)
-        emit(d, i ? ",%u" : "%u", pages[i]);
-    emit(d, "]");
-}
-
-static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, int depth)
-{
-    const struct rdx_node *n = node_at(t, idx);
-    size_t ntok = (size_t)n->npages * t->cfg.page_size;
-
-    if (idx != ROOT) {
-        emit(d, "%*s[", depth * 2, "");
-        for (size_t i = 0; i < ntok; i++)
-            emit(d, i ? ",%u" : "%u", n->tokens[i]);
-        emit(d, "] pages=");
-        emit_pages(d, n->on_device ? n->pages : NULL, n->npages);
-        if (n->on_host) {
-            emit(d, " host=");
-            emit_pages(d, n->host, n->npages);
-        }
-        if (n->on_disk)
-            emit(d, " disk");
-        emit(d, " lock=%u\n", n->lock_ref);
-    }
-    /* Visit children smallest first; quadratic, which is fine at the sizes tests dump. */
-    uint32_t prev = NONE;
-    for (uint32_t k = 0; k < n->nchildren; k++) {
-        uint32_t best = NONE;
-        for (uint32_t i = 1; i < t->cap; i++) {
-            const struct rdx_node *c = t->nodes[i];
-            if (!c || c->parent != idx)
-                continue;
-            if (prev != NONE && !sorts_before(t, node_at(t, prev), c))
-                continue;
-            if (best == NONE || sorts_before(t, c, node_at(t, best)))
-                best = i;
-        }
-        if (best == NONE)
-            break;
-        dump_node(t, d, best, idx == ROOT ? 0 : depth + 1);
-        prev = best;
-    }
-}
-
-size_t rdx_dump(const struct rdx_tree *t, char *buf, size_t cap)
-{
-    struct dumper d = {.buf = buf, .cap = cap};
-
-    if (cap)
-        buf[0] = '\0';
-    dump_node(t, &d, ROOT, 0);
-    return d.len;
-}
-
-int rdx_node_hashes(const struct rdx_tree *t, kvt_node_ref ref, uint8_t (*out)[KVT_HASH_LEN],
-                    size_t max, size_t *n)
-{
-    uint32_t idx;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    if (!t->cfg.hash_pages)
-        return -ENODATA;
-    const struct rdx_node *node = node_at(t, idx);
-    *n = node->npages < max ? node->npages : max;
-    memcpy(out, node->hash, *n * KVT_HASH_LEN);
-    return 0;
 }

@@ -3,6 +3,45 @@
  * device page index of each page and, when enabled, each page's chained SHA256). It knows
  * nothing of devices: pages are numbers, and evicted pages go back through a callback.
  * All lengths here are in pages unless a name says tokens.
+ *
+ * A tree with page_size 2, after the keys [1 2 3 4 5 6] and [1 2 3 4 7 8 9 10] went in, all
+ * but [5 6] was backed up to the host and written to disk, and [9 10] lost its device copy.
+ * A box is a node; the line into it is its edge, which the tree's one edge table finds by
+ * (parent, namespace, first page of the child):
+ *
+ *                    root: no pages, holds every tier, never evicted
+ *                      |
+ *                      | (root, ns, [1 2])
+ *      +---------------v---------------+
+ *    n | tokens  [1 2] [3 4]           |  2 pages of page_size tokens
+ *      | pages     17    18            |  device copy (on_device): a device page a page
+ *      | host      40    41            |  host copy (on_host): a host page a page
+ *      | hash      h1    h2            |  chained SHA256 (hash_pages): h2 = H(h1, [3 4])
+ *      | disk, lock_ref 1              |  on_disk; locks on this node and below it
+ *      +-------+---------------+-------+
+ *              | (n, ns, [5 6]) | (n, ns, [7 8])
+ *    +---------v------+  +------v----------+
+ *    | [5 6]          |  | [7 8]           | m
+ *    | pages 19       |  | pages 20        |  a device leaf: its device copy may go,
+ *    | host  -        |  | host  42        |  the node stays on the host
+ *    | lock_ref 1,    |  | disk            |
+ *    | own_ref 1      |  +------+----------+
+ *    +----------------+         | (m, ns, [9 10])
+ *     locked by a caller: +-----v-----------+
+ *     not a leaf          | [9 10]          |  host-only, a host leaf: deleted when the
+ *                         | pages -         |  host needs room; a match reports it so
+ *                         | host  43        |  the engine can load it back
+ *                         | disk            |
+ *                         +-----+-----------+
+ *                               : [11 12]      on disk only (say, from an earlier run): not in
+ *                                              the tree; the engine finds it by page hash
+ *                                              (rdx_key_hashes) and fills it back as a
+ *                                              host-only leaf (rdx_attach_fill)
+ *
+ * Device copies form a subtree at the top, and so do host copies. Two leaf lists name what
+ * eviction may take: device leaves (a device copy, no child holding one, unlocked, no
+ * transfer in flight) and host leaves (host-only, childless, unlocked, no transfer in flight).
+ * A transfer marks the nodes it fills (pending) or reads for a disk write (disk_op).
  */
 #ifndef KVT_RADIX_H
 #define KVT_RADIX_H

@@ -1,0 +1,82 @@
+/*
+ * The two leaf lists: for each tier, the nodes whose copy there may go now (device leaves,
+ * host leaves), kept up to date as nodes change so that eviction never searches the tree;
+ * and the device page counts (cached, evictable, protected) that follow the same changes.
+ */
+#include "radix_int.h"
+
+/* A device leaf gives up its device copy: it holds one, nothing locks or fills it, and no
+ * child holds one. Without a host copy it must be a real leaf, since it is then deleted. */
+bool is_device_leaf(const struct rdx_node *n, uint32_t idx)
+{
+    return idx != ROOT && n->on_device && n->lock_ref == 0 && n->pending == 0 &&
+           n->ndev_children == 0 && (n->on_host || n->nchildren == 0);
+}
+
+/* A host leaf is deleted: it is left only on the host and has no children. */
+bool is_host_leaf(const struct rdx_node *n, uint32_t idx)
+{
+    return idx != ROOT && !n->on_device && n->on_host && n->lock_ref == 0 && n->pending == 0 &&
+           n->disk_op == 0 && n->nchildren == 0;
+}
+
+static bool is_leaf(const struct rdx_node *n, uint32_t idx, int list)
+{
+    return list == LIST_DEV ? is_device_leaf(n, idx) : is_host_leaf(n, idx);
+}
+
+bool in_list(const struct rdx_tree *t, uint32_t idx, int list)
+{
+    const struct rdx_node *n = node_at(t, idx);
+    return n->prev[list] != NONE || t->leaf_head[list] == idx;
+}
+
+static void list_add(struct rdx_tree *t, uint32_t idx, int list)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    n->prev[list] = NONE;
+    n->next[list] = t->leaf_head[list];
+    if (t->leaf_head[list] != NONE)
+        node_at(t, t->leaf_head[list])->prev[list] = idx;
+    t->leaf_head[list] = idx;
+    t->nleaves[list]++;
+}
+
+static void list_remove(struct rdx_tree *t, uint32_t idx, int list)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    if (n->prev[list] != NONE)
+        node_at(t, n->prev[list])->next[list] = n->next[list];
+    else
+        t->leaf_head[list] = n->next[list];
+    if (n->next[list] != NONE)
+        node_at(t, n->next[list])->prev[list] = n->prev[list];
+    n->prev[list] = n->next[list] = NONE;
+    t->nleaves[list]--;
+}
+
+void update_leaf(struct rdx_tree *t, uint32_t idx)
+{
+    for (int list = LIST_DEV; list <= LIST_HOST; list++) {
+        bool want = is_leaf(node_at(t, idx), idx, list);
+        bool have = in_list(t, idx, list);
+        if (want && !have)
+            list_add(t, idx, list);
+        else if (!want && have)
+            list_remove(t, idx, list);
+    }
+}
+
+/* Count a node's device pages in (sign 1) or out of (sign -1) the tree's sizes. */
+void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign)
+{
+    uint64_t np = n->npages;
+
+    t->sz.cached_pages += sign > 0 ? np : -np;
+    if (n->lock_ref)
+        t->sz.protected_pages += sign > 0 ? np : -np;
+    else
+        t->sz.evictable_pages += sign > 0 ? np : -np;
+}

@@ -1,0 +1,341 @@
+/*
+ * Residency driven by transfers: the tree's side of copying nodes between tiers. A transfer
+ * marks the nodes it fills (pending, or disk_op for a disk write) and clears the mark when it
+ * finishes; until then those nodes are neither evicted nor filled again (radix.h, "residency
+ * changes driven by transfers" and "the disk tier").
+ */
+#include "radix_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- spans ---- */
+
+/* Resolve ref and check that its span is n pages long and op (op_ok) fits. */
+static int span_start(const struct rdx_tree *t, kvt_node_ref ref, const struct span *s, size_t n,
+                      bool op_ok, uint32_t *idx)
+{
+    int rc = resolve(t, ref, idx);
+
+    if (rc == 0 && (span_pages(t, *idx, s) != n || !op_ok))
+        rc = -EINVAL;
+    return rc;
+}
+
+/* Resolve ref and measure its span. */
+static int span_of(const struct rdx_tree *t, kvt_node_ref ref, const struct span *s, size_t *pages)
+{
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc == 0)
+        *pages = span_pages(t, idx, s);
+    return rc;
+}
+
+/* ---- device and host copies: load-back, backup, op end ---- */
+
+static void mark_pending(struct rdx_tree *t, uint32_t idx, size_t at, const void *op)
+{
+    (void)at;
+    node_at(t, idx)->pending = *(const uint64_t *)op;
+}
+
+int rdx_attach_device(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *pages, size_t n,
+                      uint64_t op)
+{
+    struct span s = {lacks_device, 0};
+    uint32_t idx;
+    int rc = span_start(t, ref, &s, n, op != 0, &idx);
+
+    if (rc)
+        return rc;
+    span_each(t, idx, &s, n, mark_pending, &op);
+    adopt_device_pages(t, idx, pages, n);
+    return 0;
+}
+
+/* The span a backup of ref must cover: ref and its ancestors up to the first with a host
+ * copy (host copies form a subtree at the top, so the backup keeps them one). */
+static bool lacks_host(const struct rdx_node *n, uint64_t op)
+{
+    (void)op;
+    return !n->on_host;
+}
+
+int rdx_backup_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
+{
+    struct span s = {lacks_host, 0};
+
+    return span_of(t, ref, &s, pages);
+}
+
+struct host_copy {
+    const uint32_t *host_pages;
+    uint32_t *dev_pages;
+    uint64_t op;
+};
+
+static void take_host_copy(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
+{
+    const struct host_copy *c = arg;
+    struct rdx_node *n = node_at(t, idx);
+
+    memcpy(n->host, c->host_pages + at, n->npages * sizeof(uint32_t));
+    memcpy(c->dev_pages + at, n->pages, n->npages * sizeof(uint32_t));
+    n->on_host = true;
+    n->pending = c->op;
+    t->sz.host_pages += n->npages;
+    update_leaf(t, idx);
+}
+
+int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_pages, size_t n,
+                    uint32_t *dev_pages, uint64_t op)
+{
+    struct span s = {lacks_host, 0};
+    struct host_copy c = {host_pages, dev_pages, op};
+    uint32_t idx;
+    int rc = span_start(t, ref, &s, n, op != 0, &idx);
+
+    if (rc == 0)
+        span_each(t, idx, &s, n, take_host_copy, &c);
+    return rc;
+}
+
+/* The span an op's end clears: the nodes it marked pending. */
+static bool pending_on(const struct rdx_node *n, uint64_t op)
+{
+    return n->pending == op;
+}
+
+struct op_end {
+    uint64_t op;
+    int failed;
+};
+
+static void end_op(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
+{
+    const struct op_end *e = arg;
+    struct rdx_node *n = node_at(t, idx);
+
+    (void)at;
+    n->pending = 0;
+    /* A failed backup leaves nothing on the host. A failed load leaves device pages
+     * holding garbage: they go when nothing holds them; a locked node is the engine's
+     * to fence off. */
+    if (e->failed && (e->op & RDX_OP_BACKUP) && n->on_host)
+        free_host_copy(t, idx);
+    else if (e->failed && !(e->op & RDX_OP_BACKUP) && n->on_device && n->lock_ref == 0 &&
+             n->ndev_children == 0)
+        free_device_copy(t, idx);
+    update_leaf(t, idx);
+}
+
+int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
+{
+    struct span s = {pending_on, op};
+    struct op_end e = {op, failed};
+    uint32_t idx;
+    int rc = resolve(t, ref, &idx);
+
+    /* end_op needs no page offsets; the span's length only keeps them in range. */
+    if (rc == 0)
+        span_each(t, idx, &s, span_pages(t, idx, &s), end_op, &e);
+    return rc;
+}
+
+/* ---- the disk tier: key hashes, fills, writes ---- */
+
+/* Whether node idx ends the first `first` pages of key in namespace ns. */
+static bool ends_key(const struct rdx_tree *t, uint32_t idx, uint32_t ns, const struct kvt_key *key,
+                     size_t first)
+{
+    size_t ps = t->cfg.page_size, end = first;
+
+    for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent) {
+        const struct rdx_node *n = node_at(t, i);
+        if (n->ns != ns || n->npages > end)
+            return false;
+        end -= n->npages;
+        if (memcmp(n->tokens, key->tokens + end * ps, (size_t)n->npages * ps * sizeof(uint32_t)))
+            return false;
+    }
+    return end == 0;
+}
+
+/* Resolve ref and check it ends key's first `first` pages, with n more pages in key. */
+static int resolve_on_key(const struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref,
+                          size_t first, size_t n, uint32_t *idx)
+{
+    int rc = check_key(t, key);
+
+    if (rc || (rc = resolve(t, ref, idx)))
+        return rc;
+    if (!t->cfg.hash_pages || first + n > key->len / t->cfg.page_size ||
+        (*idx != ROOT && !ends_key(t, *idx, ns_find(t, key), key, first)) ||
+        (*idx == ROOT && first != 0))
+        return -EINVAL;
+    return 0;
+}
+
+int rdx_key_hashes(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
+                   size_t n, uint8_t (*out)[KVT_HASH_LEN])
+{
+    uint8_t root[KVT_HASH_LEN];
+    const uint8_t *prev = root;
+    size_t ps;
+    uint32_t idx;
+    int rc = resolve_on_key(t, key, ref, first, n, &idx);
+
+    if (rc)
+        return rc;
+    ps = t->cfg.page_size;
+    if (idx != ROOT)
+        prev = last_hash(t, idx, 0);
+    else if ((rc = page_hash_root(&t->hasher, t->cfg.fingerprint, key->ns, key_ns_len(key), root)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t *page = key->tokens + (first + i) * ps;
+        if ((rc = page_hash_next(&t->hasher, prev, page, (uint32_t)ps, out[i])))
+            return rc;
+        prev = out[i];
+    }
+    return 0;
+}
+
+int rdx_attach_fill(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref ref, size_t first,
+                    const uint32_t *host_pages, size_t n, uint64_t op, kvt_node_ref *leaf)
+{
+    struct rdx_node *nd;
+    uint32_t idx, ns, at;
+    size_t ps;
+    int rc = resolve_on_key(t, key, ref, first, n, &idx);
+
+    if (rc)
+        return rc;
+    ps = t->cfg.page_size;
+    /* Host copies form a subtree at the top: the new leaf's parent needs one too. */
+    if (!t->cfg.host_tier || n == 0 || n > UINT32_MAX || !(op & RDX_OP_DISK) ||
+        (idx != ROOT && !node_at(t, idx)->on_host))
+        return -EINVAL;
+    if ((rc = ns_intern(t, key, &ns)))
+        return rc;
+    if (edge_find(t, idx, ns, key->tokens + first * ps) != NONE)
+        return -EEXIST;
+    if ((rc = reserve_ids(t, 1)) || (rc = edge_reserve(t, 1)) ||
+        (rc = make_leaf(t, key->tokens + first * ps, host_pages, (uint32_t)n, true,
+                        last_hash(t, idx, ns), &nd))) {
+        ns_drop_if_empty(t, ns);
+        return rc;
+    }
+    nd->on_disk = true;
+    nd->pending = op; /* before linking, so it never shows as a host leaf */
+    at = link_leaf(t, idx, ns, nd, true, 0, ++t->clock);
+    *leaf = make_ref(t, at);
+    return 0;
+}
+
+int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
+{
+    uint32_t idx, top;
+    int rc = resolve(t, ref, &idx);
+
+    if (rc)
+        return rc;
+    if (node_at(t, idx)->pending != op || !(op & RDX_OP_DISK))
+        return -EINVAL;
+    bool whole = ok >= node_at(t, idx)->npages;
+    if (!whole && ok > 0 && split(t, idx, (uint32_t)ok, &top) == 0) {
+        node_at(t, top)->pending = 0;
+        update_leaf(t, top);
+    }
+    node_at(t, idx)->pending = 0;
+    if (whole)
+        update_leaf(t, idx);
+    else
+        delete_leaf(t, idx); /* what did not land, or all of it when the split failed */
+    return 0;
+}
+
+/* The span a disk write of ref covers: ref and its ancestors with a host copy that is
+ * neither on disk, being written, nor still being backed up. */
+static bool disk_writable(const struct rdx_node *n, uint64_t op)
+{
+    (void)op;
+    return n->on_host && !n->on_disk && n->disk_op == 0 && !(n->pending & RDX_OP_BACKUP);
+}
+
+int rdx_disk_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
+{
+    struct span s = {disk_writable, 0};
+    int rc = span_of(t, ref, &s, pages);
+
+    if (rc == 0 && !t->cfg.hash_pages)
+        *pages = 0;
+    return rc;
+}
+
+struct disk_write {
+    struct rdx_disk_page *out;
+    uint64_t op;
+};
+
+static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
+{
+    const struct disk_write *w = arg;
+    struct rdx_node *n = node_at(t, idx);
+    size_t ps = t->cfg.page_size;
+
+    for (uint32_t k = 0; k < n->npages; k++)
+        w->out[at + k] = (struct rdx_disk_page){
+            .hash = n->hash[k],
+            .parent = k ? n->hash[k - 1] : last_hash(t, n->parent, n->ns),
+            .ns = t->ns[n->ns].root_hash,
+            .tokens = n->tokens + k * ps,
+            .host_page = n->host[k],
+        };
+    n->disk_op = w->op;
+    update_leaf(t, idx);
+}
+
+int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rdx_disk_page *out,
+                    size_t n)
+{
+    struct span s = {disk_writable, 0};
+    struct disk_write w = {out, op};
+    uint32_t idx;
+    int rc = span_start(t, ref, &s, n, t->cfg.hash_pages && (op & RDX_OP_DISK), &idx);
+
+    if (rc == 0)
+        span_each(t, idx, &s, n, describe_page, &w);
+    return rc;
+}
+
+/* The span a disk write's end clears: the nodes it is writing. */
+static bool written_by(const struct rdx_node *n, uint64_t op)
+{
+    return n->disk_op == op;
+}
+
+static void record_disk_result(struct rdx_tree *t, uint32_t idx, size_t at, const void *results)
+{
+    struct rdx_node *n = node_at(t, idx);
+    bool all = true;
+
+    for (uint32_t k = 0; k < n->npages; k++)
+        all = all && ((const int *)results)[at + k] == 0;
+    n->on_disk = all;
+    n->disk_op = 0;
+    update_leaf(t, idx);
+}
+
+int rdx_disk_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, const int *results, size_t n)
+{
+    struct span s = {written_by, op};
+    uint32_t idx;
+    int rc = span_start(t, ref, &s, n, op != 0, &idx);
+
+    if (rc == 0)
+        span_each(t, idx, &s, n, record_disk_result, results);
+    return rc;
+}
