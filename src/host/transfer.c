@@ -1,150 +1,34 @@
 /*
- * The transfer engine (see transfer.h). Both backends share the copy plan: an op's page list
- * is cut into runs where device and host page numbers both climb by one, and each run moves
- * per layer and per K/V in as few copies as the host layout allows. They differ in who runs
- * the plan: a worker thread with memcpy (sim), or the CUDA stream it is enqueued on (cuda).
- * On cuda an op may skip the plan and go by the gather/scatter kernels instead, which take
- * the page lists as they are (see transfer.h for how io picks).
+ * The transfer engine (see transfer.h): the part both backends share (see xfer_int.h for the
+ * split). Both backends follow one copy plan: an op's page list is cut into runs where device
+ * and host page numbers both climb by one, and each run moves per layer and per K/V in as few
+ * copies as the host layout allows. They differ in who runs the plan: a worker thread with
+ * memcpy (xfer_sim.c), or the CUDA stream it is enqueued on (xfer_cuda.c), which may also skip
+ * the plan for its gather/scatter kernels.
  *
- * cuda ordering: everything an op does is enqueued on its stream in this order: the wait
- * for ready, the copy of its page numbers to the device (kernel path), the copies or
- * kernels (for a load, each layer followed by its event), then the host callback that
- * moves the watermark. What an op holds (events, its region of the index ring) is freed
- * only once that callback has run, by the owner thread, oldest op first.
- *
- * Locking: each stream has one mutex. It guards the sim queue, the load progress (the op
- * being copied and how many of its layers have landed) and the first error. The watermark
- * and the byte count are atomics written under the mutex, so waiters can test them inside
- * their predicate and the owner can read them without locking. issued is the owner thread's
- * alone.
+ * Locking is described in xfer_int.h.
  */
 #include "transfer.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#if defined(__x86_64__) && defined(__SSE2__)
-#include <emmintrin.h> /* SSE2, the x86-64 baseline: streaming stores, prefetch, sfence */
-#define SIM_STREAM 1
-#else
-#define SIM_STREAM 0
-#endif
-
-#ifdef KVT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #include "kvtier.h"
-#ifdef KVT_HAVE_KERNELS
-#include "kv_copy.h"
-#endif
+#include "xfer_int.h"
 
-/* sim: a span handed to sim_copy and not yet copied (n 0: none). */
-struct sim_span {
-    void *dst;
-    const void *src;
-    size_t n;
-};
-
+/* The backends this build has; the device pool's kind picks one. */
+static const struct xfer_backend *const backends[] = {
+    &xfer_backend_sim,
 #ifdef KVT_HAVE_CUDA
-/* A ring of page numbers in pinned staging memory and its device twin: an op takes a
- * contiguous region, copies its numbers to the device on its own stream, and gives the
- * region back when it is reaped, so neither side is reused before the op's kernels ran. Ops
- * are reaped in the order they were submitted, so regions come back in the order taken.
- * Owner thread only. */
-struct idx_ring {
-    uint32_t *stage, *dev;
-    size_t cap, tail, used; /* used counts the end skipped when a region wraps */
-};
-
-/* Copies for one cudaMemcpyBatchAsync call; the arrays are read during the call. */
-#define DMA_BATCH 512
-struct dma_batch {
-    void *dst[DMA_BATCH];
-    const void *src[DMA_BATCH];
-    size_t size[DMA_BATCH];
-    size_t n;
-};
-#endif
-
-struct xfer_op {
-    struct xfer_op *next;
-    struct xfer_stream *s;
-    uint64_t id;
-    uint64_t bytes; /* what the op moves, counted once it completes without error */
-    size_t n;
-    uint32_t *dev_pages, *host_pages; /* stored behind the struct, in the same allocation */
-    int status;                       /* cuda: the first error met while enqueuing */
-    bool fired;                       /* cuda: the completion callback ran (under the lock) */
-#ifdef KVT_HAVE_CUDA
-    cudaEvent_t *layer_ev; /* loads: recorded after each layer's copies */
-    uint32_t *idx;         /* kernel path: the page numbers in device memory; NULL: DMA */
-    size_t ring_take;      /* index ring entries held until the op is reaped */
+    &xfer_backend_cuda,
 #endif
 };
-
-struct xfer_stream {
-    struct xfer_engine *x;
-    enum xfer_dir dir;
-    uint64_t issued; /* the last id handed out; owner thread only */
-    _Atomic uint64_t done;
-    _Atomic uint64_t bytes;
-    bool inited;  /* lock and condvars exist */
-    bool started; /* sim: the worker runs; cuda: the stream exists */
-    pthread_mutex_t lock;
-    pthread_cond_t progress; /* the watermark or a load's layer count moved */
-    int err;                 /* the first error and the op it hit */
-    uint64_t err_id;
-    /* sim: ops queued for the worker. cuda: ops enqueued and not yet reaped, linked and
-     * unlinked by the owner alone, yet under the lock, since the callback sets their fired. */
-    struct xfer_op *head, *tail;
-    /* sim */
-    pthread_cond_t work;
-    pthread_t thread;
-    bool stop;
-    uint64_t cur_id;      /* the op the worker is copying */
-    uint32_t cur_layers;  /* layers of cur_id that have landed */
-    uint64_t rng;         /* the delay seam's generator; the worker's alone */
-    struct sim_span held; /* sim_copy's span waiting for the next; the worker's alone */
-#ifdef KVT_HAVE_CUDA
-    cudaStream_t cs;
-    struct idx_ring ring;   /* kernel path: page numbers on their way to the device */
-    struct dma_batch batch; /* DMA path: copies gathered for one batched call */
-#endif
-};
-
-struct xfer_engine {
-    struct kv_pool *dev;
-    struct host_pool *host;
-    struct xfer_config cfg;
-    uint32_t layers, page_size;
-    uint64_t dev_npages;  /* device pages, the padding page 0 included */
-    size_t page_bytes;    /* one page over every layer, K and V */
-    bool host_contiguous; /* a run of host pages is one span within a layer (layer_first) */
-    bool cuda;
-    bool batch_api;       /* cuda: cudaMemcpyBatchAsync has not been refused */
-    bool kernels;         /* cuda: the kernel path is set up */
-    uint64_t path_ops[2]; /* cuda: ops sent by kernel, by DMA; owner thread only */
-    void **dev_tab;       /* cuda: device copy of the row-buffer table the kernels index */
-#ifdef KVT_HAVE_KERNELS
-    struct kvk_pool kp;
-#endif
-    struct xfer_stream s[2];
-};
-
-/* Copies one span in the direction of the stream; the backend's primitive. */
-typedef int (*copy_fn)(struct xfer_stream *s, void *dst, const void *src, size_t n);
 
 /* ---- the copy plan, shared by both backends ---- */
 
-/* Length of the run of pages starting at i whose device and host numbers both climb by one. */
-static size_t run_len(const struct xfer_op *op, size_t i)
+size_t xfer_run_len(const struct xfer_op *op, size_t i)
 {
     size_t r = 1;
 
@@ -154,7 +38,8 @@ static size_t run_len(const struct xfer_op *op, size_t i)
     return r;
 }
 
-static int copy_span(struct xfer_stream *s, copy_fn copy, uint8_t *dev, uint8_t *host, size_t n)
+static int copy_span(struct xfer_stream *s, xfer_copy_fn copy, uint8_t *dev, uint8_t *host,
+                     size_t n)
 {
     return s->dir == XFER_LOAD ? copy(s, dev, host, n) : copy(s, host, dev, n);
 }
@@ -162,7 +47,7 @@ static int copy_span(struct xfer_stream *s, copy_fn copy, uint8_t *dev, uint8_t 
 /* K (w 0) or V (w 1) of one layer for r pages from device page d and host page h. The device
  * side of a run is always one span; the host side only in layer_first, since page_first puts
  * the other layers of a page between two pages' rows of this layer. */
-static int copy_run(struct xfer_stream *s, copy_fn copy, uint32_t d, uint32_t h, size_t r,
+static int copy_run(struct xfer_stream *s, xfer_copy_fn copy, uint32_t d, uint32_t h, size_t r,
                     uint32_t layer, int w)
 {
     const struct xfer_engine *x = s->x;
@@ -177,13 +62,13 @@ static int copy_run(struct xfer_stream *s, copy_fn copy, uint32_t d, uint32_t h,
     return rc;
 }
 
-/* Every page of op, one layer. */
-static int copy_layer(struct xfer_stream *s, copy_fn copy, const struct xfer_op *op, uint32_t layer)
+int xfer_copy_layer(struct xfer_stream *s, xfer_copy_fn copy, const struct xfer_op *op,
+                    uint32_t layer)
 {
     int rc = 0;
 
     for (size_t i = 0; i < op->n && !rc;) {
-        size_t r = run_len(op, i);
+        size_t r = xfer_run_len(op, i);
 
         for (int w = 0; w < 2 && !rc; w++)
             if (s->x->dev->row_bytes[w])
@@ -193,11 +78,32 @@ static int copy_layer(struct xfer_stream *s, copy_fn copy, const struct xfer_op 
     return rc;
 }
 
-/* ---- completion and waiting, shared ---- */
+/* ---- the op list, completion and layer marks, shared ---- */
 
-/* Under the lock: op id has finished with rc. The watermark never moves back, since cuda's
- * failure path may have pushed it past ops whose callbacks come later. */
-static void complete_locked(struct xfer_stream *s, uint64_t id, uint64_t bytes, int rc)
+void xfer_push_locked(struct xfer_stream *s, struct xfer_op *op)
+{
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+}
+
+struct xfer_op *xfer_pop_locked(struct xfer_stream *s)
+{
+    struct xfer_op *op = s->head;
+
+    if (op) {
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+    }
+    return op;
+}
+
+/* The watermark never moves back, since cuda's failure path may have pushed it past ops whose
+ * callbacks come later. */
+void xfer_complete_locked(struct xfer_stream *s, uint64_t id, uint64_t bytes, int rc)
 {
     if (rc && !s->err) {
         s->err = rc;
@@ -208,6 +114,20 @@ static void complete_locked(struct xfer_stream *s, uint64_t id, uint64_t bytes, 
     if (id > atomic_load_explicit(&s->done, memory_order_relaxed))
         atomic_store_explicit(&s->done, id, memory_order_release);
     pthread_cond_broadcast(&s->progress);
+}
+
+void xfer_layers_begin_locked(struct xfer_stream *s, uint64_t id)
+{
+    s->cur_id = id;
+    s->cur_layers = 0;
+}
+
+void xfer_layers_landed(struct xfer_stream *s, uint32_t landed)
+{
+    pthread_mutex_lock(&s->lock);
+    s->cur_layers = landed;
+    pthread_cond_broadcast(&s->progress);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Under the lock: status of every op up to id (see xfer_status). */
@@ -224,800 +144,16 @@ static bool load_layer_landed(const struct xfer_stream *s, uint64_t id, uint32_t
            (s->cur_id == id && s->cur_layers > layer);
 }
 
-/* ---- sim: one worker thread per stream ---- */
+/* ---- setup ---- */
 
-/*
- * Scattered spans (typically 32 KiB: one page of K or V rows of one layer) each start cold
- * when copied by memcpy one after another: the hardware prefetcher has not yet locked on to
- * the new source, and every destination line is first read for ownership. So sim_copy holds
- * each span back until the next one is known, and copies it while prefetching the next
- * one's source, with streaming stores that write whole lines without reading them first.
- * Streaming stores are weakly ordered: sim_flush copies the held span and fences, and must
- * run before anyone is told the bytes are there (a load's layer mark, an op's completion).
- */
-
-#define SIM_LINE 64 /* bytes per cache line, the unit of the streaming loop */
-/* Shorter spans go by memcpy, too short to be worth it. A build may lower it to put the
- * unit tests' short spans through the streaming path. */
-#ifndef SIM_STREAM_MIN
-#define SIM_STREAM_MIN 4096
-#endif
-
-#if SIM_STREAM
-/* Copies n bytes to a 16-byte aligned dst with streaming stores, a line at a time, and
- * prefetches a line of next (next_n bytes) per line copied, so that the next span's source
- * is in cache by the time it is copied. The tail short of a line goes by memcpy. */
-static void stream_copy(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t *next,
-                        size_t next_n)
+/* The backend for the device pool's kind; NULL when this build has none (cuda without CUDA). */
+static const struct xfer_backend *find_backend(uint32_t kind)
 {
-    size_t body = n & ~(size_t)(SIM_LINE - 1), pf = 0;
-
-    for (size_t i = 0; i < body; i += SIM_LINE) {
-        if (pf < next_n) {
-            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-            pf += SIM_LINE;
-        }
-        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
-        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
-        _mm_stream_si128((__m128i *)(dst + i), a);
-        _mm_stream_si128((__m128i *)(dst + i + 16), b);
-        _mm_stream_si128((__m128i *)(dst + i + 32), c);
-        _mm_stream_si128((__m128i *)(dst + i + 48), d);
-    }
-    memcpy(dst + body, src + body, n - body);
-}
-#endif
-
-/* Copies span h, prefetching next's source meanwhile (next NULL: none). */
-static void sim_copy_span(const struct sim_span *h, const struct sim_span *next)
-{
-#if SIM_STREAM
-    if (h->n >= SIM_STREAM_MIN && !((uintptr_t)h->dst & 15)) {
-        stream_copy(h->dst, h->src, h->n, next ? next->src : NULL, next ? next->n : 0);
-        return;
-    }
-#else
-    (void)next;
-#endif
-    memcpy(h->dst, h->src, h->n);
-}
-
-/* Makes every span handed to sim_copy land and be visible to other threads once they
- * synchronise with this one (by the stream's lock): copies the held span, then fences the
- * streaming stores, which the lock alone need not order. */
-static void sim_flush(struct xfer_stream *s)
-{
-    if (!s->held.n)
-        return;
-    sim_copy_span(&s->held, NULL);
-    s->held.n = 0;
-#if SIM_STREAM
-    _mm_sfence();
-#endif
-}
-
-/* The sim backend's copy_fn: copies the span held back before, if any, prefetching this one,
- * and holds this one back in turn. The bytes land by the next call or sim_flush. */
-static int sim_copy(struct xfer_stream *s, void *dst, const void *src, size_t n)
-{
-    struct sim_span next = {.dst = dst, .src = src, .n = n};
-
-    if (!n)
-        return 0; /* held, it would read as none held and sim_flush would skip its fence */
-    if (s->held.n)
-        sim_copy_span(&s->held, &next);
-    s->held = next;
-    return 0;
-}
-
-static void sleep_us(uint32_t us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
-
-    while (us && nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
-
-/* splitmix64: a seeded, reproducible draw for the delay seam. */
-static uint64_t next_rand(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void sim_mark_layers(struct xfer_stream *s, uint32_t landed)
-{
-    pthread_mutex_lock(&s->lock);
-    s->cur_layers = landed;
-    pthread_cond_broadcast(&s->progress);
-    pthread_mutex_unlock(&s->lock);
-}
-
-/* Layer by layer, so a load can announce each layer as it lands. */
-static int sim_run(struct xfer_stream *s, const struct xfer_op *op)
-{
-    const struct xfer_engine *x = s->x;
-    int rc = 0;
-
-    for (uint32_t l = 0; l < x->layers && !rc; l++) {
-        if (s->dir == XFER_LOAD && l)
-            sleep_us(x->cfg.layer_delay_us);
-        rc = copy_layer(s, sim_copy, op, l);
-        sim_flush(s); /* the layer's last span, before its mark or the op's completion */
-        if (s->dir == XFER_LOAD && !rc)
-            sim_mark_layers(s, l + 1);
-    }
-    return rc;
-}
-
-/* The next op in FIFO order, or NULL once stopped with the queue drained. */
-static struct xfer_op *sim_next(struct xfer_stream *s)
-{
-    struct xfer_op *op;
-
-    pthread_mutex_lock(&s->lock);
-    while (!s->head && !s->stop)
-        pthread_cond_wait(&s->work, &s->lock);
-    op = s->head;
-    if (op) {
-        s->head = op->next;
-        if (!s->head)
-            s->tail = NULL;
-        s->cur_id = op->id;
-        s->cur_layers = 0;
-    }
-    pthread_mutex_unlock(&s->lock);
-    return op;
-}
-
-static void *sim_worker(void *arg)
-{
-    struct xfer_stream *s = arg;
-    uint32_t max_delay = s->x->cfg.max_delay_us;
-    struct xfer_op *op;
-
-    while ((op = sim_next(s))) {
-        if (max_delay)
-            sleep_us((uint32_t)(next_rand(&s->rng) % ((uint64_t)max_delay + 1)));
-        int rc = sim_run(s, op);
-
-        pthread_mutex_lock(&s->lock);
-        complete_locked(s, op->id, op->bytes, rc);
-        pthread_mutex_unlock(&s->lock);
-        free(op);
-    }
+    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+        if (backends[i]->kind == kind)
+            return backends[i];
     return NULL;
 }
-
-static int sim_start(struct xfer_stream *s)
-{
-    /* Streams draw apart so that the two directions do not sleep in lockstep. */
-    s->rng = s->x->cfg.seed ^ ((uint64_t)s->dir * 0xd1b54a32d192ed03ull);
-    if (pthread_create(&s->thread, NULL, sim_worker, s))
-        return -ENOMEM;
-    s->started = true;
-    return 0;
-}
-
-/* The worker drains the queue before it sees stop, so every op queued completes. */
-static void sim_stop(struct xfer_stream *s)
-{
-    pthread_mutex_lock(&s->lock);
-    s->stop = true;
-    pthread_cond_signal(&s->work);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
-}
-
-/* serial: the op runs here, as the worker would run it, before the submit returns. */
-static void sim_run_here(struct xfer_stream *s, struct xfer_op *op)
-{
-    int rc;
-
-    pthread_mutex_lock(&s->lock);
-    s->cur_id = op->id;
-    s->cur_layers = 0;
-    pthread_mutex_unlock(&s->lock);
-    rc = sim_run(s, op);
-    pthread_mutex_lock(&s->lock);
-    complete_locked(s, op->id, op->bytes, rc);
-    pthread_mutex_unlock(&s->lock);
-    free(op);
-}
-
-static int sim_submit(struct xfer_stream *s, struct xfer_op *op)
-{
-    op->id = ++s->issued;
-    if (s->x->cfg.serial) {
-        sim_run_here(s, op);
-        return 0;
-    }
-    pthread_mutex_lock(&s->lock);
-    if (s->tail)
-        s->tail->next = op;
-    else
-        s->head = op;
-    s->tail = op;
-    pthread_cond_signal(&s->work);
-    pthread_mutex_unlock(&s->lock);
-    return 0;
-}
-
-/* ---- cuda: copies enqueued on a non-blocking stream ---- */
-
-#ifdef KVT_HAVE_CUDA
-
-/* How often a waiter looks at the stream for an error that would keep callbacks away. */
-#define CUDA_POLL_NS 10000000L
-
-/* Page numbers per stream's index ring: 64 Ki pages in flight per direction. */
-#define IDX_RING_ENTRIES ((size_t)1 << 17)
-
-static int cuda_ok(cudaError_t e)
-{
-    if (e == cudaSuccess)
-        return 0;
-    cudaGetLastError(); /* clear a non-sticky error so later calls report their own */
-    return KVT_EBACKEND;
-}
-
-/* -- the index ring -- */
-
-static void ring_finish(struct idx_ring *r)
-{
-    if (r->stage)
-        cudaFreeHost(r->stage);
-    if (r->dev)
-        cudaFree(r->dev);
-    memset(r, 0, sizeof(*r));
-}
-
-/* A contiguous region of k entries at *off; *take (k plus the end skipped to wrap) is what
- * goes back later. false when the ring has no such room now. */
-static bool ring_take(struct idx_ring *r, size_t k, size_t *off, size_t *take)
-{
-    bool wrap;
-    size_t skip;
-
-    if (r->used == 0)
-        r->tail = 0;
-    wrap = r->tail + k > r->cap;
-    skip = wrap ? r->cap - r->tail : 0;
-    if (k > r->cap || r->used + skip + k > r->cap)
-        return false;
-    *off = wrap ? 0 : r->tail;
-    *take = skip + k;
-    r->tail = *off + k;
-    r->used += *take;
-    return true;
-}
-
-/* -- the copy-engine path: runs gathered into batches -- */
-
-#if CUDART_VERSION >= 12080
-/* One call for the whole batch; sources are read in stream order, after what the stream
- * waits for (the ready event, earlier ops). */
-static cudaError_t batch_call(struct xfer_stream *s, struct dma_batch *b, size_t n)
-{
-    struct cudaMemcpyAttributes attr;
-    size_t first = 0;
-
-    memset(&attr, 0, sizeof(attr));
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-#if CUDART_VERSION >= 13000
-    return cudaMemcpyBatchAsync(b->dst, b->src, b->size, n, &attr, &first, 1, s->cs);
-#else
-    /* 12.8 declares the arrays non-const, 12.9 const; void * converts to either. 12.x also
-     * reports the index of a failed copy, which the retry below makes moot. */
-    size_t failed = 0;
-
-    return cudaMemcpyBatchAsync((void *)b->dst, (void *)b->src, (void *)b->size, n, &attr, &first,
-                                1, &failed, s->cs);
-#endif
-}
-#endif
-
-/* Enqueue the gathered copies. A batch the driver refuses (one older than the toolkit) is
- * issued again copy by copy, which is safe since each copy only rewrites the same bytes,
- * and the engine stops asking for batches. */
-static int dma_flush(struct xfer_stream *s)
-{
-    enum cudaMemcpyKind kind =
-        s->dir == XFER_LOAD ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    struct dma_batch *b = &s->batch;
-    size_t n = b->n;
-    int rc = 0;
-
-    b->n = 0;
-#if CUDART_VERSION >= 12080
-    if (n > 1 && s->x->batch_api) {
-        if (batch_call(s, b, n) == cudaSuccess)
-            return 0;
-        cudaGetLastError();
-        s->x->batch_api = false;
-    }
-#endif
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = cuda_ok(cudaMemcpyAsync(b->dst[i], b->src[i], b->size[i], kind, s->cs));
-    return rc;
-}
-
-/* The copy plan's primitive on cuda: gather; a full batch goes at once. */
-static int dma_add(struct xfer_stream *s, void *dst, const void *src, size_t n)
-{
-    struct dma_batch *b = &s->batch;
-    int rc = b->n == DMA_BATCH ? dma_flush(s) : 0;
-
-    if (rc)
-        return rc;
-    b->dst[b->n] = dst;
-    b->src[b->n] = src;
-    b->size[b->n++] = n;
-    return 0;
-}
-
-/* Layers [l0, l1) of op by the copy engine. */
-static int dma_layers(struct xfer_stream *s, const struct xfer_op *op, uint32_t l0, uint32_t l1)
-{
-    int rc = 0;
-
-    for (uint32_t l = l0; l < l1 && !rc; l++)
-        rc = copy_layer(s, dma_add, op, l);
-    if (rc) {
-        s->batch.n = 0; /* the op has failed; what was gathered for it goes nowhere */
-        return rc;
-    }
-    return dma_flush(s);
-}
-
-/* -- the kernel path -- */
-
-/* io=auto: the mean size of the copies the DMA path would issue for op. */
-static uint64_t mean_dma_copy(const struct xfer_engine *x, const struct xfer_op *op)
-{
-    uint64_t copies = 0, parts = x->host->row[1] ? 2 : 1;
-
-    for (size_t i = 0; i < op->n;) {
-        size_t r = run_len(op, i);
-
-        copies += x->host_contiguous ? 1 : r;
-        i += r;
-    }
-    return (uint64_t)op->n * (x->page_bytes / x->layers) / (copies * parts);
-}
-
-static bool want_kernel(const struct xfer_engine *x, const struct xfer_op *op)
-{
-    uint64_t min = x->cfg.auto_dma_min_bytes ? x->cfg.auto_dma_min_bytes : XFER_AUTO_DMA_MIN_BYTES;
-
-    if (!x->kernels || op->n == 0 || op->n > UINT32_MAX)
-        return false;
-    return x->cfg.io == KVT_IO_KERNEL || mean_dma_copy(x, op) < min;
-}
-
-/* Put op's page numbers where its kernels read them: dev_pages then host_pages (kv_copy.h).
- * Without room in the ring the op goes by DMA instead. */
-static int kern_stage(struct xfer_stream *s, struct xfer_op *op)
-{
-    size_t k = 2 * op->n, off;
-
-    if (!ring_take(&s->ring, k, &off, &op->ring_take))
-        return 0;
-    memcpy(s->ring.stage + off, op->dev_pages, op->n * sizeof(uint32_t));
-    memcpy(s->ring.stage + off + op->n, op->host_pages, op->n * sizeof(uint32_t));
-    op->idx = s->ring.dev + off;
-    return cuda_ok(cudaMemcpyAsync(op->idx, s->ring.stage + off, k * sizeof(uint32_t),
-                                   cudaMemcpyHostToDevice, s->cs));
-}
-
-/* Pick op's path (kernel or DMA) and count it; the kernel path stages the page numbers. */
-static int choose_path(struct xfer_stream *s, struct xfer_op *op)
-{
-    int rc = 0;
-
-    if (op->n == 0)
-        return 0;
-    if (want_kernel(s->x, op))
-        rc = kern_stage(s, op);
-    s->x->path_ops[op->idx ? 0 : 1]++;
-    return rc;
-}
-
-/* Layers [l0, l1) of op by whichever path it took: one kernel launch for all of them, or
- * the copy engine's copies. */
-static int cuda_copy_layers(struct xfer_stream *s, const struct xfer_op *op, uint32_t l0,
-                            uint32_t l1)
-{
-#ifdef KVT_HAVE_KERNELS
-    const struct kvk_pool *kp = &s->x->kp;
-    int to_host = s->dir == XFER_BACKUP;
-
-    if (op->idx && l1 - l0 == kp->layers)
-        return cuda_ok(kvk_copy_all(kp, op->idx, (uint32_t)op->n, to_host, s->cs));
-    if (op->idx && l1 - l0 == 1)
-        return cuda_ok(kvk_copy_layer(kp, op->idx, (uint32_t)op->n, l0, to_host, s->cs));
-#endif
-    return dma_layers(s, op, l0, l1);
-}
-
-/* -- ops and their completion -- */
-
-/* The stream's host callback: runs on a CUDA thread, so it takes the lock and calls no CUDA
- * API. fired, set under the lock, is what lets the owner free the op. */
-static void CUDART_CB cuda_landed(void *arg)
-{
-    struct xfer_op *op = arg;
-    struct xfer_stream *s = op->s;
-
-    pthread_mutex_lock(&s->lock);
-    op->fired = true;
-    complete_locked(s, op->id, op->bytes, op->status);
-    pthread_mutex_unlock(&s->lock);
-}
-
-/* Owner thread, once the op's stream work is over (or will never run). */
-static void cuda_free_op(struct xfer_stream *s, struct xfer_op *op)
-{
-    for (uint32_t l = 0; op->layer_ev && l < s->x->layers; l++)
-        if (op->layer_ev[l])
-            cudaEventDestroy(op->layer_ev[l]);
-    s->ring.used -= op->ring_take;
-    free(op->layer_ev);
-    free(op);
-}
-
-/* Owner thread: free the ops whose callbacks have run, oldest first. */
-static void cuda_reap(struct xfer_stream *s, bool all)
-{
-    for (;;) {
-        pthread_mutex_lock(&s->lock);
-        struct xfer_op *op = s->head;
-        bool take = op && (op->fired || all);
-
-        if (take) {
-            s->head = op->next;
-            if (!s->head)
-                s->tail = NULL;
-        }
-        pthread_mutex_unlock(&s->lock);
-        if (!take)
-            return;
-        cuda_free_op(s, op);
-    }
-}
-
-static int cuda_make_events(struct xfer_stream *s, struct xfer_op *op)
-{
-    uint32_t layers = s->x->layers;
-
-    op->layer_ev = calloc(layers, sizeof(*op->layer_ev));
-    if (!op->layer_ev)
-        return -ENOMEM;
-    for (uint32_t l = 0; l < layers; l++)
-        if (cuda_ok(cudaEventCreateWithFlags(&op->layer_ev[l], cudaEventDisableTiming)))
-            return KVT_EBACKEND;
-    return 0;
-}
-
-/* A load goes layer by layer (one kernel or one batch each), each followed by its event.
- * Every event is recorded even after a failure, so a layer wait never passes on a
- * never-recorded event. */
-static int cuda_load_layers(struct xfer_stream *s, struct xfer_op *op, int rc)
-{
-    for (uint32_t l = 0; l < s->x->layers; l++) {
-        if (!rc)
-            rc = cuda_copy_layers(s, op, l, l + 1);
-        if (op->layer_ev) {
-            int e = cuda_ok(cudaEventRecord(op->layer_ev[l], s->cs));
-
-            rc = rc ? rc : e;
-        }
-    }
-    return rc;
-}
-
-/* Enqueue the op's work after ready; the first failure becomes its status. A backup needs
- * no per-layer events, so it goes whole: one all-layers kernel, or one stream of batches. */
-static int cuda_enqueue(struct xfer_stream *s, struct xfer_op *op, void *ready)
-{
-    int rc = 0;
-
-    if (ready)
-        rc = cuda_ok(cudaStreamWaitEvent(s->cs, (cudaEvent_t)ready, 0));
-    if (!rc)
-        rc = choose_path(s, op);
-    if (s->dir == XFER_LOAD)
-        return cuda_load_layers(s, op, rc);
-    return rc ? rc : cuda_copy_layers(s, op, 0, s->x->layers);
-}
-
-/* When the callback cannot be launched, nothing would move the watermark: finish the op here,
- * after the stream's earlier work, so completions stay in order. */
-static void cuda_finish_inline(struct xfer_stream *s, struct xfer_op *op)
-{
-    cudaStreamSynchronize(s->cs);
-    cudaGetLastError();
-    pthread_mutex_lock(&s->lock);
-    op->fired = true;
-    complete_locked(s, op->id, op->bytes, KVT_EBACKEND);
-    pthread_mutex_unlock(&s->lock);
-}
-
-static int cuda_submit(struct xfer_stream *s, struct xfer_op *op, void *ready)
-{
-    int rc;
-
-    cuda_reap(s, false);
-    if (s->dir == XFER_LOAD && (rc = cuda_make_events(s, op))) {
-        cuda_free_op(s, op);
-        return rc;
-    }
-    op->id = ++s->issued;
-    op->status = cuda_enqueue(s, op, ready);
-    pthread_mutex_lock(&s->lock); /* the callback's fired sits beside the list links */
-    if (s->tail)
-        s->tail->next = op;
-    else
-        s->head = op;
-    s->tail = op;
-    pthread_mutex_unlock(&s->lock);
-    if (cudaLaunchHostFunc(s->cs, cuda_landed, op) != cudaSuccess)
-        cuda_finish_inline(s, op);
-    return 0;
-}
-
-/* A stream in an error state may never run its callbacks; then every op issued has failed. */
-static void cuda_poll(struct xfer_stream *s)
-{
-    cudaError_t e = cudaStreamQuery(s->cs);
-
-    if (e == cudaSuccess || e == cudaErrorNotReady)
-        return;
-    cudaGetLastError();
-    pthread_mutex_lock(&s->lock);
-    uint64_t done = atomic_load_explicit(&s->done, memory_order_relaxed);
-
-    if (done < s->issued) {
-        complete_locked(s, done + 1, 0, KVT_EBACKEND); /* the first error is the oldest op's */
-        complete_locked(s, s->issued, 0, KVT_EBACKEND);
-    }
-    pthread_mutex_unlock(&s->lock);
-}
-
-/* Under the lock: wait a while for progress, then look for a broken stream. */
-static void cuda_wait_progress(struct xfer_stream *s)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_nsec += CUDA_POLL_NS;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    if (pthread_cond_timedwait(&s->progress, &s->lock, &t) != ETIMEDOUT)
-        return;
-    pthread_mutex_unlock(&s->lock);
-    cuda_poll(s);
-    pthread_mutex_lock(&s->lock);
-}
-
-static int cuda_start(struct xfer_stream *s)
-{
-    if (cuda_ok(cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking)))
-        return KVT_EBACKEND;
-    s->started = true;
-    return 0;
-}
-
-static void cuda_stop(struct xfer_stream *s)
-{
-    cudaStreamSynchronize(s->cs); /* runs every callback still due */
-    cudaGetLastError();
-    cudaStreamDestroy(s->cs);
-    cuda_reap(s, true);
-}
-
-/* Make stream wait for a layer of a load still in flight (its op is still on the list, since
- * only this thread reaps). */
-static int cuda_wait_layer(struct xfer_stream *s, uint64_t id, uint32_t layer, void *stream)
-{
-    struct xfer_op *op;
-
-    pthread_mutex_lock(&s->lock);
-    for (op = s->head; op && op->id != id; op = op->next)
-        ;
-    pthread_mutex_unlock(&s->lock);
-    if (!op)
-        return xfer_status(s->x, XFER_LOAD, id); /* reaped: it has completed */
-    return cuda_ok(cudaStreamWaitEvent((cudaStream_t)stream, op->layer_ev[layer], 0));
-}
-
-/* -- setting the kernel path up -- */
-
-#ifdef KVT_HAVE_KERNELS
-/* The kernels address host pages by formula (kv_copy.h); these are its terms for the pool's
- * layout, as host_pool_rows lays it out. */
-static void kern_host_strides(const struct host_pool *hp, struct kvk_pool *kp)
-{
-    uint64_t run = (uint64_t)hp->page_size * (hp->row[0] + hp->row[1]); /* a page, a layer */
-
-    kp->span[0] = (uint64_t)hp->page_size * hp->row[0];
-    kp->span[1] = (uint64_t)hp->page_size * hp->row[1];
-    if (hp->layout == HOST_PAGE_FIRST) {
-        kp->host_page_stride[0] = kp->host_page_stride[1] = hp->page_bytes;
-        kp->host_layer_stride = run;
-        kp->host_v_off = kp->span[0];
-        return;
-    }
-    kp->host_page_stride[0] = kp->span[0];
-    kp->host_page_stride[1] = kp->span[1];
-    kp->host_layer_stride = (uint64_t)hp->npages * run;
-    kp->host_v_off = (uint64_t)hp->npages * kp->span[0];
-}
-
-/* The formula agrees with host_pool_rows at the corners of the pool, or the kernels stay
- * off: a layout changed in one place and not the other must not scatter pages. */
-static bool kern_strides_match(const struct host_pool *hp, const struct kvk_pool *kp)
-{
-    const uint32_t pages[2] = {0, hp->npages - 1}, layers[2] = {0, hp->layers - 1};
-
-    for (int c = 0; c < 4; c++)
-        for (uint32_t w = 0; w < kp->parts; w++) {
-            uint32_t p = pages[c & 1], l = layers[c >> 1];
-            uint64_t off = l * kp->host_layer_stride + w * kp->host_v_off +
-                           (uint64_t)p * kp->host_page_stride[w];
-
-            if (hp->base + off != host_pool_rows(hp, p, l, (int)w))
-                return false;
-        }
-    return true;
-}
-
-/* The kernels find each layer's row buffers through a table in device memory. */
-static int kern_dev_table(struct xfer_engine *x)
-{
-    size_t n = 2 * (size_t)x->layers, bytes = n * sizeof(void *);
-    void **tab = calloc(n, sizeof(void *));
-    int rc;
-
-    if (!tab)
-        return -ENOMEM;
-    for (int w = 0; w < 2; w++)
-        for (uint32_t l = 0; x->dev->buf[w] && l < x->layers; l++)
-            tab[w * x->layers + l] = x->dev->buf[w][l];
-    rc = cuda_ok(cudaMalloc((void **)&x->dev_tab, bytes));
-    if (rc)
-        x->dev_tab = NULL;
-    else
-        rc = cuda_ok(cudaMemcpy(x->dev_tab, tab, bytes, cudaMemcpyHostToDevice));
-    /* A pageable copy may still be landing when cudaMemcpy returns, and the transfer
-     * streams do not wait for the legacy stream. */
-    if (!rc)
-        rc = cuda_ok(cudaStreamSynchronize(cudaStreamLegacy));
-    free(tab);
-    return rc;
-}
-
-static int ring_init(struct idx_ring *r)
-{
-    size_t bytes = IDX_RING_ENTRIES * sizeof(uint32_t);
-
-    if (cuda_ok(cudaHostAlloc((void **)&r->stage, bytes, cudaHostAllocDefault))) {
-        r->stage = NULL;
-        return -ENOMEM;
-    }
-    if (cuda_ok(cudaMalloc((void **)&r->dev, bytes))) {
-        r->dev = NULL;
-        return -ENOMEM;
-    }
-    r->cap = IDX_RING_ENTRIES;
-    return 0;
-}
-
-static int kern_init(struct xfer_engine *x)
-{
-    struct kvk_pool *kp = &x->kp;
-    void *host = NULL;
-    int rc;
-
-    if (kvk_check_device() != cudaSuccess)
-        return KVT_ENOBACKEND; /* no code in this build for this GPU */
-    if (cuda_ok(cudaHostGetDevicePointer(&host, x->host->base, 0)))
-        return KVT_ENOBACKEND; /* the host pool is not mapped for the device */
-    kp->host = host;
-    kp->layers = x->layers;
-    kp->parts = x->host->row[1] ? 2 : 1;
-    kern_host_strides(x->host, kp);
-    if (!kern_strides_match(x->host, kp))
-        return -EINVAL;
-    if ((rc = kern_dev_table(x)))
-        return rc;
-    kp->dev = x->dev_tab;
-    for (int d = XFER_LOAD; d <= XFER_BACKUP && !rc; d++)
-        rc = ring_init(&x->s[d].ring);
-    return rc;
-}
-#endif /* KVT_HAVE_KERNELS */
-
-/* After the streams have stopped. */
-static void kern_finish(struct xfer_engine *x)
-{
-    for (int d = XFER_LOAD; d <= XFER_BACKUP; d++)
-        ring_finish(&x->s[d].ring);
-    if (x->dev_tab)
-        cudaFree(x->dev_tab);
-    x->dev_tab = NULL;
-    x->kernels = false;
-}
-
-/* io=kernel needs the kernel path (KVT_ENOBACKEND where it cannot be had: not built, no code
- * for this GPU, host pool not mapped); io=auto goes without it, by DMA alone. */
-static int kern_setup(struct xfer_engine *x)
-{
-    int rc = KVT_ENOBACKEND;
-
-#ifdef KVT_HAVE_KERNELS
-    rc = kern_init(x);
-    x->kernels = rc == 0;
-#endif
-    if (rc)
-        kern_finish(x);
-    return rc && x->cfg.io == KVT_IO_KERNEL ? rc : 0;
-}
-
-#endif /* KVT_HAVE_CUDA */
-
-/* ---- dispatch ---- */
-
-static int stream_start(struct xfer_stream *s)
-{
-#ifdef KVT_HAVE_CUDA
-    if (s->x->cuda)
-        return cuda_start(s);
-#endif
-    return sim_start(s);
-}
-
-static void stream_stop(struct xfer_stream *s)
-{
-#ifdef KVT_HAVE_CUDA
-    if (s->x->cuda) {
-        cuda_stop(s);
-        return;
-    }
-#endif
-    sim_stop(s);
-}
-
-static int stream_submit(struct xfer_stream *s, struct xfer_op *op, void *ready)
-{
-#ifdef KVT_HAVE_CUDA
-    if (s->x->cuda)
-        return cuda_submit(s, op, ready);
-#endif
-    (void)ready;
-    return sim_submit(s, op);
-}
-
-/* Under the lock: block until woken (sim), or for a bounded while (cuda). */
-static void wait_progress(struct xfer_stream *s)
-{
-#ifdef KVT_HAVE_CUDA
-    if (s->x->cuda) {
-        cuda_wait_progress(s);
-        return;
-    }
-#endif
-    pthread_cond_wait(&s->progress, &s->lock);
-}
-
-/* ---- setup ---- */
 
 /* The device and host pools must agree on everything a page copy relies on. */
 static int check_pools(const struct kv_pool *dev, const struct host_pool *host)
@@ -1028,10 +164,8 @@ static int check_pools(const struct kv_pool *dev, const struct host_pool *host)
         return -EINVAL;
     if (host->layout != HOST_PAGE_FIRST && host->layout != HOST_LAYER_FIRST)
         return -EINVAL;
-#ifndef KVT_HAVE_CUDA
-    if (dev->be->kind == KVT_BACKEND_CUDA)
+    if (!find_backend(dev->be->kind))
         return KVT_ENOBACKEND;
-#endif
     return 0;
 }
 
@@ -1051,13 +185,33 @@ static int stream_init(struct xfer_engine *x, enum xfer_dir dir)
         rc = -ENOMEM;
     else if (pthread_cond_init(&s->progress, &ca))
         rc = -ENOMEM;
-    else if (pthread_cond_init(&s->work, &ca))
-        rc = -ENOMEM;
     pthread_condattr_destroy(&ca);
     if (rc)
         return rc; /* a half-made stream is not destroyed: pthread objects cannot leak memory */
     s->inited = true;
-    return stream_start(s);
+    rc = x->be->start(s);
+    s->started = rc == 0;
+    return rc;
+}
+
+static struct xfer_engine *engine_new(const struct xfer_backend *be, struct kv_pool *dev,
+                                      struct host_pool *host, const struct xfer_config *cfg)
+{
+    struct xfer_engine *x = calloc(1, be->engine_size);
+
+    if (!x)
+        return NULL;
+    x->be = be;
+    x->dev = dev;
+    x->host = host;
+    if (cfg)
+        x->cfg = *cfg;
+    x->layers = host->layers;
+    x->page_size = host->page_size;
+    x->dev_npages = dev->rows / host->page_size;
+    x->page_bytes = (size_t)host->page_size * (host->row[0] + host->row[1]) * host->layers;
+    x->host_contiguous = host->layout == HOST_LAYER_FIRST;
+    return x;
 }
 
 int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_config *cfg,
@@ -1073,26 +227,13 @@ int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_c
         return -EINVAL; /* sim copies one way whatever io says, yet a typo is still one */
     if ((rc = check_pools(dev, host)))
         return rc;
-    x = calloc(1, sizeof(*x));
+    x = engine_new(find_backend(dev->be->kind), dev, host, cfg);
     if (!x)
         return -ENOMEM;
-    x->dev = dev;
-    x->host = host;
-    if (cfg)
-        x->cfg = *cfg;
-    x->layers = host->layers;
-    x->page_size = host->page_size;
-    x->dev_npages = dev->rows / host->page_size;
-    x->page_bytes = (size_t)host->page_size * (host->row[0] + host->row[1]) * host->layers;
-    x->host_contiguous = host->layout == HOST_LAYER_FIRST;
-    x->cuda = dev->be->kind == KVT_BACKEND_CUDA;
-    x->batch_api = true;
     for (int d = XFER_LOAD; d <= XFER_BACKUP && !rc; d++)
         rc = stream_init(x, (enum xfer_dir)d);
-#ifdef KVT_HAVE_CUDA
-    if (!rc && x->cuda && x->cfg.io != KVT_IO_DMA)
-        rc = kern_setup(x);
-#endif
+    if (!rc && x->be->setup)
+        rc = x->be->setup(x);
     if (rc) {
         xfer_destroy(x);
         return rc;
@@ -1107,17 +248,14 @@ void xfer_destroy(struct xfer_engine *x)
         return;
     for (int d = XFER_LOAD; d <= XFER_BACKUP; d++)
         if (x->s[d].started)
-            stream_stop(&x->s[d]);
-#ifdef KVT_HAVE_CUDA
-    if (x->cuda)
-        kern_finish(x); /* both streams are idle: nothing reads the table or the rings */
-#endif
+            x->be->stop(&x->s[d]);
+    if (x->be->finish)
+        x->be->finish(x); /* both streams are idle: nothing of the setup is in use */
     for (int d = XFER_LOAD; d <= XFER_BACKUP; d++) {
         struct xfer_stream *s = &x->s[d];
 
         if (!s->inited)
             continue;
-        pthread_cond_destroy(&s->work);
         pthread_cond_destroy(&s->progress);
         pthread_mutex_destroy(&s->lock);
     }
@@ -1144,21 +282,22 @@ static int check_pages(const struct xfer_engine *x, const uint32_t *dev_pages,
     return 0;
 }
 
-/* The op with copies of both page arrays behind it, in one allocation. */
+/* The backend's op with copies of both page arrays behind it, in one allocation. */
 static struct xfer_op *op_new(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
                               const uint32_t *host_pages, size_t n)
 {
+    size_t size = x->be->op_size;
     struct xfer_op *op;
 
-    if (n > (SIZE_MAX - sizeof(*op)) / (2 * sizeof(uint32_t)))
+    if (n > (SIZE_MAX - size) / (2 * sizeof(uint32_t)))
         return NULL;
-    op = calloc(1, sizeof(*op) + 2 * n * sizeof(uint32_t));
+    op = calloc(1, size + 2 * n * sizeof(uint32_t));
     if (!op)
         return NULL;
     op->s = &x->s[dir];
     op->n = n;
     op->bytes = (uint64_t)n * x->page_bytes;
-    op->dev_pages = (uint32_t *)(op + 1);
+    op->dev_pages = (uint32_t *)((char *)op + size);
     op->host_pages = op->dev_pages + n;
     if (n) {
         memcpy(op->dev_pages, dev_pages, n * sizeof(uint32_t));
@@ -1180,7 +319,7 @@ int xfer_submit(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pa
     op = op_new(x, dir, dev_pages, host_pages, n);
     if (!op)
         return -ENOMEM;
-    rc = stream_submit(&x->s[dir], op, ready);
+    rc = x->be->submit(&x->s[dir], op, ready);
     /* Not op->id: the worker may have copied and freed the op already. */
     if (rc == 0)
         *id = x->s[dir].issued;
@@ -1220,13 +359,11 @@ int xfer_wait(struct xfer_engine *x, enum xfer_dir dir, uint64_t id)
     s = &x->s[dir];
     pthread_mutex_lock(&s->lock);
     while (atomic_load_explicit(&s->done, memory_order_relaxed) < id)
-        wait_progress(s);
+        x->be->wait_progress(s);
     rc = status_locked(s, id);
     pthread_mutex_unlock(&s->lock);
-#ifdef KVT_HAVE_CUDA
-    if (x->cuda)
-        cuda_reap(s, false);
-#endif
+    if (x->be->reap)
+        x->be->reap(s);
     return rc;
 }
 
@@ -1238,14 +375,11 @@ int xfer_wait_layer(struct xfer_engine *x, uint64_t id, uint32_t layer, void *st
     if (!x || id == 0 || id > x->s[XFER_LOAD].issued || layer >= x->layers)
         return -EINVAL;
     s = &x->s[XFER_LOAD];
-#ifdef KVT_HAVE_CUDA
-    if (x->cuda && xfer_done(x, XFER_LOAD) < id)
-        return cuda_wait_layer(s, id, layer, stream);
-#endif
-    (void)stream;
+    if (x->be->wait_layer && xfer_done(x, XFER_LOAD) < id)
+        return x->be->wait_layer(s, id, layer, stream);
     pthread_mutex_lock(&s->lock);
     while (!load_layer_landed(s, id, layer))
-        wait_progress(s);
+        x->be->wait_progress(s);
     /* A done op answers for itself; a layer that landed mid-op has no error to report,
      * since a failed copy stops the op before its layer is marked. */
     rc = atomic_load_explicit(&s->done, memory_order_relaxed) >= id ? status_locked(s, id) : 0;
