@@ -44,7 +44,7 @@ KVT_HELPERS = {"kvt_cell_bytes", "kvt_max_tokens"}  # pure functions of a geomet
 MAX_LINES = 800
 # Files still above MAX_LINES whose split is open work (issue 14), named so none is added
 # unnoticed: a file here that drops under the limit must leave the list (the check says so).
-SPLIT_PENDING = {"src/host/transfer.c", "src/store/disk/commit.c"}
+SPLIT_PENDING = {"src/store/disk/commit.c"}
 
 
 def module_of(path):
