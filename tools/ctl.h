@@ -64,6 +64,11 @@ int ctl_open_rw(const char *dir, uint64_t disk_bytes, struct dstore **out);
 /* When the writer's open of dir rebuilt its index from the slabs, say so on stderr (stdout may
  * be JSON); had_index: whether there was one to set aside. */
 void ctl_note_rebuilt(const char *dir, struct dstore *s, bool had_index);
+/* Whether to call the store again after rc (*tries counts the tries, from 0): -EAGAIN says a
+ * snapshot of the index could not be taken just now (a writer grew the index past this
+ * process's map while another snapshot was live, or LMDB's reader table was full); after a
+ * short pause the snapshot is renewed. A bounded number of times (about a second). */
+bool ctl_retry(int rc, int *tries);
 /* Whether a writer (a running engine) holds dir's lock now; a quick check before a long scan. */
 bool ctl_dir_locked(const char *dir);
 

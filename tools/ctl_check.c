@@ -119,6 +119,10 @@ static int reread(struct scan *sc, struct page *p)
 
 static void settle(struct scan *sc, struct page *p, int res)
 {
+    int tries = 0;
+
+    while (ctl_retry(res, &tries))
+        res = reread(sc, p);
     if (res == KVT_ECORRUPT)
         res = reread(sc, p);
     if (res == -ENOENT)
@@ -368,7 +372,7 @@ int cmd_verify(const struct ctl_args *a)
         rc = ctl_fail("out of memory");
     else if ((rc = read_all(&sc)) || (rc = index_relink(&ix)))
         rc = ctl_fail("%s: reading pages: %s", v.dir, kvt_strerror(rc));
-    v.checked = sc.done;
+    v.checked = sc.done - sc.gone; /* read: not the pages evicted meanwhile */
     v.gone = sc.gone;
     scan_free(&sc);
     dstore_close(s); /* before a repair opens the dir for writing */

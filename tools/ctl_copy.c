@@ -297,6 +297,27 @@ static enum skip_reason read_failure(int rc, bool lookup)
     return SKIP_READ_ERROR;
 }
 
+/* Page k of the batch again, alone, while its read says the snapshot could not be taken. */
+static int read_again(struct copy *c, uint32_t i, uint32_t k)
+{
+    struct dstore_rpage rp = {c->ix->p[i].key, c->buf + (size_t)k * c->ix->info.page_bytes};
+    int res = c->res[k], tries = 0, rc;
+
+    while (ctl_retry(res, &tries))
+        if ((rc = dstore_get(c->ix->s, &rp, 1, &res)))
+            res = rc;
+    return res;
+}
+
+static int lookup_tokens(struct copy *c, const struct page *p, struct tokens_out *out)
+{
+    int rc, tries = 0;
+
+    while (ctl_retry(rc = dstore_lookup(c->ix->s, p->key, take_tokens, out), &tries))
+        ;
+    return rc;
+}
+
 /* Page k of the batch, read into its buffer already: its write, or false to skip it. */
 static bool prepare_write(struct copy *c, uint32_t i, uint32_t k, uint32_t *tokens)
 {
@@ -304,7 +325,7 @@ static bool prepare_write(struct copy *c, uint32_t i, uint32_t k, uint32_t *toke
     struct tokens_out out = {tokens, c->ix->info.page_tokens};
     int rc;
 
-    if (c->res[k]) {
+    if (c->res[k] && (c->res[k] = read_again(c, i, k))) {
         skip(c, i, read_failure(c->res[k], false));
         return false;
     }
@@ -312,7 +333,7 @@ static bool prepare_write(struct copy *c, uint32_t i, uint32_t k, uint32_t *toke
         skip(c, i, SKIP_BELOW);
         return false;
     }
-    if ((rc = dstore_lookup(c->ix->s, p->key, take_tokens, &out))) {
+    if ((rc = lookup_tokens(c, p, &out))) {
         skip(c, i, read_failure(rc, true));
         return false;
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -21,6 +22,7 @@
 #include "store/disk/index.h"
 
 #define LMDB_PAGE 4096 /* the page size of the index's LMDB file (the host's, on x86-64) */
+#define RETRIES 20     /* tries of a call whose snapshot could not be taken: about 1 s */
 
 /* Only a regular file opened through no link can be the lock a writer holds: a FIFO would
  * block the open, and a link would test some other file's lock. */
@@ -38,6 +40,17 @@ bool ctl_dir_locked(const char *dir)
              errno == EWOULDBLOCK;
     close(fd); /* releases the shared lock at once */
     return locked;
+}
+
+bool ctl_retry(int rc, int *tries)
+{
+    struct timespec pause = {0, 1000000L << (*tries < 6 ? *tries : 6)};
+
+    if (rc != -EAGAIN || *tries >= RETRIES)
+        return false;
+    ++*tries;
+    nanosleep(&pause, NULL);
+    return true;
 }
 
 /* ---- why a dir could not be opened ---- */

@@ -502,11 +502,12 @@ int index_select(const struct ctl_index *ix, const struct ctl_args *a, bool good
 int ctl_load(const char *dir, bool heal, struct dstore **s, struct ctl_index *ix)
 {
     bool quiet = !ctl_dir_locked(dir);
-    int rc = ctl_open_ro(dir, heal, s);
+    int rc = ctl_open_ro(dir, heal, s), tries = 0;
 
     if (rc)
         return rc;
-    rc = index_load(*s, ix);
+    while (ctl_retry(rc = index_load(*s, ix), &tries))
+        index_free(ix);
     /* The slot table is counted in a snapshot of its own: it agrees only without a writer. */
     ix->quiet_dir = quiet && !ctl_dir_locked(dir);
     if (rc) {

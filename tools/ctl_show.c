@@ -318,6 +318,16 @@ static int copy_entry(void *arg, const struct dstore_entry *e)
     return 0;
 }
 
+/* r for key, as the index holds it now (r->found false when it holds none). */
+static void lookup(const struct ctl_index *ix, const uint8_t *key, struct record *r)
+{
+    int tries = 0;
+
+    r->found = false;
+    while (ctl_retry(dstore_lookup(ix->s, key, copy_entry, r), &tries))
+        ;
+}
+
 static void print_tokens(const struct record *r, bool json)
 {
     for (uint32_t t = 0; t < r->e.ntokens; t++)
@@ -406,8 +416,7 @@ static int show_chain_text(const struct ctl_index *ix, const uint32_t *chain, ui
     for (uint32_t k = 0; k < len; k++) {
         const struct page *p = &ix->p[chain[k]];
 
-        r->found = false;
-        dstore_lookup(ix->s, p->key, copy_entry, r);
+        lookup(ix, p->key, r);
         ctl_hex(p->key, HASH_BYTES, hex);
         hex[SHORT_HEX] = '\0';
         printf("%5u  %s ", k + 1, hex);
@@ -421,8 +430,7 @@ static int show_chain_text(const struct ctl_index *ix, const uint32_t *chain, ui
 
 static void show_json_page(const struct ctl_index *ix, const struct page *p, struct record *r)
 {
-    r->found = false;
-    dstore_lookup(ix->s, p->key, copy_entry, r);
+    lookup(ix, p->key, r);
     printf("{");
     page_json_members(ix, p);
     if (r->found && !r->e.status) {
@@ -460,7 +468,7 @@ static int show_text(const struct ctl_index *ix, uint32_t i, const uint32_t *cha
     if (!r)
         return ctl_fail("out of memory");
     /* The page may have been evicted (a miss) or rewritten since the index was read. */
-    dstore_lookup(ix->s, ix->p[i].key, copy_entry, r);
+    lookup(ix, ix->p[i].key, r);
     show_record_text(ix, &ix->p[i], r);
     free(r);
     if (ix->p[i].problems & BAD_RECORD)

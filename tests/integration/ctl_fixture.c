@@ -16,6 +16,15 @@
  *                                          every token T, bytes of zeros
  *   ctl_fixture tokens DIR HASH N          HASH's record, still well formed, holds N tokens
  *                                          (the first ones kept, then zeros)
+ *   ctl_fixture create DIR FP MAP          a new dir as kvtier-bench's tiny geometry makes
+ *                                          (pages of 16 tokens, 2 KiB), fingerprint FP (64 hex
+ *                                          digits), 64 MiB, its index map MAP bytes (LMDB
+ *                                          records it, and readers take it)
+ *   ctl_fixture grow DIR MAP N SEED        write N pages as the engine names them (chains of
+ *                                          up to 32 from the default namespace's root, tokens
+ *                                          drawn from SEED) by a writer whose index map is MAP
+ *                                          bytes; a reader of the dir opened on a smaller map
+ *                                          finds the index grown past it
  * HASH, PARENT and NS are 64 hex digits. Exit 0 on success, 1 on failure, 2 on bad usage.
  */
 #include <errno.h>
@@ -23,8 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "radix/hash.h"
 #include "store/disk/index.h"
 #include "store/disk/store.h"
+
+#define GROW_BATCH 256u
+#define GROW_CHAIN 32u
 
 static int fail(const char *what, int rc)
 {
@@ -251,18 +264,129 @@ static int put_page(const char *dir, const uint8_t *key, char **argv)
     return rc ? 1 : 0;
 }
 
+/* Pages to write in one batch: keys chained as the engine chains them, bytes of the key. */
+struct grower {
+    struct dstore_info in;
+    struct page_hasher h;
+    uint8_t root[DSTORE_KEY_BYTES];
+    uint8_t (*keys)[DSTORE_KEY_BYTES];
+    uint32_t *tokens;
+    uint8_t *buf;
+    struct dstore_wpage w[GROW_BATCH];
+    int res[GROW_BATCH];
+    uint64_t x; /* the token stream's state */
+};
+
+static uint32_t next_token(struct grower *g)
+{
+    g->x = g->x * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(g->x >> 33) % 128000u;
+}
+
+/* Page k of the batch: the next in its chain (the first of a chain hangs from the root). */
+static int grow_page(struct grower *g, uint32_t k, bool first)
+{
+    uint32_t pt = g->in.page_tokens;
+    uint32_t *t = g->tokens + (size_t)k * pt;
+    const uint8_t *parent = first ? g->root : g->keys[k - 1];
+    uint8_t *buf = g->buf + (size_t)k * g->in.slot_bytes;
+
+    for (uint32_t i = 0; i < pt; i++)
+        t[i] = next_token(g);
+    if (page_hash_next(&g->h, parent, t, pt, g->keys[k]))
+        return -EIO;
+    for (uint32_t i = 0; i < g->in.page_bytes; i++)
+        buf[i] = g->keys[k][i % DSTORE_KEY_BYTES];
+    g->w[k] = (struct dstore_wpage){g->keys[k], parent, g->root, t, buf};
+    return 0;
+}
+
+static int grow_batches(struct dstore *s, struct grower *g, uint64_t n)
+{
+    int rc = 0;
+
+    for (uint64_t done = 0; done < n && !rc;) {
+        uint32_t m = n - done < GROW_BATCH ? (uint32_t)(n - done) : GROW_BATCH;
+
+        for (uint32_t k = 0; k < m && !rc; k++)
+            rc = grow_page(g, k, k % GROW_CHAIN == 0);
+        if (!rc && !(rc = dstore_put(s, g->w, m, g->res)))
+            for (uint32_t k = 0; k < m && !rc; k++)
+                rc = g->res[k];
+        done += m;
+    }
+    return rc;
+}
+
+static int create(const char *dir, const char *fp, uint64_t map)
+{
+    struct dstore_options o;
+    struct dstore *s;
+    int rc;
+
+    dstore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    if (parse_key(fp, o.fingerprint))
+        return 2;
+    o.page_bytes = 2048;
+    o.page_tokens = 16;
+    o.disk_bytes = o.slab_bytes = 64ull << 20;
+    o.map_bytes = map;
+    if ((rc = dstore_open(&o, &s)) || (rc = dstore_wait_ready(s)))
+        return fail("dstore_open", rc);
+    dstore_close(s);
+    return 0;
+}
+
+static int grow(const char *dir, uint64_t map, uint64_t n, uint64_t seed)
+{
+    struct dstore_options o;
+    struct grower g = {.x = seed};
+    struct dstore *s;
+    int rc;
+
+    dstore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    o.flags = DSTORE_AS_FOUND;
+    o.disk_bytes = 0;
+    o.map_bytes = map;
+    if ((rc = dstore_open(&o, &s)))
+        return fail("dstore_open", rc);
+    dstore_info(s, &g.in);
+    g.keys = malloc(GROW_BATCH * sizeof(*g.keys));
+    g.tokens = malloc((size_t)GROW_BATCH * g.in.page_tokens * sizeof(*g.tokens));
+    if (!g.keys || !g.tokens ||
+        posix_memalign((void **)&g.buf, 4096, (size_t)GROW_BATCH * g.in.slot_bytes))
+        rc = -ENOMEM;
+    else if (!(rc = page_hasher_init(&g.h))) {
+        if (!(rc = page_hash_root(&g.h, g.in.fingerprint, NULL, 0, g.root)))
+            rc = grow_batches(s, &g, n);
+        page_hasher_finish(&g.h);
+    }
+    dstore_close(s);
+    free(g.keys);
+    free(g.tokens);
+    free(g.buf);
+    return rc ? fail("grow", rc) : 0;
+}
+
 int main(int argc, char **argv)
 {
     uint8_t key[DSTORE_KEY_BYTES];
     const char *cmd = argc > 2 ? argv[1] : "";
 
+    if (!strcmp(cmd, "create") && argc == 5)
+        return create(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    if (!strcmp(cmd, "grow") && argc == 6)
+        return grow(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
+                    strtoull(argv[5], NULL, 10));
     if (!strcmp(cmd, "metajunk") && argc == 3)
         return meta_xor(argv[2], 40, (const uint8_t[]){0x5a}, 1);
     if (!strcmp(cmd, "version") && argc == 4)
         return set_version(argv[2], (uint32_t)strtoul(argv[3], NULL, 10));
     if (argc < 4 || parse_key(argv[3], key)) {
-        fprintf(stderr,
-                "usage: ctl_fixture junk|move|version|metajunk|delete|put|tokens DIR ...\n");
+        fprintf(stderr, "usage: ctl_fixture "
+                        "junk|move|version|metajunk|delete|put|tokens|create|grow DIR ...\n");
         return 2;
     }
     if (!strcmp(cmd, "junk") && argc == 4)

@@ -151,7 +151,8 @@ def fixture(*args):
 # Run inside gdb: stop at each call of plan["function"] (a store function kvtier-ctl calls);
 # at the first, run plan["shell"] (damage the dir between the index load and that call); at
 # each, when plan["fail_key"] is among the pages read, let the call finish and then make
-# that page's result plan["errno"], as a read that failed would.
+# that page's result plan["errno"], as a read that failed would; with plan["return_errno"],
+# let each call finish and make it return that. plan["once"]: fail the first call only.
 GDB_DRIVER = r"""
 import gdb, json, os, struct, subprocess
 plan = json.load(open(os.environ["KVT_GDB_PLAN"]))
@@ -179,8 +180,12 @@ while gdb.selected_inferior().pid:
     hits += 1
     if hits == 1 and plan.get("shell"):
         subprocess.run(plan["shell"], check=True)
-    if plan.get("fail_key"):
+    if plan.get("fail_key") and not (plan.get("once") and failed):
         failed += fail_reads(bytes.fromhex(plan["fail_key"]), plan["errno"])
+    if plan.get("return_errno") and not (plan.get("once") and failed):
+        gdb.execute("finish", to_string=True)
+        gdb.execute(f"set $rax = {plan['return_errno']}")
+        failed += 1
     try:
         gdb.execute("continue", to_string=True)
     except gdb.error:  # it died (a signal): no exit code
@@ -1145,6 +1150,108 @@ def _():
     eq((j["pages"], j["problems"]), (len(after), 0), "verify again: the read works now")
     check(re.search(r"read\s+error\) are kept", ok("verify", "--help").out),
           "verify --help says what --repair keeps")
+
+
+EAGAIN = -11
+
+
+@case("a snapshot the store cannot take for a moment (-EAGAIN) is taken again, not an error")
+def _():
+    d = copy_of(bench_dir(), "eagain")
+    pages = pages_of(d)
+    n = len(pages)
+    victim = min((p for p in pages.values() if p["prefix_tokens"] == 2 * PAGE_TOKENS),
+                 key=lambda p: (-len(descendants(pages, [p["hash"]])), p["hash"]))["hash"]
+    check(descendants(pages, [victim]), "the victim has pages below it")
+    # a read whose snapshot could not be taken: verify reads it again
+    r = Debugged(["verify", d, "--json"], function="dstore_get", fail_key=victim, errno=EAGAIN,
+                 once=True)
+    eq(r.failed, 1, f"the read of {victim[:12]} answered -EAGAIN")
+    eq(r.rc, 0, f"verify exit status{r.where()}")
+    j = r.json()
+    eq((j["pages_read"], j["read_errors"], j["problems"], j["ok"]), (n, 0, 0, True), "verify")
+    # export: the read, then the second look at a record
+    for i, (fn, fail) in enumerate((("dstore_get", dict(fail_key=victim, errno=EAGAIN)),
+                                    ("dstore_lookup", dict(return_errno=EAGAIN)))):
+        t = os.path.join(TMP, f"eagain-exp{i}")
+        r = Debugged(["export", d, t, "--all", "--json"], function=fn, once=True, **fail)
+        eq(r.failed, 1, f"{fn} answered -EAGAIN once")
+        eq(r.rc, 0, f"export exit status ({fn}){r.where()}")
+        j = r.json()
+        eq((j["copied"], j["skipped"]), (n, 0), f"export --all ({fn} answered -EAGAIN once)")
+        eq(set(pages_of(t)), set(pages), f"what export copied ({fn})")
+    # show's look at the record, and the index load itself
+    r = Debugged(["show", d, victim, "--json"], function="dstore_lookup",
+                 return_errno=EAGAIN, once=True)
+    eq(r.rc, 0, f"show exit status{r.where()}")
+    eq(len(r.json()["page"].get("tokens", [])), PAGE_TOKENS, "show: the record was read")
+    r = Debugged(["stat", d, "--json"], function="dstore_iterate", return_errno=EAGAIN, once=True)
+    eq(r.rc, 0, f"stat exit status{r.where()}")
+    eq(r.json()["pages"], n, "stat after the index load answered -EAGAIN once")
+
+
+def small_map_dir(name, pages=2000):
+    """A dir of the bench's geometry (64 MiB: 16384 slots) whose index map is 4 MiB: LMDB
+    records it, and a reader opening the dir takes it; pages written in chains of 32."""
+    d = os.path.join(TMP, name)
+    shutil.rmtree(d, ignore_errors=True)
+    fixture("create", d, fingerprint("tiny"), 4 << 20)
+    fixture("grow", d, 4 << 20, pages, 1)
+    return d
+
+
+def index_bytes(d):
+    return os.path.getsize(os.path.join(d, "index", "data.mdb"))
+
+
+@case("beside a writer that grows the index past the reader's map: verify and export go on")
+def _():
+    # Stopped before its first read while a writer (with a 64 MiB map) adds 16000 pages: the
+    # index grows past the 4 MiB the reader mapped, and the store is full, so the writer
+    # evicts some of the 2000 pages the reader loaded.
+    def grow(d, seed):
+        return [FIXTURE, "grow", d, str(64 << 20), "16000", str(seed)]
+
+    d = small_map_dir("growing-verify")
+    before = index_bytes(d)
+    r = Debugged(["verify", d, "--json"], function="dstore_get", shell=grow(d, 2))
+    check(index_bytes(d) > 4 << 20 > before, f"the index grew from {before} to "
+          f"{index_bytes(d)} bytes, past the reader's 4 MiB map")
+    eq(r.rc, 0, f"verify exit status{r.where()}")
+    j = r.json()
+    eq((j["pages"], j["read_errors"], j["problems"], j["ok"]), (2000, 0, 0, True), "verify")
+    check(j["evicted_during_scan"] > 0, f"the writer evicted none of the pages read: {j}")
+    eq(j["pages_read"] + j["evicted_during_scan"], 2000, "read + evicted during the scan")
+    d = small_map_dir("growing-export")
+    t = os.path.join(TMP, "growing-exp")
+    r = Debugged(["export", d, t, "--all", "--json"], function="dstore_get", shell=grow(d, 3))
+    check(index_bytes(d) > 4 << 20, "the index grew past the reader's map")
+    eq(r.rc, 1, f"export exit status: not every page was copied{r.where()}")
+    j = r.json()
+    why = j["skipped_why"]
+    check(j["copied"] > 0 and why["gone"] > 0, f"copied and gone: {j}")
+    eq(why, skipped_why(gone=why["gone"], below_skipped=why["below_skipped"]),
+       "pages skipped only as evicted (or below such a page)")
+    eq((j["selected"], j["copied"] + j["skipped"]), (2000, 2000), "selected = copied + skipped")
+    check(f"{j['skipped']} of the 2000 pages selected were not copied" in r.err,
+          f"stderr{r.where()}")
+    v = ok_json("verify", t)
+    eq((v["pages"], v["pages_read"], v["ok"]), (j["copied"], j["copied"], True), "the copy")
+    # And truly beside it, without a debugger: whenever the growth falls, no read error.
+    d = small_map_dir("growing-live")
+    w = subprocess.Popen(grow(d, 4), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        j = ctl("verify", d, "--json").json()
+        eq((j["read_errors"], j["problems"]), (0, 0), "verify beside the writer")
+        eq(j["pages_read"] + j["evicted_during_scan"], j["pages"], "read + evicted")
+        r = ctl("export", d, os.path.join(TMP, "growing-live-exp"), "--all", "--json")
+        j = r.json()
+        eq((j["skipped_why"]["read_errors"], j["skipped_why"]["bad_bytes"]), (0, 0),
+           f"export beside the writer{r.where()}")
+        eq((r.rc, j["copied"] + j["skipped"]), (1 if j["skipped"] else 0, j["selected"]),
+           f"export's exit status and counts{r.where()}")
+    finally:
+        eq(w.wait(timeout=60), 0, f"the writer: {w.stderr.read()[-300:]!r}")
 
 
 @case("export/import into an existing dir: its capacity is kept unless --capacity grows it")
