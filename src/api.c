@@ -237,51 +237,46 @@ static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store
     return store_disk_open(so, out);
 }
 
-/* Below the host: the store given, or the disk store the options name, or none. */
-static int open_store_tier(kvt_engine *e, struct kvt_store *store)
+/* Below the host: the store given (e->store), or the disk store the options name, or none.
+ * Until the store tier owns it, the store is the engine's to close. */
+static int open_store_tier(kvt_engine *e)
 {
     struct tier *host = e->below;
-    const struct host_pool *hp;
+    const struct host_pool *hp = host ? host_tier_pool(host) : NULL;
     int rc;
 
-    if (!store && !e->opts.disk_dir)
+    if (!e->store && !e->opts.disk_dir)
         return 0;
-    hp = host ? host_tier_pool(host) : NULL;
     if ((rc = store_tier_check_options(&e->opts, host != NULL, hp ? hp->page_bytes : 0)) ||
-        (!store && (rc = open_disk(e, hp, &store)))) {
-        store_close(store);
+        (!e->store && (rc = open_disk(e, hp, &e->store))))
         return rc;
-    }
-    if (store->page_bytes != hp->page_bytes || store->page_tokens != e->opts.page_size) {
-        store_close(store); /* a store given for pages of another size */
-        return -EINVAL;
-    }
+    if (e->store->page_bytes != hp->page_bytes || e->store->page_tokens != e->opts.page_size)
+        return -EINVAL; /* a store given for pages of another size */
     struct store_tier_config c = {&e->opts, &e->tree, scratch_pages(e)};
-    if ((rc = store_tier_open(&c, store, host_tier_up(host), &e->bottom)))
+    if ((rc = store_tier_open(&c, e->store, host_tier_up(host), &e->bottom))) {
+        e->store = NULL; /* closed by the failed open */
         return rc;
-    e->store = store;
+    }
     host->below = e->bottom;
     return 0;
 }
 
 /* The chain the options ask for: the host tier, then a store below it. */
-static int open_tiers(kvt_engine *e, uint64_t device_tokens, struct kvt_store *store)
+static int open_tiers(kvt_engine *e, uint64_t device_tokens)
 {
     struct host_tier_config hc = {&e->opts,  &e->tree,      e->be,           &e->kv,
                                   &e->alloc, device_tokens, scratch_pages(e)};
     struct tier_up up = {.ctx = e, .room = room_up};
     int rc;
 
-    if ((rc = host_tier_open(&hc, up, &e->below))) {
-        store_close(store);
+    if ((rc = host_tier_open(&hc, up, &e->below)))
         return rc;
-    }
     if (e->opts.prefetch_timeout_ms == 0)
         e->opts.prefetch_timeout_ms = 100;
-    return open_store_tier(e, store);
+    return open_store_tier(e);
 }
 
-static int open_parts(kvt_engine *e, struct kvt_store *store)
+static int open_parts(kvt_engine *e)
 {
     uint64_t tokens;
     int rc;
@@ -289,21 +284,14 @@ static int open_parts(kvt_engine *e, struct kvt_store *store)
     if ((rc = device_tokens(&e->opts, &tokens)) ||
         (rc = dev_backend_select(e->opts.backend, &e->be)) || (rc = make_fingerprint(e)) ||
         (rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)) ||
-        (rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context))) {
-        store_close(store);
+        (rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context)))
         return rc;
-    }
     e->pages = malloc(scratch_pages(e) * sizeof(uint32_t));
     e->below_pages = malloc(scratch_pages(e) * sizeof(uint32_t));
     if (!e->pages || !e->below_pages)
-        rc = -ENOMEM;
-    else
-        rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size);
-    if (rc) {
-        store_close(store);
-        return rc;
-    }
-    if ((rc = open_tiers(e, tokens, store)) || (rc = open_tree(e)))
+        return -ENOMEM;
+    if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)) ||
+        (rc = open_tiers(e, tokens)) || (rc = open_tree(e)))
         return rc;
     if (e->opts.stats_socket && (rc = stats_server_start(e->opts.stats_socket, &e->stats)))
         return rc;
@@ -328,14 +316,14 @@ int engine_open(const struct kvt_options *opts, struct kvt_store *store, kvt_eng
         store_close(store);
         return -ENOMEM;
     }
+    e->store = store; /* the engine's from here on */
     if ((rc = copy_options(opts, &e->opts)) || (rc = check_options(&e->opts)) ||
         !(e->model_id = strdup(e->opts.model_id ? e->opts.model_id : ""))) {
-        store_close(store);
         rc = rc ? rc : -ENOMEM;
         goto fail;
     }
     e->opts.model_id = e->model_id;
-    if ((rc = open_parts(e, store)))
+    if ((rc = open_parts(e)))
         goto fail;
     *out = e;
     return 0;
@@ -378,6 +366,8 @@ static void engine_free(kvt_engine *e)
     tier_stop_chain(e->below);
     rdx_destroy(e->tree);
     tier_close_chain(e->below);
+    if (!e->bottom)
+        store_close(e->store); /* given to a failed open, never handed to a tier */
     if (e->be)
         kv_pool_finish(&e->kv);
     free(e->pages);

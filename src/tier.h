@@ -91,9 +91,6 @@ struct tier_ops {
     int (*store)(struct tier *t, kvt_node_ref node);
     /* Whether this tier takes a copy of what the tier above evicts (store, then evict). */
     bool (*wants_evicted)(const struct tier *t);
-    /* Evict pages of this tier's own copies (by the tree's policy), storing them below
-     * first when the tier below wants that; how many went. */
-    size_t (*evict)(struct tier *t, size_t pages);
 
     /* ---- completions ---- */
     /* Apply at most max finished ops, here then below; how many. */

@@ -171,7 +171,7 @@ static int host_failed(const struct tier *t)
 
 /* Evict host leaves for pages host pages: through the tier below when it keeps what the host
  * evicts (written first, then evicted), else plainly. */
-static size_t host_evict(struct tier *t, size_t pages)
+static size_t evict_pages(struct tier *t, size_t pages)
 {
     struct rdx_tree *tree = tree_of(ht(t));
     size_t done = 0;
@@ -192,7 +192,7 @@ static int alloc_pages(struct host_tier *h, size_t n, uint32_t *pages)
     if (host_available(&h->pool) < n)
         host_poll(&h->base, SIZE_MAX);
     if ((avail = host_available(&h->pool)) < n)
-        host_evict(&h->base, n - avail);
+        evict_pages(&h->base, n - avail);
     return host_alloc(&h->pool, n, pages);
 }
 
@@ -487,7 +487,6 @@ static const struct tier_ops host_ops = {
     .copied_above = host_copied_above,
     .store = host_store,
     .wants_evicted = host_wants_evicted,
-    .evict = host_evict,
     .poll = host_poll,
     .sync = host_sync,
     .busy = host_busy,

@@ -332,19 +332,11 @@ static bool store_tier_wants_evicted(const struct tier *t)
     return st_of(t)->opts->disk_write_policy == KVT_DISK_WRITE_ON_EVICT;
 }
 
-/* A store keeps its own capacity, and its copies are not in the tree: the tier above never
- * asks it to evict, and the engine's copies (inserted, hit) reach it from the host tier. */
+/* The engine's copies (inserted, hit) reach a store from the host tier, not straight down. */
 static void store_tier_ignore(struct tier *t, kvt_node_ref node)
 {
     (void)t;
     (void)node;
-}
-
-static size_t store_tier_evict(struct tier *t, size_t pages)
-{
-    (void)t;
-    (void)pages;
-    return 0;
 }
 
 static int store_tier_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *pages,
@@ -448,7 +440,6 @@ static const struct tier_ops store_tier_ops = {
     .copied_above = store_tier_copied_above,
     .store = store_tier_store,
     .wants_evicted = store_tier_wants_evicted,
-    .evict = store_tier_evict,
     .poll = store_tier_poll,
     .sync = store_tier_sync,
     .busy = store_tier_busy,
