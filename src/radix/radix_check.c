@@ -64,7 +64,7 @@ static int check_node(struct checker *c, uint32_t idx, const struct rdx_node *n)
         return fail(c, idx, "node has no copy anywhere");
     if (n->on_device && !node_at(t, n->parent)->on_device)
         return fail(c, idx, "on the device but its parent is not");
-    if (n->on_host && !node_at(t, n->parent)->on_host)
+    if (n->on_host && !node_at(t, n->parent)->on_host && !t->orphans)
         return fail(c, idx, "on the host but its parent is not");
     if (!n->on_device && n->lock_ref)
         return fail(c, idx, "host-only node is locked");

@@ -89,6 +89,9 @@ struct rdx_tree {
 
     uint64_t clock;
     struct rdx_sizes sz;
+    /* Host copies wait below a node that lost its own to a failed backup, for the ops that
+     * still fill or read them (radix_tiers.c, prune_orphans). */
+    bool orphans;
 };
 
 static inline struct rdx_node *node_at(const struct rdx_tree *t, uint32_t idx)

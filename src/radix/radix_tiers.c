@@ -102,6 +102,57 @@ int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_p
     return rc;
 }
 
+/* ---- host copies below a lost one ---- */
+
+/* Whether an ancestor of idx has no host copy. */
+static bool below_lost_host(const struct rdx_tree *t, uint32_t idx)
+{
+    for (uint32_t i = node_at(t, idx)->parent; i != ROOT; i = node_at(t, i)->parent)
+        if (!node_at(t, i)->on_host)
+            return true;
+    return false;
+}
+
+/* Drop idx's host copy if it sits below a lost one and nothing fills, reads or needs it;
+ * whether it went. A host-only node goes whole once its children have. *busy: one must
+ * wait for an op's end. */
+static bool drop_orphan(struct rdx_tree *t, uint32_t idx, bool *busy)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    if (!n->on_host || !below_lost_host(t, idx))
+        return false;
+    if (n->pending || n->disk_op || (!n->on_device && n->nchildren)) {
+        *busy = true;
+        return false;
+    }
+    if (!n->on_device) {
+        delete_leaf(t, idx);
+        return true;
+    }
+    free_host_copy(t, idx);
+    update_leaf(t, idx);
+    return true;
+}
+
+/* A backup that failed lost a node's host copy after copies below it were made (later
+ * backups of its children, fills under it): those go too, since host copies form a subtree
+ * at the top. Copies still being filled or read wait for their op's end, which calls this
+ * again. A walk over every node, repeated while it drops something: the failure path only,
+ * and the engine stops serving after a failed transfer. */
+static void prune_orphans(struct rdx_tree *t)
+{
+    bool busy, dropped;
+
+    do {
+        busy = dropped = false;
+        for (uint32_t i = ROOT + 1; i < t->cap; i++)
+            if (t->nodes[i] && drop_orphan(t, i, &busy))
+                dropped = true;
+    } while (dropped);
+    t->orphans = busy;
+}
+
 /* The span an op's end clears: the nodes it marked pending. */
 static bool pending_on(const struct rdx_node *n, uint64_t op)
 {
@@ -120,14 +171,18 @@ static void end_op(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
 
     (void)at;
     n->pending = 0;
-    /* A failed backup leaves nothing on the host. A failed load leaves device pages
-     * holding garbage: they go when nothing holds them; a locked node is the engine's
-     * to fence off. */
-    if (e->failed && (e->op & RDX_OP_BACKUP) && n->on_host)
+    /* A failed backup leaves nothing on the host; what was copied below its nodes since it
+     * began goes too (prune_orphans). A failed load leaves device pages holding garbage:
+     * they go when nothing holds them; a locked node is the engine's to fence off. The
+     * parent may be a device leaf again. */
+    if (e->failed && (e->op & RDX_OP_BACKUP) && n->on_host) {
         free_host_copy(t, idx);
-    else if (e->failed && !(e->op & RDX_OP_BACKUP) && n->on_device && n->lock_ref == 0 &&
-             n->ndev_children == 0)
+        t->orphans = true;
+    } else if (e->failed && !(e->op & RDX_OP_BACKUP) && n->on_device && n->lock_ref == 0 &&
+               n->ndev_children == 0) {
         free_device_copy(t, idx);
+        update_leaf(t, n->parent);
+    }
     update_leaf(t, idx);
 }
 
@@ -141,6 +196,8 @@ int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed)
     /* end_op needs no page offsets; the span's length only keeps them in range. */
     if (rc == 0)
         span_each(t, idx, &s, span_pages(t, idx, &s), end_op, &e);
+    if (rc == 0 && t->orphans)
+        prune_orphans(t);
     return rc;
 }
 
@@ -254,6 +311,8 @@ int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
         update_leaf(t, idx);
     else
         delete_leaf(t, idx); /* what did not land, or all of it when the split failed */
+    if (t->orphans)
+        prune_orphans(t);
     return 0;
 }
 
@@ -337,5 +396,7 @@ int rdx_disk_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, const int *
 
     if (rc == 0)
         span_each(t, idx, &s, n, record_disk_result, results);
+    if (rc == 0 && t->orphans)
+        prune_orphans(t);
     return rc;
 }

@@ -597,6 +597,74 @@ static void test_host_failed_backup_and_split(void **state)
     rdx_destroy(t);
 }
 
+/* A backup that fails takes with it the host copies made below its nodes while it ran: a
+ * later backup of a child (it lands, but under a node that lost its copy) and a fill from disk
+ * that landed. Host copies form a subtree at the top whatever the order of ends. */
+static void test_host_failed_backup_below(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    struct kvt_key k = {.tokens = KEY(1, 2, 5, 6)};
+    const uint64_t a = RDX_OP_BACKUP | 1, b = RDX_OP_BACKUP | 2, fill = RDX_OP_DISK | 1;
+    kvt_node_ref leaf = 0;
+
+    (void)state;
+    put(t, KEY(1, 2));
+    struct rdx_hit p = hit_of(t, KEY(1, 2), NULL, NULL);
+    assert_int_equal(back_up(t, p.dev_last, a), 2);
+    put(t, KEY(1, 2, 3, 4));
+    struct rdx_hit c = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    assert_int_equal(back_up(t, c.dev_last, b), 2); /* [3,4] alone: [1,2] has its copy */
+    assert_int_equal(
+        rdx_attach_fill(t, &k, p.dev_last, 2, (const uint32_t[]){70, 71}, 2, fill, &leaf), 0);
+    assert_int_equal(rdx_fill_done(t, leaf, fill, 2), 0);
+    check(t);
+
+    /* a fails: [1,2]'s copy goes, and the landed fill with it (it has no other copy here). */
+    assert_int_equal(rdx_op_done(t, p.dev_last, a, 1), 0);
+    check(t);
+    assert_dump(t, "[1,2] pages=[101,102] lock=0\n"
+                   "  [3,4] pages=[103,104] host=[900,901] lock=0\n");
+    /* b lands below a node without a host copy: its copy goes too. */
+    assert_int_equal(rdx_op_done(t, c.dev_last, b, 0), 0);
+    check(t);
+    assert_dump(t, "[1,2] pages=[101,102] lock=0\n"
+                   "  [3,4] pages=[103,104] lock=0\n");
+    assert_int_equal(r.host.n, 6);
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    assert_int_equal(h.host_pages, 0);
+    rdx_destroy(t);
+}
+
+/* A load-back that fails gives up the device pages it filled; the parent it hung under is a
+ * device leaf again, and eviction reaches it. */
+static void test_host_failed_load_parent_evictable(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    const uint64_t load = 7;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4));
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    back_up(t, h.dev_last, RDX_OP_BACKUP | 1);
+    assert_int_equal(rdx_op_done(t, h.dev_last, RDX_OP_BACKUP | 1, 0), 0);
+    hit_of(t, KEY(1, 2), NULL, NULL);     /* splits: [1,2] then [3,4] */
+    assert_int_equal(rdx_evict(t, 2), 2); /* [3,4] leaves the device */
+    h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    assert_int_equal(h.dev_pages, 2);
+    assert_int_equal(h.host_pages, 2);
+    assert_int_equal(rdx_attach_device(t, h.host_last, (const uint32_t[]){7, 8}, 2, load), 0);
+    assert_int_equal(rdx_op_done(t, h.host_last, load, 1), 0);
+    check(t);
+    assert_dump(t, "[1,2] pages=[101,102] host=[900,901] lock=0\n"
+                   "  [3,4] pages=- host=[902,903] lock=0\n");
+    /* [1,2] has no child on the device: a device leaf, evicted on demand. */
+    assert_int_equal(rdx_evict(t, 2), 2);
+    check(t);
+    rdx_destroy(t);
+}
+
 /* ---- the disk tier ---- */
 
 /* Page hashes of a key from the tree agree with the hashes of the nodes holding it, from the
@@ -771,6 +839,8 @@ int main(void)
         cmocka_unit_test(test_host_residency),
         cmocka_unit_test(test_host_insert_adopts),
         cmocka_unit_test(test_host_failed_backup_and_split),
+        cmocka_unit_test(test_host_failed_backup_below),
+        cmocka_unit_test(test_host_failed_load_parent_evictable),
         cmocka_unit_test(test_disk_key_hashes),
         cmocka_unit_test(test_disk_fill),
         cmocka_unit_test(test_disk_write),
