@@ -66,7 +66,7 @@ uint32_t dio_kind(const struct dio *io);
 /* Whether the registered region is in use as fixed buffers. */
 bool dio_fixed_buffers(const struct dio *io);
 
-/* ---- shared by the engines (dio.c) ---- */
+/* ---- shared by the engines (dio.c, dio_queue.c) ---- */
 
 struct dio {
     struct dio_config cfg;
@@ -82,12 +82,14 @@ struct dio {
     void *priv;
 };
 
-/* The fault seam's verdict on r: 0, or the error to fail it with. */
+/* dio_queue.c: the fault seam's verdict on r: 0, or the error to fail it with. */
 int dio_fault(const struct dio *io, const struct dio_req *r);
 
-/* Under the lock: take every queued request, oldest first. */
+/* dio_queue.c: under the lock, take every queued request, oldest first. */
 struct dio_req *dio_take_locked(struct dio *io);
 
+/* The engines' starts (dio_psync.c, dio_uring.c): threads up, kick and finish set. */
+int dio_psync_start(struct dio *io);
 #ifdef KVT_HAVE_URING
 int dio_uring_start(struct dio *io);
 #endif

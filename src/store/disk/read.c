@@ -14,39 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The record's static bounds: what the dir's geometry allows at all. */
-static bool record_in_layout(const struct dstore *s, const struct drec *r)
-{
-    return r->length == s->page_bytes && r->slot < s->slab_slots && r->slab < s->nslabs &&
-           (uint64_t)r->slab * s->slab_slots + r->slot < s->nslots;
-}
-
-bool record_in_bounds_locked(const struct dstore *s, const struct drec *r)
-{
-    return record_in_layout(s, r) && r->slot < s->slabs[r->slab].valid;
-}
-
-int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct drec *r,
-                  uint64_t *digest)
-{
-    MDB_val k = {DSTORE_KEY_BYTES, (void *)key}, v;
-    int rc = mdb_get(txn, s->ix.pages, &k, &v);
-
-    if (rc)
-        return rc == MDB_NOTFOUND ? -ENOENT : index_err(rc);
-    *digest = value_digest(v.mv_data, v.mv_size);
-    rc = rec_decode(key, v.mv_data, v.mv_size, r);
-    pthread_mutex_lock(&s->lock);
-    if (rc)
-        s->st.err_record++;
-    else if (r->ntokens != s->page_tokens && (rc = KVT_ECORRUPT))
-        s->st.err_record++;
-    else if (!record_in_layout(s, r) && (rc = KVT_ECORRUPT))
-        s->st.err_bounds++;
-    pthread_mutex_unlock(&s->lock);
-    return rc;
-}
-
 /* Ask the committer to drop key's record: the one with digest, or the one naming slot g.
  * Best effort: without memory the record stays and keeps failing its checks. */
 static void drop_later(struct dstore *s, const uint8_t *key, uint32_t g, uint64_t digest)

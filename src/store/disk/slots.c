@@ -573,3 +573,25 @@ int slots_check(struct dstore *s, char *why, size_t len)
     free(kids);
     return rc;
 }
+
+/* ---- taking and killing slots (the committer) ---- */
+
+uint32_t pop_free_locked(struct dstore *s)
+{
+    while (s->nfree) {
+        uint32_t g = s->freestk[--s->nfree];
+
+        if (!s->pins[g])
+            return g;
+        s->state[g] = SLOT_DEAD; /* pinned by a read from before the rebuild */
+    }
+    return NO_SLOT;
+}
+
+bool kill_locked(struct dstore *s, uint32_t g, const uint8_t *key)
+{
+    if (memcmp(s->skey[g], key, DSTORE_KEY_BYTES))
+        return false;
+    slot_unuse_locked(s, g);
+    return s->state[g] == SLOT_DYING;
+}

@@ -19,53 +19,6 @@
 
 #define GIB (1ull << 30)
 
-/* ---- small shared helpers ---- */
-
-void job_push_locked(struct dstore *s, struct djob *j)
-{
-    j->next = NULL;
-    if (s->jtail)
-        s->jtail->next = j;
-    else
-        s->jhead = j;
-    s->jtail = j;
-    pthread_cond_signal(&s->job_cv);
-}
-
-/* ---- read snapshots ---- */
-
-/* Snapshots of the index for the owner (and dstore_stats). A read-only store adopts a map
- * its writer grew, which it may do only while no other snapshot of its own is live. */
-int snapshot_begin(struct dstore *s, MDB_txn **txn)
-{
-    int rc = index_read_begin(&s->ix, txn, s->ro && atomic_load(&s->snapshots) == 0);
-
-    if (!rc)
-        atomic_fetch_add(&s->snapshots, 1);
-    return rc;
-}
-
-void snapshot_end(struct dstore *s, MDB_txn *txn)
-{
-    mdb_txn_abort(txn);
-    atomic_fetch_sub(&s->snapshots, 1);
-}
-
-int snapshot_renew(struct dstore *s)
-{
-    int rc = index_read_renew(&s->ix, s->rtxn, s->ro && atomic_load(&s->snapshots) == 0);
-
-    if (!rc)
-        atomic_fetch_add(&s->snapshots, 1);
-    return rc;
-}
-
-void snapshot_reset(struct dstore *s)
-{
-    mdb_txn_reset(s->rtxn);
-    atomic_fetch_sub(&s->snapshots, 1);
-}
-
 /* ---- ops ---- */
 
 static void op_free(struct dop *op)
@@ -127,23 +80,6 @@ static void op_link_locked(struct dstore *s, struct dop *op)
         s->ohead = op;
     s->otail = op;
     s->live++;
-}
-
-static void op_finish_locked(struct dstore *s, struct dop *op)
-{
-    op->ok = 0;
-    for (uint32_t i = 0; i < op->n; i++) {
-        op->results[i] = op->pages[i].res;
-        op->ok += op->pages[i].res == 0;
-    }
-    op->done = true;
-    pthread_cond_broadcast(&s->done_cv);
-}
-
-void op_page_done_locked(struct dstore *s, struct dop *op)
-{
-    if (--op->pending == 0)
-        op_finish_locked(s, op);
 }
 
 /* Under the lock: take op (done) off the live list. */

@@ -202,7 +202,7 @@ struct dstore {
     struct dstore_stats st; /* locked: the counters; gauges are filled by dstore_stats */
 };
 
-/* ---- store.c ---- */
+/* ---- snapshot.c ---- */
 
 /* Read snapshots of the index for the owner: begun and ended, or the owner's rtxn renewed and
  * reset. A read-only store adopts a map its writer grew when no other snapshot is live. */
@@ -210,10 +210,40 @@ int snapshot_begin(struct dstore *s, MDB_txn **txn);
 void snapshot_end(struct dstore *s, MDB_txn *txn);
 int snapshot_renew(struct dstore *s);
 void snapshot_reset(struct dstore *s);
-/* Under the lock: one more page of op finished; completes the op when it was the last. */
+
+/* ---- queue.c: jobs and op completion, under the lock ---- */
+
+/* One more page of op finished; completes the op when it was the last. */
 void op_page_done_locked(struct dstore *s, struct dop *op);
-/* Under the lock: queue a job for the committer. */
+/* Queue a job for the committer. */
 void job_push_locked(struct dstore *s, struct djob *j);
+
+/* ---- records.c: the index's records ---- */
+
+/* Look up and check key's record in txn: 0 and *r, -ENOENT, or KVT_ECORRUPT / bounds
+ * errors (counted). *digest gets the raw value's digest where one was read. */
+int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct drec *r,
+                  uint64_t *digest);
+/* Whether r names a slot the slabs back now (locked). */
+bool record_in_bounds_locked(const struct dstore *s, const struct drec *r);
+/* A write transaction (committer); a failure is counted. */
+int txn_begin(struct dstore *s, MDB_txn **txn);
+/* Commit txn (through the fault seam); a failure is counted, the txn gone either way. */
+int txn_commit(struct dstore *s, MDB_txn *txn);
+/* Count a failed index write: the disk full, or anything else LMDB said. */
+void count_index_error(struct dstore *s, int rc);
+
+/* Which of key's records to delete: the one naming a slot, the one with a digest, any. */
+struct rec_match {
+    uint32_t g; /* NO_SLOT: by digest, or any */
+    uint64_t digest;
+    bool any;
+};
+
+/* Delete key's record when it is junk or matches m. *slot gets the slot the record named,
+ * NO_SLOT when none. -ENOENT when nothing was deleted. */
+int delete_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct rec_match m,
+                  uint32_t *slot);
 
 /* ---- slots.c: the slot table, under the lock ---- */
 
@@ -241,15 +271,13 @@ uint32_t tag_find_locked(const struct dstore *s, uint64_t tag);
 void lists_reset_locked(struct dstore *s);
 /* The rebuild: the n used slots, oldest first, into the map, the counts and the lists. */
 void slots_link_all(struct dstore *s, const uint32_t *by_age, uint64_t n);
+/* A free slot no reader still holds, or NO_SLOT. */
+uint32_t pop_free_locked(struct dstore *s);
+/* A live slot g of key stops taking readers; whether it was live. */
+bool kill_locked(struct dstore *s, uint32_t g, const uint8_t *key);
 
 /* ---- read.c ---- */
 
-/* Look up and check key's record in txn: 0 and *r, -ENOENT, or KVT_ECORRUPT / bounds
- * errors (counted). *digest gets the raw value's digest where one was read. */
-int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct drec *r,
-                  uint64_t *digest);
-/* Whether r names a slot the slabs back now (locked). */
-bool record_in_bounds_locked(const struct dstore *s, const struct drec *r);
 /* Submit op's page reads; *leading (may be NULL): the first pages found and on their way. */
 int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages,
                 size_t *leading);
@@ -290,6 +318,20 @@ static inline bool table_known_locked(const struct dstore *s)
 {
     return s->ready && !s->broken;
 }
+
+/* ---- lru.c: access times and eviction (the committer) ---- */
+
+/* Write the access times touched since the last time into txn. */
+void persist_access(struct dstore *s, MDB_txn *txn);
+/* The same in a transaction of its own. */
+void flush_access(struct dstore *s);
+/* Evict up to want of the oldest unpinned pages in one transaction; *evicted: how many. */
+int evict_oldest(struct dstore *s, size_t want, size_t *evicted);
+
+/* ---- batch.c ---- */
+
+/* Run a list of write jobs as one batch and complete them. */
+void batch_run(struct dstore *s, struct djob *jobs);
 
 /* ---- commit.c ---- */
 

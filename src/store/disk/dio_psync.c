@@ -1,0 +1,107 @@
+/*
+ * The psync engine: every worker takes the oldest queued request and runs it to the end with
+ * pread/pwrite, so requests overlap across workers as they would in the kernel's queue. For
+ * kernels and sandboxes that refuse io_uring.
+ */
+#include "dio.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define PSYNC_MAX_THREADS 64
+
+struct psync {
+    uint32_t nthreads;
+    pthread_t threads[PSYNC_MAX_THREADS];
+};
+
+/* The whole transfer, continuing after short counts; -ENODATA when a read meets the end. */
+static int psync_run(struct dio *io, struct dio_req *r)
+{
+    int rc = dio_fault(io, r);
+
+    while (!rc && r->done < r->len) {
+        uint8_t *p = (uint8_t *)r->buf + r->done;
+        size_t left = r->len - r->done;
+        off_t off = (off_t)(r->off + r->done);
+        ssize_t n = r->write ? pwrite(r->fd, p, left, off) : pread(r->fd, p, left, off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            rc = -errno;
+        else if (n == 0)
+            rc = r->write ? -EIO : -ENODATA;
+        else
+            r->done += (uint32_t)n;
+    }
+    return rc;
+}
+
+/* The oldest queued request, or NULL once stopped with the queue drained. */
+static struct dio_req *psync_next(struct dio *io)
+{
+    struct dio_req *r;
+
+    pthread_mutex_lock(&io->lock);
+    while (!io->head && !io->stop)
+        pthread_cond_wait(&io->work, &io->lock);
+    r = io->head;
+    if (r) {
+        io->head = r->next;
+        if (!io->head)
+            io->tail = NULL;
+    }
+    pthread_mutex_unlock(&io->lock);
+    return r;
+}
+
+static void *psync_worker(void *arg)
+{
+    struct dio *io = arg;
+    struct dio_req *r;
+
+    while ((r = psync_next(io))) {
+        r->next = NULL;
+        r->res = psync_run(io, r);
+        r->complete(r);
+    }
+    return NULL;
+}
+
+static void psync_finish(struct dio *io)
+{
+    struct psync *p = io->priv;
+
+    pthread_mutex_lock(&io->lock);
+    io->stop = true;
+    pthread_cond_broadcast(&io->work);
+    pthread_mutex_unlock(&io->lock);
+    for (uint32_t i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i], NULL);
+    free(p);
+}
+
+int dio_psync_start(struct dio *io)
+{
+    uint32_t want = io->cfg.threads ? io->cfg.threads : 4;
+    struct psync *p = calloc(1, sizeof(*p));
+
+    if (!p)
+        return -ENOMEM;
+    if (want > PSYNC_MAX_THREADS)
+        want = PSYNC_MAX_THREADS;
+    io->priv = p;
+    io->finish = psync_finish;
+    io->kind = DSTORE_IO_PSYNC;
+    for (; p->nthreads < want; p->nthreads++)
+        if (pthread_create(&p->threads[p->nthreads], NULL, psync_worker, io))
+            break;
+    if (p->nthreads)
+        return 0;
+    free(p);
+    io->priv = NULL;
+    io->finish = NULL;
+    return -ENOMEM;
+}

@@ -1,0 +1,34 @@
+/*
+ * The committer's job queue and the completion of ops, shared by the front (which queues and
+ * collects) and the workers (the committer and the I/O engines' callbacks, which finish
+ * pages). Everything here runs under the store's lock.
+ */
+#include "store_int.h"
+
+void job_push_locked(struct dstore *s, struct djob *j)
+{
+    j->next = NULL;
+    if (s->jtail)
+        s->jtail->next = j;
+    else
+        s->jhead = j;
+    s->jtail = j;
+    pthread_cond_signal(&s->job_cv);
+}
+
+static void op_finish_locked(struct dstore *s, struct dop *op)
+{
+    op->ok = 0;
+    for (uint32_t i = 0; i < op->n; i++) {
+        op->results[i] = op->pages[i].res;
+        op->ok += op->pages[i].res == 0;
+    }
+    op->done = true;
+    pthread_cond_broadcast(&s->done_cv);
+}
+
+void op_page_done_locked(struct dstore *s, struct dop *op)
+{
+    if (--op->pending == 0)
+        op_finish_locked(s, op);
+}
