@@ -12,6 +12,8 @@ the calls across files of src/.
   6. Calls across files follow the same arrows as the includes (no extern declarations).
   7. No file of src/ above 800 lines without a reason at its top ("Size:"); the files whose
      split is still open are listed in SPLIT_PENDING and printed as such.
+  8. Inside a module the files' calls form a DAG: a front on top, helpers below, no file
+     calling back up into one that calls it (a cycle is printed with the calls that close it).
 
 Prints the module graph and each rule's verdict; exits 1 when a rule is broken.
 Usage: check_layout.py [REPO_ROOT]
@@ -44,7 +46,7 @@ KVT_HELPERS = {"kvt_cell_bytes", "kvt_max_tokens"}  # pure functions of a geomet
 MAX_LINES = 800
 # Files still above MAX_LINES whose split is open work (issue 14), named so none is added
 # unnoticed: a file here that drops under the limit must leave the list (the check says so).
-SPLIT_PENDING = {"src/store/disk/commit.c"}
+SPLIT_PENDING = set()
 
 
 def module_of(path):
@@ -109,6 +111,45 @@ def calls(root, f):
     return out
 
 
+def call_cycles(files, defs, root):
+    """Cycles among the files of one module in the graph of calls, each as one line."""
+    graph = defaultdict(dict)  # file -> {callee file: a name it calls there}
+    for f in files:
+        if f.endswith(".c"):
+            for name in calls(root, f):
+                target = defs.get(name)
+                if target and target != f and module_of(target)[0] == module_of(f)[0]:
+                    graph[f].setdefault(target, name)
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append("; ".join(f"{a} calls {graph[a][b]} ({b})" for a in sorted(comp)
+                                     for b in sorted(graph[a]) if b in comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.join(os.path.dirname(__file__), ".."))
@@ -169,6 +210,9 @@ def main():
                                                       tmod in ("host-tier", "store-tier")):
                 broken[4].append(f"{f}:{line} calls {name} of {target}")
 
+    for cycle in call_cycles(files, defs, root):
+        broken[8].append(cycle)
+
     print("module graph (module -> what it includes), by layer:")
     layer_of = {m: l for _, m, l in MODULES}
     for mod in sorted(edges, key=lambda m: (-layer_of[m], m)):
@@ -176,7 +220,8 @@ def main():
     titles = {1: "no arrow up", 2: "backends include only the store contract",
               3: "tiers include no backend and no engine", 4: "the engine knows no tier by name",
               5: "no internal call of a kvt_* entry point", 6: "calls follow the arrows",
-              7: f"no file above {MAX_LINES} lines without a reason"}
+              7: f"no file above {MAX_LINES} lines without a reason",
+              8: "inside a module the files' calls form a DAG"}
     for rule, title in titles.items():
         print(f"rule {rule} ({title}): {'ok' if not broken[rule] else 'BROKEN'}")
         for why in broken[rule]:
