@@ -7,6 +7,7 @@
  *   struct kvt_store --ops--> disk  (store/disk/ops.c over the block store, store/disk/store.h)
  *                             mem   (store/mem.c: pages in memory, the template for a backend
  *                                    and the engine tests' fault seam)
+ *                             chain (store/chain.c: stores in order, nearest first)
  *
  * A backend fills in one struct store_ops and embeds struct kvt_store first in its own
  * state; nothing above this file names a backend, and a backend includes nothing of the

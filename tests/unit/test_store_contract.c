@@ -1,7 +1,7 @@
 /*
  * The store contract (src/store/store.h), checked the same way on every backend built in:
- * the in-memory store and the disk block store. A new backend adds one row to BACKENDS and
- * passes these before the engine ever sees it (docs/tiers.md).
+ * the in-memory store, the disk block store and a chain of the two. A new backend adds one row
+ * to BACKENDS and passes these before the engine ever sees it (docs/tiers.md).
  *
  * Each backend gets a store of CAPACITY pages of PAGE_BYTES, and then:
  * - a chain of pages written in one batch is all there: each page's result 0, the op's
@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "store/chain.h"
 #include "store/disk/ops.h"
 #include "store/mem.h"
 #include "store/store.h"
@@ -66,9 +67,25 @@ static int open_disk(char *dir, struct kvt_store **out)
     return store_disk_open(&o, out);
 }
 
+/* A small mem store before a disk store: a chain's reads come from both. */
+static int open_chain(char *dir, struct kvt_store **out)
+{
+    struct store_mem_options o = {
+        .page_bytes = PAGE_BYTES, .page_tokens = PAGE_TOKENS, .capacity_pages = CAPACITY / 4};
+    struct kvt_store *s[2] = {NULL, NULL};
+    int rc = store_mem_open(&o, &s[0]);
+
+    if (rc == 0 && (rc = open_disk(dir, &s[1])) == 0 && (rc = store_chain_open(s, 2, out)) == 0)
+        return 0;
+    store_close(s[0]);
+    store_close(s[1]);
+    return rc;
+}
+
 static const struct backend BACKENDS[] = {
     {"mem", open_mem},
     {"disk", open_disk},
+    {"chain", open_chain},
 };
 
 /* Page i of chain c: its key (a made-up hash) and its bytes. */
