@@ -335,15 +335,22 @@ uint64_t xfer_done(struct xfer_engine *x, enum xfer_dir dir)
     return atomic_load_explicit(&x->s[dir].done, memory_order_acquire);
 }
 
+/* The stream of dir, locked, when op id was issued on it; NULL otherwise. */
+static struct xfer_stream *lock_issued(struct xfer_engine *x, enum xfer_dir dir, uint64_t id)
+{
+    if (!x || bad_dir(dir) || id > x->s[dir].issued)
+        return NULL;
+    pthread_mutex_lock(&x->s[dir].lock);
+    return &x->s[dir];
+}
+
 int xfer_status(struct xfer_engine *x, enum xfer_dir dir, uint64_t id)
 {
-    struct xfer_stream *s;
+    struct xfer_stream *s = lock_issued(x, dir, id);
     int rc;
 
-    if (!x || bad_dir(dir) || id > x->s[dir].issued)
+    if (!s)
         return -EINVAL;
-    s = &x->s[dir];
-    pthread_mutex_lock(&s->lock);
     rc = status_locked(s, id);
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -351,13 +358,11 @@ int xfer_status(struct xfer_engine *x, enum xfer_dir dir, uint64_t id)
 
 int xfer_wait(struct xfer_engine *x, enum xfer_dir dir, uint64_t id)
 {
-    struct xfer_stream *s;
+    struct xfer_stream *s = lock_issued(x, dir, id);
     int rc;
 
-    if (!x || bad_dir(dir) || id > x->s[dir].issued)
+    if (!s)
         return -EINVAL;
-    s = &x->s[dir];
-    pthread_mutex_lock(&s->lock);
     while (atomic_load_explicit(&s->done, memory_order_relaxed) < id)
         x->be->wait_progress(s);
     rc = status_locked(s, id);
