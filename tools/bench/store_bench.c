@@ -62,6 +62,7 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "rng.h"
 #include "store/disk/layout.h"
 #include "store/disk/store.h"
 #include "host/host_pool.h"
@@ -156,24 +157,11 @@ static void progress(const char *fmt, const char *what)
         fprintf(stderr, fmt, PROG, what);
 }
 
-/* splitmix64's finalizer: a bijection, so distinct inputs give distinct keys. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    return mix64(*s += 0x9e3779b97f4a7c15ull);
-}
-
 /* Page i's 32-byte key: four words no other page shares (the store dedups equal keys). */
 static void page_key(uint64_t seed, uint64_t i, uint8_t *key)
 {
     for (uint64_t w = 0; w < 4; w++) {
-        uint64_t v = mix64(seed * 0x9e3779b97f4a7c15ull + 4 * i + w);
+        uint64_t v = rng_mix64(seed * RNG_GAMMA + 4 * i + w);
 
         memcpy(key + 8 * w, &v, 8);
     }
@@ -513,7 +501,7 @@ static uint32_t *read_order(const struct config *cfg, uint64_t n)
     for (uint64_t i = 0; i < n; i++)
         o[i] = (uint32_t)i;
     for (uint64_t i = n; cfg->order == ORDER_RANDOM && i > 1; i--) {
-        uint64_t j = rng_next(&rng) % i;
+        uint64_t j = rng_below(&rng, i);
         uint32_t t = o[i - 1];
 
         o[i - 1] = o[j];

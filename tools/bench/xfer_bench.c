@@ -39,6 +39,7 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "rng.h"
 #include "device/backend.h"
 #include "device/kv_pool.h"
 #include "host/host_pool.h"
@@ -133,21 +134,6 @@ static int fail(const char *what, int rc)
 {
     fprintf(stderr, "%s: %s: %s\n", PROG, what, kvt_strerror(rc));
     return -1;
-}
-
-/* splitmix64: the page picks are reproducible from --seed. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_below(uint64_t *s, uint64_t n)
-{
-    return (uint32_t)(rng_next(s) % n);
 }
 
 static double max_d(double a, double b)
@@ -263,7 +249,7 @@ static int sample(uint64_t *rng, uint32_t first, uint32_t count, uint32_t *out, 
     for (uint32_t i = 0; i < count; i++)
         all[i] = first + i;
     for (size_t i = 0; i < n; i++) {
-        uint32_t j = (uint32_t)i + rng_below(rng, count - i), t = all[i];
+        uint32_t j = (uint32_t)i + (uint32_t)rng_below(rng, count - i), t = all[i];
 
         all[i] = all[j];
         all[j] = t;
@@ -298,7 +284,7 @@ static void break_runs(struct rig *r, uint64_t *rng, size_t n)
         for (size_t i = 1; i < n; i++) {
             if (!joins(r, i))
                 continue;
-            uint32_t j = rng_below(rng, n), t;
+            uint32_t j = (uint32_t)rng_below(rng, n), t;
 
             j = j == i ? (uint32_t)i - 1 : j; /* never with itself, which would break nothing */
             t = r->host_pages[i];
