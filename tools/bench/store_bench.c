@@ -42,11 +42,8 @@
  *     once warm.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -54,15 +51,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/statvfs.h>
-#include <sys/vfs.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kvtier.h"
 #include "cli.h"
+#include "fio.h"
 #include "rng.h"
+#include "workdir.h"
 #include "store/disk/layout.h"
 #include "store/disk/store.h"
 #include "host/host_pool.h"
@@ -83,11 +78,8 @@
 #define OPEN_BATCH 4096u
 #define OPEN_KEYS 64u
 #define INDEX_BYTES_PER_PAGE 1024u /* a generous guess of the LMDB index per page, for space */
-#define SPACE_MARGIN (64ull << 20)
 #define TARGET_RATIO 0.95
 #define TARGET_SERVE_S 0.200
-#define MAX_JSON_DEPTH 64
-#define WORK_NAME_ROOM 64 /* bytes kept free after the work dir's path for the names in it */
 
 enum read_order { ORDER_RANDOM = 0, ORDER_SEQ = 1 };
 
@@ -133,8 +125,7 @@ struct fio_state {
 
 struct bench {
     const struct config *cfg;
-    char work[PATH_MAX]; /* our own dir under --dir; everything goes in it */
-    char fs[32];
+    struct workdir wd; /* our own dir under --dir; everything goes in it */
     struct fio_state fio;
     struct point *pt;
     size_t npt;
@@ -183,116 +174,6 @@ static void fio_note(struct fio_state *f, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(f->note, sizeof(f->note), fmt, ap);
     va_end(ap);
-}
-
-/* ---- the work dir ---- */
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path) ? -1 : 0;
-}
-
-/* Remove a tree this program made (never anything it did not). */
-static void rm_tree(const char *path)
-{
-    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int drop_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    int fd;
-
-    (void)st;
-    (void)ftw;
-    if (flag != FTW_F || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return 0;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-    return 0;
-}
-
-/* A cold open without root: the page cache forgets this dir's clean pages. */
-static void drop_cache(const char *path)
-{
-    nftw(path, drop_one, 16, FTW_PHYS);
-}
-
-/* Settle the disk before a timed write: the file system's dirty data and journal (with the
- * discards of files unlinked) written out and the device's write cache flushed, so that a
- * phase never pays for what an earlier one left behind. */
-static void quiesce(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-    if (fd < 0)
-        return;
-    syncfs(fd);
-    close(fd);
-}
-
-static uint64_t free_bytes(const char *path)
-{
-    struct statvfs sv;
-
-    return statvfs(path, &sv) ? 0 : (uint64_t)sv.f_bavail * sv.f_frsize;
-}
-
-static void fs_name(const char *path, char *out, size_t len)
-{
-    static const struct {
-        unsigned long magic;
-        const char *name;
-    } known[] = {{0xEF53, "ext4"},      {0x58465342, "xfs"},     {0x9123683E, "btrfs"},
-                 {0x01021994, "tmpfs"}, {0x794c7630, "overlay"}, {0x6969, "nfs"},
-                 {0x2FC12FC1, "zfs"},   {0xF2F52010, "f2fs"}};
-    struct statfs sf;
-
-    snprintf(out, len, "unknown");
-    if (statfs(path, &sf))
-        return;
-    snprintf(out, len, "0x%lx", (unsigned long)sf.f_type);
-    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-        if ((unsigned long)sf.f_type == known[i].magic)
-            snprintf(out, len, "%s", known[i].name);
-}
-
-static int make_work(struct bench *b)
-{
-    int n = snprintf(b->work, sizeof(b->work), "%s/%s.XXXXXX", b->cfg->parent, PROG);
-
-    if (n < 0 || (size_t)n >= sizeof(b->work) - WORK_NAME_ROOM)
-        return fail("--dir", -ENAMETOOLONG);
-    if (!mkdtemp(b->work)) {
-        fprintf(stderr, "%s: cannot make a dir in %s: %s\n", PROG, b->cfg->parent, strerror(errno));
-        return -1;
-    }
-    fs_name(b->work, b->fs, sizeof(b->fs));
-    return 0;
-}
-
-/* make_work leaves room under PATH_MAX for every name used here. */
-static void work_path(const struct bench *b, const char *name, char *out, size_t len)
-{
-    int n = snprintf(out, len, "%s/%s", b->work, name);
-
-    if (n < 0 || (size_t)n >= len)
-        abort();
-}
-
-/* Refuse a phase the disk cannot hold, before writing a byte of it. */
-static int check_space(const struct bench *b, uint64_t need, const char *hint)
-{
-    uint64_t have = free_bytes(b->work);
-
-    if (have >= need + SPACE_MARGIN)
-        return 0;
-    fprintf(stderr, "%s: this needs %.2f GiB free in %s and %.2f GiB are: %s\n", PROG,
-            (double)(need + SPACE_MARGIN) / (1ull << 30), b->work, (double)have / (1ull << 30),
-            hint);
-    return -1;
 }
 
 /* ---- buffers ---- */
@@ -561,7 +442,7 @@ static int store_phases(const struct bench *b, struct point *pt, struct dstore *
         return fail("dstore_wait_ready", rc);
     if (warm_up(s, ring, cfg->seed, pt->pages))
         return -1;
-    quiesce(b->work);
+    workdir_quiesce(b->wd.path);
     if (pump_run(&w, &t[0]) || pump_run(&r, &t[1]))
         return -1;
     dstore_stats(s, &st);
@@ -581,7 +462,7 @@ static int store_rep(const struct bench *b, struct point *pt, const struct ring 
     char dir[PATH_MAX];
     int rc;
 
-    work_path(b, "store", dir, sizeof(dir));
+    workdir_path(&b->wd, "store", dir, sizeof(dir));
     store_options(&o, dir, pt->page_bytes);
     o.disk_bytes = o.slab_bytes = (pt->pages + 1) * pt->slot_bytes; /* one slab, no eviction */
     o.io = b->cfg->io;
@@ -593,84 +474,11 @@ static int store_rep(const struct bench *b, struct point *pt, const struct ring 
         return fail("dstore_open", rc);
     rc = store_phases(b, pt, s, ring, order, t);
     dstore_close(s);
-    rm_tree(dir);
+    workdir_rm_tree(dir);
     return rc;
 }
 
 /* ---- fio ---- */
-
-extern char **environ;
-
-/* Run argv with stdout and stderr into log; its exit status, or -errno. */
-static int spawn_wait(char *const argv[], const char *log)
-{
-    posix_spawn_file_actions_t fa;
-    pid_t pid;
-    int st, rc;
-
-    if (posix_spawn_file_actions_init(&fa))
-        return -ENOMEM;
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-    rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc)
-        return -rc;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* A whole small file, NUL-terminated; NULL when unreadable. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long len;
-
-    if (!f)
-        return NULL;
-    if (!fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-        (buf = malloc((size_t)len + 1))) {
-        size_t got = fread(buf, 1, (size_t)len, f);
-
-        buf[got] = '\0';
-    }
-    fclose(f);
-    return buf;
-}
-
-/* The first line of a file, for a note. */
-static void first_line(const char *path, char *out, size_t len)
-{
-    char *text = slurp(path);
-
-    snprintf(out, len, "%s", text ? text : "(no output)");
-    out[strcspn(out, "\n")] = '\0';
-    free(text);
-}
-
-/* name as given when it holds a slash, else the first executable of that name on PATH. */
-static bool find_program(const char *name, char *out, size_t len)
-{
-    const char *path = getenv("PATH");
-
-    if (strchr(name, '/')) {
-        snprintf(out, len, "%s", name);
-        return access(out, X_OK) == 0;
-    }
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        size_t n = strcspn(p, ":");
-
-        snprintf(out, len, "%.*s/%s", (int)n, n ? p : ".", name);
-        if (access(out, X_OK) == 0)
-            return true;
-        p += n + (p[n] == ':');
-    }
-    return false;
-}
 
 static void fio_setup(struct bench *b)
 {
@@ -683,135 +491,18 @@ static void fio_setup(struct bench *b)
         fio_note(f, "--no-fio: no comparison with fio");
         return;
     }
-    if (!find_program(b->cfg->fio, f->path, sizeof(f->path))) {
+    if (!fio_find_program(b->cfg->fio, f->path, sizeof(f->path))) {
         fio_note(f, "fio not found (%s); install fio: apt-get install fio. No comparison with fio",
                  b->cfg->fio);
         return;
     }
-    work_path(b, "fio-version.log", log, sizeof(log));
-    if ((rc = spawn_wait(argv, log)) != 0) {
+    workdir_path(&b->wd, "fio-version.log", log, sizeof(log));
+    if ((rc = fio_spawn_wait(argv, log)) != 0) {
         fio_note(f, "%s --version failed (%d); no comparison with fio", f->path, rc);
         return;
     }
-    first_line(log, f->version, sizeof(f->version));
+    fio_first_line(log, f->version, sizeof(f->version));
     f->usable = true;
-}
-
-/* ---- a small JSON reader: just enough to walk fio's report ---- */
-
-static const char *ws(const char *p)
-{
-    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
-        p++;
-    return p;
-}
-
-/* p at a quote: past the closing one, or NULL. */
-static const char *skip_string(const char *p)
-{
-    for (p++; *p && *p != '"'; p++)
-        if (*p == '\\' && p[1])
-            p++;
-    return *p ? p + 1 : NULL;
-}
-
-static const char *skip_value(const char *p, int depth);
-
-/* One "key": value of an object, p at the key; past the value, or NULL. */
-static const char *skip_member(const char *p, int depth)
-{
-    if (*p != '"' || !(p = skip_string(p)))
-        return NULL;
-    p = ws(p);
-    return *p == ':' ? skip_value(ws(p + 1), depth) : NULL;
-}
-
-static const char *skip_container(const char *p, int depth)
-{
-    char close = *p == '{' ? '}' : ']';
-
-    p = ws(p + 1);
-    if (*p == close)
-        return p + 1;
-    for (;;) {
-        p = close == '}' ? skip_member(p, depth + 1) : skip_value(p, depth + 1);
-        if (!p)
-            return NULL;
-        p = ws(p);
-        if (*p != ',')
-            return *p == close ? p + 1 : NULL;
-        p = ws(p + 1);
-    }
-}
-
-static const char *skip_value(const char *p, int depth)
-{
-    const char *start = p;
-
-    if (depth > MAX_JSON_DEPTH)
-        return NULL;
-    if (*p == '"')
-        return skip_string(p);
-    if (*p == '{' || *p == '[')
-        return skip_container(p, depth);
-    while (*p && !strchr(",}] \t\r\n", *p))
-        p++;
-    return p > start ? p : NULL;
-}
-
-/* The value of key in the object at p; NULL when absent or malformed. */
-static const char *json_member(const char *p, const char *key)
-{
-    size_t klen = strlen(key);
-
-    if (!p || *(p = ws(p)) != '{')
-        return NULL;
-    for (p = ws(p + 1); *p == '"';) {
-        const char *k = p + 1, *end = skip_string(p), *val;
-
-        if (!end || *(val = ws(end)) != ':')
-            return NULL;
-        val = ws(val + 1);
-        if ((size_t)(end - 1 - k) == klen && !strncmp(k, key, klen))
-            return val;
-        if (!(p = skip_value(val, 0)) || *(p = ws(p)) != ',')
-            return NULL;
-        p = ws(p + 1);
-    }
-    return NULL;
-}
-
-static const char *json_first(const char *p)
-{
-    if (!p || *(p = ws(p)) != '[' || *(p = ws(p + 1)) == ']')
-        return NULL;
-    return p;
-}
-
-static bool json_number(const char *p, double *out)
-{
-    char *end;
-
-    if (!p)
-        return false;
-    *out = strtod(p, &end);
-    return end != p;
-}
-
-/* From fio's JSON: the job's bytes and bandwidth in direction dir ("read" or "write"). */
-static int fio_parse(const char *text, const char *dir, double *io_bytes, double *bw_bytes)
-{
-    const char *root = text ? strchr(text, '{') : NULL;
-    const char *job = json_first(json_member(root, "jobs"));
-    const char *d = json_member(job, dir);
-    double err = 0;
-
-    if (!json_number(json_member(job, "error"), &err) || err != 0)
-        return -1;
-    if (!json_number(json_member(d, "io_bytes"), io_bytes) ||
-        !json_number(json_member(d, "bw_bytes"), bw_bytes) || *bw_bytes <= 0)
-        return -1;
-    return 0;
 }
 
 /* ---- fio runs ---- */
@@ -831,9 +522,9 @@ static void fio_job_init(struct fio_job *j, const struct bench *b, const struct 
     char file[PATH_MAX];
     int n = 0;
 
-    work_path(b, "fio.data", file, sizeof(file));
-    work_path(b, "fio.json", j->json, sizeof(j->json));
-    work_path(b, "fio.log", j->log, sizeof(j->log));
+    workdir_path(&b->wd, "fio.data", file, sizeof(file));
+    workdir_path(&b->wd, "fio.json", j->json, sizeof(j->json));
+    workdir_path(&b->wd, "fio.log", j->log, sizeof(j->log));
     snprintf(j->args[n++], sizeof(j->args[0]), "--name=%s", PROG);
     snprintf(j->args[n++], sizeof(j->args[0]), "--filename=%s", file);
     snprintf(j->args[n++], sizeof(j->args[0]), "--ioengine=io_uring");
@@ -861,20 +552,17 @@ static int fio_job_run(struct bench *b, struct fio_job *j, const char *dir, cons
                        double *seconds)
 {
     double io_bytes, bw;
-    char *text;
-    int rc = spawn_wait(j->argv, j->log), prc;
+    int rc = fio_spawn_wait(j->argv, j->log);
 
     if (rc) {
         char line[256];
 
-        first_line(j->log, line, sizeof(line));
+        fio_first_line(j->log, line, sizeof(line));
         fio_note(&b->fio, "fio exited %d (%s); comparison stopped", rc, line);
         return -1;
     }
-    text = slurp(j->json);
-    prc = fio_parse(text, dir, &io_bytes, &bw);
-    free(text);
-    if (prc || io_bytes != (double)(pt->pages * pt->slot_bytes)) {
+    if (fio_read_report(j->json, dir, &io_bytes, &bw) ||
+        io_bytes != (double)(pt->pages * pt->slot_bytes)) {
         fio_note(&b->fio,
                  "fio's report (%s) lacks a %s bandwidth over the whole size; comparison stopped",
                  j->json, dir);
@@ -903,12 +591,12 @@ static int fio_rep(struct bench *b, const struct point *pt, double t[3])
     char file[PATH_MAX];
     int rc;
 
-    work_path(b, "fio.data", file, sizeof(file));
+    workdir_path(&b->wd, "fio.data", file, sizeof(file));
     unlink(file);
-    quiesce(b->work);
+    workdir_quiesce(b->wd.path);
     rc = fio_run(b, pt, "write", 0, &t[0]);
     unlink(file);
-    quiesce(b->work);
+    workdir_quiesce(b->wd.path);
     if (!rc)
         rc = fio_run(b, pt, "write", b->cfg->batch, &t[1]);
     if (!rc)
@@ -991,8 +679,9 @@ static int run_point(struct bench *b, struct point *pt)
         ring_pages = pt->pages + 1; /* every position has its own buffer */
     snprintf(what, sizeof(what), "%u B pages, queue depth %u", pt->page_bytes, pt->queue_depth);
     progress("%s: throughput with %s\n", what);
-    if (check_space(b, (pt->pages + 1) * pt->slot_bytes + pt->pages * INDEX_BYTES_PER_PAGE,
-                    "lower --bytes or --pages, or pick another --dir"))
+    if (workdir_check_space(&b->wd, PROG,
+                            (pt->pages + 1) * pt->slot_bytes + pt->pages * INDEX_BYTES_PER_PAGE,
+                            "lower --bytes or --pages, or pick another --dir"))
         return -1;
     if (!(order = read_order(cfg, pt->pages)))
         rc = fail("read order", -ENOMEM);
@@ -1114,7 +803,7 @@ static int open_once(const struct bench *b, const char *dir, const uint8_t *keys
 
     open_options(&o, dir, b->cfg);
     if (cold)
-        drop_cache(dir);
+        workdir_drop_cache(dir);
     t0 = cli_now();
     if ((rc = dstore_open(&o, &s)))
         return fail("dstore_open", rc);
@@ -1165,10 +854,11 @@ static int run_open(struct bench *b)
         return 0;
     b->open.pages = cfg->open_pages;
     b->open.keys = cfg->open_pages < OPEN_KEYS ? cfg->open_pages : OPEN_KEYS;
-    if (check_space(b, cfg->open_pages * (slot_of(OPEN_PAGE_BYTES) + INDEX_BYTES_PER_PAGE),
-                    "lower --open-pages, or pick another --dir"))
+    if (workdir_check_space(&b->wd, PROG,
+                            cfg->open_pages * (slot_of(OPEN_PAGE_BYTES) + INDEX_BYTES_PER_PAGE),
+                            "lower --open-pages, or pick another --dir"))
         return -1;
-    work_path(b, "open", dir, sizeof(dir));
+    workdir_path(&b->wd, "open", dir, sizeof(dir));
     progress("%s: building the open test's dir in %s\n", dir);
     if (open_build(b, dir))
         return -1;
@@ -1201,7 +891,7 @@ static void print_text_head(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
 
-    printf("%s: work dir %s (%s)%s\n", PROG, b->work, b->fs,
+    printf("%s: work dir %s (%s)%s\n", PROG, b->wd.path, b->wd.fs,
            cfg->keep ? ", kept" : ", removed at the end");
     if (b->fio.usable || b->fio.version[0])
         printf("  fio: %s (%s)\n", b->fio.path, b->fio.version);
@@ -1358,9 +1048,9 @@ static void print_json_config(const struct bench *b)
     const struct config *cfg = b->cfg;
 
     printf("\"config\":{\"work_dir\":");
-    cli_json_string(b->work);
+    cli_json_string(b->wd.path);
     printf(",\"fs\":");
-    cli_json_string(b->fs);
+    cli_json_string(b->wd.fs);
     printf(",\"keep\":%s,\"reps\":%" PRIu64 ",\"batch\":%" PRIu64 ",\"read_order\":\"%s\","
            "\"io\":\"%s\",\"seed\":%" PRIu64 ",\"page_tokens\":%u,\"fio\":",
            cfg->keep ? "true" : "false", cfg->reps, cfg->batch, order_names[cfg->order],
@@ -1663,13 +1353,13 @@ static void finish(struct bench *b)
 {
     char path[PATH_MAX];
 
-    if (!b->work[0])
+    if (!b->wd.path[0])
         return;
     if (b->cfg->keep) {
-        work_path(b, "fio.data", path, sizeof(path)); /* never worth keeping */
+        workdir_path(&b->wd, "fio.data", path, sizeof(path)); /* never worth keeping */
         unlink(path);
     } else {
-        rm_tree(b->work);
+        workdir_rm_tree(b->wd.path);
     }
     free(b->pt);
 }
@@ -1683,7 +1373,7 @@ int main(int argc, char **argv)
     config_defaults(&cfg);
     if ((rc = parse_args(argc, argv, &cfg)))
         return rc < 0 ? 0 : rc;
-    if (make_work(&b))
+    if (workdir_make(&b.wd, PROG, cfg.parent))
         return 1;
     fio_setup(&b);
     if (cfg.json && b.fio.note[0] && !cfg.no_fio)

@@ -1,0 +1,28 @@
+/* Running fio beside a benchmark: finding it, spawning it, and reading the one figure wanted
+ * out of its JSON report (a minimal walk, not a JSON library). */
+#ifndef KVT_TOOLS_FIO_H
+#define KVT_TOOLS_FIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* name as given when it holds a slash, else the first executable of that name on PATH, into
+ * out; false when there is none. */
+bool fio_find_program(const char *name, char *out, size_t len);
+
+/* Run argv (argv[0] a path) with stdin from /dev/null and stdout and stderr into the file log;
+ * its exit status, 128 + the signal that ended it, or -errno when it could not run. */
+int fio_spawn_wait(char *const argv[], const char *log);
+
+/* A whole small file, NUL-terminated, for the caller to free; NULL when unreadable. */
+char *fio_slurp(const char *path);
+
+/* The first line of a file (or "(no output)") into out, for a note. */
+void fio_first_line(const char *path, char *out, size_t len);
+
+/* From fio's JSON report at path: the first job's bytes and bandwidth (bytes a second) in
+ * direction dir ("read" or "write"). 0, or -1 when the report is unreadable, the job reports
+ * an error, or either figure is missing (or the bandwidth is not positive). */
+int fio_read_report(const char *path, const char *dir, double *io_bytes, double *bw_bytes);
+
+#endif
