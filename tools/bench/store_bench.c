@@ -63,7 +63,6 @@
 #include "host/host_pool.h"
 
 #define PROG "kvtier-store-bench"
-#define MAX_LIST 8
 /* Llama-3-8B, 16 tokens a page: 32 layers x K,V x 8 KV heads x 128 x 2 bytes x 16 = 2 MiB. */
 #define DEFAULT_PAGE_BYTES (2ull << 20)
 #define DEFAULT_QUEUE_DEPTH 32
@@ -90,8 +89,7 @@ struct config {
     const char *parent; /* --dir: the work dir is made inside it */
     const char *fio;
     bool keep, json, no_fio;
-    uint64_t page_bytes[MAX_LIST], queue_depth[MAX_LIST];
-    size_t npage_bytes, nqueue_depth;
+    struct cli_list page_bytes, queue_depth;
     uint64_t bytes, pages; /* pages per run when pages_set (0 skips (a)), else bytes / page */
     bool pages_set;
     uint64_t batch, reps, seed, open_pages, open_reps;
@@ -698,16 +696,16 @@ static int run_throughput(struct bench *b)
     const struct config *cfg = b->cfg;
 
     if (!cfg->pages_set || cfg->pages) {
-        b->npt = cfg->npage_bytes * cfg->nqueue_depth;
+        b->npt = cfg->page_bytes.n * cfg->queue_depth.n;
         if (!(b->pt = calloc(b->npt, sizeof(*b->pt))))
             return fail("points", -ENOMEM);
     }
     for (size_t i = 0; i < b->npt; i++) {
         struct point *pt = &b->pt[i];
 
-        pt->page_bytes = (uint32_t)cfg->page_bytes[i / cfg->nqueue_depth];
+        pt->page_bytes = (uint32_t)cfg->page_bytes.v[i / cfg->queue_depth.n];
         pt->slot_bytes = slot_of(pt->page_bytes);
-        pt->queue_depth = (uint32_t)cfg->queue_depth[i % cfg->nqueue_depth];
+        pt->queue_depth = (uint32_t)cfg->queue_depth.v[i % cfg->queue_depth.n];
         pt->pages = point_pages(cfg, pt->page_bytes);
         if (run_point(b, pt))
             return -1;
@@ -1117,6 +1115,61 @@ static void print_report(const struct bench *b)
 
 /* ---- command line ---- */
 
+#define MAX_PAGES (1ull << 31) /* positions are 32-bit in the read order */
+
+/* --pages: also says that pages, not bytes, size the runs. */
+static int parse_pages(void *cfg, const char *opt, const char *val)
+{
+    struct config *c = cfg;
+
+    c->pages_set = true;
+    return cli_parse_count(PROG, opt, val, 0, MAX_PAGES, false, &c->pages);
+}
+
+#define OFF(f) offsetof(struct config, f)
+static const struct cli_option options[] = {
+    {.kind = CLI_TEXT, .help = "\nThroughput:\n"},
+    {"--page-bytes", CLI_SIZES, OFF(page_bytes), 512, 256ull << 20, .arg = "LIST",
+     .help = "page sizes, comma separated, 512 B to 256M, suffixes K, M, G\n"
+             "(default 2M: Llama-3-8B, 16 tokens a page); a multiple of\n"
+             "4K keeps the store on O_DIRECT and equal to fio's block"},
+    {"--queue-depth", CLI_COUNTS, OFF(queue_depth), 1, 4096, .arg = "LIST",
+     .help = "I/Os in flight (the store's queue_depth, fio's iodepth),\n"
+             "comma separated, 1 to 4096 (default " CLI_STR(DEFAULT_QUEUE_DEPTH) ")"},
+    {"--bytes", CLI_SIZE, OFF(bytes), 1, 1ull << 44, .arg = "SIZE",
+     .help = "bytes per run of each point (default 2G); pages = SIZE / page"},
+    {"--pages", CLI_CUSTOM, .parse = parse_pages, .arg = "N",
+     .help = "pages per run instead (0: skip the throughput part)"},
+    {"--batch", CLI_COUNT, OFF(batch), 1, 65536, .arg = "N",
+     .help = "pages per op and per commit batch (the store's max_batch;\n"
+             "default " CLI_STR(DEFAULT_BATCH) ", the store's default); fio syncs every N writes"},
+    {"--reps", CLI_COUNT, OFF(reps), 1, 100, .arg = "N",
+     .help = "runs of each point, store and fio alternating; medians and\n"
+             "bests are reported (default " CLI_STR(DEFAULT_REPS) ")"},
+    {"--read-order", CLI_NAME, OFF(order), .names = order_names,
+     .nnames = CLI_COUNT_OF(order_names), .arg = "O",
+     .help = "random (default; fio randread) or seq (the written order;\nfio read)"},
+    {"--io", CLI_NAME, OFF(io), .names = io_names, .nnames = CLI_COUNT_OF(io_names), .arg = "M",
+     .help = "the store's I/O engine: auto, uring or psync (default auto)"},
+    {"--fio", CLI_STRING, OFF(fio), 1, .arg = "PATH",
+     .help = "the fio to run (default: fio on PATH)"},
+    {"--no-fio", CLI_FLAG, OFF(no_fio), .help = "do not run fio"},
+    {.kind = CLI_TEXT, .help = "\nOpen:\n"},
+    {"--open-pages", CLI_COUNT, OFF(open_pages), 0, 1ull << 30, .arg = "N",
+     .help =
+         "pages the open test's dir indexes (default " CLI_STR(DEFAULT_OPEN_PAGES) "; 0: skip)"},
+    {"--open-reps", CLI_COUNT, OFF(open_reps), 1, 100, .arg = "N",
+     .help = "opens of each kind, cold and warm (default " CLI_STR(DEFAULT_OPEN_REPS) ")"},
+    {.kind = CLI_TEXT, .help = "\nCommon:\n"},
+    {"--dir", CLI_STRING, OFF(parent), 1, .arg = "PATH",
+     .help = "where the work dir is made (default /tmp); the file system\nmeasured"},
+    {"--keep", CLI_FLAG, OFF(keep), .help = "keep the work dir"},
+    {"--seed", CLI_COUNT, OFF(seed), 0, UINT64_MAX, .arg = "N",
+     .help = "seeds the keys and the read order (default 1)"},
+    {"--json", CLI_FLAG, OFF(json), .help = "one JSON object on stdout instead of the text report"},
+    {"--help", CLI_HELP, .help = "print this and exit"},
+};
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -1155,182 +1208,12 @@ static void usage(FILE *f)
             "    keys (ready to serve; target <= %.0f ms), to one page read, and to\n"
             "    dstore_wait_ready (the background rebuild done).\n"
             "    The issue's figure, a million pages (about 5 GiB of disk):\n"
-            "      %s --pages 0 --open-pages 1000000\n"
-            "\n"
-            "Throughput:\n"
-            "  --page-bytes LIST   page sizes, comma separated, 512 B to 256M, suffixes K, M, G\n"
-            "                      (default 2M: Llama-3-8B, 16 tokens a page); a multiple of\n"
-            "                      4K keeps the store on O_DIRECT and equal to fio's block\n"
-            "  --queue-depth LIST  I/Os in flight (the store's queue_depth, fio's iodepth),\n"
-            "                      comma separated, 1 to 4096 (default %d)\n"
-            "  --bytes SIZE        bytes per run of each point (default 2G); pages = SIZE / page\n"
-            "  --pages N           pages per run instead (0: skip the throughput part)\n"
-            "  --batch N           pages per op and per commit batch (the store's max_batch;\n"
-            "                      default %d, the store's default); fio syncs every N writes\n"
-            "  --reps N            runs of each point, store and fio alternating; medians and\n"
-            "                      bests are reported (default %d)\n"
-            "  --read-order O      random (default; fio randread) or seq (the written order;\n"
-            "                      fio read)\n"
-            "  --io M              the store's I/O engine: auto, uring or psync (default auto)\n"
-            "  --fio PATH          the fio to run (default: fio on PATH)\n"
-            "  --no-fio            do not run fio\n"
-            "\n"
-            "Open:\n"
-            "  --open-pages N      pages the open test's dir indexes (default %d; 0: skip)\n"
-            "  --open-reps N       opens of each kind, cold and warm (default %d)\n"
-            "\n"
-            "Common:\n"
-            "  --dir PATH          where the work dir is made (default /tmp); the file system\n"
-            "                      measured\n"
-            "  --keep              keep the work dir\n"
-            "  --seed N            seeds the keys and the read order (default 1)\n"
-            "  --json              one JSON object on stdout instead of the text report\n"
-            "  --help              print this and exit\n"
-            "\n"
-            "Exit status: 0 when the figures were measured (with or without fio), 1 on an\n"
-            "error (a failed store op, no space, no memory), 2 on bad usage.\n",
-            PROG, PROG, TARGET_RATIO, TARGET_SERVE_S * 1e3, PROG, DEFAULT_QUEUE_DEPTH,
-            DEFAULT_BATCH, DEFAULT_REPS, DEFAULT_OPEN_PAGES, DEFAULT_OPEN_REPS);
-}
-
-/* A count within [lo, hi]. */
-static int parse_bounded(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool size,
-                         uint64_t *out)
-{
-    char msg[128];
-    bool ok = size ? cli_parse_size(val, out) : cli_parse_u64(val, out);
-
-    if (ok && *out >= lo && *out <= hi)
-        return 0;
-    snprintf(msg, sizeof(msg), "%s needs a whole number from %" PRIu64 " to %" PRIu64, opt, lo, hi);
-    return cli_bad_usage(PROG, msg, val);
-}
-
-/* A comma separated list of up to MAX_LIST values within [lo, hi]; no empty items. */
-static int parse_list(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool size,
-                      uint64_t *out, size_t *n)
-{
-    char item[64];
-    int rc;
-
-    for (*n = 0;; val++) {
-        size_t len = strcspn(val, ",");
-
-        if (*n == MAX_LIST)
-            return cli_bad_usage(PROG, "too many values (8 at most)", opt);
-        if (len == 0 || len >= sizeof(item))
-            return cli_bad_usage(PROG, "a list item is empty or too long", opt);
-        memcpy(item, val, len);
-        item[len] = '\0';
-        if ((rc = parse_bounded(opt, item, lo, hi, size, &out[(*n)++])))
-            return rc;
-        val += len;
-        if (!*val)
-            return 0;
-    }
-}
-
-#define MAX_PAGES (1ull << 31) /* positions are 32-bit in the read order */
-
-/* Options that take one count: bounds, whether K/M/G suffixes are allowed, the field. */
-struct count_option {
-    const char *name;
-    uint64_t lo, hi;
-    bool size;
-    size_t field;
-};
-
-#define COUNT(name, lo, hi, size, f)                                                               \
-    {                                                                                              \
-        name, lo, hi, size, offsetof(struct config, f)                                             \
-    }
-static const struct count_option count_options[] = {
-    COUNT("--bytes", 1, 1ull << 44, true, bytes),
-    COUNT("--pages", 0, MAX_PAGES, false, pages),
-    COUNT("--batch", 1, 65536, false, batch),
-    COUNT("--reps", 1, 100, false, reps),
-    COUNT("--seed", 0, UINT64_MAX, false, seed),
-    COUNT("--open-pages", 0, 1ull << 30, false, open_pages),
-    COUNT("--open-reps", 1, 100, false, open_reps),
-};
-
-static const char *const value_options[] = {"--page-bytes", "--queue-depth", "--read-order",
-                                            "--io",         "--dir",         "--fio"};
-
-#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-static bool takes_value(const char *opt)
-{
-    for (size_t i = 0; i < COUNT_OF(count_options); i++)
-        if (!strcmp(opt, count_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(value_options); i++)
-        if (!strcmp(opt, value_options[i]))
-            return true;
-    return false;
-}
-
-static int parse_value(struct config *cfg, const char *opt, const char *val)
-{
-    for (size_t i = 0; i < COUNT_OF(count_options); i++) {
-        const struct count_option *o = &count_options[i];
-
-        if (!strcmp(opt, o->name)) {
-            cfg->pages_set |= !strcmp(opt, "--pages");
-            return parse_bounded(opt, val, o->lo, o->hi, o->size,
-                                 (uint64_t *)((char *)cfg + o->field));
-        }
-    }
-    if (!strcmp(opt, "--page-bytes"))
-        return parse_list(opt, val, 512, 256ull << 20, true, cfg->page_bytes, &cfg->npage_bytes);
-    if (!strcmp(opt, "--queue-depth"))
-        return parse_list(opt, val, 1, 4096, false, cfg->queue_depth, &cfg->nqueue_depth);
-    if (!strcmp(opt, "--read-order"))
-        return cli_parse_named(PROG, opt, val, order_names, COUNT_OF(order_names), &cfg->order);
-    if (!strcmp(opt, "--io"))
-        return cli_parse_named(PROG, opt, val, io_names, COUNT_OF(io_names), &cfg->io);
-    if (!*val)
-        return cli_bad_usage(PROG, "needs a non-empty value", opt);
-    if (!strcmp(opt, "--dir"))
-        cfg->parent = val;
-    else
-        cfg->fio = val;
-    return 0;
-}
-
-static bool flag(const char *a, struct config *cfg)
-{
-    bool *f = !strcmp(a, "--json")     ? &cfg->json
-              : !strcmp(a, "--keep")   ? &cfg->keep
-              : !strcmp(a, "--no-fio") ? &cfg->no_fio
-                                       : NULL;
-
-    if (f)
-        *f = true;
-    return f != NULL;
-}
-
-/* 0 to go on, -1 after --help, else the exit status. */
-static int parse_args(int argc, char **argv, struct config *cfg)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc;
-
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        }
-        if (flag(a, cfg))
-            continue;
-        if (!takes_value(a))
-            return cli_bad_usage(PROG, "unknown option", a);
-        if (i + 1 >= argc)
-            return cli_bad_usage(PROG, "option needs a value", a);
-        if ((rc = parse_value(cfg, a, argv[++i])))
-            return rc;
-    }
-    return 0;
+            "      %s --pages 0 --open-pages 1000000\n",
+            PROG, PROG, TARGET_RATIO, TARGET_SERVE_S * 1e3, PROG);
+    cli_print_options(f, options, CLI_COUNT_OF(options), 22);
+    fprintf(f, "\n"
+               "Exit status: 0 when the figures were measured (with or without fio), 1 on an\n"
+               "error (a failed store op, no space, no memory), 2 on bad usage.\n");
 }
 
 static void config_defaults(struct config *cfg)
@@ -1343,10 +1226,8 @@ static void config_defaults(struct config *cfg)
                            .seed = 1,
                            .open_pages = DEFAULT_OPEN_PAGES,
                            .open_reps = DEFAULT_OPEN_REPS,
-                           .npage_bytes = 1,
-                           .nqueue_depth = 1};
-    cfg->page_bytes[0] = DEFAULT_PAGE_BYTES;
-    cfg->queue_depth[0] = DEFAULT_QUEUE_DEPTH;
+                           .page_bytes = {.v = {DEFAULT_PAGE_BYTES}, .n = 1},
+                           .queue_depth = {.v = {DEFAULT_QUEUE_DEPTH}, .n = 1}};
 }
 
 static void finish(struct bench *b)
@@ -1371,7 +1252,7 @@ int main(int argc, char **argv)
     int rc;
 
     config_defaults(&cfg);
-    if ((rc = parse_args(argc, argv, &cfg)))
+    if ((rc = cli_parse_args(PROG, options, CLI_COUNT_OF(options), &cfg, argc, argv, usage)))
         return rc < 0 ? 0 : rc;
     if (workdir_make(&b.wd, PROG, cfg.parent))
         return 1;
