@@ -1117,7 +1117,7 @@ static void print_report(const struct bench *b)
 
 #define MAX_PAGES (1ull << 31) /* positions are 32-bit in the read order */
 
-/* --pages: also says that pages, not bytes, size the runs. */
+/* --pages, given the whole config: also says that pages, not bytes, size the runs. */
 static int parse_pages(void *cfg, const char *opt, const char *val)
 {
     struct config *c = cfg;
@@ -1146,10 +1146,9 @@ static const struct cli_option options[] = {
     {"--reps", CLI_COUNT, OFF(reps), 1, 100, .arg = "N",
      .help = "runs of each point, store and fio alternating; medians and\n"
              "bests are reported (default " CLI_STR(DEFAULT_REPS) ")"},
-    {"--read-order", CLI_NAME, OFF(order), .names = order_names,
-     .nnames = CLI_COUNT_OF(order_names), .arg = "O",
+    {"--read-order", CLI_NAME, OFF(order), CLI_NAMES(order_names), .arg = "O",
      .help = "random (default; fio randread) or seq (the written order;\nfio read)"},
-    {"--io", CLI_NAME, OFF(io), .names = io_names, .nnames = CLI_COUNT_OF(io_names), .arg = "M",
+    {"--io", CLI_NAME, OFF(io), CLI_NAMES(io_names), .arg = "M",
      .help = "the store's I/O engine: auto, uring or psync (default auto)"},
     {"--fio", CLI_STRING, OFF(fio), 1, .arg = "PATH",
      .help = "the fio to run (default: fio on PATH)"},

@@ -53,7 +53,7 @@
 #define DEFAULT_OVERLAP_PAGES 256
 #define DEFAULT_REPS 5
 #define DEFAULT_RUN_PAGES 8
-#define AUTO_COMPUTE_FACTOR 2.0 /* auto: compute per layer = this many layer copies */
+#define AUTO_COMPUTE_FACTOR 2 /* auto: compute per layer = this many layer copies */
 #define TARGET_RATIO_SIM 0.80
 #define TARGET_RATIO_GPU 0.90
 #define TARGET_OVERHEAD_PCT 5.0
@@ -816,81 +816,15 @@ static void print_report(const struct rig *r, const struct bandwidth *bw, const 
 
 /* ---- command line ---- */
 
-static void usage(FILE *f)
+/* --compute-us, given the whole config. */
+static int parse_compute(void *field, const char *opt, const char *arg)
 {
-    fprintf(f,
-            "usage: %s [options]\n"
-            "\n"
-            "Measure kvtier's transfer engine and print figures (a benchmark: timing never\n"
-            "fails a run).\n"
-            "(a) bandwidth: N pages scattered over the device and host pools are loaded\n"
-            "    (host -> device) and backed up (device -> host), each as one op, against one\n"
-            "    contiguous copy of the same bytes on the same backend in the same run (sim:\n"
-            "    one memcpy on one thread; cuda: one cudaMemcpyAsync between the pinned host\n"
-            "    pool and a device buffer). Target: scattered / one copy >= %.2f on sim,\n"
-            "    >= %.2f on a GPU.\n"
-            "(b) overlap: a prefill of L layers, each waiting for its layer of a load and then\n"
-            "    computing C us (sim: a busy-wait on this thread; cuda: a host function that\n"
-            "    busy-waits on the compute stream), against the ideal T + C + (L-1) max(T, C)\n"
-            "    (L C + T when C >= T), T one layer's copy measured in the same run.\n"
-            "    Target: within %.0f%% of the ideal.\n"
-            "\n"
-            "Geometry:\n"
-            "  --geometry G        a preset, key=value pairs, or a preset then pairs, comma\n"
-            "                      separated (keys: attention=mha|mla, layers, kv_heads,\n"
-            "                      head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
-            "                      dtype_bytes, tp_size). Default %s. Presets:\n",
-            PROG, TARGET_RATIO_SIM, TARGET_RATIO_GPU, TARGET_OVERHEAD_PCT, DEFAULT_GEOMETRY);
-    cli_print_presets(f, "                        ");
-    fprintf(f,
-            "  --layers N, --kv-heads N, --head-dim N, --dtype-bytes N\n"
-            "                      override one field of the geometry (after --geometry,\n"
-            "                      wherever they stand)\n"
-            "  --page-size N       tokens per page, a power of two up to 256 (default 16)\n"
-            "\n"
-            "Pages:\n"
-            "  --pages N           pages per op in (a) (default %d)\n"
-            "  --pool-pages N      usable pages in each pool, at least --pages (default 1.5 x\n"
-            "                      --pages); the device pool has one more, its padding page\n"
-            "  --scatter S         random (default): pages at random places, no two\n"
-            "                      neighbours in the list consecutive in both pools, so\n"
-            "                      nothing coalesces;\n"
-            "                      runs: runs of --run-pages pages at random places\n"
-            "  --run-pages N       pages per run with --scatter runs (default %d)\n"
-            "  --seed N            seeds the choice of pages (default 1)\n"
-            "  --overlap-pages N   the request's pages in (b), the first N of (a)'s (default\n"
-            "                      %d, or --pages when fewer)\n"
-            "  --compute-us LIST   compute per layer in (b), microseconds, comma separated,\n"
-            "                      up to %d values; auto is %.0f x one layer's copy as measured\n"
-            "                      (default auto)\n"
-            "  --reps N            timed repetitions of each measurement after a warm-up;\n"
-            "                      medians and bests are reported (default %d)\n"
-            "\n"
-            "Engine:\n"
-            "  --backend B         auto, sim or cuda (default auto: cuda when there is a GPU)\n"
-            "  --io M              auto, kernel or dma: how cuda copies (sim ignores it;\n"
-            "                      default auto)\n"
-            "  --dma-min-bytes N   with --io auto on cuda: an op whose copies average at\n"
-            "                      least N bytes goes by the copy engine, a shorter one by\n"
-            "                      the kernels (default 0: the engine's own threshold)\n"
-            "  --layout L          host pool layout: page_first (default) or layer_first\n"
-            "\n"
-            "Output:\n"
-            "  --json              one JSON object on stdout instead of the text report\n"
-            "  --help              print this and exit\n"
-            "\n"
-            "Exit status: 0 when the figures were measured, 1 on an error, 2 on bad usage, %d\n"
-            "when --backend cuda is asked for and there is no GPU (or no CUDA in this build).\n",
-            DEFAULT_PAGES, DEFAULT_RUN_PAGES, DEFAULT_OVERLAP_PAGES, MAX_COMPUTE,
-            AUTO_COMPUTE_FACTOR, DEFAULT_REPS, EXIT_SKIP);
-}
-
-static int parse_compute(struct config *cfg, const char *arg)
-{
+    struct config *cfg = field;
     char buf[512];
     char *save = NULL, *tok;
     uint64_t v;
 
+    (void)opt;
     if (strlen(arg) >= sizeof(buf))
         return cli_bad_usage(PROG, "--compute-us is too long", NULL);
     strcpy(buf, arg);
@@ -909,139 +843,138 @@ static int parse_compute(struct config *cfg, const char *arg)
     return 0;
 }
 
-/* A count within [lo, hi]. */
-static int parse_bounded(const char *opt, const char *val, uint64_t lo, uint64_t hi, uint64_t *out)
+/* --layers and friends: a struct override. */
+static int parse_override(void *field, const char *opt, const char *val)
 {
-    char msg[128];
-
-    if (cli_parse_u64(val, out) && *out >= lo && *out <= hi)
-        return 0;
-    snprintf(msg, sizeof(msg), "%s needs a whole number from %" PRIu64 " to %" PRIu64, opt, lo, hi);
-    return cli_bad_usage(PROG, msg, val);
-}
-
-static int parse_override(struct override *o, const char *opt, const char *val)
-{
+    struct override *o = field;
     uint64_t v;
-    int rc = parse_bounded(opt, val, 1, UINT32_MAX, &v);
+    int rc = cli_parse_count(PROG, opt, val, 1, UINT32_MAX, false, &v);
 
     o->set = rc == 0;
     o->v = (uint32_t)v;
     return rc;
 }
 
-static int parse_page_size(struct config *cfg, const char *val)
+static int parse_page_size(void *field, const char *opt, const char *val)
 {
     uint64_t v;
 
+    (void)opt;
     if (!cli_parse_u64(val, &v) || v == 0 || v > 256 || (v & (v - 1)))
         return cli_bad_usage(PROG, "--page-size needs a power of two from 1 to 256", val);
-    cfg->page_size = (uint32_t)v;
+    *(uint32_t *)field = (uint32_t)v;
     return 0;
+}
+
+/* --geometry, given the whole config: the geometry and the argument it came from. */
+static int parse_geometry(void *field, const char *opt, const char *val)
+{
+    struct config *cfg = field;
+
+    (void)opt;
+    cfg->geometry_arg = val;
+    return cli_parse_geometry(PROG, val, &cfg->g, &cfg->tp_size);
+}
+
+static void print_presets(FILE *f)
+{
+    cli_print_presets(f, "                        ");
 }
 
 /* The limits keep every page and slot number inside the 32-bit types the engine uses. */
 #define MAX_POOL_PAGES (1u << 24)
 
-/* Options that take a count: bounds, and the uint64_t field of struct config it sets. */
-struct count_option {
-    const char *name;
-    uint64_t lo, hi;
-    size_t field;
+/* Figures the help quotes, as strings. */
+#define OVERLAP_PAGES_S CLI_STR(DEFAULT_OVERLAP_PAGES)
+#define MAX_COMPUTE_S CLI_STR(MAX_COMPUTE)
+#define AUTO_COMPUTE_S CLI_STR(AUTO_COMPUTE_FACTOR)
+
+#define OFF(f) offsetof(struct config, f)
+static const struct cli_option options[] = {
+    {.kind = CLI_TEXT, .help = "\nGeometry:\n"},
+    {"--geometry", CLI_CUSTOM, .parse = parse_geometry, .arg = "G",
+     .help = "a preset, key=value pairs, or a preset then pairs, comma\n"
+             "separated (keys: attention=mha|mla, layers, kv_heads,\n"
+             "head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
+             "dtype_bytes, tp_size). Default " DEFAULT_GEOMETRY ". Presets:",
+     .more = print_presets},
+    {.kind = CLI_TEXT,
+     .help = "  --layers N, --kv-heads N, --head-dim N, --dtype-bytes N\n"
+             "                      override one field of the geometry (after --geometry,\n"
+             "                      wherever they stand)\n"},
+    {"--layers", CLI_CUSTOM, OFF(layers), .parse = parse_override},
+    {"--kv-heads", CLI_CUSTOM, OFF(kv_heads), .parse = parse_override},
+    {"--head-dim", CLI_CUSTOM, OFF(head_dim), .parse = parse_override},
+    {"--dtype-bytes", CLI_CUSTOM, OFF(dtype_bytes), .parse = parse_override},
+    {"--page-size", CLI_CUSTOM, OFF(page_size), .parse = parse_page_size, .arg = "N",
+     .help = "tokens per page, a power of two up to 256 (default 16)"},
+    {.kind = CLI_TEXT, .help = "\nPages:\n"},
+    {"--pages", CLI_COUNT, OFF(pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "pages per op in (a) (default " CLI_STR(DEFAULT_PAGES) ")"},
+    {"--pool-pages", CLI_COUNT, OFF(pool_pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "usable pages in each pool, at least --pages (default 1.5 x\n"
+             "--pages); the device pool has one more, its padding page"},
+    {"--scatter", CLI_NAME, OFF(scatter), CLI_NAMES(scatter_names), .arg = "S",
+     .help = "random (default): pages at random places, no two\n"
+             "neighbours in the list consecutive in both pools, so\n"
+             "nothing coalesces;\n"
+             "runs: runs of --run-pages pages at random places"},
+    {"--run-pages", CLI_COUNT, OFF(run_pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "pages per run with --scatter runs (default " CLI_STR(DEFAULT_RUN_PAGES) ")"},
+    {"--seed", CLI_COUNT, OFF(seed), 0, UINT64_MAX, .arg = "N",
+     .help = "seeds the choice of pages (default 1)"},
+    {"--overlap-pages", CLI_COUNT, OFF(overlap_pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "the request's pages in (b), the first N of (a)'s (default\n" OVERLAP_PAGES_S
+             ", or --pages when fewer)"},
+    {"--compute-us", CLI_CUSTOM, .parse = parse_compute, .arg = "LIST",
+     .help = "compute per layer in (b), microseconds, comma separated,\n"
+             "up to " MAX_COMPUTE_S " values; auto is " AUTO_COMPUTE_S
+             " x one layer's copy as measured\n"
+             "(default auto)"},
+    {"--reps", CLI_COUNT, OFF(reps), 1, 1000, .arg = "N",
+     .help = "timed repetitions of each measurement after a warm-up;\n"
+             "medians and bests are reported (default " CLI_STR(DEFAULT_REPS) ")"},
+    {.kind = CLI_TEXT, .help = "\nEngine:\n"},
+    {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
+     .help = "auto, sim or cuda (default auto: cuda when there is a GPU)"},
+    {"--io", CLI_NAME, OFF(io), CLI_NAMES(io_names), .arg = "M",
+     .help = "auto, kernel or dma: how cuda copies (sim ignores it;\ndefault auto)"},
+    {"--dma-min-bytes", CLI_COUNT, OFF(dma_min_bytes), 0, UINT64_MAX, .arg = "N",
+     .help = "with --io auto on cuda: an op whose copies average at\n"
+             "least N bytes goes by the copy engine, a shorter one by\n"
+             "the kernels (default 0: the engine's own threshold)"},
+    {"--layout", CLI_NAME, OFF(layout), CLI_NAMES(layout_names), .arg = "L",
+     .help = "host pool layout: page_first (default) or layer_first"},
+    {.kind = CLI_TEXT, .help = "\nOutput:\n"},
+    {"--json", CLI_FLAG, OFF(json), .help = "one JSON object on stdout instead of the text report"},
+    {"--help", CLI_HELP, .help = "print this and exit"},
 };
 
-#define COUNT(name, lo, hi, f)                                                                     \
-    {                                                                                              \
-        name, lo, hi, offsetof(struct config, f)                                                   \
-    }
-static const struct count_option count_options[] = {
-    COUNT("--pages", 1, MAX_POOL_PAGES, pages),
-    COUNT("--pool-pages", 1, MAX_POOL_PAGES, pool_pages),
-    COUNT("--overlap-pages", 1, MAX_POOL_PAGES, overlap_pages),
-    COUNT("--run-pages", 1, MAX_POOL_PAGES, run_pages),
-    COUNT("--reps", 1, 1000, reps),
-    COUNT("--seed", 0, UINT64_MAX, seed),
-    COUNT("--dma-min-bytes", 0, UINT64_MAX, dma_min_bytes),
-};
-
-/* Options that take one of a few names: the index goes to a uint32_t field. */
-struct name_option {
-    const char *name;
-    const char *const *names;
-    size_t n;
-    size_t field;
-};
-
-#define NAMED(name, names, f)                                                                      \
-    {                                                                                              \
-        name, names, sizeof(names) / sizeof(names[0]), offsetof(struct config, f)                  \
-    }
-static const struct name_option name_options[] = {
-    NAMED("--backend", backend_names, backend),
-    NAMED("--io", io_names, io),
-    NAMED("--layout", layout_names, layout),
-    NAMED("--scatter", scatter_names, scatter),
-};
-
-/* Options that override one field of the geometry: the struct override they set. */
-static const struct {
-    const char *name;
-    size_t field;
-} override_options[] = {
-    {"--layers", offsetof(struct config, layers)},
-    {"--kv-heads", offsetof(struct config, kv_heads)},
-    {"--head-dim", offsetof(struct config, head_dim)},
-    {"--dtype-bytes", offsetof(struct config, dtype_bytes)},
-};
-
-static const char *const other_options[] = {"--geometry", "--page-size", "--compute-us"};
-
-#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-/* Whether opt is an option that takes a value (every option but --json and --help). */
-static bool takes_value(const char *opt)
+static void usage(FILE *f)
 {
-    for (size_t i = 0; i < COUNT_OF(count_options); i++)
-        if (!strcmp(opt, count_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(name_options); i++)
-        if (!strcmp(opt, name_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(override_options); i++)
-        if (!strcmp(opt, override_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(other_options); i++)
-        if (!strcmp(opt, other_options[i]))
-            return true;
-    return false;
-}
-
-/* opt, known to take a value, set from val. */
-static int parse_value(struct config *cfg, const char *opt, const char *val)
-{
-    char *base = (char *)cfg;
-
-    for (size_t i = 0; i < COUNT_OF(count_options); i++) {
-        const struct count_option *o = &count_options[i];
-
-        if (!strcmp(opt, o->name))
-            return parse_bounded(opt, val, o->lo, o->hi, (uint64_t *)(base + o->field));
-    }
-    for (size_t i = 0; i < COUNT_OF(name_options); i++) {
-        const struct name_option *o = &name_options[i];
-
-        if (!strcmp(opt, o->name))
-            return cli_parse_named(PROG, opt, val, o->names, o->n, (uint32_t *)(base + o->field));
-    }
-    for (size_t i = 0; i < COUNT_OF(override_options); i++)
-        if (!strcmp(opt, override_options[i].name))
-            return parse_override((struct override *)(base + override_options[i].field), opt, val);
-    if (!strcmp(opt, "--page-size"))
-        return parse_page_size(cfg, val);
-    if (!strcmp(opt, "--compute-us"))
-        return parse_compute(cfg, val);
-    cfg->geometry_arg = val; /* --geometry */
-    return cli_parse_geometry(PROG, val, &cfg->g, &cfg->tp_size);
+    fprintf(f,
+            "usage: %s [options]\n"
+            "\n"
+            "Measure kvtier's transfer engine and print figures (a benchmark: timing never\n"
+            "fails a run).\n"
+            "(a) bandwidth: N pages scattered over the device and host pools are loaded\n"
+            "    (host -> device) and backed up (device -> host), each as one op, against one\n"
+            "    contiguous copy of the same bytes on the same backend in the same run (sim:\n"
+            "    one memcpy on one thread; cuda: one cudaMemcpyAsync between the pinned host\n"
+            "    pool and a device buffer). Target: scattered / one copy >= %.2f on sim,\n"
+            "    >= %.2f on a GPU.\n"
+            "(b) overlap: a prefill of L layers, each waiting for its layer of a load and then\n"
+            "    computing C us (sim: a busy-wait on this thread; cuda: a host function that\n"
+            "    busy-waits on the compute stream), against the ideal T + C + (L-1) max(T, C)\n"
+            "    (L C + T when C >= T), T one layer's copy measured in the same run.\n"
+            "    Target: within %.0f%% of the ideal.\n",
+            PROG, TARGET_RATIO_SIM, TARGET_RATIO_GPU, TARGET_OVERHEAD_PCT);
+    cli_print_options(f, options, CLI_COUNT_OF(options), 22);
+    fprintf(f,
+            "\n"
+            "Exit status: 0 when the figures were measured, 1 on an error, 2 on bad usage, %d\n"
+            "when --backend cuda is asked for and there is no GPU (or no CUDA in this build).\n",
+            EXIT_SKIP);
 }
 
 /* The overrides, then the geometry as a whole must still be a model. */
@@ -1090,31 +1023,6 @@ static int finish_config(struct config *cfg)
     return 0;
 }
 
-/* 0 to go on, -1 after --help, else the exit status. */
-static int parse_args(int argc, char **argv, struct config *cfg)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc;
-
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json")) {
-            cfg->json = true;
-            continue;
-        }
-        if (!takes_value(a))
-            return cli_bad_usage(PROG, "unknown option", a);
-        if (i + 1 >= argc)
-            return cli_bad_usage(PROG, "option needs a value", a);
-        if ((rc = parse_value(cfg, a, argv[++i])))
-            return rc;
-    }
-    return finish_config(cfg);
-}
-
 int main(int argc, char **argv)
 {
     struct config cfg = {.geometry_arg = DEFAULT_GEOMETRY,
@@ -1129,7 +1037,9 @@ int main(int argc, char **argv)
     int rc = cli_parse_geometry(PROG, DEFAULT_GEOMETRY, &cfg.g, &cfg.tp_size);
 
     if (rc == 0)
-        rc = parse_args(argc, argv, &cfg);
+        rc = cli_parse_args(PROG, options, CLI_COUNT_OF(options), &cfg, argc, argv, usage);
+    if (rc == 0)
+        rc = finish_config(&cfg);
     if (rc)
         return rc < 0 ? 0 : rc;
     rc = setup(&r);

@@ -262,7 +262,7 @@ static int parse_value(const char *prog, const struct cli_option *o, void *cfg, 
         *(const char **)field = val;
         return 0;
     case CLI_CUSTOM:
-        return o->parse(cfg, o->name, val);
+        return o->parse(field, o->name, val);
     default:
         abort(); /* the kinds without a value never get here */
     }

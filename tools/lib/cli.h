@@ -88,17 +88,19 @@ struct cli_list {
 struct cli_option {
     const char *name; /* "--reps"; NULL for CLI_TEXT */
     enum cli_kind kind;
-    size_t offset;            /* of the field in the tool's config struct */
+    size_t offset;            /* of the field in the tool's config (CLI_CUSTOM: 0 for all of it) */
     uint64_t lo, hi;          /* bounds of a count, or lo: the shortest string */
     const char *const *names; /* CLI_NAME */
     size_t nnames;            /* CLI_NAME */
-    int (*parse)(void *cfg, const char *opt, const char *val); /* CLI_CUSTOM: 0 or a status */
+    int (*parse)(void *field, const char *opt, const char *val); /* CLI_CUSTOM: 0 or a status */
     const char *arg;       /* for usage: what the value is ("N", "LIST") */
     const char *help;      /* for usage: lines after the first indented; NULL: unlisted */
     void (*more)(FILE *f); /* for usage: printed after help (a list of presets) */
 };
 
 #define CLI_COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+/* A CLI_NAME row's names: CLI_NAMES(io_names). */
+#define CLI_NAMES(a) .names = (a), .nnames = CLI_COUNT_OF(a)
 /* A macro's value as a string, for help text: CLI_STR(DEFAULT_REPS) is "3". */
 #define CLI_STR(x) CLI_STR_(x)
 #define CLI_STR_(x) #x
