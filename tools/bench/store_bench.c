@@ -56,6 +56,7 @@
 #include "kvtier.h"
 #include "cli.h"
 #include "fio.h"
+#include "report.h"
 #include "rng.h"
 #include "workdir.h"
 #include "store/disk/layout.h"
@@ -991,107 +992,114 @@ static void print_text_open(const struct bench *b)
 
 /* ---- report: JSON ---- */
 
-static void print_json_timing(const char *name, const struct cli_timing *t, uint64_t bytes)
-{
-    printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"worst_s\":%.9g,\"median_gbps\":%.6g,"
-           "\"best_gbps\":%.6g}",
-           name, t->median, t->best, t->worst, cli_gbps(bytes, t->median),
-           cli_gbps(bytes, t->best));
-}
-
-static void print_json_fio(const struct bench *b, const struct point *pt)
+static void print_json_fio(struct jw *w, const struct bench *b, const struct point *pt)
 {
     uint64_t fbytes = pt->pages * pt->slot_bytes;
 
     if (!pt->fio_ran) {
-        printf("\"fio\":null,\"ratio\":null");
+        jw_null(w, "fio");
+        jw_null(w, "ratio");
         return;
     }
-    printf("\"fio\":{\"bytes\":%" PRIu64 ",\"fdatasync_every\":%" PRIu64 ",", fbytes,
-           b->cfg->batch);
-    print_json_timing("write", &pt->fio_write, fbytes);
-    putchar(',');
-    print_json_timing("write_fdatasync", &pt->fio_sync, fbytes);
-    putchar(',');
-    print_json_timing("read", &pt->fio_read, fbytes);
+    jw_object(w, "fio");
+    jw_u64(w, "bytes", fbytes);
+    jw_u64(w, "fdatasync_every", b->cfg->batch);
+    rpt_json_timing(w, "write", &pt->fio_write, fbytes, true);
+    rpt_json_timing(w, "write_fdatasync", &pt->fio_sync, fbytes, true);
+    rpt_json_timing(w, "read", &pt->fio_read, fbytes, true);
+    jw_end(w);
+    jw_object(w, "ratio");
+    jw_double(w, "write", "%.6g", cli_ratio(pt->fio_write.median, pt->write.median));
+    jw_double(w, "write_vs_fdatasync", "%.6g", cli_ratio(pt->fio_sync.median, pt->write.median));
+    jw_double(w, "read", "%.6g", cli_ratio(pt->fio_read.median, pt->read.median));
     /* The target judges write_vs_fdatasync (durable against durable) and read. */
-    printf("},\"ratio\":{\"write\":%.6g,\"write_vs_fdatasync\":%.6g,\"read\":%.6g,"
-           "\"judged\":[\"write_vs_fdatasync\",\"read\"]}",
-           cli_ratio(pt->fio_write.median, pt->write.median),
-           cli_ratio(pt->fio_sync.median, pt->write.median),
-           cli_ratio(pt->fio_read.median, pt->read.median));
+    jw_array(w, "judged");
+    jw_string(w, NULL, "write_vs_fdatasync");
+    jw_string(w, NULL, "read");
+    jw_end(w);
+    jw_end(w);
 }
 
-static void print_json_point(const struct bench *b, const struct point *pt)
+static void print_json_point(struct jw *w, const struct bench *b, const struct point *pt)
 {
     uint64_t bytes = pt->pages * pt->page_bytes;
 
-    printf("{\"page_bytes\":%u,\"slot_bytes\":%u,\"queue_depth\":%u,\"pages\":%" PRIu64
-           ",\"bytes\":%" PRIu64 ",\"store\":{\"io\":\"%s\",\"direct\":%s,\"fixed_buffers\":%s,"
-           "\"fixed_ios\":%" PRIu64 ",",
-           pt->page_bytes, pt->slot_bytes, pt->queue_depth, pt->pages, bytes, io_name(pt->io),
-           pt->direct ? "true" : "false", pt->fixed_buffers ? "true" : "false", pt->fixed_ios);
-    print_json_timing("write", &pt->write, bytes);
-    putchar(',');
-    print_json_timing("read", &pt->read, bytes);
-    printf(",\"write_pages_per_s\":%.6g,\"read_pages_per_s\":%.6g},",
-           cli_ratio((double)pt->pages, pt->write.median),
-           cli_ratio((double)pt->pages, pt->read.median));
-    print_json_fio(b, pt);
-    printf(",\"target_ratio\":%.2f}", TARGET_RATIO);
+    jw_object(w, NULL);
+    jw_u64(w, "page_bytes", pt->page_bytes);
+    jw_u64(w, "slot_bytes", pt->slot_bytes);
+    jw_u64(w, "queue_depth", pt->queue_depth);
+    jw_u64(w, "pages", pt->pages);
+    jw_u64(w, "bytes", bytes);
+    jw_object(w, "store");
+    jw_string(w, "io", io_name(pt->io));
+    jw_bool(w, "direct", pt->direct);
+    jw_bool(w, "fixed_buffers", pt->fixed_buffers);
+    jw_u64(w, "fixed_ios", pt->fixed_ios);
+    rpt_json_timing(w, "write", &pt->write, bytes, true);
+    rpt_json_timing(w, "read", &pt->read, bytes, true);
+    jw_double(w, "write_pages_per_s", "%.6g", cli_ratio((double)pt->pages, pt->write.median));
+    jw_double(w, "read_pages_per_s", "%.6g", cli_ratio((double)pt->pages, pt->read.median));
+    jw_end(w);
+    print_json_fio(w, b, pt);
+    jw_double(w, "target_ratio", "%.2f", TARGET_RATIO);
+    jw_end(w);
 }
 
-static void print_json_config(const struct bench *b)
+static void print_json_config(struct jw *w, const struct bench *b)
 {
     const struct config *cfg = b->cfg;
 
-    printf("\"config\":{\"work_dir\":");
-    cli_json_string(b->wd.path);
-    printf(",\"fs\":");
-    cli_json_string(b->wd.fs);
-    printf(",\"keep\":%s,\"reps\":%" PRIu64 ",\"batch\":%" PRIu64 ",\"read_order\":\"%s\","
-           "\"io\":\"%s\",\"seed\":%" PRIu64 ",\"page_tokens\":%u,\"fio\":",
-           cfg->keep ? "true" : "false", cfg->reps, cfg->batch, order_names[cfg->order],
-           io_names[cfg->io], cfg->seed, PAGE_TOKENS);
-    cli_json_string(b->fio.version[0] ? b->fio.version : NULL);
-    printf(",\"fio_note\":");
-    cli_json_string(b->fio.note[0] ? b->fio.note : NULL);
-    putchar('}');
+    jw_object(w, "config");
+    jw_string(w, "work_dir", b->wd.path);
+    jw_string(w, "fs", b->wd.fs);
+    jw_bool(w, "keep", cfg->keep);
+    jw_u64(w, "reps", cfg->reps);
+    jw_u64(w, "batch", cfg->batch);
+    jw_string(w, "read_order", order_names[cfg->order]);
+    jw_string(w, "io", io_names[cfg->io]);
+    jw_u64(w, "seed", cfg->seed);
+    jw_u64(w, "page_tokens", PAGE_TOKENS);
+    jw_string(w, "fio", b->fio.version[0] ? b->fio.version : NULL);
+    jw_string(w, "fio_note", b->fio.note[0] ? b->fio.note : NULL);
+    jw_end(w);
 }
 
-static void print_json_open_kind(const char *name, const struct open_result *o, int kind)
+static void print_json_open_kind(struct jw *w, const char *name, const struct open_result *o,
+                                 int kind)
 {
-    printf("\"%s\":{", name);
-    print_json_timing("open", &o->open[kind], 0);
-    putchar(',');
-    print_json_timing("serve", &o->serve[kind], 0);
-    putchar(',');
-    print_json_timing("first_read", &o->first_read[kind], 0);
-    putchar(',');
-    print_json_timing("ready", &o->ready[kind], 0);
-    putchar('}');
+    jw_object(w, name);
+    rpt_json_timing(w, "open", &o->open[kind], 0, true);
+    rpt_json_timing(w, "serve", &o->serve[kind], 0, true);
+    rpt_json_timing(w, "first_read", &o->first_read[kind], 0, true);
+    rpt_json_timing(w, "ready", &o->ready[kind], 0, true);
+    jw_end(w);
 }
 
-static void print_json_open(const struct bench *b)
+static void print_json_open(struct jw *w, const struct bench *b)
 {
     const struct open_result *o = &b->open;
 
     if (!b->open_ran) {
-        printf("\"open\":null");
+        jw_null(w, "open");
         return;
     }
-    printf("\"open\":{\"pages\":%" PRIu64 ",\"page_bytes\":%u,\"keys\":%" PRIu64
-           ",\"reps\":%" PRIu64 ",\"build_s\":%.6g,\"build_pages_per_s\":%.6g,",
-           o->pages, OPEN_PAGE_BYTES, o->keys, b->cfg->open_reps, o->build,
-           cli_ratio((double)o->pages, o->build));
-    print_json_open_kind("cold", o, 0);
-    putchar(',');
-    print_json_open_kind("warm", o, 1);
-    printf(",\"target_serve_s\":%.3f}", TARGET_SERVE_S);
+    jw_object(w, "open");
+    jw_u64(w, "pages", o->pages);
+    jw_u64(w, "page_bytes", OPEN_PAGE_BYTES);
+    jw_u64(w, "keys", o->keys);
+    jw_u64(w, "reps", b->cfg->open_reps);
+    jw_double(w, "build_s", "%.6g", o->build);
+    jw_double(w, "build_pages_per_s", "%.6g", cli_ratio((double)o->pages, o->build));
+    print_json_open_kind(w, "cold", o, 0);
+    print_json_open_kind(w, "warm", o, 1);
+    jw_double(w, "target_serve_s", "%.3f", TARGET_SERVE_S);
+    jw_end(w);
 }
 
 static void print_report(const struct bench *b)
 {
+    struct jw w;
+
     if (!b->cfg->json) {
         print_text_head(b);
         for (size_t i = 0; i < b->npt; i++)
@@ -1100,17 +1108,16 @@ static void print_report(const struct bench *b)
             print_text_open(b);
         return;
     }
-    putchar('{');
-    print_json_config(b);
-    printf(",\"throughput\":[");
-    for (size_t i = 0; i < b->npt; i++) {
-        if (i)
-            putchar(',');
-        print_json_point(b, &b->pt[i]);
-    }
-    printf("],");
-    print_json_open(b);
-    printf("}\n");
+    jw_init(&w);
+    jw_object(&w, NULL);
+    print_json_config(&w, b);
+    jw_array(&w, "throughput");
+    for (size_t i = 0; i < b->npt; i++)
+        print_json_point(&w, b, &b->pt[i]);
+    jw_end(&w);
+    print_json_open(&w, b);
+    jw_end(&w);
+    putchar('\n');
 }
 
 /* ---- command line ---- */
