@@ -39,6 +39,7 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "report.h"
 #include "rng.h"
 #include "device/backend.h"
 #include "device/kv_pool.h"
@@ -709,109 +710,136 @@ static void print_text_overlap(const struct rig *r, const struct overlap *ov)
     }
 }
 
-static void print_json_timing(const char *name, const struct cli_timing *t, uint64_t bytes)
+static void print_json_geometry(struct jw *w, const struct config *cfg)
 {
-    printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"median_gbps\":%.6g,\"best_gbps\":%.6g}",
-           name, t->median, t->best, cli_gbps(bytes, t->median), cli_gbps(bytes, t->best));
-}
-
-static void print_json_config(const struct rig *r)
-{
-    const struct config *cfg = r->cfg;
     const struct kvt_geometry *g = &cfg->g;
 
-    printf("\"config\":{\"backend\":\"%s\",\"io\":\"%s\",\"layout\":\"%s\",\"host_pinned\":%s,"
-           "\"geometry\":",
-           r->be->name, io_names[cfg->io], layout_names[cfg->layout],
-           r->host.pinned ? "true" : "false");
-    cli_json_string(cfg->geometry_arg);
-    printf(",\"attention\":\"%s\",\"layers\":%u,\"kv_heads\":%u,\"head_dim\":%u,"
-           "\"v_head_dim\":%u,\"kv_lora_rank\":%u,\"qk_rope_head_dim\":%u,\"dtype_bytes\":%u",
-           g->attention == KVT_ATTN_MLA ? "mla" : "mha", g->layers, g->kv_heads, g->head_dim,
-           g->v_head_dim ? g->v_head_dim : g->head_dim, g->kv_lora_rank, g->qk_rope_head_dim,
-           g->dtype_bytes);
-    printf(",\"page_size\":%u,\"page_bytes\":%zu,\"pages\":%" PRIu64 ",\"pool_pages\":%" PRIu64
-           ",\"scatter\":\"%s\",\"run_pages\":",
-           cfg->page_size, r->page_bytes, cfg->pages, cfg->pool_pages, scatter_names[cfg->scatter]);
-    if (cfg->scatter == SCATTER_RUNS)
-        printf("%" PRIu64, cfg->run_pages);
-    else
-        printf("null");
-    printf(",\"runs\":%zu,\"reps\":%" PRIu64 ",\"seed\":%" PRIu64 ",\"dma_min_bytes\":%" PRIu64
-           ",\"path_ops\":{\"load\":{\"kernel\":%" PRIu64 ",\"dma\":%" PRIu64
-           "},\"backup\":{\"kernel\":%" PRIu64 ",\"dma\":%" PRIu64 "}}}",
-           r->runs, cfg->reps, cfg->seed, cfg->dma_min_bytes, r->path_ops[XFER_LOAD][0],
-           r->path_ops[XFER_LOAD][1], r->path_ops[XFER_BACKUP][0], r->path_ops[XFER_BACKUP][1]);
+    jw_string(w, "geometry", cfg->geometry_arg);
+    jw_string(w, "attention", g->attention == KVT_ATTN_MLA ? "mla" : "mha");
+    jw_u64(w, "layers", g->layers);
+    jw_u64(w, "kv_heads", g->kv_heads);
+    jw_u64(w, "head_dim", g->head_dim);
+    jw_u64(w, "v_head_dim", g->v_head_dim ? g->v_head_dim : g->head_dim);
+    jw_u64(w, "kv_lora_rank", g->kv_lora_rank);
+    jw_u64(w, "qk_rope_head_dim", g->qk_rope_head_dim);
+    jw_u64(w, "dtype_bytes", g->dtype_bytes);
 }
 
-static void print_json_ratio(const char *name, const struct cli_timing *x,
+static void print_json_paths(struct jw *w, const struct rig *r)
+{
+    static const char *const dirs[2] = {[XFER_LOAD] = "load", [XFER_BACKUP] = "backup"};
+
+    jw_object(w, "path_ops");
+    for (int d = 0; d < 2; d++) {
+        jw_object(w, dirs[d]);
+        jw_u64(w, "kernel", r->path_ops[d][0]);
+        jw_u64(w, "dma", r->path_ops[d][1]);
+        jw_end(w);
+    }
+    jw_end(w);
+}
+
+static void print_json_config(struct jw *w, const struct rig *r)
+{
+    const struct config *cfg = r->cfg;
+
+    jw_object(w, "config");
+    jw_string(w, "backend", r->be->name);
+    jw_string(w, "io", io_names[cfg->io]);
+    jw_string(w, "layout", layout_names[cfg->layout]);
+    jw_bool(w, "host_pinned", r->host.pinned);
+    print_json_geometry(w, cfg);
+    jw_u64(w, "page_size", cfg->page_size);
+    jw_u64(w, "page_bytes", r->page_bytes);
+    jw_u64(w, "pages", cfg->pages);
+    jw_u64(w, "pool_pages", cfg->pool_pages);
+    jw_string(w, "scatter", scatter_names[cfg->scatter]);
+    if (cfg->scatter == SCATTER_RUNS)
+        jw_u64(w, "run_pages", cfg->run_pages);
+    else
+        jw_null(w, "run_pages");
+    jw_u64(w, "runs", r->runs);
+    jw_u64(w, "reps", cfg->reps);
+    jw_u64(w, "seed", cfg->seed);
+    jw_u64(w, "dma_min_bytes", cfg->dma_min_bytes);
+    print_json_paths(w, r);
+    jw_end(w);
+}
+
+static void print_json_ratio(struct jw *w, const char *name, const struct cli_timing *x,
                              const struct cli_timing *b)
 {
-    printf("\"%s\":{\"median\":%.6g,\"best\":%.6g}", name, cli_ratio(b->median, x->median),
-           cli_ratio(b->best, x->best));
+    jw_object(w, name);
+    jw_double(w, "median", "%.6g", cli_ratio(b->median, x->median));
+    jw_double(w, "best", "%.6g", cli_ratio(b->best, x->best));
+    jw_end(w);
 }
 
-static void print_json_bandwidth(const struct rig *r, const struct bandwidth *bw)
+static void print_json_bandwidth(struct jw *w, const struct rig *r, const struct bandwidth *bw)
 {
-    printf("\"bandwidth\":{\"bytes\":%" PRIu64 ",\"baseline\":\"%s\",", r->bytes,
-           on_cuda(r) ? "cudaMemcpyAsync" : "memcpy");
-    print_json_timing("load", &bw->load, r->bytes);
-    putchar(',');
-    print_json_timing("backup", &bw->backup, r->bytes);
-    putchar(',');
-    print_json_timing("baseline_h2d", &bw->base_h2d, r->bytes);
-    putchar(',');
-    print_json_timing("baseline_d2h", &bw->base_d2h, r->bytes);
-    putchar(',');
-    print_json_ratio("load_ratio", &bw->load, &bw->base_h2d);
-    putchar(',');
-    print_json_ratio("backup_ratio", &bw->backup, &bw->base_d2h);
-    printf(",\"target_ratio\":%.2f}", target_ratio(r));
+    jw_object(w, "bandwidth");
+    jw_u64(w, "bytes", r->bytes);
+    jw_string(w, "baseline", on_cuda(r) ? "cudaMemcpyAsync" : "memcpy");
+    rpt_json_timing(w, "load", &bw->load, r->bytes, false);
+    rpt_json_timing(w, "backup", &bw->backup, r->bytes, false);
+    rpt_json_timing(w, "baseline_h2d", &bw->base_h2d, r->bytes, false);
+    rpt_json_timing(w, "baseline_d2h", &bw->base_d2h, r->bytes, false);
+    print_json_ratio(w, "load_ratio", &bw->load, &bw->base_h2d);
+    print_json_ratio(w, "backup_ratio", &bw->backup, &bw->base_d2h);
+    jw_double(w, "target_ratio", "%.2f", target_ratio(r));
+    jw_end(w);
 }
 
-static void print_json_point(const struct overlap *ov, const struct overlap_point *p)
+static void print_json_point(struct jw *w, const struct overlap *ov, const struct overlap_point *p)
 {
-    printf("{\"compute_us\":%.3f,\"auto\":%s,\"measured_s\":%.9g,\"best_s\":%.9g,"
-           "\"ideal_s\":%.9g,\"overhead_pct\":%.4f,\"copy_compute_ratio\":%.6g}",
-           p->compute * 1e6, p->automatic ? "true" : "false", p->measured.median, p->measured.best,
-           p->ideal, 100 * (cli_ratio(p->measured.median, p->ideal) - 1),
-           cli_ratio(ov->layer, p->compute));
+    jw_object(w, NULL);
+    jw_double(w, "compute_us", "%.3f", p->compute * 1e6);
+    jw_bool(w, "auto", p->automatic);
+    jw_double(w, "measured_s", "%.9g", p->measured.median);
+    jw_double(w, "best_s", "%.9g", p->measured.best);
+    jw_double(w, "ideal_s", "%.9g", p->ideal);
+    jw_double(w, "overhead_pct", "%.4f", 100 * (cli_ratio(p->measured.median, p->ideal) - 1));
+    jw_double(w, "copy_compute_ratio", "%.6g", cli_ratio(ov->layer, p->compute));
+    jw_end(w);
 }
 
-static void print_json_overlap(const struct rig *r, const struct overlap *ov)
+static void print_json_overlap(struct jw *w, const struct rig *r, const struct overlap *ov)
 {
     const struct config *cfg = r->cfg;
     uint64_t bytes = cfg->overlap_pages * r->page_bytes;
 
-    printf("\"overlap\":{\"layers\":%u,\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64
-           ",\"layer_bytes\":%" PRIu64 ",",
-           cfg->g.layers, cfg->overlap_pages, bytes, bytes / cfg->g.layers);
-    print_json_timing("load", &ov->load, bytes);
-    printf(",\"layer_copy_s\":%.9g,\"target_overhead_pct\":%.1f,\"points\":[", ov->layer,
-           TARGET_OVERHEAD_PCT);
-    for (size_t i = 0; i < cfg->ncompute; i++) {
-        if (i)
-            putchar(',');
-        print_json_point(ov, &ov->pt[i]);
-    }
-    printf("]}");
+    jw_object(w, "overlap");
+    jw_u64(w, "layers", cfg->g.layers);
+    jw_u64(w, "pages", cfg->overlap_pages);
+    jw_u64(w, "bytes", bytes);
+    jw_u64(w, "layer_bytes", bytes / cfg->g.layers);
+    rpt_json_timing(w, "load", &ov->load, bytes, false);
+    jw_double(w, "layer_copy_s", "%.9g", ov->layer);
+    jw_double(w, "target_overhead_pct", "%.1f", TARGET_OVERHEAD_PCT);
+    jw_array(w, "points");
+    for (size_t i = 0; i < cfg->ncompute; i++)
+        print_json_point(w, ov, &ov->pt[i]);
+    jw_end(w);
+    jw_end(w);
 }
 
 static void print_report(const struct rig *r, const struct bandwidth *bw, const struct overlap *ov)
 {
+    struct jw w;
+
     if (!r->cfg->json) {
         print_text_config(r);
         print_text_bandwidth(r, bw);
         print_text_overlap(r, ov);
         return;
     }
-    putchar('{');
-    print_json_config(r);
-    putchar(',');
-    print_json_bandwidth(r, bw);
-    putchar(',');
-    print_json_overlap(r, ov);
-    printf("}\n");
+    jw_init(&w);
+    jw_object(&w, NULL);
+    print_json_config(&w, r);
+    print_json_bandwidth(&w, r, bw);
+    print_json_overlap(&w, r, ov);
+    jw_end(&w);
+    putchar('\n');
 }
 
 /* ---- command line ---- */

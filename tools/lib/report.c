@@ -88,9 +88,3 @@ void rpt_json_timing(struct jw *w, const char *key, const struct cli_timing *t, 
     jw_double(w, "best_gbps", "%.6g", cli_gbps(bytes, t->best));
     jw_end(w);
 }
-
-void rpt_gbps_pair(uint64_t bytes, const struct cli_timing *t, int width, int prec)
-{
-    printf("%*.*f (%*.*f)", width, prec, cli_gbps(bytes, t->median), width, prec,
-           cli_gbps(bytes, t->best));
-}

@@ -1,6 +1,6 @@
 /* What the benchmarks' reports share: a tiny JSON writer on stdout that keeps the commas and
- * the nesting, so a report says only what it holds, and the figures every bench prints the
- * same way (a timing as JSON, median and best as GB/s in a text table). */
+ * the nesting, so a report says only what it holds, and a timing as JSON. (The text tables
+ * stay with each bench: their rows share no format.) */
 #ifndef KVT_TOOLS_REPORT_H
 #define KVT_TOOLS_REPORT_H
 
@@ -38,9 +38,5 @@ void jw_null(struct jw *w, const char *key);
  * "best_gbps"}. */
 void rpt_json_timing(struct jw *w, const char *key, const struct cli_timing *t, uint64_t bytes,
                      bool worst);
-
-/* Median and best of a timing as GB/s of bytes, "<median> (<best>)", each number width wide
- * with prec decimals, for a text table. */
-void rpt_gbps_pair(uint64_t bytes, const struct cli_timing *t, int width, int prec);
 
 #endif
