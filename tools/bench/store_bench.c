@@ -483,7 +483,6 @@ static void fio_setup(struct bench *b)
 {
     struct fio_state *f = &b->fio;
     char log[PATH_MAX];
-    char *argv[] = {f->path, "--version", NULL};
     int rc;
 
     if (b->cfg->no_fio) {
@@ -496,62 +495,49 @@ static void fio_setup(struct bench *b)
         return;
     }
     workdir_path(&b->wd, "fio-version.log", log, sizeof(log));
-    if ((rc = fio_spawn_wait(argv, log)) != 0) {
+    if ((rc = fio_version(f->path, log, f->version, sizeof(f->version))) != 0) {
         fio_note(f, "%s --version failed (%d); no comparison with fio", f->path, rc);
         return;
     }
-    fio_first_line(log, f->version, sizeof(f->version));
     f->usable = true;
 }
 
 /* ---- fio runs ---- */
 
-/* One fio job's command line; the strings live in the struct. */
-struct fio_job {
-    char args[13][PATH_MAX + 32];
-    char *argv[17];
-    char json[PATH_MAX], log[PATH_MAX];
+/* One fio job of a point and where its output goes. */
+struct bench_job {
+    struct fio_job fio;
+    char file[PATH_MAX], json[PATH_MAX], log[PATH_MAX];
 };
 
 /* rw: write, read or randread; fdatasync: writes between syncs, 0 for none; when not 0 the
  * job also syncs at its end, after the last writes. */
-static void fio_job_init(struct fio_job *j, const struct bench *b, const struct point *pt,
-                         const char *rw, uint64_t fdatasync)
+static void job_init(struct bench_job *j, const struct bench *b, const struct point *pt,
+                     const char *rw, uint64_t fdatasync)
 {
-    char file[PATH_MAX];
-    int n = 0;
-
-    workdir_path(&b->wd, "fio.data", file, sizeof(file));
+    workdir_path(&b->wd, "fio.data", j->file, sizeof(j->file));
     workdir_path(&b->wd, "fio.json", j->json, sizeof(j->json));
     workdir_path(&b->wd, "fio.log", j->log, sizeof(j->log));
-    snprintf(j->args[n++], sizeof(j->args[0]), "--name=%s", PROG);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--filename=%s", file);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--ioengine=io_uring");
-    snprintf(j->args[n++], sizeof(j->args[0]), "--direct=%u", pt->direct);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--fixedbufs=%u", pt->fixed_buffers);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--fallocate=native");
-    snprintf(j->args[n++], sizeof(j->args[0]), "--bs=%u", pt->slot_bytes);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--iodepth=%u", pt->queue_depth);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--rw=%s", rw);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--size=%" PRIu64, pt->pages * pt->slot_bytes);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--fdatasync=%" PRIu64, fdatasync);
-    if (fdatasync)
-        snprintf(j->args[n++], sizeof(j->args[0]), "--end_fsync=1");
-    snprintf(j->args[n++], sizeof(j->args[0]), "--output=%s", j->json);
-    j->argv[0] = (char *)b->fio.path;
-    for (int i = 0; i < n; i++)
-        j->argv[i + 1] = j->args[i];
-    j->argv[n + 1] = "--output-format=json";
-    j->argv[n + 2] = NULL;
+    fio_job_init(&j->fio, &(struct fio_params){.fio = b->fio.path,
+                                               .name = PROG,
+                                               .file = j->file,
+                                               .rw = rw,
+                                               .direct = pt->direct,
+                                               .fixed_buffers = pt->fixed_buffers,
+                                               .block_bytes = pt->slot_bytes,
+                                               .iodepth = pt->queue_depth,
+                                               .size = pt->pages * pt->slot_bytes,
+                                               .fdatasync = fdatasync,
+                                               .json = j->json});
 }
 
 /* Run a job; its seconds for the point's pages (io_bytes / bw_bytes). On failure the note
  * says why and -1 comes back. */
-static int fio_job_run(struct bench *b, struct fio_job *j, const char *dir, const struct point *pt,
-                       double *seconds)
+static int fio_job_run(struct bench *b, struct bench_job *j, const char *dir,
+                       const struct point *pt, double *seconds)
 {
     double io_bytes, bw;
-    int rc = fio_spawn_wait(j->argv, j->log);
+    int rc = fio_spawn_wait(j->fio.argv, j->log);
 
     if (rc) {
         char line[256];
@@ -574,10 +560,10 @@ static int fio_job_run(struct bench *b, struct fio_job *j, const char *dir, cons
 static int fio_run(struct bench *b, const struct point *pt, const char *rw, uint64_t fdatasync,
                    double *seconds)
 {
-    struct fio_job j;
+    struct bench_job j;
     const char *dir = strcmp(rw, "write") ? "read" : "write";
 
-    fio_job_init(&j, b, pt, rw, fdatasync);
+    job_init(&j, b, pt, rw, fdatasync);
     return fio_job_run(b, &j, dir, pt, seconds);
 }
 
@@ -911,12 +897,12 @@ static void print_fio_lines(const struct bench *b, const struct point *pt)
     const uint64_t sync[3] = {b->cfg->batch, 0, 0};
 
     for (int k = 0; k < 3; k++) {
-        struct fio_job j;
+        struct bench_job j;
 
-        fio_job_init(&j, b, pt, rw[k], sync[k]);
+        job_init(&j, b, pt, rw[k], sync[k]);
         printf("    $");
-        for (int i = 0; j.argv[i]; i++)
-            printf(" %s", j.argv[i]);
+        for (int i = 0; j.fio.argv[i]; i++)
+            printf(" %s", j.fio.argv[i]);
         printf("\n");
     }
 }

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,42 @@ bool fio_find_program(const char *name, char *out, size_t len)
         p += n + (p[n] == ':');
     }
     return false;
+}
+
+int fio_version(const char *path, const char *log, char *out, size_t len)
+{
+    char *argv[] = {(char *)path, "--version", NULL};
+    int rc = fio_spawn_wait(argv, log);
+
+    if (rc == 0)
+        fio_first_line(log, out, len);
+    return rc;
+}
+
+void fio_job_init(struct fio_job *j, const struct fio_params *p)
+{
+    const size_t len = sizeof(j->args[0]);
+    int n = 0;
+
+    snprintf(j->args[n++], len, "--name=%s", p->name);
+    snprintf(j->args[n++], len, "--filename=%s", p->file);
+    snprintf(j->args[n++], len, "--ioengine=io_uring");
+    snprintf(j->args[n++], len, "--direct=%u", (unsigned)p->direct);
+    snprintf(j->args[n++], len, "--fixedbufs=%u", (unsigned)p->fixed_buffers);
+    snprintf(j->args[n++], len, "--fallocate=native");
+    snprintf(j->args[n++], len, "--bs=%u", p->block_bytes);
+    snprintf(j->args[n++], len, "--iodepth=%u", p->iodepth);
+    snprintf(j->args[n++], len, "--rw=%s", p->rw);
+    snprintf(j->args[n++], len, "--size=%" PRIu64, p->size);
+    snprintf(j->args[n++], len, "--fdatasync=%" PRIu64, p->fdatasync);
+    if (p->fdatasync)
+        snprintf(j->args[n++], len, "--end_fsync=1");
+    snprintf(j->args[n++], len, "--output=%s", p->json);
+    j->argv[0] = (char *)p->fio;
+    for (int i = 0; i < n; i++)
+        j->argv[i + 1] = j->args[i];
+    j->argv[n + 1] = "--output-format=json";
+    j->argv[n + 2] = NULL;
 }
 
 /* ---- a small JSON reader: just enough to walk fio's report ---- */
