@@ -230,7 +230,7 @@ static int parse_list(const char *prog, const char *opt, const char *val, uint64
         size_t len = strcspn(val, ",");
 
         if (out->n == CLI_MAX_LIST)
-            return cli_bad_usage(prog, "too many values (8 at most)", opt);
+            return cli_bad_usage(prog, "too many values (" CLI_STR(CLI_MAX_LIST) " at most)", opt);
         if (len == 0 || len >= sizeof(item))
             return cli_bad_usage(prog, "a list item is empty or too long", opt);
         memcpy(item, val, len);

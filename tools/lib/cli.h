@@ -84,7 +84,8 @@ struct cli_list {
     size_t n;
 };
 
-/* One row of a tool's table; fields a kind does not use stay 0. */
+/* One row of a tool's table (static, like the strings it points to); fields a kind does not
+ * use stay 0. The field at offset must have the kind's type: nothing can check that. */
 struct cli_option {
     const char *name; /* "--reps"; NULL for CLI_TEXT */
     enum cli_kind kind;
@@ -92,9 +93,10 @@ struct cli_option {
     uint64_t lo, hi;          /* bounds of a count, or lo: the shortest string */
     const char *const *names; /* CLI_NAME */
     size_t nnames;            /* CLI_NAME */
-    int (*parse)(void *field, const char *opt, const char *val); /* CLI_CUSTOM: 0 or a status */
+    /* CLI_CUSTOM: given cfg + offset; 0, or the bad-usage status after saying why */
+    int (*parse)(void *field, const char *opt, const char *val);
     const char *arg;       /* for usage: what the value is ("N", "LIST") */
-    const char *help;      /* for usage: lines after the first indented; NULL: unlisted */
+    const char *help;      /* for usage: lines, the first beside the name; NULL: unlisted */
     void (*more)(FILE *f); /* for usage: printed after help (a list of presets) */
 };
 
