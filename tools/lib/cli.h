@@ -61,6 +61,66 @@ void cli_print_presets(FILE *f, const char *indent);
 int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g,
                        uint32_t *tp_size);
 
+/* ---- the option table: one parser and one usage printer for every tool's options ---- */
+
+#define CLI_MAX_LIST 8 /* values a list option takes */
+
+/* What an option takes, and the type of the config field it sets. */
+enum cli_kind {
+    CLI_TEXT,   /* no option: help is printed as it stands (a heading, a line for several) */
+    CLI_HELP,   /* --help: printed with the others; the parser takes --help and -h itself */
+    CLI_FLAG,   /* no value; sets a bool */
+    CLI_COUNT,  /* a uint64_t from lo to hi, digits only */
+    CLI_SIZE,   /* a uint64_t from lo to hi, digits then optionally K, M, G or T */
+    CLI_COUNTS, /* up to CLI_MAX_LIST CLI_COUNT values, comma separated: a struct cli_list */
+    CLI_SIZES,  /* likewise of CLI_SIZE values */
+    CLI_NAME,   /* one of names: its index, a uint32_t */
+    CLI_STRING, /* the value itself, a const char *, at least lo bytes long */
+    CLI_CUSTOM, /* parse sets what it likes */
+};
+
+struct cli_list {
+    uint64_t v[CLI_MAX_LIST];
+    size_t n;
+};
+
+/* One row of a tool's table (static, like the strings it points to); fields a kind does not
+ * use stay 0. The field at offset must have the kind's type: nothing can check that. */
+struct cli_option {
+    const char *name; /* "--reps"; NULL for CLI_TEXT */
+    enum cli_kind kind;
+    size_t offset;            /* of the field in the tool's config (CLI_CUSTOM: 0 for all of it) */
+    uint64_t lo, hi;          /* bounds of a count, or lo: the shortest string */
+    const char *const *names; /* CLI_NAME */
+    size_t nnames;            /* CLI_NAME */
+    /* CLI_CUSTOM: given cfg + offset; 0, or the bad-usage status after saying why */
+    int (*parse)(void *field, const char *opt, const char *val);
+    const char *arg;       /* for usage: what the value is ("N", "LIST") */
+    const char *help;      /* for usage: lines, the first beside the name; NULL: unlisted */
+    void (*more)(FILE *f); /* for usage: printed after help (a list of presets) */
+};
+
+#define CLI_COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+/* A CLI_NAME row's names: CLI_NAMES(io_names). */
+#define CLI_NAMES(a) .names = (a), .nnames = CLI_COUNT_OF(a)
+/* A macro's value as a string, for help text: CLI_STR(DEFAULT_REPS) is "3". */
+#define CLI_STR(x) CLI_STR_(x)
+#define CLI_STR_(x) #x
+
+/* val as a count (size: with K/M/G/T) from lo to hi into *out: 0, or bad usage ("--reps
+ * needs a whole number from 1 to 100"). */
+int cli_parse_count(const char *prog, const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                    bool size, uint64_t *out);
+
+/* argv against the table, setting fields of cfg: 0 to go on, -1 after printing usage on stdout
+ * for --help or -h, else the bad-usage status (an unknown option, a missing or bad value). */
+int cli_parse_args(const char *prog, const struct cli_option *opts, size_t n, void *cfg, int argc,
+                   char **argv, void (*usage)(FILE *f));
+
+/* The table's options on f, in its order: "  NAME ARG" padded to column width, then the help
+ * (its further lines at that column). */
+void cli_print_options(FILE *f, const struct cli_option *opts, size_t n, int width);
+
 /* ---- for the benchmarks ---- */
 
 struct cli_timing {

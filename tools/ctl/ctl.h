@@ -1,5 +1,5 @@
 /*
- * kvtier-ctl's pieces (tools/ctl*.c):
+ * kvtier-ctl's pieces (tools/ctl/):
  *   ctl.c         main: subcommands, options, help, output helpers
  *   ctl_dir.c     opening a data dir: why it failed, a damaged index rebuilt; recover
  *   ctl_index.c   a data dir's index in memory: pages, namespaces, parent links, checks

@@ -39,6 +39,8 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "report.h"
+#include "rng.h"
 #include "device/backend.h"
 #include "device/kv_pool.h"
 #include "host/host_pool.h"
@@ -52,7 +54,7 @@
 #define DEFAULT_OVERLAP_PAGES 256
 #define DEFAULT_REPS 5
 #define DEFAULT_RUN_PAGES 8
-#define AUTO_COMPUTE_FACTOR 2.0 /* auto: compute per layer = this many layer copies */
+#define AUTO_COMPUTE_FACTOR 2 /* auto: compute per layer = this many layer copies */
 #define TARGET_RATIO_SIM 0.80
 #define TARGET_RATIO_GPU 0.90
 #define TARGET_OVERHEAD_PCT 5.0
@@ -133,21 +135,6 @@ static int fail(const char *what, int rc)
 {
     fprintf(stderr, "%s: %s: %s\n", PROG, what, kvt_strerror(rc));
     return -1;
-}
-
-/* splitmix64: the page picks are reproducible from --seed. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_below(uint64_t *s, uint64_t n)
-{
-    return (uint32_t)(rng_next(s) % n);
 }
 
 static double max_d(double a, double b)
@@ -263,7 +250,7 @@ static int sample(uint64_t *rng, uint32_t first, uint32_t count, uint32_t *out, 
     for (uint32_t i = 0; i < count; i++)
         all[i] = first + i;
     for (size_t i = 0; i < n; i++) {
-        uint32_t j = (uint32_t)i + rng_below(rng, count - i), t = all[i];
+        uint32_t j = (uint32_t)i + (uint32_t)rng_below(rng, count - i), t = all[i];
 
         all[i] = all[j];
         all[j] = t;
@@ -298,7 +285,7 @@ static void break_runs(struct rig *r, uint64_t *rng, size_t n)
         for (size_t i = 1; i < n; i++) {
             if (!joins(r, i))
                 continue;
-            uint32_t j = rng_below(rng, n), t;
+            uint32_t j = (uint32_t)rng_below(rng, n), t;
 
             j = j == i ? (uint32_t)i - 1 : j; /* never with itself, which would break nothing */
             t = r->host_pages[i];
@@ -723,188 +710,149 @@ static void print_text_overlap(const struct rig *r, const struct overlap *ov)
     }
 }
 
-static void print_json_timing(const char *name, const struct cli_timing *t, uint64_t bytes)
+static void print_json_geometry(struct jw *w, const struct config *cfg)
 {
-    printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"median_gbps\":%.6g,\"best_gbps\":%.6g}",
-           name, t->median, t->best, cli_gbps(bytes, t->median), cli_gbps(bytes, t->best));
-}
-
-static void print_json_config(const struct rig *r)
-{
-    const struct config *cfg = r->cfg;
     const struct kvt_geometry *g = &cfg->g;
 
-    printf("\"config\":{\"backend\":\"%s\",\"io\":\"%s\",\"layout\":\"%s\",\"host_pinned\":%s,"
-           "\"geometry\":",
-           r->be->name, io_names[cfg->io], layout_names[cfg->layout],
-           r->host.pinned ? "true" : "false");
-    cli_json_string(cfg->geometry_arg);
-    printf(",\"attention\":\"%s\",\"layers\":%u,\"kv_heads\":%u,\"head_dim\":%u,"
-           "\"v_head_dim\":%u,\"kv_lora_rank\":%u,\"qk_rope_head_dim\":%u,\"dtype_bytes\":%u",
-           g->attention == KVT_ATTN_MLA ? "mla" : "mha", g->layers, g->kv_heads, g->head_dim,
-           g->v_head_dim ? g->v_head_dim : g->head_dim, g->kv_lora_rank, g->qk_rope_head_dim,
-           g->dtype_bytes);
-    printf(",\"page_size\":%u,\"page_bytes\":%zu,\"pages\":%" PRIu64 ",\"pool_pages\":%" PRIu64
-           ",\"scatter\":\"%s\",\"run_pages\":",
-           cfg->page_size, r->page_bytes, cfg->pages, cfg->pool_pages, scatter_names[cfg->scatter]);
-    if (cfg->scatter == SCATTER_RUNS)
-        printf("%" PRIu64, cfg->run_pages);
-    else
-        printf("null");
-    printf(",\"runs\":%zu,\"reps\":%" PRIu64 ",\"seed\":%" PRIu64 ",\"dma_min_bytes\":%" PRIu64
-           ",\"path_ops\":{\"load\":{\"kernel\":%" PRIu64 ",\"dma\":%" PRIu64
-           "},\"backup\":{\"kernel\":%" PRIu64 ",\"dma\":%" PRIu64 "}}}",
-           r->runs, cfg->reps, cfg->seed, cfg->dma_min_bytes, r->path_ops[XFER_LOAD][0],
-           r->path_ops[XFER_LOAD][1], r->path_ops[XFER_BACKUP][0], r->path_ops[XFER_BACKUP][1]);
+    jw_string(w, "geometry", cfg->geometry_arg);
+    jw_string(w, "attention", g->attention == KVT_ATTN_MLA ? "mla" : "mha");
+    jw_u64(w, "layers", g->layers);
+    jw_u64(w, "kv_heads", g->kv_heads);
+    jw_u64(w, "head_dim", g->head_dim);
+    jw_u64(w, "v_head_dim", g->v_head_dim ? g->v_head_dim : g->head_dim);
+    jw_u64(w, "kv_lora_rank", g->kv_lora_rank);
+    jw_u64(w, "qk_rope_head_dim", g->qk_rope_head_dim);
+    jw_u64(w, "dtype_bytes", g->dtype_bytes);
 }
 
-static void print_json_ratio(const char *name, const struct cli_timing *x,
+static void print_json_paths(struct jw *w, const struct rig *r)
+{
+    static const char *const dirs[2] = {[XFER_LOAD] = "load", [XFER_BACKUP] = "backup"};
+
+    jw_object(w, "path_ops");
+    for (int d = 0; d < 2; d++) {
+        jw_object(w, dirs[d]);
+        jw_u64(w, "kernel", r->path_ops[d][0]);
+        jw_u64(w, "dma", r->path_ops[d][1]);
+        jw_end(w);
+    }
+    jw_end(w);
+}
+
+static void print_json_config(struct jw *w, const struct rig *r)
+{
+    const struct config *cfg = r->cfg;
+
+    jw_object(w, "config");
+    jw_string(w, "backend", r->be->name);
+    jw_string(w, "io", io_names[cfg->io]);
+    jw_string(w, "layout", layout_names[cfg->layout]);
+    jw_bool(w, "host_pinned", r->host.pinned);
+    print_json_geometry(w, cfg);
+    jw_u64(w, "page_size", cfg->page_size);
+    jw_u64(w, "page_bytes", r->page_bytes);
+    jw_u64(w, "pages", cfg->pages);
+    jw_u64(w, "pool_pages", cfg->pool_pages);
+    jw_string(w, "scatter", scatter_names[cfg->scatter]);
+    if (cfg->scatter == SCATTER_RUNS)
+        jw_u64(w, "run_pages", cfg->run_pages);
+    else
+        jw_null(w, "run_pages");
+    jw_u64(w, "runs", r->runs);
+    jw_u64(w, "reps", cfg->reps);
+    jw_u64(w, "seed", cfg->seed);
+    jw_u64(w, "dma_min_bytes", cfg->dma_min_bytes);
+    print_json_paths(w, r);
+    jw_end(w);
+}
+
+static void print_json_ratio(struct jw *w, const char *name, const struct cli_timing *x,
                              const struct cli_timing *b)
 {
-    printf("\"%s\":{\"median\":%.6g,\"best\":%.6g}", name, cli_ratio(b->median, x->median),
-           cli_ratio(b->best, x->best));
+    jw_object(w, name);
+    jw_double(w, "median", "%.6g", cli_ratio(b->median, x->median));
+    jw_double(w, "best", "%.6g", cli_ratio(b->best, x->best));
+    jw_end(w);
 }
 
-static void print_json_bandwidth(const struct rig *r, const struct bandwidth *bw)
+static void print_json_bandwidth(struct jw *w, const struct rig *r, const struct bandwidth *bw)
 {
-    printf("\"bandwidth\":{\"bytes\":%" PRIu64 ",\"baseline\":\"%s\",", r->bytes,
-           on_cuda(r) ? "cudaMemcpyAsync" : "memcpy");
-    print_json_timing("load", &bw->load, r->bytes);
-    putchar(',');
-    print_json_timing("backup", &bw->backup, r->bytes);
-    putchar(',');
-    print_json_timing("baseline_h2d", &bw->base_h2d, r->bytes);
-    putchar(',');
-    print_json_timing("baseline_d2h", &bw->base_d2h, r->bytes);
-    putchar(',');
-    print_json_ratio("load_ratio", &bw->load, &bw->base_h2d);
-    putchar(',');
-    print_json_ratio("backup_ratio", &bw->backup, &bw->base_d2h);
-    printf(",\"target_ratio\":%.2f}", target_ratio(r));
+    jw_object(w, "bandwidth");
+    jw_u64(w, "bytes", r->bytes);
+    jw_string(w, "baseline", on_cuda(r) ? "cudaMemcpyAsync" : "memcpy");
+    rpt_json_timing(w, "load", &bw->load, r->bytes, false);
+    rpt_json_timing(w, "backup", &bw->backup, r->bytes, false);
+    rpt_json_timing(w, "baseline_h2d", &bw->base_h2d, r->bytes, false);
+    rpt_json_timing(w, "baseline_d2h", &bw->base_d2h, r->bytes, false);
+    print_json_ratio(w, "load_ratio", &bw->load, &bw->base_h2d);
+    print_json_ratio(w, "backup_ratio", &bw->backup, &bw->base_d2h);
+    jw_double(w, "target_ratio", "%.2f", target_ratio(r));
+    jw_end(w);
 }
 
-static void print_json_point(const struct overlap *ov, const struct overlap_point *p)
+static void print_json_point(struct jw *w, const struct overlap *ov, const struct overlap_point *p)
 {
-    printf("{\"compute_us\":%.3f,\"auto\":%s,\"measured_s\":%.9g,\"best_s\":%.9g,"
-           "\"ideal_s\":%.9g,\"overhead_pct\":%.4f,\"copy_compute_ratio\":%.6g}",
-           p->compute * 1e6, p->automatic ? "true" : "false", p->measured.median, p->measured.best,
-           p->ideal, 100 * (cli_ratio(p->measured.median, p->ideal) - 1),
-           cli_ratio(ov->layer, p->compute));
+    jw_object(w, NULL);
+    jw_double(w, "compute_us", "%.3f", p->compute * 1e6);
+    jw_bool(w, "auto", p->automatic);
+    jw_double(w, "measured_s", "%.9g", p->measured.median);
+    jw_double(w, "best_s", "%.9g", p->measured.best);
+    jw_double(w, "ideal_s", "%.9g", p->ideal);
+    jw_double(w, "overhead_pct", "%.4f", 100 * (cli_ratio(p->measured.median, p->ideal) - 1));
+    jw_double(w, "copy_compute_ratio", "%.6g", cli_ratio(ov->layer, p->compute));
+    jw_end(w);
 }
 
-static void print_json_overlap(const struct rig *r, const struct overlap *ov)
+static void print_json_overlap(struct jw *w, const struct rig *r, const struct overlap *ov)
 {
     const struct config *cfg = r->cfg;
     uint64_t bytes = cfg->overlap_pages * r->page_bytes;
 
-    printf("\"overlap\":{\"layers\":%u,\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64
-           ",\"layer_bytes\":%" PRIu64 ",",
-           cfg->g.layers, cfg->overlap_pages, bytes, bytes / cfg->g.layers);
-    print_json_timing("load", &ov->load, bytes);
-    printf(",\"layer_copy_s\":%.9g,\"target_overhead_pct\":%.1f,\"points\":[", ov->layer,
-           TARGET_OVERHEAD_PCT);
-    for (size_t i = 0; i < cfg->ncompute; i++) {
-        if (i)
-            putchar(',');
-        print_json_point(ov, &ov->pt[i]);
-    }
-    printf("]}");
+    jw_object(w, "overlap");
+    jw_u64(w, "layers", cfg->g.layers);
+    jw_u64(w, "pages", cfg->overlap_pages);
+    jw_u64(w, "bytes", bytes);
+    jw_u64(w, "layer_bytes", bytes / cfg->g.layers);
+    rpt_json_timing(w, "load", &ov->load, bytes, false);
+    jw_double(w, "layer_copy_s", "%.9g", ov->layer);
+    jw_double(w, "target_overhead_pct", "%.1f", TARGET_OVERHEAD_PCT);
+    jw_array(w, "points");
+    for (size_t i = 0; i < cfg->ncompute; i++)
+        print_json_point(w, ov, &ov->pt[i]);
+    jw_end(w);
+    jw_end(w);
 }
 
 static void print_report(const struct rig *r, const struct bandwidth *bw, const struct overlap *ov)
 {
+    struct jw w;
+
     if (!r->cfg->json) {
         print_text_config(r);
         print_text_bandwidth(r, bw);
         print_text_overlap(r, ov);
         return;
     }
-    putchar('{');
-    print_json_config(r);
-    putchar(',');
-    print_json_bandwidth(r, bw);
-    putchar(',');
-    print_json_overlap(r, ov);
-    printf("}\n");
+    jw_init(&w);
+    jw_object(&w, NULL);
+    print_json_config(&w, r);
+    print_json_bandwidth(&w, r, bw);
+    print_json_overlap(&w, r, ov);
+    jw_end(&w);
+    putchar('\n');
 }
 
 /* ---- command line ---- */
 
-static void usage(FILE *f)
+/* --compute-us, given the whole config. */
+static int parse_compute(void *field, const char *opt, const char *arg)
 {
-    fprintf(f,
-            "usage: %s [options]\n"
-            "\n"
-            "Measure kvtier's transfer engine and print figures (a benchmark: timing never\n"
-            "fails a run).\n"
-            "(a) bandwidth: N pages scattered over the device and host pools are loaded\n"
-            "    (host -> device) and backed up (device -> host), each as one op, against one\n"
-            "    contiguous copy of the same bytes on the same backend in the same run (sim:\n"
-            "    one memcpy on one thread; cuda: one cudaMemcpyAsync between the pinned host\n"
-            "    pool and a device buffer). Target: scattered / one copy >= %.2f on sim,\n"
-            "    >= %.2f on a GPU.\n"
-            "(b) overlap: a prefill of L layers, each waiting for its layer of a load and then\n"
-            "    computing C us (sim: a busy-wait on this thread; cuda: a host function that\n"
-            "    busy-waits on the compute stream), against the ideal T + C + (L-1) max(T, C)\n"
-            "    (L C + T when C >= T), T one layer's copy measured in the same run.\n"
-            "    Target: within %.0f%% of the ideal.\n"
-            "\n"
-            "Geometry:\n"
-            "  --geometry G        a preset, key=value pairs, or a preset then pairs, comma\n"
-            "                      separated (keys: attention=mha|mla, layers, kv_heads,\n"
-            "                      head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
-            "                      dtype_bytes, tp_size). Default %s. Presets:\n",
-            PROG, TARGET_RATIO_SIM, TARGET_RATIO_GPU, TARGET_OVERHEAD_PCT, DEFAULT_GEOMETRY);
-    cli_print_presets(f, "                        ");
-    fprintf(f,
-            "  --layers N, --kv-heads N, --head-dim N, --dtype-bytes N\n"
-            "                      override one field of the geometry (after --geometry,\n"
-            "                      wherever they stand)\n"
-            "  --page-size N       tokens per page, a power of two up to 256 (default 16)\n"
-            "\n"
-            "Pages:\n"
-            "  --pages N           pages per op in (a) (default %d)\n"
-            "  --pool-pages N      usable pages in each pool, at least --pages (default 1.5 x\n"
-            "                      --pages); the device pool has one more, its padding page\n"
-            "  --scatter S         random (default): pages at random places, no two\n"
-            "                      neighbours in the list consecutive in both pools, so\n"
-            "                      nothing coalesces;\n"
-            "                      runs: runs of --run-pages pages at random places\n"
-            "  --run-pages N       pages per run with --scatter runs (default %d)\n"
-            "  --seed N            seeds the choice of pages (default 1)\n"
-            "  --overlap-pages N   the request's pages in (b), the first N of (a)'s (default\n"
-            "                      %d, or --pages when fewer)\n"
-            "  --compute-us LIST   compute per layer in (b), microseconds, comma separated,\n"
-            "                      up to %d values; auto is %.0f x one layer's copy as measured\n"
-            "                      (default auto)\n"
-            "  --reps N            timed repetitions of each measurement after a warm-up;\n"
-            "                      medians and bests are reported (default %d)\n"
-            "\n"
-            "Engine:\n"
-            "  --backend B         auto, sim or cuda (default auto: cuda when there is a GPU)\n"
-            "  --io M              auto, kernel or dma: how cuda copies (sim ignores it;\n"
-            "                      default auto)\n"
-            "  --dma-min-bytes N   with --io auto on cuda: an op whose copies average at\n"
-            "                      least N bytes goes by the copy engine, a shorter one by\n"
-            "                      the kernels (default 0: the engine's own threshold)\n"
-            "  --layout L          host pool layout: page_first (default) or layer_first\n"
-            "\n"
-            "Output:\n"
-            "  --json              one JSON object on stdout instead of the text report\n"
-            "  --help              print this and exit\n"
-            "\n"
-            "Exit status: 0 when the figures were measured, 1 on an error, 2 on bad usage, %d\n"
-            "when --backend cuda is asked for and there is no GPU (or no CUDA in this build).\n",
-            DEFAULT_PAGES, DEFAULT_RUN_PAGES, DEFAULT_OVERLAP_PAGES, MAX_COMPUTE,
-            AUTO_COMPUTE_FACTOR, DEFAULT_REPS, EXIT_SKIP);
-}
-
-static int parse_compute(struct config *cfg, const char *arg)
-{
+    struct config *cfg = field;
     char buf[512];
     char *save = NULL, *tok;
     uint64_t v;
 
+    (void)opt;
     if (strlen(arg) >= sizeof(buf))
         return cli_bad_usage(PROG, "--compute-us is too long", NULL);
     strcpy(buf, arg);
@@ -923,139 +871,138 @@ static int parse_compute(struct config *cfg, const char *arg)
     return 0;
 }
 
-/* A count within [lo, hi]. */
-static int parse_bounded(const char *opt, const char *val, uint64_t lo, uint64_t hi, uint64_t *out)
+/* --layers and friends: a struct override. */
+static int parse_override(void *field, const char *opt, const char *val)
 {
-    char msg[128];
-
-    if (cli_parse_u64(val, out) && *out >= lo && *out <= hi)
-        return 0;
-    snprintf(msg, sizeof(msg), "%s needs a whole number from %" PRIu64 " to %" PRIu64, opt, lo, hi);
-    return cli_bad_usage(PROG, msg, val);
-}
-
-static int parse_override(struct override *o, const char *opt, const char *val)
-{
+    struct override *o = field;
     uint64_t v;
-    int rc = parse_bounded(opt, val, 1, UINT32_MAX, &v);
+    int rc = cli_parse_count(PROG, opt, val, 1, UINT32_MAX, false, &v);
 
     o->set = rc == 0;
     o->v = (uint32_t)v;
     return rc;
 }
 
-static int parse_page_size(struct config *cfg, const char *val)
+static int parse_page_size(void *field, const char *opt, const char *val)
 {
     uint64_t v;
 
+    (void)opt;
     if (!cli_parse_u64(val, &v) || v == 0 || v > 256 || (v & (v - 1)))
         return cli_bad_usage(PROG, "--page-size needs a power of two from 1 to 256", val);
-    cfg->page_size = (uint32_t)v;
+    *(uint32_t *)field = (uint32_t)v;
     return 0;
+}
+
+/* --geometry, given the whole config: the geometry and the argument it came from. */
+static int parse_geometry(void *field, const char *opt, const char *val)
+{
+    struct config *cfg = field;
+
+    (void)opt;
+    cfg->geometry_arg = val;
+    return cli_parse_geometry(PROG, val, &cfg->g, &cfg->tp_size);
+}
+
+static void print_presets(FILE *f)
+{
+    cli_print_presets(f, "                        ");
 }
 
 /* The limits keep every page and slot number inside the 32-bit types the engine uses. */
 #define MAX_POOL_PAGES (1u << 24)
 
-/* Options that take a count: bounds, and the uint64_t field of struct config it sets. */
-struct count_option {
-    const char *name;
-    uint64_t lo, hi;
-    size_t field;
+/* Figures the help quotes, as strings. */
+#define OVERLAP_PAGES_S CLI_STR(DEFAULT_OVERLAP_PAGES)
+#define MAX_COMPUTE_S CLI_STR(MAX_COMPUTE)
+#define AUTO_COMPUTE_S CLI_STR(AUTO_COMPUTE_FACTOR)
+
+#define OFF(f) offsetof(struct config, f)
+static const struct cli_option options[] = {
+    {.kind = CLI_TEXT, .help = "\nGeometry:\n"},
+    {"--geometry", CLI_CUSTOM, .parse = parse_geometry, .arg = "G",
+     .help = "a preset, key=value pairs, or a preset then pairs, comma\n"
+             "separated (keys: attention=mha|mla, layers, kv_heads,\n"
+             "head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
+             "dtype_bytes, tp_size). Default " DEFAULT_GEOMETRY ". Presets:",
+     .more = print_presets},
+    {.kind = CLI_TEXT,
+     .help = "  --layers N, --kv-heads N, --head-dim N, --dtype-bytes N\n"
+             "                      override one field of the geometry (after --geometry,\n"
+             "                      wherever they stand)\n"},
+    {"--layers", CLI_CUSTOM, OFF(layers), .parse = parse_override},
+    {"--kv-heads", CLI_CUSTOM, OFF(kv_heads), .parse = parse_override},
+    {"--head-dim", CLI_CUSTOM, OFF(head_dim), .parse = parse_override},
+    {"--dtype-bytes", CLI_CUSTOM, OFF(dtype_bytes), .parse = parse_override},
+    {"--page-size", CLI_CUSTOM, OFF(page_size), .parse = parse_page_size, .arg = "N",
+     .help = "tokens per page, a power of two up to 256 (default 16)"},
+    {.kind = CLI_TEXT, .help = "\nPages:\n"},
+    {"--pages", CLI_COUNT, OFF(pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "pages per op in (a) (default " CLI_STR(DEFAULT_PAGES) ")"},
+    {"--pool-pages", CLI_COUNT, OFF(pool_pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "usable pages in each pool, at least --pages (default 1.5 x\n"
+             "--pages); the device pool has one more, its padding page"},
+    {"--scatter", CLI_NAME, OFF(scatter), CLI_NAMES(scatter_names), .arg = "S",
+     .help = "random (default): pages at random places, no two\n"
+             "neighbours in the list consecutive in both pools, so\n"
+             "nothing coalesces;\n"
+             "runs: runs of --run-pages pages at random places"},
+    {"--run-pages", CLI_COUNT, OFF(run_pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "pages per run with --scatter runs (default " CLI_STR(DEFAULT_RUN_PAGES) ")"},
+    {"--seed", CLI_COUNT, OFF(seed), 0, UINT64_MAX, .arg = "N",
+     .help = "seeds the choice of pages (default 1)"},
+    {"--overlap-pages", CLI_COUNT, OFF(overlap_pages), 1, MAX_POOL_PAGES, .arg = "N",
+     .help = "the request's pages in (b), the first N of (a)'s (default\n" OVERLAP_PAGES_S
+             ", or --pages when fewer)"},
+    {"--compute-us", CLI_CUSTOM, .parse = parse_compute, .arg = "LIST",
+     .help = "compute per layer in (b), microseconds, comma separated,\n"
+             "up to " MAX_COMPUTE_S " values; auto is " AUTO_COMPUTE_S
+             " x one layer's copy as measured\n"
+             "(default auto)"},
+    {"--reps", CLI_COUNT, OFF(reps), 1, 1000, .arg = "N",
+     .help = "timed repetitions of each measurement after a warm-up;\n"
+             "medians and bests are reported (default " CLI_STR(DEFAULT_REPS) ")"},
+    {.kind = CLI_TEXT, .help = "\nEngine:\n"},
+    {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
+     .help = "auto, sim or cuda (default auto: cuda when there is a GPU)"},
+    {"--io", CLI_NAME, OFF(io), CLI_NAMES(io_names), .arg = "M",
+     .help = "auto, kernel or dma: how cuda copies (sim ignores it;\ndefault auto)"},
+    {"--dma-min-bytes", CLI_COUNT, OFF(dma_min_bytes), 0, UINT64_MAX, .arg = "N",
+     .help = "with --io auto on cuda: an op whose copies average at\n"
+             "least N bytes goes by the copy engine, a shorter one by\n"
+             "the kernels (default 0: the engine's own threshold)"},
+    {"--layout", CLI_NAME, OFF(layout), CLI_NAMES(layout_names), .arg = "L",
+     .help = "host pool layout: page_first (default) or layer_first"},
+    {.kind = CLI_TEXT, .help = "\nOutput:\n"},
+    {"--json", CLI_FLAG, OFF(json), .help = "one JSON object on stdout instead of the text report"},
+    {"--help", CLI_HELP, .help = "print this and exit"},
 };
 
-#define COUNT(name, lo, hi, f)                                                                     \
-    {                                                                                              \
-        name, lo, hi, offsetof(struct config, f)                                                   \
-    }
-static const struct count_option count_options[] = {
-    COUNT("--pages", 1, MAX_POOL_PAGES, pages),
-    COUNT("--pool-pages", 1, MAX_POOL_PAGES, pool_pages),
-    COUNT("--overlap-pages", 1, MAX_POOL_PAGES, overlap_pages),
-    COUNT("--run-pages", 1, MAX_POOL_PAGES, run_pages),
-    COUNT("--reps", 1, 1000, reps),
-    COUNT("--seed", 0, UINT64_MAX, seed),
-    COUNT("--dma-min-bytes", 0, UINT64_MAX, dma_min_bytes),
-};
-
-/* Options that take one of a few names: the index goes to a uint32_t field. */
-struct name_option {
-    const char *name;
-    const char *const *names;
-    size_t n;
-    size_t field;
-};
-
-#define NAMED(name, names, f)                                                                      \
-    {                                                                                              \
-        name, names, sizeof(names) / sizeof(names[0]), offsetof(struct config, f)                  \
-    }
-static const struct name_option name_options[] = {
-    NAMED("--backend", backend_names, backend),
-    NAMED("--io", io_names, io),
-    NAMED("--layout", layout_names, layout),
-    NAMED("--scatter", scatter_names, scatter),
-};
-
-/* Options that override one field of the geometry: the struct override they set. */
-static const struct {
-    const char *name;
-    size_t field;
-} override_options[] = {
-    {"--layers", offsetof(struct config, layers)},
-    {"--kv-heads", offsetof(struct config, kv_heads)},
-    {"--head-dim", offsetof(struct config, head_dim)},
-    {"--dtype-bytes", offsetof(struct config, dtype_bytes)},
-};
-
-static const char *const other_options[] = {"--geometry", "--page-size", "--compute-us"};
-
-#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-/* Whether opt is an option that takes a value (every option but --json and --help). */
-static bool takes_value(const char *opt)
+static void usage(FILE *f)
 {
-    for (size_t i = 0; i < COUNT_OF(count_options); i++)
-        if (!strcmp(opt, count_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(name_options); i++)
-        if (!strcmp(opt, name_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(override_options); i++)
-        if (!strcmp(opt, override_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(other_options); i++)
-        if (!strcmp(opt, other_options[i]))
-            return true;
-    return false;
-}
-
-/* opt, known to take a value, set from val. */
-static int parse_value(struct config *cfg, const char *opt, const char *val)
-{
-    char *base = (char *)cfg;
-
-    for (size_t i = 0; i < COUNT_OF(count_options); i++) {
-        const struct count_option *o = &count_options[i];
-
-        if (!strcmp(opt, o->name))
-            return parse_bounded(opt, val, o->lo, o->hi, (uint64_t *)(base + o->field));
-    }
-    for (size_t i = 0; i < COUNT_OF(name_options); i++) {
-        const struct name_option *o = &name_options[i];
-
-        if (!strcmp(opt, o->name))
-            return cli_parse_named(PROG, opt, val, o->names, o->n, (uint32_t *)(base + o->field));
-    }
-    for (size_t i = 0; i < COUNT_OF(override_options); i++)
-        if (!strcmp(opt, override_options[i].name))
-            return parse_override((struct override *)(base + override_options[i].field), opt, val);
-    if (!strcmp(opt, "--page-size"))
-        return parse_page_size(cfg, val);
-    if (!strcmp(opt, "--compute-us"))
-        return parse_compute(cfg, val);
-    cfg->geometry_arg = val; /* --geometry */
-    return cli_parse_geometry(PROG, val, &cfg->g, &cfg->tp_size);
+    fprintf(f,
+            "usage: %s [options]\n"
+            "\n"
+            "Measure kvtier's transfer engine and print figures (a benchmark: timing never\n"
+            "fails a run).\n"
+            "(a) bandwidth: N pages scattered over the device and host pools are loaded\n"
+            "    (host -> device) and backed up (device -> host), each as one op, against one\n"
+            "    contiguous copy of the same bytes on the same backend in the same run (sim:\n"
+            "    one memcpy on one thread; cuda: one cudaMemcpyAsync between the pinned host\n"
+            "    pool and a device buffer). Target: scattered / one copy >= %.2f on sim,\n"
+            "    >= %.2f on a GPU.\n"
+            "(b) overlap: a prefill of L layers, each waiting for its layer of a load and then\n"
+            "    computing C us (sim: a busy-wait on this thread; cuda: a host function that\n"
+            "    busy-waits on the compute stream), against the ideal T + C + (L-1) max(T, C)\n"
+            "    (L C + T when C >= T), T one layer's copy measured in the same run.\n"
+            "    Target: within %.0f%% of the ideal.\n",
+            PROG, TARGET_RATIO_SIM, TARGET_RATIO_GPU, TARGET_OVERHEAD_PCT);
+    cli_print_options(f, options, CLI_COUNT_OF(options), 22);
+    fprintf(f,
+            "\n"
+            "Exit status: 0 when the figures were measured, 1 on an error, 2 on bad usage, %d\n"
+            "when --backend cuda is asked for and there is no GPU (or no CUDA in this build).\n",
+            EXIT_SKIP);
 }
 
 /* The overrides, then the geometry as a whole must still be a model. */
@@ -1104,31 +1051,6 @@ static int finish_config(struct config *cfg)
     return 0;
 }
 
-/* 0 to go on, -1 after --help, else the exit status. */
-static int parse_args(int argc, char **argv, struct config *cfg)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc;
-
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json")) {
-            cfg->json = true;
-            continue;
-        }
-        if (!takes_value(a))
-            return cli_bad_usage(PROG, "unknown option", a);
-        if (i + 1 >= argc)
-            return cli_bad_usage(PROG, "option needs a value", a);
-        if ((rc = parse_value(cfg, a, argv[++i])))
-            return rc;
-    }
-    return finish_config(cfg);
-}
-
 int main(int argc, char **argv)
 {
     struct config cfg = {.geometry_arg = DEFAULT_GEOMETRY,
@@ -1143,7 +1065,9 @@ int main(int argc, char **argv)
     int rc = cli_parse_geometry(PROG, DEFAULT_GEOMETRY, &cfg.g, &cfg.tp_size);
 
     if (rc == 0)
-        rc = parse_args(argc, argv, &cfg);
+        rc = cli_parse_args(PROG, options, CLI_COUNT_OF(options), &cfg, argc, argv, usage);
+    if (rc == 0)
+        rc = finish_config(&cfg);
     if (rc)
         return rc < 0 ? 0 : rc;
     rc = setup(&r);

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
+
 #define WL_BLOCK_TOKENS 512            /* tokens per Mooncake hash id */
 #define WL_MAX_INPUT_LENGTH (1u << 24) /* tokens; keeps request sizes in 32 bits */
 #define WL_MAX_OUTPUT_LENGTH (1u << 20)
@@ -85,13 +87,11 @@ uint32_t wl_output_token(const struct wl_req *r, uint32_t i);
 void wl_clear(struct workload *w);
 void wl_free(struct workload *w);
 
-/* A 64-bit mixer (splitmix64's finaliser): consecutive inputs give unrelated outputs. */
+/* A 64-bit mixer (one splitmix64 step from state x): consecutive inputs give unrelated
+ * outputs. */
 static inline uint64_t wl_mix(uint64_t x)
 {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
+    return rng_mix64(x + RNG_GAMMA);
 }
 
 #endif

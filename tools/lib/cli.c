@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +203,134 @@ int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g
     if (kvt_cell_bytes(g) == 0 || *tp_size == 0)
         return cli_bad_usage(prog, "--geometry does not describe a valid model (see --help)", arg);
     return 0;
+}
+
+/* ---- the option table ---- */
+
+int cli_parse_count(const char *prog, const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                    bool size, uint64_t *out)
+{
+    char msg[128];
+    bool ok = size ? cli_parse_size(val, out) : cli_parse_u64(val, out);
+
+    if (ok && *out >= lo && *out <= hi)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s needs a whole number from %" PRIu64 " to %" PRIu64, opt, lo, hi);
+    return cli_bad_usage(prog, msg, val);
+}
+
+/* A comma separated list of up to CLI_MAX_LIST counts within [lo, hi]; no empty items. */
+static int parse_list(const char *prog, const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                      bool size, struct cli_list *out)
+{
+    char item[64];
+    int rc;
+
+    for (out->n = 0;; val++) {
+        size_t len = strcspn(val, ",");
+
+        if (out->n == CLI_MAX_LIST)
+            return cli_bad_usage(prog, "too many values (" CLI_STR(CLI_MAX_LIST) " at most)", opt);
+        if (len == 0 || len >= sizeof(item))
+            return cli_bad_usage(prog, "a list item is empty or too long", opt);
+        memcpy(item, val, len);
+        item[len] = '\0';
+        if ((rc = cli_parse_count(prog, opt, item, lo, hi, size, &out->v[out->n++])))
+            return rc;
+        val += len;
+        if (!*val)
+            return 0;
+    }
+}
+
+static int parse_value(const char *prog, const struct cli_option *o, void *cfg, const char *val)
+{
+    void *field = (char *)cfg + o->offset;
+
+    switch (o->kind) {
+    case CLI_COUNT:
+    case CLI_SIZE:
+        return cli_parse_count(prog, o->name, val, o->lo, o->hi, o->kind == CLI_SIZE, field);
+    case CLI_COUNTS:
+    case CLI_SIZES:
+        return parse_list(prog, o->name, val, o->lo, o->hi, o->kind == CLI_SIZES, field);
+    case CLI_NAME:
+        return cli_parse_named(prog, o->name, val, o->names, o->nnames, field);
+    case CLI_STRING:
+        if (strlen(val) < o->lo)
+            return cli_bad_usage(prog, "needs a non-empty value", o->name);
+        *(const char **)field = val;
+        return 0;
+    case CLI_CUSTOM:
+        return o->parse(field, o->name, val);
+    default:
+        abort(); /* the kinds without a value never get here */
+    }
+}
+
+static const struct cli_option *find_option(const struct cli_option *opts, size_t n,
+                                            const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (opts[i].name && opts[i].kind != CLI_HELP && !strcmp(opts[i].name, name))
+            return &opts[i];
+    return NULL;
+}
+
+int cli_parse_args(const char *prog, const struct cli_option *opts, size_t n, void *cfg, int argc,
+                   char **argv, void (*usage)(FILE *f))
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const struct cli_option *o;
+        int rc;
+
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!(o = find_option(opts, n, a)))
+            return cli_bad_usage(prog, "unknown option", a);
+        if (o->kind == CLI_FLAG) {
+            *(bool *)((char *)cfg + o->offset) = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return cli_bad_usage(prog, "option needs a value", a);
+        if ((rc = parse_value(prog, o, cfg, argv[++i])))
+            return rc;
+    }
+    return 0;
+}
+
+/* One option's lines: the first beside its name, the others under it. */
+static void print_option(FILE *f, const struct cli_option *o, int width)
+{
+    char label[64];
+    const char *line = o->help;
+
+    snprintf(label, sizeof(label), "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+    for (int first = 1; *line; first = 0) {
+        int len = (int)strcspn(line, "\n");
+
+        if (first)
+            fprintf(f, "  %-*s %.*s\n", width - 3, label, len, line);
+        else
+            fprintf(f, "%*s%.*s\n", width, "", len, line);
+        line += len + (line[len] == '\n');
+    }
+}
+
+void cli_print_options(FILE *f, const struct cli_option *opts, size_t n, int width)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (opts[i].kind == CLI_TEXT)
+            fputs(opts[i].help, f);
+        else if (opts[i].help)
+            print_option(f, &opts[i], width);
+        if (opts[i].more)
+            opts[i].more(f);
+    }
 }
 
 /* ---- for the benchmarks ---- */

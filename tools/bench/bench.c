@@ -945,89 +945,32 @@ static void report_mismatch(const struct bench *b)
 
 /* ---- command line ---- */
 
-static void usage(FILE *f)
+/* --geometry, given the whole config: the geometry, and the argument it came from. */
+static int parse_geometry(void *field, const char *opt, const char *arg)
 {
-    fprintf(f,
-            "usage: %s [--trace FILE | --synthetic NAME] [options]\n"
-            "\n"
-            "Replay requests through kvtier as a serving engine would (match, extend, compute,\n"
-            "decode, cache) and check every byte of every page served from the cache against\n"
-            "what was stored. Prints tokens served per tier, tokens recomputed, pages verified\n"
-            "and mismatches. Any mismatch fails the run.\n"
-            "\n"
-            "Workload (default: --synthetic %s):\n"
-            "  --trace FILE          a Mooncake trace: JSON lines with input_length,\n"
-            "                        output_length and hash_ids (512-token blocks), at most\n"
-            "                        16 MiB a line. It is read twice, a line at a time (once\n"
-            "                        to size the engine, once to replay), so it must be a\n"
-            "                        file, not a pipe\n"
-            "  --synthetic NAME      a generated workload:\n",
-            PROG, DEFAULT_SYNTHETIC);
-    for (size_t i = 0; wl_synthetic_names[i]; i++)
-        fprintf(f, "                          %-6s %s\n", wl_synthetic_names[i],
-                wl_synthetic_about(wl_synthetic_names[i]));
-    fprintf(f,
-            "  --requests N          replay the first N requests of a trace (default all), or\n"
-            "                        generate N (default %d); one is held at a time\n"
-            "  --seed N              seeds the synthetic workload and the KV content (default 1)\n"
-            "\n"
-            "Engine:\n"
-            "  --geometry G          a preset, or key=value pairs, or a preset then pairs, comma\n"
-            "                        separated (keys: attention=mha|mla, layers, kv_heads,\n"
-            "                        head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
-            "                        dtype_bytes, tp_size). Default tiny. Presets:\n",
-            DEFAULT_SYNTHETIC_REQUESTS);
-    cli_print_presets(f, "                          ");
-    fprintf(f,
-            "  --page-size N         tokens per page, a power of two up to 256 (default 16)\n"
-            "  --device-tokens N     device KV pool size in tokens (default %d), below 2^31\n"
-            "                        with a page of padding; the sim backend keeps it in host\n"
-            "                        memory, and a run that could fill more of it than this\n"
-            "                        machine's RAM is refused\n"
-            "  --host-tokens N       host tier size in tokens, larger than the device pool\n"
-            "                        and fitting in the memory free now; 0 (default): none\n"
-            "  --write-policy P      when the host tier gets a copy: write_through (at insert,\n"
-            "                        the default), write_through_selective (once a prefix is\n"
-            "                        hit twice) or write_back (when the device evicts it)\n"
-            "  --disk-tokens N       disk tier size in tokens; needs a host tier and --dir, and\n"
-            "                        pages (--page-size tokens) under 4 GiB\n"
-            "  --dir PATH            the disk tier's data dir: created if missing (its parent\n"
-            "                        must exist), reused if it holds pages of the same geometry\n"
-            "                        and page size; refused while another process has it open\n"
-            "  --backend B           auto, sim or cuda (default auto)\n"
-            "  --evict-policy P      lru, lfu, fifo, mru or filo (default lru)\n"
-            "  --serial              sim backend: copy each transfer as it is submitted, so\n"
-            "                        that a run repeats exactly (what lands when otherwise\n"
-            "                        varies, as on a GPU)\n"
-            "\n"
-            "Output:\n"
-            "  --json                one JSON object on stdout instead of the report\n"
-            "  --corrupt-after N     testing: after request N, flip a byte of a cached page;\n"
-            "                        a later hit on it must fail verification\n"
-            "  --help                print this and exit\n"
-            "\n"
-            "A progress line is shown on stderr when it is a terminal.\n"
-            "Exit status: 0 on success, 1 on an error or a verification failure, 2 on bad usage.\n",
-            DEFAULT_DEVICE_TOKENS);
-}
-
-static int parse_name(const char *s, const char *const *names, size_t n, uint32_t *out)
-{
-    return cli_parse_name(s, names, n, out) ? 0 : -1;
-}
-
-static int parse_geometry(struct config *cfg, const char *arg)
-{
+    struct config *cfg = field;
     int rc = cli_parse_geometry(PROG, arg, &cfg->g, &cfg->tp_size);
 
+    (void)opt;
     if (rc == 0)
         cfg->geometry_arg = arg;
     return rc;
 }
 
-/* Options that take a count. */
-static int parse_count(struct config *cfg, const char *opt, const char *val)
+/* --synthetic: one of the workloads' names. */
+static int parse_synthetic(void *field, const char *opt, const char *val)
 {
+    (void)opt;
+    if (!wl_synthetic_about(val))
+        return cli_bad_usage(PROG, "--synthetic: unknown workload (see --help)", val);
+    *(const char **)field = val;
+    return 0;
+}
+
+/* Options that take a count, given the whole config: each has its own bounds and message. */
+static int parse_count(void *field, const char *opt, const char *val)
+{
+    struct config *cfg = field;
     uint64_t v;
 
     if (!cli_parse_u64(val, &v))
@@ -1062,54 +1005,97 @@ static int parse_count(struct config *cfg, const char *opt, const char *val)
     return 0;
 }
 
-static const char *const count_options[] = {"--requests",     "--page-size",   "--device-tokens",
-                                            "--host-tokens",  "--disk-tokens", "--seed",
-                                            "--corrupt-after"};
-static const char *const other_options[] = {"--trace",   "--synthetic",    "--geometry",    "--dir",
-                                            "--backend", "--evict-policy", "--write-policy"};
-
-static bool listed(const char *opt, const char *const *names, size_t n)
+static void print_workloads(FILE *f)
 {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(opt, names[i]) == 0)
-            return true;
-    return false;
+    for (size_t i = 0; wl_synthetic_names[i]; i++)
+        fprintf(f, "                          %-6s %s\n", wl_synthetic_names[i],
+                wl_synthetic_about(wl_synthetic_names[i]));
 }
 
-static int parse_value(struct config *cfg, const char *opt, const char *val)
+static void print_presets(FILE *f)
 {
-    bool count = listed(opt, count_options, sizeof(count_options) / sizeof(count_options[0]));
+    cli_print_presets(f, "                          ");
+}
 
-    if (!count && !listed(opt, other_options, sizeof(other_options) / sizeof(other_options[0])))
-        return cli_bad_usage(PROG, "unknown option", opt);
-    if (!val)
-        return cli_bad_usage(PROG, "option needs a value", opt);
-    if (count)
-        return parse_count(cfg, opt, val);
-    if (strcmp(opt, "--trace") == 0)
-        cfg->trace = val;
-    else if (strcmp(opt, "--synthetic") == 0) {
-        if (!wl_synthetic_about(val))
-            return cli_bad_usage(PROG, "--synthetic: unknown workload (see --help)", val);
-        cfg->synthetic = val;
-    } else if (strcmp(opt, "--geometry") == 0)
-        return parse_geometry(cfg, val);
-    else if (strcmp(opt, "--dir") == 0)
-        cfg->dir = val;
-    else if (strcmp(opt, "--backend") == 0) {
-        if (parse_name(val, backend_names, 3, &cfg->backend))
-            return cli_bad_usage(PROG, "--backend needs auto, sim or cuda", val);
-    } else if (strcmp(opt, "--evict-policy") == 0) {
-        if (parse_name(val, policy_names, 5, &cfg->policy))
-            return cli_bad_usage(PROG, "--evict-policy needs lru, lfu, fifo, mru or filo", val);
-    } else if (strcmp(opt, "--write-policy") == 0) {
-        if (parse_name(val, write_policy_names, 3, &cfg->write_policy))
-            return cli_bad_usage(PROG,
-                                 "--write-policy needs write_through, "
-                                 "write_through_selective or write_back",
-                                 val);
-    }
-    return 0;
+/* Figures the help quotes, as strings. */
+#define SYNTHETIC_REQUESTS_S CLI_STR(DEFAULT_SYNTHETIC_REQUESTS)
+#define DEVICE_TOKENS_S CLI_STR(DEFAULT_DEVICE_TOKENS)
+
+#define OFF(f) offsetof(struct config, f)
+static const struct cli_option options[] = {
+    {.kind = CLI_TEXT, .help = "\nWorkload (default: --synthetic " DEFAULT_SYNTHETIC "):\n"},
+    {"--trace", CLI_STRING, OFF(trace), .arg = "FILE",
+     .help = "a Mooncake trace: JSON lines with input_length,\n"
+             "output_length and hash_ids (512-token blocks), at most\n"
+             "16 MiB a line. It is read twice, a line at a time (once\n"
+             "to size the engine, once to replay), so it must be a\n"
+             "file, not a pipe"},
+    {"--synthetic", CLI_CUSTOM, OFF(synthetic), .parse = parse_synthetic, .arg = "NAME",
+     .help = "a generated workload:", .more = print_workloads},
+    {"--requests", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "replay the first N requests of a trace (default all), or\n"
+             "generate N (default " SYNTHETIC_REQUESTS_S "); one is held at a time"},
+    {"--seed", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "seeds the synthetic workload and the KV content (default 1)"},
+    {.kind = CLI_TEXT, .help = "\nEngine:\n"},
+    {"--geometry", CLI_CUSTOM, .parse = parse_geometry, .arg = "G",
+     .help = "a preset, or key=value pairs, or a preset then pairs, comma\n"
+             "separated (keys: attention=mha|mla, layers, kv_heads,\n"
+             "head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
+             "dtype_bytes, tp_size). Default tiny. Presets:",
+     .more = print_presets},
+    {"--page-size", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "tokens per page, a power of two up to 256 (default 16)"},
+    {"--device-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "device KV pool size in tokens (default " DEVICE_TOKENS_S "), below 2^31\n"
+             "with a page of padding; the sim backend keeps it in host\n"
+             "memory, and a run that could fill more of it than this\n"
+             "machine's RAM is refused"},
+    {"--host-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "host tier size in tokens, larger than the device pool\n"
+             "and fitting in the memory free now; 0 (default): none"},
+    {"--write-policy", CLI_NAME, OFF(write_policy), CLI_NAMES(write_policy_names), .arg = "P",
+     .help = "when the host tier gets a copy: write_through (at insert,\n"
+             "the default), write_through_selective (once a prefix is\n"
+             "hit twice) or write_back (when the device evicts it)"},
+    {"--disk-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "disk tier size in tokens; needs a host tier and --dir, and\n"
+             "pages (--page-size tokens) under 4 GiB"},
+    {"--dir", CLI_STRING, OFF(dir), .arg = "PATH",
+     .help = "the disk tier's data dir: created if missing (its parent\n"
+             "must exist), reused if it holds pages of the same geometry\n"
+             "and page size; refused while another process has it open"},
+    {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
+     .help = "auto, sim or cuda (default auto)"},
+    {"--evict-policy", CLI_NAME, OFF(policy), CLI_NAMES(policy_names), .arg = "P",
+     .help = "lru, lfu, fifo, mru or filo (default lru)"},
+    {"--serial", CLI_FLAG, OFF(serial),
+     .help = "sim backend: copy each transfer as it is submitted, so\n"
+             "that a run repeats exactly (what lands when otherwise\n"
+             "varies, as on a GPU)"},
+    {.kind = CLI_TEXT, .help = "\nOutput:\n"},
+    {"--json", CLI_FLAG, OFF(json), .help = "one JSON object on stdout instead of the report"},
+    {"--corrupt-after", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "testing: after request N, flip a byte of a cached page;\n"
+             "a later hit on it must fail verification"},
+    {"--help", CLI_HELP, .help = "print this and exit"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [--trace FILE | --synthetic NAME] [options]\n"
+            "\n"
+            "Replay requests through kvtier as a serving engine would (match, extend, compute,\n"
+            "decode, cache) and check every byte of every page served from the cache against\n"
+            "what was stored. Prints tokens served per tier, tokens recomputed, pages verified\n"
+            "and mismatches. Any mismatch fails the run.\n",
+            PROG);
+    cli_print_options(f, options, CLI_COUNT_OF(options), 24);
+    fprintf(f, "\n"
+               "A progress line is shown on stderr when it is a terminal.\n"
+               "Exit status: 0 on success, 1 on an error or a verification failure, 2 on bad "
+               "usage.\n");
 }
 
 /* Sizes that depend on each other: the device pool and its padding page stay below 2^31
@@ -1138,21 +1124,10 @@ static int check_sizes(const struct config *cfg)
 /* 0 to go on, -1 after --help, else the exit status. */
 static int parse_args(int argc, char **argv, struct config *cfg)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        if (strcmp(a, "--json") == 0 || strcmp(a, "--serial") == 0) {
-            *(strcmp(a, "--json") == 0 ? &cfg->json : &cfg->serial) = true;
-            continue;
-        }
-        if ((rc = parse_value(cfg, a, i + 1 < argc ? argv[i + 1] : NULL)))
-            return rc;
-        i++;
-    }
+    int rc = cli_parse_args(PROG, options, CLI_COUNT_OF(options), cfg, argc, argv, usage);
+
+    if (rc)
+        return rc;
     if (cfg->trace && cfg->synthetic)
         return cli_bad_usage(PROG, "give --trace or --synthetic, not both", NULL);
     if (!cfg->trace && !cfg->synthetic)
@@ -1171,7 +1146,7 @@ int main(int argc, char **argv)
     struct config cfg = {.page_size = 16, .device_tokens = DEFAULT_DEVICE_TOKENS, .seed = 1};
     struct source src = {.cfg = &cfg};
     struct bench b = {.cfg = &cfg, .src = &src};
-    int rc = parse_geometry(&cfg, "tiny");
+    int rc = parse_geometry(&cfg, "--geometry", "tiny");
 
     if (rc == 0)
         rc = parse_args(argc, argv, &cfg);

@@ -42,11 +42,8 @@
  *     once warm.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -54,20 +51,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/statvfs.h>
-#include <sys/vfs.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kvtier.h"
 #include "cli.h"
+#include "fio.h"
+#include "report.h"
+#include "rng.h"
+#include "workdir.h"
 #include "store/disk/layout.h"
 #include "store/disk/store.h"
 #include "host/host_pool.h"
 
 #define PROG "kvtier-store-bench"
-#define MAX_LIST 8
 /* Llama-3-8B, 16 tokens a page: 32 layers x K,V x 8 KV heads x 128 x 2 bytes x 16 = 2 MiB. */
 #define DEFAULT_PAGE_BYTES (2ull << 20)
 #define DEFAULT_QUEUE_DEPTH 32
@@ -82,11 +78,8 @@
 #define OPEN_BATCH 4096u
 #define OPEN_KEYS 64u
 #define INDEX_BYTES_PER_PAGE 1024u /* a generous guess of the LMDB index per page, for space */
-#define SPACE_MARGIN (64ull << 20)
 #define TARGET_RATIO 0.95
 #define TARGET_SERVE_S 0.200
-#define MAX_JSON_DEPTH 64
-#define WORK_NAME_ROOM 64 /* bytes kept free after the work dir's path for the names in it */
 
 enum read_order { ORDER_RANDOM = 0, ORDER_SEQ = 1 };
 
@@ -97,8 +90,7 @@ struct config {
     const char *parent; /* --dir: the work dir is made inside it */
     const char *fio;
     bool keep, json, no_fio;
-    uint64_t page_bytes[MAX_LIST], queue_depth[MAX_LIST];
-    size_t npage_bytes, nqueue_depth;
+    struct cli_list page_bytes, queue_depth;
     uint64_t bytes, pages; /* pages per run when pages_set (0 skips (a)), else bytes / page */
     bool pages_set;
     uint64_t batch, reps, seed, open_pages, open_reps;
@@ -132,8 +124,7 @@ struct fio_state {
 
 struct bench {
     const struct config *cfg;
-    char work[PATH_MAX]; /* our own dir under --dir; everything goes in it */
-    char fs[32];
+    struct workdir wd; /* our own dir under --dir; everything goes in it */
     struct fio_state fio;
     struct point *pt;
     size_t npt;
@@ -156,24 +147,11 @@ static void progress(const char *fmt, const char *what)
         fprintf(stderr, fmt, PROG, what);
 }
 
-/* splitmix64's finalizer: a bijection, so distinct inputs give distinct keys. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    return mix64(*s += 0x9e3779b97f4a7c15ull);
-}
-
 /* Page i's 32-byte key: four words no other page shares (the store dedups equal keys). */
 static void page_key(uint64_t seed, uint64_t i, uint8_t *key)
 {
     for (uint64_t w = 0; w < 4; w++) {
-        uint64_t v = mix64(seed * 0x9e3779b97f4a7c15ull + 4 * i + w);
+        uint64_t v = rng_mix64(seed * RNG_GAMMA + 4 * i + w);
 
         memcpy(key + 8 * w, &v, 8);
     }
@@ -195,116 +173,6 @@ static void fio_note(struct fio_state *f, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(f->note, sizeof(f->note), fmt, ap);
     va_end(ap);
-}
-
-/* ---- the work dir ---- */
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path) ? -1 : 0;
-}
-
-/* Remove a tree this program made (never anything it did not). */
-static void rm_tree(const char *path)
-{
-    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int drop_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    int fd;
-
-    (void)st;
-    (void)ftw;
-    if (flag != FTW_F || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return 0;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-    return 0;
-}
-
-/* A cold open without root: the page cache forgets this dir's clean pages. */
-static void drop_cache(const char *path)
-{
-    nftw(path, drop_one, 16, FTW_PHYS);
-}
-
-/* Settle the disk before a timed write: the file system's dirty data and journal (with the
- * discards of files unlinked) written out and the device's write cache flushed, so that a
- * phase never pays for what an earlier one left behind. */
-static void quiesce(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-    if (fd < 0)
-        return;
-    syncfs(fd);
-    close(fd);
-}
-
-static uint64_t free_bytes(const char *path)
-{
-    struct statvfs sv;
-
-    return statvfs(path, &sv) ? 0 : (uint64_t)sv.f_bavail * sv.f_frsize;
-}
-
-static void fs_name(const char *path, char *out, size_t len)
-{
-    static const struct {
-        unsigned long magic;
-        const char *name;
-    } known[] = {{0xEF53, "ext4"},      {0x58465342, "xfs"},     {0x9123683E, "btrfs"},
-                 {0x01021994, "tmpfs"}, {0x794c7630, "overlay"}, {0x6969, "nfs"},
-                 {0x2FC12FC1, "zfs"},   {0xF2F52010, "f2fs"}};
-    struct statfs sf;
-
-    snprintf(out, len, "unknown");
-    if (statfs(path, &sf))
-        return;
-    snprintf(out, len, "0x%lx", (unsigned long)sf.f_type);
-    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-        if ((unsigned long)sf.f_type == known[i].magic)
-            snprintf(out, len, "%s", known[i].name);
-}
-
-static int make_work(struct bench *b)
-{
-    int n = snprintf(b->work, sizeof(b->work), "%s/%s.XXXXXX", b->cfg->parent, PROG);
-
-    if (n < 0 || (size_t)n >= sizeof(b->work) - WORK_NAME_ROOM)
-        return fail("--dir", -ENAMETOOLONG);
-    if (!mkdtemp(b->work)) {
-        fprintf(stderr, "%s: cannot make a dir in %s: %s\n", PROG, b->cfg->parent, strerror(errno));
-        return -1;
-    }
-    fs_name(b->work, b->fs, sizeof(b->fs));
-    return 0;
-}
-
-/* make_work leaves room under PATH_MAX for every name used here. */
-static void work_path(const struct bench *b, const char *name, char *out, size_t len)
-{
-    int n = snprintf(out, len, "%s/%s", b->work, name);
-
-    if (n < 0 || (size_t)n >= len)
-        abort();
-}
-
-/* Refuse a phase the disk cannot hold, before writing a byte of it. */
-static int check_space(const struct bench *b, uint64_t need, const char *hint)
-{
-    uint64_t have = free_bytes(b->work);
-
-    if (have >= need + SPACE_MARGIN)
-        return 0;
-    fprintf(stderr, "%s: this needs %.2f GiB free in %s and %.2f GiB are: %s\n", PROG,
-            (double)(need + SPACE_MARGIN) / (1ull << 30), b->work, (double)have / (1ull << 30),
-            hint);
-    return -1;
 }
 
 /* ---- buffers ---- */
@@ -513,7 +381,7 @@ static uint32_t *read_order(const struct config *cfg, uint64_t n)
     for (uint64_t i = 0; i < n; i++)
         o[i] = (uint32_t)i;
     for (uint64_t i = n; cfg->order == ORDER_RANDOM && i > 1; i--) {
-        uint64_t j = rng_next(&rng) % i;
+        uint64_t j = rng_below(&rng, i);
         uint32_t t = o[i - 1];
 
         o[i - 1] = o[j];
@@ -573,7 +441,7 @@ static int store_phases(const struct bench *b, struct point *pt, struct dstore *
         return fail("dstore_wait_ready", rc);
     if (warm_up(s, ring, cfg->seed, pt->pages))
         return -1;
-    quiesce(b->work);
+    workdir_quiesce(b->wd.path);
     if (pump_run(&w, &t[0]) || pump_run(&r, &t[1]))
         return -1;
     dstore_stats(s, &st);
@@ -593,7 +461,7 @@ static int store_rep(const struct bench *b, struct point *pt, const struct ring 
     char dir[PATH_MAX];
     int rc;
 
-    work_path(b, "store", dir, sizeof(dir));
+    workdir_path(&b->wd, "store", dir, sizeof(dir));
     store_options(&o, dir, pt->page_bytes);
     o.disk_bytes = o.slab_bytes = (pt->pages + 1) * pt->slot_bytes; /* one slab, no eviction */
     o.io = b->cfg->io;
@@ -605,288 +473,81 @@ static int store_rep(const struct bench *b, struct point *pt, const struct ring 
         return fail("dstore_open", rc);
     rc = store_phases(b, pt, s, ring, order, t);
     dstore_close(s);
-    rm_tree(dir);
+    workdir_rm_tree(dir);
     return rc;
 }
 
 /* ---- fio ---- */
 
-extern char **environ;
-
-/* Run argv with stdout and stderr into log; its exit status, or -errno. */
-static int spawn_wait(char *const argv[], const char *log)
-{
-    posix_spawn_file_actions_t fa;
-    pid_t pid;
-    int st, rc;
-
-    if (posix_spawn_file_actions_init(&fa))
-        return -ENOMEM;
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-    rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc)
-        return -rc;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* A whole small file, NUL-terminated; NULL when unreadable. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long len;
-
-    if (!f)
-        return NULL;
-    if (!fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-        (buf = malloc((size_t)len + 1))) {
-        size_t got = fread(buf, 1, (size_t)len, f);
-
-        buf[got] = '\0';
-    }
-    fclose(f);
-    return buf;
-}
-
-/* The first line of a file, for a note. */
-static void first_line(const char *path, char *out, size_t len)
-{
-    char *text = slurp(path);
-
-    snprintf(out, len, "%s", text ? text : "(no output)");
-    out[strcspn(out, "\n")] = '\0';
-    free(text);
-}
-
-/* name as given when it holds a slash, else the first executable of that name on PATH. */
-static bool find_program(const char *name, char *out, size_t len)
-{
-    const char *path = getenv("PATH");
-
-    if (strchr(name, '/')) {
-        snprintf(out, len, "%s", name);
-        return access(out, X_OK) == 0;
-    }
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        size_t n = strcspn(p, ":");
-
-        snprintf(out, len, "%.*s/%s", (int)n, n ? p : ".", name);
-        if (access(out, X_OK) == 0)
-            return true;
-        p += n + (p[n] == ':');
-    }
-    return false;
-}
-
 static void fio_setup(struct bench *b)
 {
     struct fio_state *f = &b->fio;
     char log[PATH_MAX];
-    char *argv[] = {f->path, "--version", NULL};
     int rc;
 
     if (b->cfg->no_fio) {
         fio_note(f, "--no-fio: no comparison with fio");
         return;
     }
-    if (!find_program(b->cfg->fio, f->path, sizeof(f->path))) {
+    if (!fio_find_program(b->cfg->fio, f->path, sizeof(f->path))) {
         fio_note(f, "fio not found (%s); install fio: apt-get install fio. No comparison with fio",
                  b->cfg->fio);
         return;
     }
-    work_path(b, "fio-version.log", log, sizeof(log));
-    if ((rc = spawn_wait(argv, log)) != 0) {
+    workdir_path(&b->wd, "fio-version.log", log, sizeof(log));
+    if ((rc = fio_version(f->path, log, f->version, sizeof(f->version))) != 0) {
         fio_note(f, "%s --version failed (%d); no comparison with fio", f->path, rc);
         return;
     }
-    first_line(log, f->version, sizeof(f->version));
     f->usable = true;
-}
-
-/* ---- a small JSON reader: just enough to walk fio's report ---- */
-
-static const char *ws(const char *p)
-{
-    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
-        p++;
-    return p;
-}
-
-/* p at a quote: past the closing one, or NULL. */
-static const char *skip_string(const char *p)
-{
-    for (p++; *p && *p != '"'; p++)
-        if (*p == '\\' && p[1])
-            p++;
-    return *p ? p + 1 : NULL;
-}
-
-static const char *skip_value(const char *p, int depth);
-
-/* One "key": value of an object, p at the key; past the value, or NULL. */
-static const char *skip_member(const char *p, int depth)
-{
-    if (*p != '"' || !(p = skip_string(p)))
-        return NULL;
-    p = ws(p);
-    return *p == ':' ? skip_value(ws(p + 1), depth) : NULL;
-}
-
-static const char *skip_container(const char *p, int depth)
-{
-    char close = *p == '{' ? '}' : ']';
-
-    p = ws(p + 1);
-    if (*p == close)
-        return p + 1;
-    for (;;) {
-        p = close == '}' ? skip_member(p, depth + 1) : skip_value(p, depth + 1);
-        if (!p)
-            return NULL;
-        p = ws(p);
-        if (*p != ',')
-            return *p == close ? p + 1 : NULL;
-        p = ws(p + 1);
-    }
-}
-
-static const char *skip_value(const char *p, int depth)
-{
-    const char *start = p;
-
-    if (depth > MAX_JSON_DEPTH)
-        return NULL;
-    if (*p == '"')
-        return skip_string(p);
-    if (*p == '{' || *p == '[')
-        return skip_container(p, depth);
-    while (*p && !strchr(",}] \t\r\n", *p))
-        p++;
-    return p > start ? p : NULL;
-}
-
-/* The value of key in the object at p; NULL when absent or malformed. */
-static const char *json_member(const char *p, const char *key)
-{
-    size_t klen = strlen(key);
-
-    if (!p || *(p = ws(p)) != '{')
-        return NULL;
-    for (p = ws(p + 1); *p == '"';) {
-        const char *k = p + 1, *end = skip_string(p), *val;
-
-        if (!end || *(val = ws(end)) != ':')
-            return NULL;
-        val = ws(val + 1);
-        if ((size_t)(end - 1 - k) == klen && !strncmp(k, key, klen))
-            return val;
-        if (!(p = skip_value(val, 0)) || *(p = ws(p)) != ',')
-            return NULL;
-        p = ws(p + 1);
-    }
-    return NULL;
-}
-
-static const char *json_first(const char *p)
-{
-    if (!p || *(p = ws(p)) != '[' || *(p = ws(p + 1)) == ']')
-        return NULL;
-    return p;
-}
-
-static bool json_number(const char *p, double *out)
-{
-    char *end;
-
-    if (!p)
-        return false;
-    *out = strtod(p, &end);
-    return end != p;
-}
-
-/* From fio's JSON: the job's bytes and bandwidth in direction dir ("read" or "write"). */
-static int fio_parse(const char *text, const char *dir, double *io_bytes, double *bw_bytes)
-{
-    const char *root = text ? strchr(text, '{') : NULL;
-    const char *job = json_first(json_member(root, "jobs"));
-    const char *d = json_member(job, dir);
-    double err = 0;
-
-    if (!json_number(json_member(job, "error"), &err) || err != 0)
-        return -1;
-    if (!json_number(json_member(d, "io_bytes"), io_bytes) ||
-        !json_number(json_member(d, "bw_bytes"), bw_bytes) || *bw_bytes <= 0)
-        return -1;
-    return 0;
 }
 
 /* ---- fio runs ---- */
 
-/* One fio job's command line; the strings live in the struct. */
-struct fio_job {
-    char args[13][PATH_MAX + 32];
-    char *argv[17];
-    char json[PATH_MAX], log[PATH_MAX];
+/* One fio job of a point and where its output goes. */
+struct bench_job {
+    struct fio_job fio;
+    char file[PATH_MAX], json[PATH_MAX], log[PATH_MAX];
 };
 
 /* rw: write, read or randread; fdatasync: writes between syncs, 0 for none; when not 0 the
  * job also syncs at its end, after the last writes. */
-static void fio_job_init(struct fio_job *j, const struct bench *b, const struct point *pt,
-                         const char *rw, uint64_t fdatasync)
+static void job_init(struct bench_job *j, const struct bench *b, const struct point *pt,
+                     const char *rw, uint64_t fdatasync)
 {
-    char file[PATH_MAX];
-    int n = 0;
-
-    work_path(b, "fio.data", file, sizeof(file));
-    work_path(b, "fio.json", j->json, sizeof(j->json));
-    work_path(b, "fio.log", j->log, sizeof(j->log));
-    snprintf(j->args[n++], sizeof(j->args[0]), "--name=%s", PROG);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--filename=%s", file);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--ioengine=io_uring");
-    snprintf(j->args[n++], sizeof(j->args[0]), "--direct=%u", pt->direct);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--fixedbufs=%u", pt->fixed_buffers);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--fallocate=native");
-    snprintf(j->args[n++], sizeof(j->args[0]), "--bs=%u", pt->slot_bytes);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--iodepth=%u", pt->queue_depth);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--rw=%s", rw);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--size=%" PRIu64, pt->pages * pt->slot_bytes);
-    snprintf(j->args[n++], sizeof(j->args[0]), "--fdatasync=%" PRIu64, fdatasync);
-    if (fdatasync)
-        snprintf(j->args[n++], sizeof(j->args[0]), "--end_fsync=1");
-    snprintf(j->args[n++], sizeof(j->args[0]), "--output=%s", j->json);
-    j->argv[0] = (char *)b->fio.path;
-    for (int i = 0; i < n; i++)
-        j->argv[i + 1] = j->args[i];
-    j->argv[n + 1] = "--output-format=json";
-    j->argv[n + 2] = NULL;
+    workdir_path(&b->wd, "fio.data", j->file, sizeof(j->file));
+    workdir_path(&b->wd, "fio.json", j->json, sizeof(j->json));
+    workdir_path(&b->wd, "fio.log", j->log, sizeof(j->log));
+    fio_job_init(&j->fio, &(struct fio_params){.fio = b->fio.path,
+                                               .name = PROG,
+                                               .file = j->file,
+                                               .rw = rw,
+                                               .direct = pt->direct,
+                                               .fixed_buffers = pt->fixed_buffers,
+                                               .block_bytes = pt->slot_bytes,
+                                               .iodepth = pt->queue_depth,
+                                               .size = pt->pages * pt->slot_bytes,
+                                               .fdatasync = fdatasync,
+                                               .json = j->json});
 }
 
 /* Run a job; its seconds for the point's pages (io_bytes / bw_bytes). On failure the note
  * says why and -1 comes back. */
-static int fio_job_run(struct bench *b, struct fio_job *j, const char *dir, const struct point *pt,
-                       double *seconds)
+static int fio_job_run(struct bench *b, struct bench_job *j, const char *dir,
+                       const struct point *pt, double *seconds)
 {
     double io_bytes, bw;
-    char *text;
-    int rc = spawn_wait(j->argv, j->log), prc;
+    int rc = fio_spawn_wait(j->fio.argv, j->log);
 
     if (rc) {
         char line[256];
 
-        first_line(j->log, line, sizeof(line));
+        fio_first_line(j->log, line, sizeof(line));
         fio_note(&b->fio, "fio exited %d (%s); comparison stopped", rc, line);
         return -1;
     }
-    text = slurp(j->json);
-    prc = fio_parse(text, dir, &io_bytes, &bw);
-    free(text);
-    if (prc || io_bytes != (double)(pt->pages * pt->slot_bytes)) {
+    if (fio_read_report(j->json, dir, &io_bytes, &bw) ||
+        io_bytes != (double)(pt->pages * pt->slot_bytes)) {
         fio_note(&b->fio,
                  "fio's report (%s) lacks a %s bandwidth over the whole size; comparison stopped",
                  j->json, dir);
@@ -899,10 +560,10 @@ static int fio_job_run(struct bench *b, struct fio_job *j, const char *dir, cons
 static int fio_run(struct bench *b, const struct point *pt, const char *rw, uint64_t fdatasync,
                    double *seconds)
 {
-    struct fio_job j;
+    struct bench_job j;
     const char *dir = strcmp(rw, "write") ? "read" : "write";
 
-    fio_job_init(&j, b, pt, rw, fdatasync);
+    job_init(&j, b, pt, rw, fdatasync);
     return fio_job_run(b, &j, dir, pt, seconds);
 }
 
@@ -915,12 +576,12 @@ static int fio_rep(struct bench *b, const struct point *pt, double t[3])
     char file[PATH_MAX];
     int rc;
 
-    work_path(b, "fio.data", file, sizeof(file));
+    workdir_path(&b->wd, "fio.data", file, sizeof(file));
     unlink(file);
-    quiesce(b->work);
+    workdir_quiesce(b->wd.path);
     rc = fio_run(b, pt, "write", 0, &t[0]);
     unlink(file);
-    quiesce(b->work);
+    workdir_quiesce(b->wd.path);
     if (!rc)
         rc = fio_run(b, pt, "write", b->cfg->batch, &t[1]);
     if (!rc)
@@ -1003,8 +664,9 @@ static int run_point(struct bench *b, struct point *pt)
         ring_pages = pt->pages + 1; /* every position has its own buffer */
     snprintf(what, sizeof(what), "%u B pages, queue depth %u", pt->page_bytes, pt->queue_depth);
     progress("%s: throughput with %s\n", what);
-    if (check_space(b, (pt->pages + 1) * pt->slot_bytes + pt->pages * INDEX_BYTES_PER_PAGE,
-                    "lower --bytes or --pages, or pick another --dir"))
+    if (workdir_check_space(&b->wd, PROG,
+                            (pt->pages + 1) * pt->slot_bytes + pt->pages * INDEX_BYTES_PER_PAGE,
+                            "lower --bytes or --pages, or pick another --dir"))
         return -1;
     if (!(order = read_order(cfg, pt->pages)))
         rc = fail("read order", -ENOMEM);
@@ -1021,16 +683,16 @@ static int run_throughput(struct bench *b)
     const struct config *cfg = b->cfg;
 
     if (!cfg->pages_set || cfg->pages) {
-        b->npt = cfg->npage_bytes * cfg->nqueue_depth;
+        b->npt = cfg->page_bytes.n * cfg->queue_depth.n;
         if (!(b->pt = calloc(b->npt, sizeof(*b->pt))))
             return fail("points", -ENOMEM);
     }
     for (size_t i = 0; i < b->npt; i++) {
         struct point *pt = &b->pt[i];
 
-        pt->page_bytes = (uint32_t)cfg->page_bytes[i / cfg->nqueue_depth];
+        pt->page_bytes = (uint32_t)cfg->page_bytes.v[i / cfg->queue_depth.n];
         pt->slot_bytes = slot_of(pt->page_bytes);
-        pt->queue_depth = (uint32_t)cfg->queue_depth[i % cfg->nqueue_depth];
+        pt->queue_depth = (uint32_t)cfg->queue_depth.v[i % cfg->queue_depth.n];
         pt->pages = point_pages(cfg, pt->page_bytes);
         if (run_point(b, pt))
             return -1;
@@ -1126,7 +788,7 @@ static int open_once(const struct bench *b, const char *dir, const uint8_t *keys
 
     open_options(&o, dir, b->cfg);
     if (cold)
-        drop_cache(dir);
+        workdir_drop_cache(dir);
     t0 = cli_now();
     if ((rc = dstore_open(&o, &s)))
         return fail("dstore_open", rc);
@@ -1177,10 +839,11 @@ static int run_open(struct bench *b)
         return 0;
     b->open.pages = cfg->open_pages;
     b->open.keys = cfg->open_pages < OPEN_KEYS ? cfg->open_pages : OPEN_KEYS;
-    if (check_space(b, cfg->open_pages * (slot_of(OPEN_PAGE_BYTES) + INDEX_BYTES_PER_PAGE),
-                    "lower --open-pages, or pick another --dir"))
+    if (workdir_check_space(&b->wd, PROG,
+                            cfg->open_pages * (slot_of(OPEN_PAGE_BYTES) + INDEX_BYTES_PER_PAGE),
+                            "lower --open-pages, or pick another --dir"))
         return -1;
-    work_path(b, "open", dir, sizeof(dir));
+    workdir_path(&b->wd, "open", dir, sizeof(dir));
     progress("%s: building the open test's dir in %s\n", dir);
     if (open_build(b, dir))
         return -1;
@@ -1213,7 +876,7 @@ static void print_text_head(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
 
-    printf("%s: work dir %s (%s)%s\n", PROG, b->work, b->fs,
+    printf("%s: work dir %s (%s)%s\n", PROG, b->wd.path, b->wd.fs,
            cfg->keep ? ", kept" : ", removed at the end");
     if (b->fio.usable || b->fio.version[0])
         printf("  fio: %s (%s)\n", b->fio.path, b->fio.version);
@@ -1234,12 +897,12 @@ static void print_fio_lines(const struct bench *b, const struct point *pt)
     const uint64_t sync[3] = {b->cfg->batch, 0, 0};
 
     for (int k = 0; k < 3; k++) {
-        struct fio_job j;
+        struct bench_job j;
 
-        fio_job_init(&j, b, pt, rw[k], sync[k]);
+        job_init(&j, b, pt, rw[k], sync[k]);
         printf("    $");
-        for (int i = 0; j.argv[i]; i++)
-            printf(" %s", j.argv[i]);
+        for (int i = 0; j.fio.argv[i]; i++)
+            printf(" %s", j.fio.argv[i]);
         printf("\n");
     }
 }
@@ -1315,107 +978,114 @@ static void print_text_open(const struct bench *b)
 
 /* ---- report: JSON ---- */
 
-static void print_json_timing(const char *name, const struct cli_timing *t, uint64_t bytes)
-{
-    printf("\"%s\":{\"median_s\":%.9g,\"best_s\":%.9g,\"worst_s\":%.9g,\"median_gbps\":%.6g,"
-           "\"best_gbps\":%.6g}",
-           name, t->median, t->best, t->worst, cli_gbps(bytes, t->median),
-           cli_gbps(bytes, t->best));
-}
-
-static void print_json_fio(const struct bench *b, const struct point *pt)
+static void print_json_fio(struct jw *w, const struct bench *b, const struct point *pt)
 {
     uint64_t fbytes = pt->pages * pt->slot_bytes;
 
     if (!pt->fio_ran) {
-        printf("\"fio\":null,\"ratio\":null");
+        jw_null(w, "fio");
+        jw_null(w, "ratio");
         return;
     }
-    printf("\"fio\":{\"bytes\":%" PRIu64 ",\"fdatasync_every\":%" PRIu64 ",", fbytes,
-           b->cfg->batch);
-    print_json_timing("write", &pt->fio_write, fbytes);
-    putchar(',');
-    print_json_timing("write_fdatasync", &pt->fio_sync, fbytes);
-    putchar(',');
-    print_json_timing("read", &pt->fio_read, fbytes);
+    jw_object(w, "fio");
+    jw_u64(w, "bytes", fbytes);
+    jw_u64(w, "fdatasync_every", b->cfg->batch);
+    rpt_json_timing(w, "write", &pt->fio_write, fbytes, true);
+    rpt_json_timing(w, "write_fdatasync", &pt->fio_sync, fbytes, true);
+    rpt_json_timing(w, "read", &pt->fio_read, fbytes, true);
+    jw_end(w);
+    jw_object(w, "ratio");
+    jw_double(w, "write", "%.6g", cli_ratio(pt->fio_write.median, pt->write.median));
+    jw_double(w, "write_vs_fdatasync", "%.6g", cli_ratio(pt->fio_sync.median, pt->write.median));
+    jw_double(w, "read", "%.6g", cli_ratio(pt->fio_read.median, pt->read.median));
     /* The target judges write_vs_fdatasync (durable against durable) and read. */
-    printf("},\"ratio\":{\"write\":%.6g,\"write_vs_fdatasync\":%.6g,\"read\":%.6g,"
-           "\"judged\":[\"write_vs_fdatasync\",\"read\"]}",
-           cli_ratio(pt->fio_write.median, pt->write.median),
-           cli_ratio(pt->fio_sync.median, pt->write.median),
-           cli_ratio(pt->fio_read.median, pt->read.median));
+    jw_array(w, "judged");
+    jw_string(w, NULL, "write_vs_fdatasync");
+    jw_string(w, NULL, "read");
+    jw_end(w);
+    jw_end(w);
 }
 
-static void print_json_point(const struct bench *b, const struct point *pt)
+static void print_json_point(struct jw *w, const struct bench *b, const struct point *pt)
 {
     uint64_t bytes = pt->pages * pt->page_bytes;
 
-    printf("{\"page_bytes\":%u,\"slot_bytes\":%u,\"queue_depth\":%u,\"pages\":%" PRIu64
-           ",\"bytes\":%" PRIu64 ",\"store\":{\"io\":\"%s\",\"direct\":%s,\"fixed_buffers\":%s,"
-           "\"fixed_ios\":%" PRIu64 ",",
-           pt->page_bytes, pt->slot_bytes, pt->queue_depth, pt->pages, bytes, io_name(pt->io),
-           pt->direct ? "true" : "false", pt->fixed_buffers ? "true" : "false", pt->fixed_ios);
-    print_json_timing("write", &pt->write, bytes);
-    putchar(',');
-    print_json_timing("read", &pt->read, bytes);
-    printf(",\"write_pages_per_s\":%.6g,\"read_pages_per_s\":%.6g},",
-           cli_ratio((double)pt->pages, pt->write.median),
-           cli_ratio((double)pt->pages, pt->read.median));
-    print_json_fio(b, pt);
-    printf(",\"target_ratio\":%.2f}", TARGET_RATIO);
+    jw_object(w, NULL);
+    jw_u64(w, "page_bytes", pt->page_bytes);
+    jw_u64(w, "slot_bytes", pt->slot_bytes);
+    jw_u64(w, "queue_depth", pt->queue_depth);
+    jw_u64(w, "pages", pt->pages);
+    jw_u64(w, "bytes", bytes);
+    jw_object(w, "store");
+    jw_string(w, "io", io_name(pt->io));
+    jw_bool(w, "direct", pt->direct);
+    jw_bool(w, "fixed_buffers", pt->fixed_buffers);
+    jw_u64(w, "fixed_ios", pt->fixed_ios);
+    rpt_json_timing(w, "write", &pt->write, bytes, true);
+    rpt_json_timing(w, "read", &pt->read, bytes, true);
+    jw_double(w, "write_pages_per_s", "%.6g", cli_ratio((double)pt->pages, pt->write.median));
+    jw_double(w, "read_pages_per_s", "%.6g", cli_ratio((double)pt->pages, pt->read.median));
+    jw_end(w);
+    print_json_fio(w, b, pt);
+    jw_double(w, "target_ratio", "%.2f", TARGET_RATIO);
+    jw_end(w);
 }
 
-static void print_json_config(const struct bench *b)
+static void print_json_config(struct jw *w, const struct bench *b)
 {
     const struct config *cfg = b->cfg;
 
-    printf("\"config\":{\"work_dir\":");
-    cli_json_string(b->work);
-    printf(",\"fs\":");
-    cli_json_string(b->fs);
-    printf(",\"keep\":%s,\"reps\":%" PRIu64 ",\"batch\":%" PRIu64 ",\"read_order\":\"%s\","
-           "\"io\":\"%s\",\"seed\":%" PRIu64 ",\"page_tokens\":%u,\"fio\":",
-           cfg->keep ? "true" : "false", cfg->reps, cfg->batch, order_names[cfg->order],
-           io_names[cfg->io], cfg->seed, PAGE_TOKENS);
-    cli_json_string(b->fio.version[0] ? b->fio.version : NULL);
-    printf(",\"fio_note\":");
-    cli_json_string(b->fio.note[0] ? b->fio.note : NULL);
-    putchar('}');
+    jw_object(w, "config");
+    jw_string(w, "work_dir", b->wd.path);
+    jw_string(w, "fs", b->wd.fs);
+    jw_bool(w, "keep", cfg->keep);
+    jw_u64(w, "reps", cfg->reps);
+    jw_u64(w, "batch", cfg->batch);
+    jw_string(w, "read_order", order_names[cfg->order]);
+    jw_string(w, "io", io_names[cfg->io]);
+    jw_u64(w, "seed", cfg->seed);
+    jw_u64(w, "page_tokens", PAGE_TOKENS);
+    jw_string(w, "fio", b->fio.version[0] ? b->fio.version : NULL);
+    jw_string(w, "fio_note", b->fio.note[0] ? b->fio.note : NULL);
+    jw_end(w);
 }
 
-static void print_json_open_kind(const char *name, const struct open_result *o, int kind)
+static void print_json_open_kind(struct jw *w, const char *name, const struct open_result *o,
+                                 int kind)
 {
-    printf("\"%s\":{", name);
-    print_json_timing("open", &o->open[kind], 0);
-    putchar(',');
-    print_json_timing("serve", &o->serve[kind], 0);
-    putchar(',');
-    print_json_timing("first_read", &o->first_read[kind], 0);
-    putchar(',');
-    print_json_timing("ready", &o->ready[kind], 0);
-    putchar('}');
+    jw_object(w, name);
+    rpt_json_timing(w, "open", &o->open[kind], 0, true);
+    rpt_json_timing(w, "serve", &o->serve[kind], 0, true);
+    rpt_json_timing(w, "first_read", &o->first_read[kind], 0, true);
+    rpt_json_timing(w, "ready", &o->ready[kind], 0, true);
+    jw_end(w);
 }
 
-static void print_json_open(const struct bench *b)
+static void print_json_open(struct jw *w, const struct bench *b)
 {
     const struct open_result *o = &b->open;
 
     if (!b->open_ran) {
-        printf("\"open\":null");
+        jw_null(w, "open");
         return;
     }
-    printf("\"open\":{\"pages\":%" PRIu64 ",\"page_bytes\":%u,\"keys\":%" PRIu64
-           ",\"reps\":%" PRIu64 ",\"build_s\":%.6g,\"build_pages_per_s\":%.6g,",
-           o->pages, OPEN_PAGE_BYTES, o->keys, b->cfg->open_reps, o->build,
-           cli_ratio((double)o->pages, o->build));
-    print_json_open_kind("cold", o, 0);
-    putchar(',');
-    print_json_open_kind("warm", o, 1);
-    printf(",\"target_serve_s\":%.3f}", TARGET_SERVE_S);
+    jw_object(w, "open");
+    jw_u64(w, "pages", o->pages);
+    jw_u64(w, "page_bytes", OPEN_PAGE_BYTES);
+    jw_u64(w, "keys", o->keys);
+    jw_u64(w, "reps", b->cfg->open_reps);
+    jw_double(w, "build_s", "%.6g", o->build);
+    jw_double(w, "build_pages_per_s", "%.6g", cli_ratio((double)o->pages, o->build));
+    print_json_open_kind(w, "cold", o, 0);
+    print_json_open_kind(w, "warm", o, 1);
+    jw_double(w, "target_serve_s", "%.3f", TARGET_SERVE_S);
+    jw_end(w);
 }
 
 static void print_report(const struct bench *b)
 {
+    struct jw w;
+
     if (!b->cfg->json) {
         print_text_head(b);
         for (size_t i = 0; i < b->npt; i++)
@@ -1424,20 +1094,73 @@ static void print_report(const struct bench *b)
             print_text_open(b);
         return;
     }
-    putchar('{');
-    print_json_config(b);
-    printf(",\"throughput\":[");
-    for (size_t i = 0; i < b->npt; i++) {
-        if (i)
-            putchar(',');
-        print_json_point(b, &b->pt[i]);
-    }
-    printf("],");
-    print_json_open(b);
-    printf("}\n");
+    jw_init(&w);
+    jw_object(&w, NULL);
+    print_json_config(&w, b);
+    jw_array(&w, "throughput");
+    for (size_t i = 0; i < b->npt; i++)
+        print_json_point(&w, b, &b->pt[i]);
+    jw_end(&w);
+    print_json_open(&w, b);
+    jw_end(&w);
+    putchar('\n');
 }
 
 /* ---- command line ---- */
+
+#define MAX_PAGES (1ull << 31) /* positions are 32-bit in the read order */
+
+/* --pages, given the whole config: also says that pages, not bytes, size the runs. */
+static int parse_pages(void *cfg, const char *opt, const char *val)
+{
+    struct config *c = cfg;
+
+    c->pages_set = true;
+    return cli_parse_count(PROG, opt, val, 0, MAX_PAGES, false, &c->pages);
+}
+
+#define OFF(f) offsetof(struct config, f)
+static const struct cli_option options[] = {
+    {.kind = CLI_TEXT, .help = "\nThroughput:\n"},
+    {"--page-bytes", CLI_SIZES, OFF(page_bytes), 512, 256ull << 20, .arg = "LIST",
+     .help = "page sizes, comma separated, 512 B to 256M, suffixes K, M, G\n"
+             "(default 2M: Llama-3-8B, 16 tokens a page); a multiple of\n"
+             "4K keeps the store on O_DIRECT and equal to fio's block"},
+    {"--queue-depth", CLI_COUNTS, OFF(queue_depth), 1, 4096, .arg = "LIST",
+     .help = "I/Os in flight (the store's queue_depth, fio's iodepth),\n"
+             "comma separated, 1 to 4096 (default " CLI_STR(DEFAULT_QUEUE_DEPTH) ")"},
+    {"--bytes", CLI_SIZE, OFF(bytes), 1, 1ull << 44, .arg = "SIZE",
+     .help = "bytes per run of each point (default 2G); pages = SIZE / page"},
+    {"--pages", CLI_CUSTOM, .parse = parse_pages, .arg = "N",
+     .help = "pages per run instead (0: skip the throughput part)"},
+    {"--batch", CLI_COUNT, OFF(batch), 1, 65536, .arg = "N",
+     .help = "pages per op and per commit batch (the store's max_batch;\n"
+             "default " CLI_STR(DEFAULT_BATCH) ", the store's default); fio syncs every N writes"},
+    {"--reps", CLI_COUNT, OFF(reps), 1, 100, .arg = "N",
+     .help = "runs of each point, store and fio alternating; medians and\n"
+             "bests are reported (default " CLI_STR(DEFAULT_REPS) ")"},
+    {"--read-order", CLI_NAME, OFF(order), CLI_NAMES(order_names), .arg = "O",
+     .help = "random (default; fio randread) or seq (the written order;\nfio read)"},
+    {"--io", CLI_NAME, OFF(io), CLI_NAMES(io_names), .arg = "M",
+     .help = "the store's I/O engine: auto, uring or psync (default auto)"},
+    {"--fio", CLI_STRING, OFF(fio), 1, .arg = "PATH",
+     .help = "the fio to run (default: fio on PATH)"},
+    {"--no-fio", CLI_FLAG, OFF(no_fio), .help = "do not run fio"},
+    {.kind = CLI_TEXT, .help = "\nOpen:\n"},
+    {"--open-pages", CLI_COUNT, OFF(open_pages), 0, 1ull << 30, .arg = "N",
+     .help =
+         "pages the open test's dir indexes (default " CLI_STR(DEFAULT_OPEN_PAGES) "; 0: skip)"},
+    {"--open-reps", CLI_COUNT, OFF(open_reps), 1, 100, .arg = "N",
+     .help = "opens of each kind, cold and warm (default " CLI_STR(DEFAULT_OPEN_REPS) ")"},
+    {.kind = CLI_TEXT, .help = "\nCommon:\n"},
+    {"--dir", CLI_STRING, OFF(parent), 1, .arg = "PATH",
+     .help = "where the work dir is made (default /tmp); the file system\nmeasured"},
+    {"--keep", CLI_FLAG, OFF(keep), .help = "keep the work dir"},
+    {"--seed", CLI_COUNT, OFF(seed), 0, UINT64_MAX, .arg = "N",
+     .help = "seeds the keys and the read order (default 1)"},
+    {"--json", CLI_FLAG, OFF(json), .help = "one JSON object on stdout instead of the text report"},
+    {"--help", CLI_HELP, .help = "print this and exit"},
+};
 
 static void usage(FILE *f)
 {
@@ -1477,182 +1200,12 @@ static void usage(FILE *f)
             "    keys (ready to serve; target <= %.0f ms), to one page read, and to\n"
             "    dstore_wait_ready (the background rebuild done).\n"
             "    The issue's figure, a million pages (about 5 GiB of disk):\n"
-            "      %s --pages 0 --open-pages 1000000\n"
-            "\n"
-            "Throughput:\n"
-            "  --page-bytes LIST   page sizes, comma separated, 512 B to 256M, suffixes K, M, G\n"
-            "                      (default 2M: Llama-3-8B, 16 tokens a page); a multiple of\n"
-            "                      4K keeps the store on O_DIRECT and equal to fio's block\n"
-            "  --queue-depth LIST  I/Os in flight (the store's queue_depth, fio's iodepth),\n"
-            "                      comma separated, 1 to 4096 (default %d)\n"
-            "  --bytes SIZE        bytes per run of each point (default 2G); pages = SIZE / page\n"
-            "  --pages N           pages per run instead (0: skip the throughput part)\n"
-            "  --batch N           pages per op and per commit batch (the store's max_batch;\n"
-            "                      default %d, the store's default); fio syncs every N writes\n"
-            "  --reps N            runs of each point, store and fio alternating; medians and\n"
-            "                      bests are reported (default %d)\n"
-            "  --read-order O      random (default; fio randread) or seq (the written order;\n"
-            "                      fio read)\n"
-            "  --io M              the store's I/O engine: auto, uring or psync (default auto)\n"
-            "  --fio PATH          the fio to run (default: fio on PATH)\n"
-            "  --no-fio            do not run fio\n"
-            "\n"
-            "Open:\n"
-            "  --open-pages N      pages the open test's dir indexes (default %d; 0: skip)\n"
-            "  --open-reps N       opens of each kind, cold and warm (default %d)\n"
-            "\n"
-            "Common:\n"
-            "  --dir PATH          where the work dir is made (default /tmp); the file system\n"
-            "                      measured\n"
-            "  --keep              keep the work dir\n"
-            "  --seed N            seeds the keys and the read order (default 1)\n"
-            "  --json              one JSON object on stdout instead of the text report\n"
-            "  --help              print this and exit\n"
-            "\n"
-            "Exit status: 0 when the figures were measured (with or without fio), 1 on an\n"
-            "error (a failed store op, no space, no memory), 2 on bad usage.\n",
-            PROG, PROG, TARGET_RATIO, TARGET_SERVE_S * 1e3, PROG, DEFAULT_QUEUE_DEPTH,
-            DEFAULT_BATCH, DEFAULT_REPS, DEFAULT_OPEN_PAGES, DEFAULT_OPEN_REPS);
-}
-
-/* A count within [lo, hi]. */
-static int parse_bounded(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool size,
-                         uint64_t *out)
-{
-    char msg[128];
-    bool ok = size ? cli_parse_size(val, out) : cli_parse_u64(val, out);
-
-    if (ok && *out >= lo && *out <= hi)
-        return 0;
-    snprintf(msg, sizeof(msg), "%s needs a whole number from %" PRIu64 " to %" PRIu64, opt, lo, hi);
-    return cli_bad_usage(PROG, msg, val);
-}
-
-/* A comma separated list of up to MAX_LIST values within [lo, hi]; no empty items. */
-static int parse_list(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool size,
-                      uint64_t *out, size_t *n)
-{
-    char item[64];
-    int rc;
-
-    for (*n = 0;; val++) {
-        size_t len = strcspn(val, ",");
-
-        if (*n == MAX_LIST)
-            return cli_bad_usage(PROG, "too many values (8 at most)", opt);
-        if (len == 0 || len >= sizeof(item))
-            return cli_bad_usage(PROG, "a list item is empty or too long", opt);
-        memcpy(item, val, len);
-        item[len] = '\0';
-        if ((rc = parse_bounded(opt, item, lo, hi, size, &out[(*n)++])))
-            return rc;
-        val += len;
-        if (!*val)
-            return 0;
-    }
-}
-
-#define MAX_PAGES (1ull << 31) /* positions are 32-bit in the read order */
-
-/* Options that take one count: bounds, whether K/M/G suffixes are allowed, the field. */
-struct count_option {
-    const char *name;
-    uint64_t lo, hi;
-    bool size;
-    size_t field;
-};
-
-#define COUNT(name, lo, hi, size, f)                                                               \
-    {                                                                                              \
-        name, lo, hi, size, offsetof(struct config, f)                                             \
-    }
-static const struct count_option count_options[] = {
-    COUNT("--bytes", 1, 1ull << 44, true, bytes),
-    COUNT("--pages", 0, MAX_PAGES, false, pages),
-    COUNT("--batch", 1, 65536, false, batch),
-    COUNT("--reps", 1, 100, false, reps),
-    COUNT("--seed", 0, UINT64_MAX, false, seed),
-    COUNT("--open-pages", 0, 1ull << 30, false, open_pages),
-    COUNT("--open-reps", 1, 100, false, open_reps),
-};
-
-static const char *const value_options[] = {"--page-bytes", "--queue-depth", "--read-order",
-                                            "--io",         "--dir",         "--fio"};
-
-#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-static bool takes_value(const char *opt)
-{
-    for (size_t i = 0; i < COUNT_OF(count_options); i++)
-        if (!strcmp(opt, count_options[i].name))
-            return true;
-    for (size_t i = 0; i < COUNT_OF(value_options); i++)
-        if (!strcmp(opt, value_options[i]))
-            return true;
-    return false;
-}
-
-static int parse_value(struct config *cfg, const char *opt, const char *val)
-{
-    for (size_t i = 0; i < COUNT_OF(count_options); i++) {
-        const struct count_option *o = &count_options[i];
-
-        if (!strcmp(opt, o->name)) {
-            cfg->pages_set |= !strcmp(opt, "--pages");
-            return parse_bounded(opt, val, o->lo, o->hi, o->size,
-                                 (uint64_t *)((char *)cfg + o->field));
-        }
-    }
-    if (!strcmp(opt, "--page-bytes"))
-        return parse_list(opt, val, 512, 256ull << 20, true, cfg->page_bytes, &cfg->npage_bytes);
-    if (!strcmp(opt, "--queue-depth"))
-        return parse_list(opt, val, 1, 4096, false, cfg->queue_depth, &cfg->nqueue_depth);
-    if (!strcmp(opt, "--read-order"))
-        return cli_parse_named(PROG, opt, val, order_names, COUNT_OF(order_names), &cfg->order);
-    if (!strcmp(opt, "--io"))
-        return cli_parse_named(PROG, opt, val, io_names, COUNT_OF(io_names), &cfg->io);
-    if (!*val)
-        return cli_bad_usage(PROG, "needs a non-empty value", opt);
-    if (!strcmp(opt, "--dir"))
-        cfg->parent = val;
-    else
-        cfg->fio = val;
-    return 0;
-}
-
-static bool flag(const char *a, struct config *cfg)
-{
-    bool *f = !strcmp(a, "--json")     ? &cfg->json
-              : !strcmp(a, "--keep")   ? &cfg->keep
-              : !strcmp(a, "--no-fio") ? &cfg->no_fio
-                                       : NULL;
-
-    if (f)
-        *f = true;
-    return f != NULL;
-}
-
-/* 0 to go on, -1 after --help, else the exit status. */
-static int parse_args(int argc, char **argv, struct config *cfg)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc;
-
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        }
-        if (flag(a, cfg))
-            continue;
-        if (!takes_value(a))
-            return cli_bad_usage(PROG, "unknown option", a);
-        if (i + 1 >= argc)
-            return cli_bad_usage(PROG, "option needs a value", a);
-        if ((rc = parse_value(cfg, a, argv[++i])))
-            return rc;
-    }
-    return 0;
+            "      %s --pages 0 --open-pages 1000000\n",
+            PROG, PROG, TARGET_RATIO, TARGET_SERVE_S * 1e3, PROG);
+    cli_print_options(f, options, CLI_COUNT_OF(options), 22);
+    fprintf(f, "\n"
+               "Exit status: 0 when the figures were measured (with or without fio), 1 on an\n"
+               "error (a failed store op, no space, no memory), 2 on bad usage.\n");
 }
 
 static void config_defaults(struct config *cfg)
@@ -1665,23 +1218,21 @@ static void config_defaults(struct config *cfg)
                            .seed = 1,
                            .open_pages = DEFAULT_OPEN_PAGES,
                            .open_reps = DEFAULT_OPEN_REPS,
-                           .npage_bytes = 1,
-                           .nqueue_depth = 1};
-    cfg->page_bytes[0] = DEFAULT_PAGE_BYTES;
-    cfg->queue_depth[0] = DEFAULT_QUEUE_DEPTH;
+                           .page_bytes = {.v = {DEFAULT_PAGE_BYTES}, .n = 1},
+                           .queue_depth = {.v = {DEFAULT_QUEUE_DEPTH}, .n = 1}};
 }
 
 static void finish(struct bench *b)
 {
     char path[PATH_MAX];
 
-    if (!b->work[0])
+    if (!b->wd.path[0])
         return;
     if (b->cfg->keep) {
-        work_path(b, "fio.data", path, sizeof(path)); /* never worth keeping */
+        workdir_path(&b->wd, "fio.data", path, sizeof(path)); /* never worth keeping */
         unlink(path);
     } else {
-        rm_tree(b->work);
+        workdir_rm_tree(b->wd.path);
     }
     free(b->pt);
 }
@@ -1693,9 +1244,9 @@ int main(int argc, char **argv)
     int rc;
 
     config_defaults(&cfg);
-    if ((rc = parse_args(argc, argv, &cfg)))
+    if ((rc = cli_parse_args(PROG, options, CLI_COUNT_OF(options), &cfg, argc, argv, usage)))
         return rc < 0 ? 0 : rc;
-    if (make_work(&b))
+    if (workdir_make(&b.wd, PROG, cfg.parent))
         return 1;
     fio_setup(&b);
     if (cfg.json && b.fio.note[0] && !cfg.no_fio)
