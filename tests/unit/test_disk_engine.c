@@ -66,50 +66,22 @@
 #define N_NS 2
 #define CHILD_FAILED 3 /* exit status of a crash child that found something wrong */
 
+#include "engine_fixture.h"
+#include "harness.h"
 #include "kv_rows.h"
 
-/* ---- failures: cmocka in the test process, _exit in a crash child ---- */
+/* ---- failures: cmocka in the test process, _exit in a crash child (harness.h) ---- */
 
-static int g_child;     /* 1 in a crash child */
-static char g_ctx[192]; /* what runs now: the seed, the round; printed with a failure */
+char g_ctx[192]; /* what runs now: the seed, the round; printed with a failure */
 
-static void die(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-
-static void die(int line, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (g_child) {
-        fprintf(stderr, "test_disk_engine: child: %s: line %d: %s\n", g_ctx, line, msg);
-        _exit(CHILD_FAILED);
-    }
-    fail_msg("%s: line %d: %s", g_ctx, line, msg);
-    abort(); /* not reached */
-}
-
-#define REQUIRE(c)                                                                                 \
-    do {                                                                                           \
-        if (!(c))                                                                                  \
-            die(__LINE__, "%s", #c);                                                               \
-    } while (0)
-
-#define RC(expr, want)                                                                             \
-    do {                                                                                           \
-        int rc_ = (expr), want_ = (want);                                                          \
-        if (rc_ != want_)                                                                          \
-            die(__LINE__, "%s = %d (%s), want %d", #expr, rc_, kvt_strerror(rc_), want_);          \
-    } while (0)
+#define HARNESS_RUN(ctx) (&(struct harness_run){.prog = "test_disk_engine", .note = (ctx)})
 
 /* ---- keys: seeded families (the content is kv_rows.h's) ---- */
 
 static uint64_t rnd(uint64_t *s)
 {
-    *s += 0x9E3779B97F4A7C15ull;
-    return mix(*s);
+    *s += RNG_GAMMA;
+    return rng_mix(*s);
 }
 
 static uint32_t below(uint64_t *s, uint32_t n)
@@ -137,7 +109,8 @@ static void seq_make(struct seq *q, uint32_t ns, size_t len, uint32_t salt)
  * below 30000, apart from seq_make's. */
 static uint32_t fam_tok(uint64_t fam, uint32_t base, uint32_t variant, size_t i)
 {
-    return (uint32_t)(mix(fam ^ mix((uint64_t)base << 32 | (uint64_t)variant << 16 | i)) % 30000);
+    return (uint32_t)(rng_mix(fam ^ rng_mix((uint64_t)base << 32 | (uint64_t)variant << 16 | i)) %
+                      30000);
 }
 
 static void gen_seq(uint64_t fam, uint64_t *rng, struct seq *q)
@@ -163,31 +136,25 @@ static void check(const kvt_engine *e)
     char why[256] = "";
 
     if (engine_check(e, why, sizeof(why)))
-        die(__LINE__, "engine check: %s", why);
+        FAIL(g_ctx, "engine check: %s", why);
     /* The store's slot table too, once its rebuild is done (children, chain ends). */
     if (store_disk_dstore(e->store) && dstore_wait_ready(store_disk_dstore(e->store)) == 0 &&
         slots_check(store_disk_dstore(e->store), why, sizeof(why)))
-        die(__LINE__, "store check: %s", why);
+        FAIL(g_ctx, "store check: %s", why);
 }
 
 static struct kvt_stats stats(const kvt_engine *e)
 {
     struct kvt_stats st = {.size = sizeof(st)};
 
-    RC(kvt_stats(e, &st), 0);
+    EXPECT_RC(g_ctx, kvt_stats(e, &st), 0);
     return st;
 }
 
 static void disk_opts(struct kvt_options *o, const char *dir, uint64_t host_tokens,
                       uint64_t disk_bytes)
 {
-    kvt_options_init(o, sizeof(*o));
-    o->geometry = (struct kvt_geometry){.attention = KVT_ATTN_MHA,
-                                        .layers = LAYERS,
-                                        .kv_heads = 1,
-                                        .head_dim = HEAD_DIM,
-                                        .dtype_bytes = DTYPE};
-    o->backend = KVT_BACKEND_SIM;
+    fixture_engine_options(o, LAYERS, HEAD_DIM);
     o->page_size = PS;
     o->device_tokens = DEVICE_TOKENS;
     o->host_tokens = host_tokens;
@@ -216,8 +183,8 @@ static kvt_engine *open_ok(const struct kvt_options *o)
 {
     kvt_engine *e = NULL;
 
-    RC(open_engine(o, &e), 0);
-    REQUIRE(e != NULL);
+    EXPECT_RC(g_ctx, open_engine(o, &e), 0);
+    REQUIRE(g_ctx, e != NULL);
     check(e);
     return e;
 }
@@ -225,10 +192,7 @@ static kvt_engine *open_ok(const struct kvt_options *o)
 /* A fresh data dir under TMPDIR or /tmp. */
 static void make_data_dir(char *dir, size_t len)
 {
-    const char *tmp = getenv("TMPDIR");
-
-    snprintf(dir, len, "%s/kvt-disk-engine-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    REQUIRE(mkdtemp(dir) != NULL);
+    EXPECT_RC(g_ctx, fixture_data_dir(dir, len, "disk-engine"), 0);
 }
 
 static uint64_t base_seed(void)
@@ -239,7 +203,7 @@ static uint64_t base_seed(void)
     if (s && *s)
         return strtoull(s, NULL, 0);
     clock_gettime(CLOCK_REALTIME, &ts);
-    return mix((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (uint64_t)getpid();
+    return rng_mix((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (uint64_t)getpid();
 }
 
 /* ---- requests ---- */
@@ -249,18 +213,18 @@ static void verify(kvt_engine *e, const struct seq *q, const struct kvt_req *r, 
 {
     int32_t slots[MAX_TOK];
 
-    REQUIRE(n <= q->len);
+    REQUIRE(g_ctx, n <= q->len);
     if (n == 0)
         return;
-    RC(kvt_req_read(e, r, 0, n, slots), 0);
+    EXPECT_RC(g_ctx, kvt_req_read(e, r, 0, n, slots), 0);
     for (uint32_t l = 0; l < LAYERS; l++) {
-        RC(kvt_load_wait_layer(e, r->load_op, l, NULL), 0);
+        EXPECT_RC(g_ctx, kvt_load_wait_layer(e, r->load_op, l, NULL), 0);
         long bad = check_layer(e, q, 0, n, slots, l);
         if (bad != -1)
-            die(__LINE__,
-                "layer %u: token %ld of %zu (ns %u, key of %zu, protected %zu, loaded %zu, "
-                "from disk %zu) has the wrong KV",
-                l, bad, n, q->ns, q->len, r->protected_len, r->loaded_len, r->disk_len);
+            FAIL(g_ctx,
+                 "layer %u: token %ld of %zu (ns %u, key of %zu, protected %zu, loaded %zu, "
+                 "from disk %zu) has the wrong KV",
+                 l, bad, n, q->ns, q->len, r->protected_len, r->loaded_len, r->disk_len);
     }
 }
 
@@ -275,10 +239,10 @@ static void extend(kvt_engine *e, const struct seq *q, const struct kvt_req *r, 
     if (to <= from)
         return;
     if (from)
-        RC(kvt_req_read(e, r, from - 1, 1, &last), 0);
-    RC(kvt_alloc_extend(e, 1, &pl, &sl, &last, out, to - from), 0);
-    RC(compute_rows(e, q, from, to - from, out), 0);
-    RC(kvt_req_write(e, r, from, out, to - from), 0);
+        EXPECT_RC(g_ctx, kvt_req_read(e, r, from - 1, 1, &last), 0);
+    EXPECT_RC(g_ctx, kvt_alloc_extend(e, 1, &pl, &sl, &last, out, to - from), 0);
+    EXPECT_RC(g_ctx, compute_rows(e, q, from, to - from, out), 0);
+    EXPECT_RC(g_ctx, kvt_req_write(e, r, from, out, to - from), 0);
 }
 
 /* A whole request: match and begin on q's first prompt tokens, check every row it is served,
@@ -295,22 +259,22 @@ static struct kvt_req run_req(kvt_engine *e, const struct seq *q, size_t prompt,
         m = &mm;
     *m = (struct kvt_match){0};
     if (prompt) /* an empty key matches nothing (kvt_match refuses it) */
-        RC(kvt_match(e, &key, NULL, m), 0);
-    REQUIRE(m->device_len % PS == 0 && m->host_len % PS == 0 && m->disk_len % PS == 0);
-    REQUIRE(m->device_len + m->host_len + m->disk_len <= prompt / PS * PS);
-    RC(kvt_req_begin(e, &key, &r), 0);
-    REQUIRE(r.pool_idx >= 0);
-    REQUIRE(r.protected_len % PS == 0 && r.protected_len <= prompt / PS * PS);
-    REQUIRE(r.protected_len >= m->device_len);
-    REQUIRE(r.loaded_len <= r.protected_len && r.disk_len <= r.loaded_len);
-    REQUIRE(r.disk_len % PS == 0 && r.disk_len <= m->disk_len);
+        EXPECT_RC(g_ctx, kvt_match(e, &key, NULL, m), 0);
+    REQUIRE(g_ctx, m->device_len % PS == 0 && m->host_len % PS == 0 && m->disk_len % PS == 0);
+    REQUIRE(g_ctx, m->device_len + m->host_len + m->disk_len <= prompt / PS * PS);
+    EXPECT_RC(g_ctx, kvt_req_begin(e, &key, &r), 0);
+    REQUIRE(g_ctx, r.pool_idx >= 0);
+    REQUIRE(g_ctx, r.protected_len % PS == 0 && r.protected_len <= prompt / PS * PS);
+    REQUIRE(g_ctx, r.protected_len >= m->device_len);
+    REQUIRE(g_ctx, r.loaded_len <= r.protected_len && r.disk_len <= r.loaded_len);
+    REQUIRE(g_ctx, r.disk_len % PS == 0 && r.disk_len <= m->disk_len);
     got = r;
     verify(e, q, &r, r.protected_len);
     extend(e, q, &r, r.protected_len, q->len);
     verify(e, q, &r, q->len);
     key = seq_key(q, q->len);
-    RC(kvt_req_cache_finished(e, &r, &key, 0, insert), 0);
-    RC(kvt_poll(e, 0, NULL), 0);
+    EXPECT_RC(g_ctx, kvt_req_cache_finished(e, &r, &key, 0, insert), 0);
+    EXPECT_RC(g_ctx, kvt_poll(e, 0, NULL), 0);
     return got;
 }
 
@@ -340,7 +304,7 @@ static int collect(void *arg, const struct dstore_entry *en)
     if (r->n == r->cap) {
         r->cap = r->cap ? 2 * r->cap : 128;
         r->v = realloc(r->v, r->cap * sizeof(*r->v));
-        REQUIRE(r->v != NULL);
+        REQUIRE(g_ctx, r->v != NULL);
     }
     struct rec *x = &r->v[r->n++];
     memset(x, 0, sizeof(*x));
@@ -363,7 +327,7 @@ static void collect_all(kvt_engine *e, struct recs *r)
 {
     r->n = 0;
     r->bad = 0;
-    RC(dstore_iterate(store_disk_dstore(e->store), collect, r), 0);
+    EXPECT_RC(g_ctx, dstore_iterate(store_disk_dstore(e->store), collect, r), 0);
     if (r->n > 1)
         qsort(r->v, r->n, sizeof(*r->v), rec_cmp);
 }
@@ -376,7 +340,7 @@ static uint64_t index_digest(const struct recs *r)
     for (size_t i = 0; i < r->n; i++) {
         uint64_t w;
         memcpy(&w, r->v[i].key, 8);
-        d += mix(w);
+        d += rng_mix(w);
     }
     return d;
 }
@@ -412,28 +376,30 @@ static struct disk_check check_disk(kvt_engine *e, struct recs *r)
     struct page_hasher ph;
 
     dstore_stats(store_disk_dstore(e->store), &ds);
-    REQUIRE(ds.page_bytes == PAGE_BYTES);
-    RC(page_hasher_init(&ph), 0);
+    REQUIRE(g_ctx, ds.page_bytes == PAGE_BYTES);
+    EXPECT_RC(g_ctx, page_hasher_init(&ph), 0);
     for (uint32_t n = 0; n < N_NS; n++)
-        RC(page_hash_root(&ph, e->fingerprint, NS_LEN[n] ? NS_BYTES[n] : NULL, NS_LEN[n], root[n]),
-           0);
+        EXPECT_RC(
+            g_ctx,
+            page_hash_root(&ph, e->fingerprint, NS_LEN[n] ? NS_BYTES[n] : NULL, NS_LEN[n], root[n]),
+            0);
     collect_all(e, r);
     if (r->bad)
-        die(__LINE__, "%" PRIu64 " index records fail their checks", r->bad);
+        FAIL(g_ctx, "%" PRIu64 " index records fail their checks", r->bad);
     for (size_t i = 0; i < r->n; i++) {
         const struct rec *x = &r->v[i];
-        RC(page_hash_next(&ph, x->parent, x->tokens, PS, h), 0);
+        EXPECT_RC(g_ctx, page_hash_next(&ph, x->parent, x->tokens, PS, h), 0);
         if (memcmp(h, x->key, KVT_HASH_LEN))
-            die(__LINE__, "record %zu: its key is not the hash of its parent and tokens", i);
+            FAIL(g_ctx, "record %zu: its key is not the hash of its parent and tokens", i);
         if (memcmp(x->ns, root[0], KVT_HASH_LEN) && memcmp(x->ns, root[1], KVT_HASH_LEN))
-            die(__LINE__, "record %zu: a namespace of nobody's", i);
+            FAIL(g_ctx, "record %zu: a namespace of nobody's", i);
     }
     for (size_t i = 0; i < r->n; i++) {
         size_t chain[MAX_TOK / PS], depth = 0, cur = i;
         int orphan = 0;
         for (;;) {
             if (depth == MAX_TOK / PS)
-                die(__LINE__, "record %zu: a chain of parents longer than any key", i);
+                FAIL(g_ctx, "record %zu: a chain of parents longer than any key", i);
             chain[depth++] = cur;
             if (!memcmp(r->v[cur].parent, r->v[cur].ns, KVT_HASH_LEN))
                 break;
@@ -456,13 +422,13 @@ static struct disk_check check_disk(kvt_engine *e, struct recs *r)
         expected_page(&q, want);
         struct dstore_rpage rp = {.key = r->v[i].key, .buf = got};
         int res = -1;
-        RC(dstore_get(store_disk_dstore(e->store), &rp, 1, &res), 0);
+        EXPECT_RC(g_ctx, dstore_get(store_disk_dstore(e->store), &rp, 1, &res), 0);
         if (res)
-            die(__LINE__, "page %zu of %zu in the index (depth %zu, ns %u) reads as %d (%s)", i,
-                r->n, depth, q.ns, res, kvt_strerror(res));
+            FAIL(g_ctx, "page %zu of %zu in the index (depth %zu, ns %u) reads as %d (%s)", i, r->n,
+                 depth, q.ns, res, kvt_strerror(res));
         if (memcmp(got, want, PAGE_BYTES))
-            die(__LINE__, "page %zu of %zu in the index (depth %zu, ns %u) holds the wrong KV", i,
-                r->n, depth, q.ns);
+            FAIL(g_ctx, "page %zu of %zu in the index (depth %zu, ns %u) holds the wrong KV", i,
+                 r->n, depth, q.ns);
         dc.pages++;
     }
     page_hasher_finish(&ph);
@@ -483,10 +449,10 @@ static void crash_child(const struct kvt_options *o, uint64_t fam, uint64_t seed
     uint64_t rng = seed;
     kvt_engine *e = NULL;
 
-    g_child = 1;
-    RC(open_engine(o, &e), 0);
+    harness_child_exit = CHILD_FAILED;
+    EXPECT_RC(g_ctx, open_engine(o, &e), 0);
     if (write(ready_fd, "r", 1) != 1)
-        die(__LINE__, "write to the parent: %s", strerror(errno));
+        FAIL(g_ctx, "write to the parent: %s", strerror(errno));
     close(ready_fd);
     for (uint64_t i = 1;; i++) {
         struct seq q;
@@ -494,9 +460,9 @@ static void crash_child(const struct kvt_options *o, uint64_t fam, uint64_t seed
         size_t prompt = chance(&rng, 70) ? q.len : below(&rng, (uint32_t)q.len + 1);
         run_req(e, &q, prompt, !chance(&rng, 10), NULL);
         if (chance(&rng, 4))
-            RC(kvt_sync(e), 0);
+            EXPECT_RC(g_ctx, kvt_sync(e), 0);
         if (chance(&rng, 5))
-            RC(kvt_evict(e, PS * (1 + below(&rng, 16)), NULL), 0);
+            EXPECT_RC(g_ctx, kvt_evict(e, PS * (1 + below(&rng, 16)), NULL), 0);
         if (i % 16 == 0)
             check(e);
     }
@@ -528,14 +494,14 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
     disk_opts(&o, dir, CRASH_HOST_TOKENS, CRASH_DISK_BYTES);
     o.disk_write_policy = round % 3 == 2 ? KVT_DISK_WRITE_ON_EVICT : KVT_DISK_WRITE_THROUGH;
     o.disk_io = round % 4 == 1 ? KVT_DISK_IO_PSYNC : KVT_DISK_IO_AUTO;
-    REQUIRE(pipe(pfd) == 0);
+    REQUIRE(g_ctx, pipe(pfd) == 0);
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
-    REQUIRE(pid >= 0);
+    REQUIRE(g_ctx, pid >= 0);
     if (pid == 0) {
         close(pfd[0]);
-        crash_child(&o, fam, mix(seed ^ mix(round + 1)), pfd[1]);
+        crash_child(&o, fam, rng_mix(seed ^ rng_mix(round + 1)), pfd[1]);
         _exit(CHILD_FAILED); /* not reached */
     }
     close(pfd[1]);
@@ -551,11 +517,11 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
     struct timespec nap = {0, (long)delay_us * 1000};
     nanosleep(&nap, NULL);
     kill(pid, SIGKILL);
-    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(g_ctx, waitpid(pid, &status, 0) == pid);
     close(pfd[0]);
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
-        die(__LINE__, "the child did not die of SIGKILL: status 0x%x (exit %d)", (unsigned)status,
-            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        FAIL(g_ctx, "the child did not die of SIGKILL: status 0x%x (exit %d)", (unsigned)status,
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     t->early_kills += early;
 
     /* Reopen the dir the child died in and serve the family from it. */
@@ -564,8 +530,8 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
     kvt_engine *e = NULL;
     int rc = open_engine(&o, &e);
     if (rc)
-        die(__LINE__, "reopen after SIGKILL %u us after %s: %d (%s)", delay_us,
-            early ? "the fork" : "the child opened", rc, kvt_strerror(rc));
+        FAIL(g_ctx, "reopen after SIGKILL %u us after %s: %d (%s)", delay_us,
+             early ? "the fork" : "the child opened", rc, kvt_strerror(rc));
     check(e);
     /* Every page the index holds reads back byte-exact; and the child changed the index. */
     struct disk_check dc = check_disk(e, &t->recs);
@@ -582,13 +548,13 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
         if (i % 4 == 3)
             check(e);
     }
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
     struct kvt_stats st = stats(e);
     if (st.disk_errors)
-        die(__LINE__, "%" PRIu64 " disk errors after a SIGKILL (no power cut: none expected)",
-            st.disk_errors);
-    REQUIRE(st.disk_read_tokens >= served);
+        FAIL(g_ctx, "%" PRIu64 " disk errors after a SIGKILL (no power cut: none expected)",
+             st.disk_errors);
+    REQUIRE(g_ctx, st.disk_read_tokens >= served);
     dc = check_disk(e, &t->recs); /* and what this engine wrote on top */
     t->digest = index_digest(&t->recs);
     kvt_close(e);
@@ -599,7 +565,7 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
 
 static void test_crash(void **state)
 {
-    uint64_t seed = base_seed(), rng = seed, fam = mix(seed ^ 0x637261736821ull);
+    uint64_t seed = base_seed(), rng = seed, fam = rng_mix(seed ^ 0x637261736821ull);
     unsigned rounds = crash_rounds();
     struct crash_totals t = {0};
     char dir[96] = "";
@@ -615,7 +581,7 @@ static void test_crash(void **state)
         snprintf(g_ctx, sizeof(g_ctx), "crash seed=%" PRIu64 " round %u", seed, round);
         if (round % CRASH_FRESH_EVERY == 0) {
             if (dir[0])
-                remove_tree(dir);
+                fixture_remove_tree(dir);
             make_data_dir(dir, sizeof(dir));
             t.fresh++;
             t.digest = 0;
@@ -632,7 +598,7 @@ static void test_crash(void **state)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (dir[0])
-        remove_tree(dir);
+        fixture_remove_tree(dir);
     free(t.recs.v);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("test_disk_engine: crash: %u rounds in %.1f s (slowest: round %u, %.3f s; %u fresh "
@@ -645,7 +611,7 @@ static void test_crash(void **state)
     fflush(stdout);
     snprintf(g_ctx, sizeof(g_ctx), "crash seed=%" PRIu64, seed);
     /* It must have served disk pages written by killed children, not only survived. */
-    REQUIRE(rounds == 0 || (t.served_rounds > 0 && t.changed > 0 && t.disk_pages > 0));
+    REQUIRE(g_ctx, rounds == 0 || (t.served_rounds > 0 && t.changed > 0 && t.disk_pages > 0));
     g_ctx[0] = 0;
 }
 
@@ -674,7 +640,7 @@ static int inject(void *arg, enum dstore_fault_point point, uint32_t slab, uint3
     atomic_fetch_add(&c->calls[point], 1);
     int err = atomic_load(&c->err[point]);
     uint32_t pct = atomic_load(&c->pct[point]);
-    if (!err || (pct < 100 && mix(c->seed + atomic_fetch_add(&c->seq, 1)) % 100 >= pct))
+    if (!err || (pct < 100 && rng_mix(c->seed + atomic_fetch_add(&c->seq, 1)) % 100 >= pct))
         return 0;
     atomic_fetch_add(&c->hits[point], 1);
     return err;
@@ -694,12 +660,12 @@ static void swap_store(kvt_engine *e, const struct dstore_faults *f)
 
     struct kvt_store *s = NULL;
 
-    REQUIRE(e->store != NULL && stats(e).disk_ops_in_flight == 0);
+    REQUIRE(g_ctx, e->store != NULL && stats(e).disk_ops_in_flight == 0);
     engine_disk_options(e, &so);
     so.faults = f;
-    RC(engine_swap_store(e, NULL), 0); /* the dir's lock goes with it */
-    RC(store_disk_open(&so, &s), 0);
-    RC(engine_swap_store(e, s), 0);
+    EXPECT_RC(g_ctx, engine_swap_store(e, NULL), 0); /* the dir's lock goes with it */
+    EXPECT_RC(g_ctx, store_disk_open(&so, &s), 0);
+    EXPECT_RC(g_ctx, engine_swap_store(e, s), 0);
 }
 
 struct fault_case {
@@ -744,7 +710,7 @@ static void run_family(kvt_engine *e, uint64_t fam, uint64_t seed, int n, int fu
 
 static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t seed)
 {
-    uint64_t fam1 = mix(seed ^ 1), fam2 = mix(seed ^ 2);
+    uint64_t fam1 = rng_mix(seed ^ 1), fam2 = rng_mix(seed ^ 2);
     struct fault_ctl ctl = {.seed = seed};
     struct dstore_faults faults = {.inject = inject, .arg = &ctl};
     struct kvt_options o;
@@ -761,9 +727,9 @@ static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t s
     if (fc->prefill) {
         e = open_ok(&o);
         run_family(e, fam1, seed ^ 11, 40, 0, 1, &pre);
-        RC(kvt_sync(e), 0);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
         struct kvt_stats st = stats(e);
-        REQUIRE(st.disk_written_tokens > 0 && st.disk_errors == 0);
+        REQUIRE(g_ctx, st.disk_written_tokens > 0 && st.disk_errors == 0);
         kvt_close(e);
     }
 
@@ -783,7 +749,7 @@ static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t s
          fc->point == DSTORE_FAULT_READ && !atomic_load(&ctl.calls[DSTORE_FAULT_READ]) && k < 8;
          k++)
         run_family(e, fam1, seed ^ (20 + k), 60, 0, 1, &a);
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
     if (fc->point < 0) {
         /* At random: a restart in the middle reads back what the faults let through. */
@@ -792,7 +758,7 @@ static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t s
         swap_store(e, &faults);
         st0 = stats(e);
         run_family(e, fam1, seed ^ 13, 60, 0, 1, &a);
-        RC(kvt_sync(e), 0);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
         check(e);
     }
     struct kvt_stats st1 = stats(e);
@@ -807,25 +773,25 @@ static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t s
            a.loaded_tokens, a.disk_tokens, a.matched_disk, st1.disk_errors, st1.disk_written_tokens,
            st1.disk_read_tokens, st0.disk_cached_tokens, st1.disk_cached_tokens);
     fflush(stdout);
-    REQUIRE(hits > 0);
-    REQUIRE(st1.disk_errors > st0.disk_errors);
-    REQUIRE(st1.loaded_tokens > st0.loaded_tokens);       /* the host tier kept serving */
-    REQUIRE(st1.match_hit_tokens > st0.match_hit_tokens); /* and the device */
+    REQUIRE(g_ctx, hits > 0);
+    REQUIRE(g_ctx, st1.disk_errors > st0.disk_errors);
+    REQUIRE(g_ctx, st1.loaded_tokens > st0.loaded_tokens);       /* the host tier kept serving */
+    REQUIRE(g_ctx, st1.match_hit_tokens > st0.match_hit_tokens); /* and the device */
     if (fc->point == DSTORE_FAULT_READ && fc->pct == 100) {
-        REQUIRE(a.matched_disk > 0); /* reads were tried */
-        REQUIRE(a.disk_tokens == 0 && st1.disk_read_tokens == st0.disk_read_tokens);
+        REQUIRE(g_ctx, a.matched_disk > 0); /* reads were tried */
+        REQUIRE(g_ctx, a.disk_tokens == 0 && st1.disk_read_tokens == st0.disk_read_tokens);
     }
     if (fc->point >= 0 && fc->point != DSTORE_FAULT_READ && fc->pct == 100)
-        REQUIRE(st1.disk_cached_tokens <= st0.disk_cached_tokens); /* nothing new stored */
+        REQUIRE(g_ctx, st1.disk_cached_tokens <= st0.disk_cached_tokens); /* nothing new stored */
 
     /* Faults off: writes succeed again. */
     faults_off(&ctl);
     run_family(e, fam2, seed ^ 14, 40, 1, 1, &b);
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
     struct kvt_stats st2 = stats(e);
-    REQUIRE(st2.disk_written_tokens > st1.disk_written_tokens);
-    REQUIRE(st2.disk_cached_tokens > st1.disk_cached_tokens);
+    REQUIRE(g_ctx, st2.disk_written_tokens > st1.disk_written_tokens);
+    REQUIRE(g_ctx, st2.disk_cached_tokens > st1.disk_cached_tokens);
     kvt_close(e);
 
     /* A restart serves from disk what was written once the faults were gone; whatever the
@@ -834,19 +800,19 @@ static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t s
     struct recs recs = {0};
     struct disk_check dc = check_disk(e, &recs);
     free(recs.v);
-    REQUIRE(dc.pages > 0);
+    REQUIRE(g_ctx, dc.pages > 0);
     run_family(e, fam2, seed ^ 14, 40, 1, 0, &after);
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
     struct kvt_stats st3 = stats(e);
-    REQUIRE(after.disk_tokens > 0);
-    REQUIRE(st3.disk_errors == 0);
+    REQUIRE(g_ctx, after.disk_tokens > 0);
+    REQUIRE(g_ctx, st3.disk_errors == 0);
     run_family(e, fam1, seed ^ 15, 20, 0, 1, &after);
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
-    REQUIRE(stats(e).disk_errors == 0);
+    REQUIRE(g_ctx, stats(e).disk_errors == 0);
     kvt_close(e);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
     g_ctx[0] = 0;
 }
 
@@ -869,7 +835,7 @@ static void test_faults(void **state)
     /* With io_uring where the kernel gives it (auto), and with pread/pwrite threads. */
     for (uint32_t io = KVT_DISK_IO_AUTO; io <= KVT_DISK_IO_PSYNC; io += 2)
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-            fault_case(&cases[i], io, mix(seed + i));
+            fault_case(&cases[i], io, rng_mix(seed + i));
 }
 
 /* ---- another store below the host: the in-memory one, through the store contract ---- */
@@ -916,8 +882,8 @@ static kvt_engine *open_on_mem(struct mem_faults *f, uint32_t policy)
         .capacity_pages = MEM_PAGES,
         .faults = &f->hooks,
     };
-    RC(store_mem_open(&mo, &s), 0);
-    RC(engine_open(&o, s, &e), 0);
+    EXPECT_RC(g_ctx, store_mem_open(&mo, &s), 0);
+    EXPECT_RC(g_ctx, engine_open(&o, s, &e), 0);
     check(e);
     return e;
 }
@@ -928,23 +894,23 @@ static void mem_case(uint32_t policy, uint64_t seed)
 {
     struct mem_faults f = {.rng = seed, .pct = 20};
     struct tally a = {0}, b = {0};
-    uint64_t fam = mix(seed ^ 7);
+    uint64_t fam = rng_mix(seed ^ 7);
 
     snprintf(g_ctx, sizeof(g_ctx), "mem store policy=%u seed=%" PRIu64, policy, seed);
     kvt_engine *e = open_on_mem(&f, policy);
     run_family(e, fam, seed, 150, 0, 1, &a);
-    RC(kvt_sync(e), 0);
-    REQUIRE(f.failed > 0 && stats(e).disk_errors > 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    REQUIRE(g_ctx, f.failed > 0 && stats(e).disk_errors > 0);
     /* Damage what was read, then read it again: the store's check must catch every one. */
     f.pct = 0;
     for (uint32_t i = 0; i < f.nseen; i++)
         store_mem_damage(e->store, f.seen[i]);
     uint64_t errors = stats(e).disk_errors;
     run_family(e, fam, seed ^ 3, 150, 1, 1, &b);
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
-    REQUIRE(stats(e).disk_errors > errors); /* damaged pages were caught, not served */
-    REQUIRE(b.disk_tokens > 0 && stats(e).disk_read_tokens > 0);
+    REQUIRE(g_ctx, stats(e).disk_errors > errors); /* damaged pages were caught, not served */
+    REQUIRE(g_ctx, b.disk_tokens > 0 && stats(e).disk_read_tokens > 0);
     kvt_close(e);
 }
 
@@ -955,7 +921,7 @@ static void test_mem_store(void **state)
     (void)state;
     printf("test_disk_engine: mem store: seed=%" PRIu64 " (KVT_SEED reruns it)\n", seed);
     mem_case(KVT_DISK_WRITE_THROUGH, seed);
-    mem_case(KVT_DISK_WRITE_ON_EVICT, mix(seed));
+    mem_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed));
 }
 
 /* A store for pages of another size than the host's is refused at open. */
@@ -970,9 +936,9 @@ static void test_store_geometry(void **state)
     struct store_mem_options mo = {.page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS) + 1,
                                    .page_tokens = PS,
                                    .capacity_pages = 8};
-    RC(store_mem_open(&mo, &s), 0);
-    RC(engine_open(&o, s, &e), -EINVAL);
-    REQUIRE(e == NULL);
+    EXPECT_RC(g_ctx, store_mem_open(&mo, &s), 0);
+    EXPECT_RC(g_ctx, engine_open(&o, s, &e), -EINVAL);
+    REQUIRE(g_ctx, e == NULL);
 }
 
 /* ---- damaged bytes under a running engine ---- */
@@ -998,12 +964,12 @@ static int damage_visit(void *arg, const struct dstore_entry *en)
         uint8_t b[16];
         snprintf(path, sizeof(path), "%s/slabs/%04u.slab", d->dir, en->slab);
         int fd = open(path, O_RDWR);
-        REQUIRE(fd >= 0);
+        REQUIRE(g_ctx, fd >= 0);
         off_t off = (off_t)(SLAB_HEAD_BYTES + (uint64_t)en->slot * d->slot_bytes + 100);
-        REQUIRE(pread(fd, b, sizeof(b), off) == (ssize_t)sizeof(b));
+        REQUIRE(g_ctx, pread(fd, b, sizeof(b), off) == (ssize_t)sizeof(b));
         for (size_t i = 0; i < sizeof(b); i++)
             b[i] ^= 0xa5;
-        REQUIRE(pwrite(fd, b, sizeof(b), off) == (ssize_t)sizeof(b));
+        REQUIRE(g_ctx, pwrite(fd, b, sizeof(b), off) == (ssize_t)sizeof(b));
         close(fd);
         d->done++;
     }
@@ -1018,7 +984,7 @@ static int damage_pages(kvt_engine *e, const char *dir, const struct seq *q, uin
 
     dstore_stats(store_disk_dstore(e->store), &ds);
     d.slot_bytes = ds.slot_bytes;
-    RC(dstore_iterate(store_disk_dstore(e->store), damage_visit, &d), 0);
+    EXPECT_RC(g_ctx, dstore_iterate(store_disk_dstore(e->store), damage_visit, &d), 0);
     return d.done;
 }
 
@@ -1027,7 +993,7 @@ static struct kvt_match match_of(kvt_engine *e, const struct seq *q)
     struct kvt_key key = seq_key(q, q->len);
     struct kvt_match m;
 
-    RC(kvt_match(e, &key, NULL, &m), 0);
+    EXPECT_RC(g_ctx, kvt_match(e, &key, NULL, &m), 0);
     return m;
 }
 
@@ -1082,7 +1048,7 @@ static void *call_sync(void *arg)
 {
     struct sync_call *c = arg;
 
-    RC(kvt_sync(c->e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(c->e), 0);
     atomic_store(&c->done, true);
     return NULL;
 }
@@ -1108,13 +1074,13 @@ static void test_sync_waits_for_drops(void **state)
     kvt_engine *e = open_ok(&o);
     seq_make(&a, 1, 16, 7);
     run_req(e, &a, 16, 1, NULL);
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     kvt_close(e);
     /* Only the disk holds a now; no write follows a read (on_evict), so only drops queue. */
     o.disk_write_policy = KVT_DISK_WRITE_ON_EVICT;
     e = open_ok(&o);
     swap_store(e, &faults);
-    REQUIRE(damage_pages(e, dir, &a, 0xf) == 4);
+    REQUIRE(g_ctx, damage_pages(e, dir, &a, 0xf) == 4);
     uint64_t dropped0 = dropped_records(e);
     g.armed = true;
     run_req(e, &a, 16, 1, NULL); /* reads fail their checksums: drops queue, the first held */
@@ -1123,19 +1089,19 @@ static void test_sync_waits_for_drops(void **state)
         pthread_cond_wait(&g.cv, &g.m);
     pthread_mutex_unlock(&g.m);
     call.e = e;
-    REQUIRE(pthread_create(&t, NULL, call_sync, &call) == 0);
+    REQUIRE(g_ctx, pthread_create(&t, NULL, call_sync, &call) == 0);
     usleep(200 * 1000);
-    REQUIRE(!atomic_load(&call.done)); /* held behind the drop */
+    REQUIRE(g_ctx, !atomic_load(&call.done)); /* held behind the drop */
     pthread_mutex_lock(&g.m);
     g.open = true;
     pthread_cond_broadcast(&g.cv);
     pthread_mutex_unlock(&g.m);
-    REQUIRE(pthread_join(t, NULL) == 0);
-    REQUIRE(atomic_load(&call.done));
-    REQUIRE(dropped_records(e) == dropped0 + 4);
+    REQUIRE(g_ctx, pthread_join(t, NULL) == 0);
+    REQUIRE(g_ctx, atomic_load(&call.done));
+    REQUIRE(g_ctx, dropped_records(e) == dropped0 + 4);
     check(e);
     kvt_close(e);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
     g_ctx[0] = 0;
 }
 
@@ -1155,12 +1121,12 @@ static void test_checksum_running(void **state)
     seq_make(&b, 0, 16, 2);
     run_req(e, &a, 0, 1, NULL);
     run_req(e, &b, 0, 1, NULL);
-    RC(kvt_sync(e), 0);
-    REQUIRE(stats(e).disk_cached_tokens == 32);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    REQUIRE(g_ctx, stats(e).disk_cached_tokens == 32);
 
     /* Evict the device copies, then push the host copies out with other keys until a and b
      * are only on disk. */
-    RC(kvt_evict(e, SIZE_MAX / 2, NULL), 0);
+    EXPECT_RC(g_ctx, kvt_evict(e, SIZE_MAX / 2, NULL), 0);
     uint32_t salt = 10;
     for (int tries = 0; tries < 20; tries++) {
         struct kvt_match ma = match_of(e, &a), mb = match_of(e, &b);
@@ -1170,39 +1136,39 @@ static void test_checksum_running(void **state)
             seq_make(&fill, salt % 2, MAX_TOK, salt);
             run_req(e, &fill, 0, 1, NULL);
         }
-        RC(kvt_sync(e), 0);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
     }
     m = match_of(e, &a);
-    REQUIRE(m.device_len == 0 && m.host_len == 0 && m.disk_len == 16);
+    REQUIRE(g_ctx, m.device_len == 0 && m.host_len == 0 && m.disk_len == 16);
     m = match_of(e, &b);
-    REQUIRE(m.device_len == 0 && m.host_len == 0 && m.disk_len == 16);
+    REQUIRE(g_ctx, m.device_len == 0 && m.host_len == 0 && m.disk_len == 16);
     check(e);
 
     /* Every page of a damaged, and the third page of b. */
-    REQUIRE(damage_pages(e, dir, &a, 0xf) == 4);
-    REQUIRE(damage_pages(e, dir, &b, 1u << 2) == 1);
+    REQUIRE(g_ctx, damage_pages(e, dir, &a, 0xf) == 4);
+    REQUIRE(g_ctx, damage_pages(e, dir, &b, 1u << 2) == 1);
     struct kvt_stats st0 = stats(e);
     uint64_t bad0 = checksum_errors(e), dropped0 = dropped_records(e);
 
     struct kvt_req r = run_req(e, &a, 16, 1, &m); /* computes it all */
-    REQUIRE(m.disk_len == 16);
-    REQUIRE(r.protected_len == 0 && r.disk_len == 0);
-    REQUIRE(checksum_errors(e) > bad0);
+    REQUIRE(g_ctx, m.disk_len == 16);
+    REQUIRE(g_ctx, r.protected_len == 0 && r.disk_len == 0);
+    REQUIRE(g_ctx, checksum_errors(e) > bad0);
     r = run_req(e, &b, 16, 1, &m); /* the two pages before the damaged one come from disk */
-    REQUIRE(m.disk_len == 16);
-    REQUIRE(r.protected_len == 8 && r.disk_len == 8);
-    RC(kvt_sync(e), 0);
+    REQUIRE(g_ctx, m.disk_len == 16);
+    REQUIRE(g_ctx, r.protected_len == 8 && r.disk_len == 8);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
     struct kvt_stats st1 = stats(e);
     printf("test_disk_engine: checksum: %" PRIu64 " checksum errors, disk errors %" PRIu64
            " -> %" PRIu64 ", read %" PRIu64 " -> %" PRIu64 " tokens\n",
            checksum_errors(e) - bad0, st0.disk_errors, st1.disk_errors, st0.disk_read_tokens,
            st1.disk_read_tokens);
-    REQUIRE(checksum_errors(e) - bad0 == 5);
-    REQUIRE(st1.disk_errors >= st0.disk_errors + 5);
-    REQUIRE(st1.disk_read_tokens == st0.disk_read_tokens + 8);
+    REQUIRE(g_ctx, checksum_errors(e) - bad0 == 5);
+    REQUIRE(g_ctx, st1.disk_errors >= st0.disk_errors + 5);
+    REQUIRE(g_ctx, st1.disk_read_tokens == st0.disk_read_tokens + 8);
     /* kvt_sync returned: the records of the bad pages are dropped already, not still queued. */
-    REQUIRE(dropped_records(e) == dropped0 + 5);
+    REQUIRE(g_ctx, dropped_records(e) == dropped0 + 5);
 
     /* The engine goes on: the same keys and others, from the device and host now. */
     for (int i = 0; i < 6; i++, salt++) {
@@ -1210,7 +1176,7 @@ static void test_checksum_running(void **state)
         run_req(e, &fill, MAX_TOK, 1, NULL);
         run_req(e, i % 2 ? &a : &b, 16, 1, NULL);
     }
-    RC(kvt_sync(e), 0);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
     kvt_close(e);
 
@@ -1220,16 +1186,16 @@ static void test_checksum_running(void **state)
     struct recs recs = {0};
     struct disk_check dc = check_disk(e, &recs);
     free(recs.v);
-    REQUIRE(dc.pages >= 8 && dc.orphans == 0);
+    REQUIRE(g_ctx, dc.pages >= 8 && dc.orphans == 0);
     r = run_req(e, &a, 16, 1, NULL);
-    REQUIRE(r.protected_len == 16 && r.disk_len == 16);
+    REQUIRE(g_ctx, r.protected_len == 16 && r.disk_len == 16);
     r = run_req(e, &b, 16, 1, NULL);
-    REQUIRE(r.protected_len == 16 && r.disk_len == 16);
-    RC(kvt_sync(e), 0);
-    REQUIRE(stats(e).disk_errors == 0);
+    REQUIRE(g_ctx, r.protected_len == 16 && r.disk_len == 16);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    REQUIRE(g_ctx, stats(e).disk_errors == 0);
     check(e);
     kvt_close(e);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
     g_ctx[0] = 0;
 }
 

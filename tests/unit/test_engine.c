@@ -16,17 +16,11 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "engine_fixture.h"
 
 static void base_options(struct kvt_options *o)
 {
-    kvt_options_init(o, sizeof(*o));
-    o->geometry = (struct kvt_geometry){
-        .attention = KVT_ATTN_MHA, .layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2};
-    o->backend = KVT_BACKEND_SIM;
-    o->page_size = 4;
-    o->device_tokens = 64;
-    o->max_requests = 4;
-    o->max_context = 64;
+    fixture_engine_options(o, 2, 4);
 }
 
 static kvt_engine *open_engine(void)

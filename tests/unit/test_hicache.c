@@ -55,6 +55,8 @@
 #define ALPHABET 4 /* few tokens, so keys share prefixes */
 #define DEFAULT_SEED 0x6869636163686501ull
 
+#include "engine_fixture.h"
+#include "harness.h"
 #include "kv_rows.h"
 
 /* ---- helpers for the focused tests ---- */
@@ -77,12 +79,7 @@ static struct kvt_stats stats(const kvt_engine *e)
 
 static void host_options(struct kvt_options *o, uint32_t ps, uint64_t dev, uint64_t host)
 {
-    kvt_options_init(o, sizeof(*o));
-    o->geometry = (struct kvt_geometry){.attention = KVT_ATTN_MHA,
-                                        .layers = LAYERS,
-                                        .kv_heads = 1,
-                                        .head_dim = HEAD_DIM,
-                                        .dtype_bytes = DTYPE};
+    fixture_engine_options(o, LAYERS, HEAD_DIM);
     o->backend = TEST_BACKEND;
     o->page_size = ps;
     o->device_tokens = dev;
@@ -94,10 +91,7 @@ static void host_options(struct kvt_options *o, uint32_t ps, uint64_t dev, uint6
 /* A fresh data dir for a disk tier, under TMPDIR or /tmp. */
 static void make_data_dir(char *dir, size_t len)
 {
-    const char *tmp = getenv("TMPDIR");
-
-    snprintf(dir, len, "%s/kvt-hicache-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(dir));
+    assert_int_equal(fixture_data_dir(dir, len, "hicache"), 0);
 }
 
 /* Swap in a transfer engine with the test seams; only right after kvt_open, with nothing in
@@ -1169,40 +1163,16 @@ struct rsim {
     uint64_t decodes, dropped;
 };
 
-static void die(const struct rsim *s, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void die(const struct rsim *s, int line, const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr,
-            "test_hicache FAILED: seed=%" PRIu64 " config=%s step=%" PRIu64 " op=%s line %d: ",
-            s->seed, s->cfg->name, s->step, s->op ? s->op : "-", line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fail();
-}
-
-#define REQUIRE(s, cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            die((s), __LINE__, "%s", #cond);                                                       \
-    } while (0)
-
-#define EXPECT_RC(s, call, want)                                                                   \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != (want))                                                                         \
-            die((s), __LINE__, "%s gave %d (%s), expected %d", #call, rc_, kvt_strerror(rc_),      \
-                (want));                                                                           \
-    } while (0)
+#define HARNESS_RUN(s)                                                                             \
+    (&(struct harness_run){.prog = "test_hicache",                                                 \
+                           .config = (s)->cfg->name,                                               \
+                           .seed = (s)->seed,                                                      \
+                           .step = (s)->step,                                                      \
+                           .op = (s)->op})
 
 static uint64_t rnd(struct rsim *s)
 {
-    return mix(s->rng += 0x632BE59BD9B4E019ull);
+    return rng_mix(s->rng += 0x632BE59BD9B4E019ull);
 }
 
 static uint32_t below(struct rsim *s, uint32_t n)
@@ -1247,19 +1217,18 @@ static void check_all(struct rsim *s)
     int rc = engine_check(s->e, why, sizeof(why));
 
     if (rc)
-        die(s, __LINE__, "engine_check: %d %s", rc, why);
+        FAIL(s, "engine_check: %d %s", rc, why);
     struct kvt_stats st = rstats(s);
     uint64_t owned = 0, ps = s->ps;
     for (size_t i = 0; i < N_REQ; i++)
         if (s->req[i].active)
             owned += (s->req[i].filled + ps - 1) / ps * ps - s->req[i].r.protected_len;
     if (st.device_free_tokens + st.cached_tokens + owned != st.device_tokens)
-        die(s, __LINE__,
-            "device: %" PRIu64 " free + %" PRIu64 " cached + %" PRIu64 " owned != %" PRIu64,
-            st.device_free_tokens, st.cached_tokens, owned, st.device_tokens);
+        FAIL(s, "device: %" PRIu64 " free + %" PRIu64 " cached + %" PRIu64 " owned != %" PRIu64,
+             st.device_free_tokens, st.cached_tokens, owned, st.device_tokens);
     if (st.host_free_tokens + st.host_cached_tokens != st.host_tokens)
-        die(s, __LINE__, "host: %" PRIu64 " free + %" PRIu64 " cached != %" PRIu64,
-            st.host_free_tokens, st.host_cached_tokens, st.host_tokens);
+        FAIL(s, "host: %" PRIu64 " free + %" PRIu64 " cached != %" PRIu64, st.host_free_tokens,
+             st.host_cached_tokens, st.host_tokens);
 }
 
 /* Check rows [0, n) of a request (its row mirror), waiting for each layer of op first. */
@@ -1270,11 +1239,11 @@ static void verify_rows(struct rsim *s, const struct seq *q, const int32_t *slot
         EXPECT_RC(s, kvt_load_wait_layer(s->e, op, l, NULL), 0);
         long bad = check_layer(s->e, q, 0, n, slots, l);
         if (bad != -1)
-            die(s, __LINE__,
-                "layer %u: token %ld of %zu (slot %d) has the wrong KV (op %" PRIu64
-                ", load done %" PRIu64 ")",
-                l, bad, n, bad >= 0 ? slots[bad] : -1, op,
-                xfer_done(host_tier_xfer(s->e->below), XFER_LOAD));
+            FAIL(s,
+                 "layer %u: token %ld of %zu (slot %d) has the wrong KV (op %" PRIu64
+                 ", load done %" PRIu64 ")",
+                 l, bad, n, bad >= 0 ? slots[bad] : -1, op,
+                 xfer_done(host_tier_xfer(s->e->below), XFER_LOAD));
     }
     s->rows_checked += n;
 }
@@ -1423,10 +1392,10 @@ static void do_extend(struct rsim *s, struct rreq *q)
         /* Allowed only when eviction could not cover the need, and then nothing went. */
         struct kvt_stats st = rstats(s);
         if (need * s->ps <= before.device_free_tokens + before.evictable_tokens)
-            die(s, __LINE__,
-                "allocating %u -> %u: -ENOMEM with %" PRIu64 " tokens evictable, %" PRIu64
-                " free, %" PRIu64 " ops in flight",
-                pl, sl, before.evictable_tokens, before.device_free_tokens, st.ops_in_flight);
+            FAIL(s,
+                 "allocating %u -> %u: -ENOMEM with %" PRIu64 " tokens evictable, %" PRIu64
+                 " free, %" PRIu64 " ops in flight",
+                 pl, sl, before.evictable_tokens, before.device_free_tokens, st.ops_in_flight);
         REQUIRE(s, st.evicted_tokens == before.evicted_tokens &&
                        st.cached_tokens == before.cached_tokens);
         s->enomem++;
@@ -1695,7 +1664,7 @@ static void run(const struct rcfg *cfg)
                               st.disk_hit_tokens > 0 && s->prefetched > 0 && st.disk_errors == 0));
     kvt_close(s->e);
     if (cfg->disk)
-        remove_tree(dir);
+        fixture_remove_tree(dir);
     free(s);
 }
 
@@ -1889,7 +1858,7 @@ static void test_disk_restart(void **state)
     disk_options(&o, dir);
     o.page_size = 8;
     OPEN_FAILS(KVT_EFINGERPRINT);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
 }
 
 /* kvt_poll(e, max) applies at most max completions over transfers and disk ops together. */
@@ -1934,7 +1903,7 @@ static void test_poll_budget(void **state)
     assert_int_equal(stats(e).disk_written_tokens, 3 * 8);
     check(e);
     kvt_close(e);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
 }
 
 /* The disk tier needs a host tier in page_first layout and page hashes; its enums are
@@ -1974,7 +1943,7 @@ static void test_disk_bad_options(void **state)
     fclose(f);
     disk_options(&o, dir);
     OPEN_FAILS(KVT_EFORMAT);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
 }
 
 /* Damaged pages on disk are never served: the read fails its checksum, the entry goes, the
@@ -2011,7 +1980,7 @@ static void test_disk_corruption(void **state)
     r = run_request(e, &a, 16, 1);
     assert_int_equal(r.disk_len, 16);
     kvt_close(e);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
 }
 
 /* kvt_prefetch reads the disk part ahead; under best_effort a begin takes what has landed.
@@ -2049,7 +2018,7 @@ static void test_disk_prefetch_and_on_evict(void **state)
     assert_int_equal(r.loaded_len, 16);
     check(e);
     kvt_close(e);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
 
     /* write on evict: a host pool of 80 tokens must evict to hold six 16-token keys. */
     make_data_dir(dir, sizeof(dir));
@@ -2077,7 +2046,7 @@ static void test_disk_prefetch_and_on_evict(void **state)
     assert_int_equal(r.disk_len, 16);
     check(e);
     kvt_close(e);
-    remove_tree(dir);
+    fixture_remove_tree(dir);
 }
 
 /* The disk tier under the same random load: host eviction leaves pages only on disk, later
@@ -2163,9 +2132,9 @@ int main(void)
         return cmocka_run_group_tests(tests, NULL, NULL);
 #ifdef KVT_HAVE_CUDA
     if (dev_cuda_device_count() == 0)
-        return 77;
+        return T_EXIT_SKIP;
 #else
-    return 77;
+    return T_EXIT_SKIP;
 #endif
     for (size_t i = 0; i < n_tests; i++) {
         int keep = 1;

@@ -30,6 +30,9 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_fixture.h"
+#include "harness.h"
+#include "rng.h"
 
 #define MAX_PS 4
 #define KEY_PAGES 16                          /* longest key, in pages */
@@ -132,46 +135,18 @@ static const size_t NS_LEN[N_NS] = {0, 6, 8};
 
 /* ---- failure reporting ---- */
 
-static void die(const struct sim *s, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void die(const struct sim *s, int line, const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr,
-            "test_random FAILED: seed=%" PRIu64 " config=%s step=%" PRIu64 " op=%s line %d: ",
-            s->seed, s->cfg->name, s->step, s->op ? s->op : "-", line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fail();
-}
-
-#define REQUIRE(s, cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            die((s), __LINE__, "%s", #cond);                                                       \
-    } while (0)
-
-#define EXPECT_RC(s, call, want)                                                                   \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != (want))                                                                         \
-            die((s), __LINE__, "%s gave %d (%s), expected %d", #call, rc_, kvt_strerror(rc_),      \
-                (want));                                                                           \
-    } while (0)
+#define HARNESS_RUN(s)                                                                             \
+    (&(struct harness_run){.prog = "test_random",                                                  \
+                           .config = (s)->cfg->name,                                               \
+                           .seed = (s)->seed,                                                      \
+                           .step = (s)->step,                                                      \
+                           .op = (s)->op})
 
 /* ---- PRNG: splitmix64, so a seed gives the same run everywhere ---- */
 
 static uint64_t rnd(struct sim *s)
 {
-    uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
-
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rng_next(&s->rng);
 }
 
 static uint32_t below(struct sim *s, uint32_t n)
@@ -478,12 +453,12 @@ static void check_all(struct sim *s)
     uint64_t ps = s->ps;
 
     if (rc)
-        die(s, __LINE__, "engine_check: %d: %s", rc, why);
+        FAIL(s, "engine_check: %d: %s", rc, why);
     for (uint32_t p = 1; p <= s->npages; p++) {
         int m = s->pg[p].state;
         n[m]++;
         if (engine_state(s, p) != EXPECTED_STATE[m])
-            die(s, __LINE__, "page %u: engine state %d, model state %d", p, engine_state(s, p), m);
+            FAIL(s, "page %u: engine state %d, model state %d", p, engine_state(s, p), m);
     }
     for (size_t i = 0; i < N_REQ; i++)
         active += s->req[i].active != 0;
@@ -565,10 +540,10 @@ static void check_policy(struct sim *s, const uint32_t *gone, size_t ngone)
             continue;
         policy_key(s, p, &k);
         if (ekey_after(worst, k))
-            die(s, __LINE__,
-                "evicted page %u (key %" PRId64 ",%" PRIu64
-                ") before unlocked page %u (key %" PRId64 ",%" PRIu64 ")",
-                worst_page, worst.a, worst.b, p, k.a, k.b);
+            FAIL(s,
+                 "evicted page %u (key %" PRId64 ",%" PRIu64
+                 ") before unlocked page %u (key %" PRId64 ",%" PRIu64 ")",
+                 worst_page, worst.a, worst.b, p, k.a, k.b);
     }
 }
 
@@ -587,10 +562,10 @@ static size_t learn_eviction(struct sim *s, size_t want)
     for (size_t i = 0; i < ngone; i++) {
         uint32_t p = s->scratch[i];
         if (s->mark[p] == s->epoch)
-            die(s, __LINE__, "evicted page %u under a lock", p);
+            FAIL(s, "evicted page %u under a lock", p);
         for (uint32_t c = s->pg[p].child; c; c = s->pg[c].sibling)
             if (s->gone[c] != s->epoch)
-                die(s, __LINE__, "evicted page %u but kept its child %u", p, c);
+                FAIL(s, "evicted page %u but kept its child %u", p, c);
     }
     check_policy(s, s->scratch, ngone);
     /* Whole subtrees went: cut each at its top, then forget the pages below. */
@@ -644,7 +619,7 @@ static void take_pages(struct sim *s, const int32_t *slots, size_t n, int owner)
         for (uint32_t j = 1; j < s->ps; j++)
             REQUIRE(s, slots[i + j] == slots[i] + (int32_t)j);
         if (s->pg[p].state != M_FREE)
-            die(s, __LINE__, "allocator handed out page %u in model state %d", p, s->pg[p].state);
+            FAIL(s, "allocator handed out page %u in model state %d", p, s->pg[p].state);
         s->pg[p].state = (uint8_t)owner;
     }
 }
@@ -924,7 +899,7 @@ static void op_insert(struct sim *s)
     }
     EXPECT_RC(s, kvt_insert(s->e, &key, slots, prio, &pl), 0);
     if (pl != c * s->ps)
-        die(s, __LINE__, "insert found %zu tokens cached, the model %zu", pl, c * s->ps);
+        FAIL(s, "insert found %zu tokens cached, the model %zu", pl, c * s->ps);
     model_insert(s, &k, np, path, c, slots, prio);
     if (prefix_fresh)
         adopt(s, slots, c * s->ps);
@@ -967,11 +942,10 @@ static void op_match(struct sim *s)
     struct kvt_key key = kkey(&k, k.len);
     EXPECT_RC(s, kvt_match(s->e, &key, with_slots ? slots : NULL, &m), 0);
     if (m.device_len != c * s->ps)
-        die(s, __LINE__, "match found %zu tokens, the model %zu", m.device_len, c * s->ps);
+        FAIL(s, "match found %zu tokens, the model %zu", m.device_len, c * s->ps);
     for (size_t i = 0; with_slots && i < c * s->ps; i++)
         if (slots[i] != (int32_t)(path[i / s->ps] * s->ps + i % s->ps))
-            die(s, __LINE__, "match slot %zu is %d, the model's page is %u", i, slots[i],
-                path[i / s->ps]);
+            FAIL(s, "match slot %zu is %d, the model's page is %u", i, slots[i], path[i / s->ps]);
     REQUIRE(s, m.last_node != 0);
     model_match(s, path, c, k.len);
     uint32_t end = c ? path[c - 1] : 0;
@@ -1041,7 +1015,7 @@ static void op_lock_old(struct sim *s)
     int rc = kvt_lock(s->e, r->ref);
     if (!ref_alive(s, r) || rc != 0) {
         if (rc != -EINVAL)
-            die(s, __LINE__, "lock of a %s ref gave %d", ref_alive(s, r) ? "live" : "dead", rc);
+            FAIL(s, "lock of a %s ref gave %d", ref_alive(s, r) ? "live" : "dead", rc);
         same_stats(s, &st);
         return;
     }
@@ -1057,7 +1031,7 @@ static void verify_row(struct sim *s, const struct mreq *q)
     EXPECT_RC(s, kvt_req_read(s->e, &q->r, 0, q->filled, row), 0);
     for (size_t i = 0; i < q->filled; i++)
         if (row[i] != q->row[i])
-            die(s, __LINE__, "request row[%zu] is %d, expected %d", i, row[i], q->row[i]);
+            FAIL(s, "request row[%zu] is %d, expected %d", i, row[i], q->row[i]);
 }
 
 /* Free the request's own pages among its tokens [from, to) (from is page-aligned). */
@@ -1104,8 +1078,7 @@ static void op_req_begin(struct sim *s)
     EXPECT_RC(s, kvt_req_begin(s->e, &key, &q->r), 0);
     REQUIRE(s, q->r.pool_idx >= 0 && q->r.last_node != 0);
     if (q->r.protected_len != c * s->ps)
-        die(s, __LINE__, "request matched %zu tokens, the model %zu", q->r.protected_len,
-            c * s->ps);
+        FAIL(s, "request matched %zu tokens, the model %zu", q->r.protected_len, c * s->ps);
     model_match(s, path, c, q->key.len);
     q->active = 1;
     q->filled = c * s->ps;
@@ -1123,14 +1096,12 @@ static void take_extension(struct sim *s, struct mreq *q, const int32_t *out, si
         size_t pos = q->filled + i;
         if (pos % s->ps) {
             if (out[i] != q->row[pos - 1] + 1)
-                die(s, __LINE__, "token %zu got slot %d after slot %d", pos, out[i],
-                    q->row[pos - 1]);
+                FAIL(s, "token %zu got slot %d after slot %d", pos, out[i], q->row[pos - 1]);
         } else {
             uint32_t p = page_of(s, out[i]);
             REQUIRE(s, out[i] % (int32_t)s->ps == 0);
             if (s->pg[p].state != M_FREE)
-                die(s, __LINE__, "extension handed out page %u in model state %d", p,
-                    s->pg[p].state);
+                FAIL(s, "extension handed out page %u in model state %d", p, s->pg[p].state);
             s->pg[p].state = M_REQ;
         }
         q->row[pos] = out[i];
@@ -1469,10 +1440,7 @@ static void run(const struct cfg *cfg)
            cfg->ops);
     fflush(stdout);
 
-    kvt_options_init(&o, sizeof(o));
-    o.backend = KVT_BACKEND_SIM;
-    o.geometry = (struct kvt_geometry){
-        .attention = KVT_ATTN_MHA, .layers = 1, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2};
+    fixture_engine_options(&o, 1, 4);
     o.page_size = cfg->ps;
     o.device_tokens = cfg->device_tokens;
     o.max_requests = N_REQ;

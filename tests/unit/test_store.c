@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rng.h"
 #include "store/disk/index.h"
 #include "store/disk/layout.h"
 #include "store/disk/store.h"
@@ -49,18 +50,10 @@ static int uring_err = 1;                  /* 1: not probed yet; 0: works; else 
 
 /* ---- helpers ---- */
 
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void make_key(uint64_t id, uint8_t *key)
 {
     for (int i = 0; i < KEY / 8; i++) {
-        uint64_t w = mix(id * 4 + (uint64_t)i);
+        uint64_t w = rng_mix(id * 4 + (uint64_t)i);
 
         memcpy(key + 8 * i, &w, 8);
     }
@@ -73,7 +66,7 @@ static void fill_page(const uint8_t *key, uint8_t *buf, size_t len)
 
     memcpy(&seed, key, 8);
     for (size_t i = 0; i < len; i += 8) {
-        uint64_t w = mix(seed + i);
+        uint64_t w = rng_mix(seed + i);
 
         memcpy(buf + i, &w, len - i < 8 ? len - i : 8);
     }
@@ -1696,7 +1689,7 @@ static void test_crash(void **state)
         assert_true(pid >= 0);
         if (pid == 0)
             crash_child(f, (uint64_t)round + 1);
-        usleep((useconds_t)(1000 + mix(rng++) % 40000)); /* open, rebuild, batches */
+        usleep((useconds_t)(1000 + rng_mix(rng++) % 40000)); /* open, rebuild, batches */
         kill(pid, SIGKILL);
         assert_int_equal(waitpid(pid, &status, 0), pid);
         assert_true(WIFSIGNALED(status)); /* it never stops on its own */
