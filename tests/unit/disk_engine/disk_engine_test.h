@@ -2,7 +2,7 @@
  * The engine with a disk tier under crashes, injected I/O faults and bytes damaged on disk.
  *
  * KV content is a function of the key: the row of token i is drawn from a hash chained over
- * the namespace and tokens 0..i, the layer and K or V (as test_hicache.c does), so every page
+ * the namespace and tokens 0..i, the layer and K or V (as the hicache tests do), so every page
  * served, from the device, the host or the disk, is checked byte for byte against the key.
  *
  * - test_crash: a child process opens an engine on a data dir and runs requests forever over
