@@ -1,5 +1,7 @@
 #include "disk_engine_test.h"
 
+/* ---- the failure context ---- */
+
 char g_ctx[192]; /* what runs now: the seed, the round; printed with a failure */
 
 /* ---- keys: seeded families (the content is kv_rows.h's) ---- */

@@ -1,5 +1,7 @@
 #include "engine_test.h"
 
+/* ---- the engine the tests open, and the checks they share ---- */
+
 void base_options(struct kvt_options *o)
 {
     fixture_engine_options(o, 2, 4);

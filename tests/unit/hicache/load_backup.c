@@ -1,6 +1,6 @@
 #include "hicache_test.h"
 
-/* ---- focused tests ---- */
+/* ---- focused tests: loads layer by layer and pending, backups by each write policy ---- */
 
 /* A load lands layer by layer: after waiting for layer 0, its rows are right while the op as
  * a whole is not done yet (layer 1 is 200 ms behind). */
