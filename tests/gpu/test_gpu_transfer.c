@@ -19,12 +19,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "harness.h"
 #include "device/backend.h"
 #include "device/kv_pool.h"
 #include "host/host_pool.h"
 #include "host/transfer.h"
-
-#define SKIP 77
 
 #ifdef KVT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -672,7 +671,7 @@ int main(void)
     };
 
     if (dev_cuda_device_count() == 0)
-        return SKIP;
+        return T_EXIT_SKIP;
 #ifdef KVT_HAVE_KERNELS
     kernels_expected = gpu_is_sm90_or_newer();
 #endif
@@ -683,7 +682,7 @@ int main(void)
 
 int main(void)
 {
-    return SKIP;
+    return T_EXIT_SKIP;
 }
 
 #endif

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rng.h"
 #include "store/disk/store.h"
 
 #define PAGES 1500
@@ -44,18 +45,10 @@
 
 enum child_exit { OK = 0, WRONG_BYTES = 10, LOST_PAGES = 11, BROKEN = 12 };
 
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void make_key(uint64_t id, uint8_t *key)
 {
     for (int i = 0; i < KEY / 8; i++) {
-        uint64_t w = mix(id * 4 + (uint64_t)i + 77);
+        uint64_t w = rng_mix(id * 4 + (uint64_t)i + 77);
 
         memcpy(key + 8 * i, &w, 8);
     }
@@ -67,7 +60,7 @@ static void fill_page(const uint8_t *key, uint8_t *buf)
 
     memcpy(&seed, key, 8);
     for (size_t i = 0; i < PAGE_BYTES; i += 8) {
-        uint64_t w = mix(seed + i);
+        uint64_t w = rng_mix(seed + i);
 
         memcpy(buf + i, &w, 8);
     }
@@ -142,7 +135,7 @@ static void copy_dir(const char *from, const char *to)
 
 static uint64_t rnd(uint64_t *state, uint64_t n)
 {
-    *state = mix(*state);
+    *state = rng_mix(*state);
     return n ? *state % n : 0;
 }
 

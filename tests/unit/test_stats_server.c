@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "engine_fixture.h"
 #include "stats_server.h"
 
 #define PROMPT_MS 3000      /* a good client's answer, kvt_close: well past the server's 1 s */
@@ -221,14 +222,7 @@ static int teardown(void **state)
 
 static void engine_options(struct kvt_options *o, const char *path)
 {
-    kvt_options_init(o, sizeof(*o));
-    o->geometry = (struct kvt_geometry){
-        .attention = KVT_ATTN_MHA, .layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2};
-    o->backend = KVT_BACKEND_SIM;
-    o->page_size = 4;
-    o->device_tokens = 64;
-    o->max_requests = 4;
-    o->max_context = 64;
+    fixture_engine_options(o, 2, 4);
     o->stats_socket = path;
 }
 

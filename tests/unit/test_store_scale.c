@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "store/disk/layout.h"
 #include "store/disk/store.h"
 
@@ -27,7 +28,6 @@
 #define TOKENS 16
 #define BATCH 4096
 #define CHAIN 32 /* pages per chain: a conversation's prefix */
-#define SKIP 77
 
 static uint64_t capacity = 1u << 20;
 static char dir[128]; /* removed at exit, whatever the outcome: it holds GiBs */
@@ -99,7 +99,7 @@ static const char *pick_dir(void)
     }
     printf("test_store_scale: skipped: no file system with %.1f GiB free (/dev/shm, /tmp)\n",
            (double)want / (1 << 30));
-    exit(SKIP);
+    exit(T_EXIT_SKIP);
 }
 
 static void options(struct dstore_options *o, const char *dir, uint64_t slots)

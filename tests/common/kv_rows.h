@@ -1,5 +1,5 @@
 /*
- * KV content for the engine tests (test_hicache.c, test_disk_engine.c): a key's tokens with
+ * KV content for the engine tests (unit hicache and disk_engine): a key's tokens with
  * the chained hash of every prefix, and the K and V rows of token i drawn from the hash of
  * tokens 0..i, the layer and K or V, so every row served, from whatever tier, is checked
  * byte for byte against the key. Include after engine.h, cmocka and string.h, with LAYERS,
@@ -8,18 +8,12 @@
 #ifndef KVT_TESTS_KV_ROWS_H
 #define KVT_TESTS_KV_ROWS_H
 
+#include "rng.h"
+
 static const char NS_BYTES[N_NS][8] = {"", "tenant"};
 static const size_t NS_LEN[N_NS] = {0, 6};
 
 /* ---- content: a hash chain over the prefix ---- */
-
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* A token sequence in a namespace, with the chained hash of every prefix. */
 struct seq {
@@ -29,15 +23,15 @@ struct seq {
     uint64_t h[MAX_TOK];
 };
 
-static void seq_hash(struct seq *q)
+static inline void seq_hash(struct seq *q)
 {
-    uint64_t h = mix(0x6b767469657231ull + q->ns);
+    uint64_t h = rng_mix(0x6b767469657231ull + q->ns);
 
     for (size_t i = 0; i < q->len; i++)
-        q->h[i] = h = mix(h ^ q->tok[i]);
+        q->h[i] = h = rng_mix(h ^ q->tok[i]);
 }
 
-static struct kvt_key seq_key(const struct seq *q, size_t len)
+static inline struct kvt_key seq_key(const struct seq *q, size_t len)
 {
     struct kvt_key k = {.tokens = q->tok, .len = len};
 
@@ -48,19 +42,19 @@ static struct kvt_key seq_key(const struct seq *q, size_t len)
     return k;
 }
 
-static void fill_row(uint64_t h, uint32_t layer, int which, uint8_t *row)
+static inline void fill_row(uint64_t h, uint32_t layer, int which, uint8_t *row)
 {
-    uint64_t s = mix(h + mix((uint64_t)layer << 1 | (uint64_t)which));
+    uint64_t s = rng_mix(h + rng_mix((uint64_t)layer << 1 | (uint64_t)which));
 
     for (size_t i = 0; i < ROW; i += 8) {
-        uint64_t w = mix(s + i);
+        uint64_t w = rng_mix(s + i);
         memcpy(row + i, &w, 8);
     }
 }
 
 /* Write the KV rows of tokens [from, from + n) of q into slots, as a forward would. */
-static int compute_rows(kvt_engine *e, const struct seq *q, size_t from, size_t n,
-                        const int32_t *slots)
+static inline int compute_rows(kvt_engine *e, const struct seq *q, size_t from, size_t n,
+                               const int32_t *slots)
 {
     uint8_t k[MAX_TOK * ROW], v[MAX_TOK * ROW];
 
@@ -78,8 +72,8 @@ static int compute_rows(kvt_engine *e, const struct seq *q, size_t from, size_t 
 
 /* Rows of tokens [from, from + n) of q in slots, layer l: the index of the first token
  * whose K or V row is wrong, or -1 when all are right (-2 when the read fails). */
-static long check_layer(kvt_engine *e, const struct seq *q, size_t from, size_t n,
-                        const int32_t *slots, uint32_t l)
+static inline long check_layer(kvt_engine *e, const struct seq *q, size_t from, size_t n,
+                               const int32_t *slots, uint32_t l)
 {
     uint8_t k[MAX_TOK * ROW], v[MAX_TOK * ROW], want[ROW];
 
@@ -96,20 +90,6 @@ static long check_layer(kvt_engine *e, const struct seq *q, size_t from, size_t 
             return (long)(from + i);
     }
     return -1;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-/* Remove a data dir and all below it. */
-static void remove_tree(const char *dir)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif

@@ -1,0 +1,21 @@
+/*
+ * The small engine the unit suites share, and its data dirs. Include after kvtier.h.
+ */
+#ifndef KVT_TESTS_ENGINE_FIXTURE_H
+#define KVT_TESTS_ENGINE_FIXTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* kvt_options_init, then the test geometry: MHA, `layers` layers of one KV head of `head_dim`
+ * 2-byte elements, on the sim backend, 4-token pages, 64 device tokens, 4 requests of 64
+ * tokens at most, no host or disk tier. A test sets what it is about after this. */
+void fixture_engine_options(struct kvt_options *o, uint32_t layers, uint32_t head_dim);
+
+/* A fresh directory TMPDIR/kvt-<what>-XXXXXX (/tmp without TMPDIR) in dir; 0 or -errno. */
+int fixture_data_dir(char *dir, size_t len, const char *what);
+
+/* Removes dir and everything below it. */
+void fixture_remove_tree(const char *dir);
+
+#endif

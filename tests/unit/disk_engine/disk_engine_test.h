@@ -1,0 +1,136 @@
+/*
+ * The engine with a disk tier under crashes, injected I/O faults and bytes damaged on disk.
+ *
+ * KV content is a function of the key: the row of token i is drawn from a hash chained over
+ * the namespace and tokens 0..i, the layer and K or V (as the hicache tests do), so every page
+ * served, from the device, the host or the disk, is checked byte for byte against the key.
+ *
+ * - test_crash: a child process opens an engine on a data dir and runs requests forever over
+ *   a seeded family of keys (shared prefixes, several lengths, two namespaces) through a small
+ *   device, host and disk tier, so all three evict; the parent SIGKILLs it after a random
+ *   delay, opens an engine on the same dir itself (which must succeed every time) and runs
+ *   requests over the same family: every page served (the disk part included) must be
+ *   byte-exact, the engine check clean, and no disk error seen. Some rounds start from a fresh
+ *   dir and kill the child at any moment from the fork, so a creation is cut short too.
+ *   KVT_CRASH_ROUNDS=<n> sets the number of rounds (default 200).
+ * - test_faults: the engine's store is swapped for one opened on the same dir with the fault
+ *   seam (struct dstore_options.faults), failing writes (-ENOSPC, -EIO), reads (-EIO), slab
+ *   syncs (-EIO) or slab growth (-ENOSPC), always or at random: the device and host keep
+ *   serving byte-exact, kvt_poll and kvt_sync return 0, disk_errors grows; with the faults off
+ *   again writes succeed and a restart serves from disk.
+ * - test_checksum_running: pages damaged in the slab file under a running engine, after their
+ *   host copies were evicted, are never served: the request computes them (or takes the
+ *   leading pages that are intact), errors are counted, the engine goes on, and after a
+ *   restart the pages written again are served from disk.
+ *
+ * KVT_SEED=<n> reruns a sequence (the kill times of test_crash excepted); the seed is printed.
+ */
+/* One program (meson test `disk_engine`) in a file per test family; this header is theirs
+ * alone: helpers.c's keys, engine and request helpers and disk index check, each file's tests
+ * for main.c's table. */
+#ifndef KVT_TESTS_UNIT_DISK_ENGINE_H
+#define KVT_TESTS_UNIT_DISK_ENGINE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/disk/layout.h"
+#include "engine.h"
+#include "store/disk/ops.h"
+#include "store/mem.h"
+#include "radix/hash.h"
+
+#define LAYERS 2
+#define HEAD_DIM 8
+#define DTYPE 2
+#define ROW (HEAD_DIM * DTYPE) /* bytes of one K or V row: one KV head */
+#define PS 4                   /* tokens per page */
+#define MAX_TOK 48             /* longest request */
+#define MAX_CONTEXT 64
+#define DEVICE_TOKENS 64
+#define N_REQ 4
+#define N_BASE 6 /* base sequences per namespace in a key family */
+#define N_NS 2
+#define CHILD_FAILED 3 /* exit status of a crash child that found something wrong */
+
+#include "engine_fixture.h"
+#include "harness.h"
+#include "kv_rows.h"
+
+/* Failures: cmocka in the test process, _exit in a crash child (harness.h), naming g_ctx. */
+#define HARNESS_RUN(ctx) (&(struct harness_run){.prog = "test_disk_engine", .note = (ctx)})
+
+#define FAULT_HOST_TOKENS 128
+#define FAULT_DISK_BYTES (4 << 20) /* 1024 slots: the disk tier does not evict here */
+
+struct recs {
+    struct rec *v;
+    size_t n, cap;
+    uint64_t bad; /* records that failed their checks */
+};
+
+struct disk_check {
+    uint64_t pages, orphans; /* read and checked; skipped: a page before them is not held */
+};
+
+/* What a run of requests was served. */
+struct tally {
+    uint64_t reqs, protected_tokens, loaded_tokens, disk_tokens, matched_disk;
+};
+
+extern char g_ctx[192]; /* what runs now: the seed, the round; printed with a failure */
+
+/* helpers.c */
+uint32_t below(uint64_t *s, uint32_t n);
+int chance(uint64_t *s, uint32_t pct);
+void seq_make(struct seq *q, uint32_t ns, size_t len, uint32_t salt);
+void gen_seq(uint64_t fam, uint64_t *rng, struct seq *q);
+void check(const kvt_engine *e);
+struct kvt_stats stats(const kvt_engine *e);
+void disk_opts(struct kvt_options *o, const char *dir, uint64_t host_tokens, uint64_t disk_bytes);
+int open_engine(const struct kvt_options *o, kvt_engine **e);
+kvt_engine *open_ok(const struct kvt_options *o);
+void make_data_dir(char *dir, size_t len);
+uint64_t base_seed(void);
+struct kvt_req run_req(kvt_engine *e, const struct seq *q, size_t prompt, int insert,
+                       struct kvt_match *m);
+uint64_t index_digest(const struct recs *r);
+struct disk_check check_disk(kvt_engine *e, struct recs *r);
+
+/* crash.c */
+void test_crash(void **state);
+
+/* faults.c */
+void swap_store(kvt_engine *e, const struct dstore_faults *f);
+void run_family(kvt_engine *e, uint64_t fam, uint64_t seed, int n, int full_prompt, int insert,
+                struct tally *t);
+void test_faults(void **state);
+
+/* mem.c */
+void test_mem_store(void **state);
+void test_store_geometry(void **state);
+
+/* damage.c */
+void test_sync_waits_for_drops(void **state);
+void test_checksum_running(void **state);
+
+#endif

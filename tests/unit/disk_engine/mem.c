@@ -1,0 +1,104 @@
+#include "disk_engine_test.h"
+
+/* ---- another store below the host: the in-memory one, through the store contract ---- */
+
+#define MEM_PAGES 96 /* fewer than the family's pages: the store evicts too */
+#define MEM_SEEN 64
+
+/* The mem store's fault seam: fail a share of reads and writes, and note keys read so the
+ * test can damage their stored bytes afterwards (the seam runs under the store's lock). */
+struct mem_faults {
+    uint64_t rng;
+    uint32_t pct; /* 0: no faults */
+    uint64_t failed;
+    uint8_t seen[MEM_SEEN][STORE_KEY_BYTES];
+    uint32_t nseen;
+    struct store_mem_faults hooks; /* the store keeps a pointer to it */
+};
+
+static int mem_inject(void *arg, enum store_op_kind kind, const uint8_t *key)
+{
+    struct mem_faults *f = arg;
+    static const int read_err[] = {-EIO, KVT_ECORRUPT};
+
+    if (kind == STORE_OP_READ && f->nseen < MEM_SEEN)
+        memcpy(f->seen[f->nseen++], key, STORE_KEY_BYTES);
+    if (!f->pct || !chance(&f->rng, f->pct))
+        return 0;
+    f->failed++;
+    return kind == STORE_OP_WRITE ? -ENOSPC : read_err[below(&f->rng, 2)];
+}
+
+static kvt_engine *open_on_mem(struct mem_faults *f, uint32_t policy)
+{
+    struct kvt_options o;
+    struct kvt_store *s = NULL;
+    kvt_engine *e = NULL;
+
+    f->hooks = (struct store_mem_faults){.inject = mem_inject, .arg = f};
+    disk_opts(&o, NULL, FAULT_HOST_TOKENS, 0);
+    o.disk_write_policy = policy;
+    struct store_mem_options mo = {
+        .page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS),
+        .page_tokens = PS,
+        .capacity_pages = MEM_PAGES,
+        .faults = &f->hooks,
+    };
+    EXPECT_RC(g_ctx, store_mem_open(&mo, &s), 0);
+    EXPECT_RC(g_ctx, engine_open(&o, s, &e), 0);
+    check(e);
+    return e;
+}
+
+/* The engine over the in-memory store, with faults and damaged pages: every page served is
+ * exact, the store is read from, the errors are counted, and a clean store serves again. */
+static void mem_case(uint32_t policy, uint64_t seed)
+{
+    struct mem_faults f = {.rng = seed, .pct = 20};
+    struct tally a = {0}, b = {0};
+    uint64_t fam = rng_mix(seed ^ 7);
+
+    snprintf(g_ctx, sizeof(g_ctx), "mem store policy=%u seed=%" PRIu64, policy, seed);
+    kvt_engine *e = open_on_mem(&f, policy);
+    run_family(e, fam, seed, 150, 0, 1, &a);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    REQUIRE(g_ctx, f.failed > 0 && stats(e).disk_errors > 0);
+    /* Damage what was read, then read it again: the store's check must catch every one. */
+    f.pct = 0;
+    for (uint32_t i = 0; i < f.nseen; i++)
+        store_mem_damage(e->store, f.seen[i]);
+    uint64_t errors = stats(e).disk_errors;
+    run_family(e, fam, seed ^ 3, 150, 1, 1, &b);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    check(e);
+    REQUIRE(g_ctx, stats(e).disk_errors > errors); /* damaged pages were caught, not served */
+    REQUIRE(g_ctx, b.disk_tokens > 0 && stats(e).disk_read_tokens > 0);
+    kvt_close(e);
+}
+
+void test_mem_store(void **state)
+{
+    uint64_t seed = base_seed();
+
+    (void)state;
+    printf("test_disk_engine: mem store: seed=%" PRIu64 " (KVT_SEED reruns it)\n", seed);
+    mem_case(KVT_DISK_WRITE_THROUGH, seed);
+    mem_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed));
+}
+
+/* A store for pages of another size than the host's is refused at open. */
+void test_store_geometry(void **state)
+{
+    struct kvt_options o;
+    struct kvt_store *s = NULL;
+    kvt_engine *e = (kvt_engine *)1;
+
+    (void)state;
+    disk_opts(&o, NULL, FAULT_HOST_TOKENS, 0);
+    struct store_mem_options mo = {.page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS) + 1,
+                                   .page_tokens = PS,
+                                   .capacity_pages = 8};
+    EXPECT_RC(g_ctx, store_mem_open(&mo, &s), 0);
+    EXPECT_RC(g_ctx, engine_open(&o, s, &e), -EINVAL);
+    REQUIRE(g_ctx, e == NULL);
+}

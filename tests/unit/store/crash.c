@@ -1,0 +1,88 @@
+#include "store_test.h"
+
+/* ---- crash consistency ---- */
+
+#define CRASH_SLOTS 48
+
+/* The child: writes batches of fresh pages forever (evicting all along), now and then
+ * deleting one. Killed by the parent. */
+static void crash_child(struct fx *f, uint64_t round)
+{
+    struct dstore *s;
+    uint8_t key[KEY];
+
+    if (dstore_open(&f->o, &s))
+        _exit(3);
+    for (uint64_t n = 0;; n++) {
+        uint64_t first = round * 1000000 + n * 8;
+
+        child_put(s, f->bufs, first, 1 + n % 8);
+        if (n % 5 == 4) {
+            make_key(first, key);
+            dstore_delete(s, key, 1, NULL);
+        }
+    }
+}
+
+struct crash_check {
+    struct fx *f;
+    size_t served;
+};
+
+static int crash_visit(void *arg, const struct dstore_entry *e)
+{
+    struct crash_check *c = arg;
+    struct dstore_rpage r = {e->key, buf_at(c->f, 1)};
+    int res = 1;
+
+    assert_int_equal(e->status, 0);
+    assert_int_equal(dstore_get(c->f->s, &r, 1, &res), 0);
+    assert_true(res == 0 || res == -ENOENT);
+    if (res == 0) {
+        assert_true(page_ok(e->key, buf_at(c->f, 1), PAGE));
+        c->served++;
+    }
+    return 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void test_crash(void **state)
+{
+    struct fx *f = *state;
+    const char *env = getenv("KVT_CRASH_ROUNDS");
+    int rounds = env ? atoi(env) : 100;
+    uint64_t seed = now_ns(), rng = seed;
+    size_t total = 0;
+
+    need_io();
+    print_message("crash test: %d rounds, seed %llu\n", rounds, (unsigned long long)seed);
+    f->o.disk_bytes = CRASH_SLOTS * SLOT;
+    for (int round = 0; round < rounds; round++) {
+        struct crash_check c = {f, 0};
+        int status;
+        pid_t pid = fork();
+
+        assert_true(pid >= 0);
+        if (pid == 0)
+            crash_child(f, (uint64_t)round + 1);
+        usleep((useconds_t)(1000 + rng_mix(rng++) % 40000)); /* open, rebuild, batches */
+        kill(pid, SIGKILL);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFSIGNALED(status)); /* it never stops on its own */
+        assert_int_equal(dstore_open(&f->o, &f->s), 0);
+        assert_int_equal(dstore_wait_ready(f->s), 0);
+        assert_int_equal(dstore_iterate(f->s, crash_visit, &c), 0);
+        total += c.served;
+        dstore_close(f->s);
+        f->s = NULL;
+    }
+    print_message("crash test: %zu pages verified\n", total);
+    assert_true(total > 0);
+}

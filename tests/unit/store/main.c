@@ -1,0 +1,86 @@
+#include "store_test.h"
+
+/* ---- the two variants ---- */
+
+static int probe_uring(void)
+{
+    char dir[64] = "/tmp/kvt-store-probe-XXXXXX";
+    struct fx f = {0};
+    int rc;
+
+    if (!mkdtemp(dir))
+        return -errno;
+    snprintf(f.dir, sizeof(f.dir), "%s", dir);
+    fx_options(&f);
+    f.o.io = DSTORE_IO_URING;
+    rc = dstore_open(&f.o, &f.s);
+    dstore_close(f.s);
+    rm_rf(dir);
+    return rc;
+}
+
+static int use_uring(void **state)
+{
+    (void)state;
+    io_kind = DSTORE_IO_URING;
+    if (uring_err == 1)
+        uring_err = probe_uring();
+    if (uring_err)
+        print_message("io_uring refused by this kernel or sandbox (%s): the io_uring variant "
+                      "is skipped\n",
+                      strerror(-uring_err));
+    return 0;
+}
+
+static int use_psync(void **state)
+{
+    (void)state;
+    io_kind = DSTORE_IO_PSYNC;
+    return 0;
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_roundtrip_batched),
+        T(test_async_poll),
+        T(test_duplicates),
+        T(test_bad_input),
+        T(test_iterate),
+        T(test_unaligned),
+        T(test_direct_and_buffered),
+        T(test_tmpfs),
+        T(test_registered_buffers),
+        T(test_uring_refused),
+        T(test_restart),
+        T(test_fingerprint),
+        T(test_foreign_dir),
+        T(test_format_version),
+        T(test_locked),
+        T(test_lock_probe),
+        T(test_as_found),
+        T(test_readonly),
+        T(test_flipped_bytes),
+        T(test_truncated_slab),
+        T(test_garbled_index),
+        T(test_faults),
+        T(test_rebuild_failed),
+        T(test_evict_keeps_batch_dup),
+        T(test_lru_eviction),
+        T(test_chain_ends_first),
+        T(test_batch_larger_than_store),
+        T(test_capacity_lowered),
+        T(test_reader_beside_growth),
+        T(test_not_regular_files),
+        T(test_pinned_slot),
+        T(test_wait_timeout),
+        T(test_crash),
+    };
+    int failed = 0;
+
+    failed += cmocka_run_group_tests_name("store_uring", tests, use_uring, NULL);
+    failed += cmocka_run_group_tests_name("store_psync", tests, use_psync, NULL);
+    return failed;
+}

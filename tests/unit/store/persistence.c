@@ -1,0 +1,278 @@
+#include "store_test.h"
+
+/* ---- persistence and refusals ---- */
+
+void test_restart(void **state)
+{
+    struct fx *f = *state;
+
+    fx_open(f);
+    put_range(f, 1, 10);
+    fx_reopen(f);
+    /* served before and after the rebuild alike */
+    assert_int_equal(get_id(f, 7), 0);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    for (uint64_t id = 1; id <= 10; id++)
+        assert_int_equal(get_id(f, id), 0);
+    struct dstore_stats st = stats_of(f);
+    assert_int_equal(st.pages, 10);
+    assert_int_equal(st.free_slots, 54);
+    put_range(f, 11, 2);
+    fx_reopen(f);
+    assert_int_equal(get_id(f, 12), 0);
+    assert_int_equal(get_id(f, 1), 0);
+}
+
+void test_fingerprint(void **state)
+{
+    struct fx *f = *state;
+    struct dstore *other = NULL;
+
+    fx_open(f);
+    put_range(f, 1, 2);
+    dstore_close(f->s);
+    f->s = NULL;
+    f->o.fingerprint[5] ^= 1;
+    assert_int_equal(dstore_open(&f->o, &other), KVT_EFINGERPRINT);
+    f->o.fingerprint[5] ^= 1;
+    f->o.page_bytes = PAGE * 2;
+    assert_int_equal(dstore_open(&f->o, &other), KVT_EFINGERPRINT);
+    f->o.page_bytes = PAGE;
+    f->o.page_tokens = TOKENS + 1;
+    assert_int_equal(dstore_open(&f->o, &other), KVT_EFINGERPRINT);
+    f->o.page_tokens = TOKENS;
+    assert_int_equal(dstore_open(&f->o, &f->s), 0);
+    assert_int_equal(get_id(f, 2), 0);
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[160];
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static int count_entries(const char *dir)
+{
+    char cmd[160];
+    int n = 0;
+    FILE *p;
+
+    snprintf(cmd, sizeof(cmd), "ls -A %s | wc -l", dir);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    assert_int_equal(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
+/* A dir of someone else's is refused and left untouched. */
+void test_foreign_dir(void **state)
+{
+    struct fx *f = *state;
+
+    need_io();
+    write_file(f->dir, "notes.txt", "not a store\n");
+    assert_int_equal(dstore_open(&f->o, &f->s), KVT_EFORMAT);
+    assert_int_equal(count_entries(f->dir), 1);
+    /* an index/ that is not an LMDB environment */
+    rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0700), 0);
+    char sub[96];
+    snprintf(sub, sizeof(sub), "%s/index", f->dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    write_file(sub, "data.mdb", "garbage garbage garbage garbage garbage\n");
+    assert_int_equal(dstore_open(&f->o, &f->s), KVT_EFORMAT);
+    /* read-only never creates */
+    rm_rf(f->dir);
+    f->o.flags = DSTORE_READONLY;
+    assert_int_equal(dstore_open(&f->o, &f->s), -ENOENT);
+    assert_int_equal(mkdir(f->dir, 0700), 0);
+    assert_int_equal(dstore_open(&f->o, &f->s), KVT_EFORMAT);
+    assert_int_equal(count_entries(f->dir), 0);
+}
+
+/* Rewrite the meta record with LMDB directly: version, magic. */
+static void poke_meta(const char *dir, uint32_t version, const char *magic)
+{
+    char path[96];
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_val k = {6, "format"}, v;
+    uint8_t buf[META_BYTES];
+
+    snprintf(path, sizeof(path), "%s/index", dir);
+    assert_int_equal(mdb_env_create(&env), 0);
+    mdb_env_set_maxdbs(env, 2);
+    assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+    assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+    memcpy(buf, v.mv_data, META_BYTES);
+    memcpy(buf, magic, 8);
+    memcpy(buf + 8, &version, 4);
+    v.mv_data = buf;
+    assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
+void test_format_version(void **state)
+{
+    struct fx *f = *state;
+
+    fx_open(f);
+    put_range(f, 1, 1);
+    dstore_close(f->s);
+    f->s = NULL;
+    poke_meta(f->dir, DSTORE_FORMAT_VERSION + 1, "KVTIERDS");
+    assert_int_equal(dstore_open(&f->o, &f->s), KVT_EFORMAT);
+    poke_meta(f->dir, DSTORE_FORMAT_VERSION, "NOTOURS!");
+    assert_int_equal(dstore_open(&f->o, &f->s), KVT_EFORMAT);
+    poke_meta(f->dir, DSTORE_FORMAT_VERSION, "KVTIERDS");
+    assert_int_equal(dstore_open(&f->o, &f->s), 0);
+    assert_int_equal(get_id(f, 1), 0);
+}
+
+void test_locked(void **state)
+{
+    struct fx *f = *state;
+    struct dstore *second = NULL;
+
+    fx_open(f);
+    assert_int_equal(dstore_open(&f->o, &second), -EBUSY);
+    assert_null(second);
+    put_range(f, 1, 2);
+    assert_int_equal(get_id(f, 1), 0);
+    fx_reopen(f);
+    assert_int_equal(get_id(f, 2), 0);
+}
+
+static void *unlock_later(void *arg)
+{
+    struct timespec t = {0, 20 * 1000000};
+
+    nanosleep(&t, NULL);
+    flock(*(int *)arg, LOCK_UN);
+    return NULL;
+}
+
+/* An inspector's brief shared hold of the lock (kvtier-ctl checks for a writer that way)
+ * delays a writer's open; it does not refuse it. */
+void test_lock_probe(void **state)
+{
+    struct fx *f = *state;
+    char path[96];
+    pthread_t t;
+    int fd;
+
+    fx_open(f);
+    put_range(f, 1, 2);
+    dstore_close(f->s);
+    f->s = NULL;
+    snprintf(path, sizeof(path), "%s/lock", f->dir);
+    assert_true((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0);
+    assert_int_equal(flock(fd, LOCK_SH | LOCK_NB), 0);
+    assert_int_equal(pthread_create(&t, NULL, unlock_later, &fd), 0);
+    assert_int_equal(dstore_open(&f->o, &f->s), 0);
+    pthread_join(t, NULL);
+    close(fd);
+    assert_int_equal(get_id(f, 2), 0);
+}
+
+/* DSTORE_AS_FOUND takes the dir's geometry and covers its slab files, numbered from 0000:
+ * a stray file with a big number does not count. */
+void test_as_found(void **state)
+{
+    struct fx *f = *state;
+    struct dstore_options o;
+    struct dstore_info in;
+    struct dstore *s;
+    char path[96];
+    int fd;
+
+    fx_open(f);
+    put_range(f, 1, 20); /* 16 slots a slab: two slab files */
+    dstore_close(f->s);
+    f->s = NULL;
+    snprintf(path, sizeof(path), "%s/slabs/99999.slab", f->dir);
+    assert_true((fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) >= 0);
+    close(fd);
+    dstore_options_init(&o, sizeof(o));
+    o.dir = f->dir;
+    o.disk_bytes = 64ull * SLOT;
+    o.flags = DSTORE_AS_FOUND | DSTORE_READONLY;
+    assert_int_equal(dstore_open(&o, &s), 0);
+    dstore_info(s, &in);
+    assert_int_equal(in.page_bytes, PAGE);
+    assert_int_equal(in.page_tokens, TOKENS);
+    assert_memory_equal(in.fingerprint, f->o.fingerprint, sizeof(in.fingerprint));
+    assert_int_equal(in.slab_slots, 16);
+    assert_int_equal(in.capacity_slots, 64); /* disk_bytes 64 pages, the files cover 32 */
+    dstore_close(s);
+    o.disk_bytes = 0;
+    o.flags = DSTORE_AS_FOUND;
+    assert_int_equal(dstore_open(&o, &s), 0);
+    dstore_info(s, &in);
+    assert_int_equal(in.capacity_slots, 32);
+    dstore_close(s);
+}
+
+/* A read-only open beside a writer in another process: reads serve, nothing is written,
+ * and a second writer is refused with -EBUSY. */
+void test_readonly(void **state)
+{
+    struct fx *f = *state;
+    int up[2], down[2];
+    char c = 0;
+    pid_t pid;
+
+    need_io();
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct dstore *s;
+        int ok = dstore_open(&f->o, &s) == 0;
+
+        if (ok)
+            child_put(s, f->bufs, 1, 5);
+        c = ok ? 'y' : 'n';
+        if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
+            _exit(2);
+        dstore_close(s);
+        _exit(0);
+    }
+    assert_int_equal(read(up[0], &c, 1), 1);
+    assert_int_equal(c, 'y');
+    assert_int_equal(dstore_open(&f->o, &f->s), -EBUSY);
+    f->o.flags = DSTORE_READONLY;
+    assert_int_equal(dstore_open(&f->o, &f->s), 0);
+    for (uint64_t id = 1; id <= 5; id++)
+        assert_int_equal(get_id(f, id), 0);
+    assert_true(has_id(f, 3));
+    uint8_t key[KEY];
+    struct dstore_wpage w = {.key = key, .buf = buf_at(f, 0)};
+    int res;
+    uint64_t id;
+    make_key(9, key);
+    assert_int_equal(dstore_write(f->s, &w, 1, &res, &id), -EROFS);
+    assert_int_equal(dstore_delete(f->s, key, 1, NULL), -EROFS);
+    assert_int_equal(dstore_evict(f->s, 1, NULL), -EROFS);
+    assert_int_equal(stats_of(f).pages, 5);
+    assert_int_equal(write(down[1], "x", 1), 1);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
+}
