@@ -55,6 +55,7 @@
 
 #include "store/disk/layout.h"
 #include "engine.h"
+#include "store/chain.h"
 #include "store/disk/ops.h"
 #include "store/mem.h"
 #include "radix/hash.h"
@@ -127,6 +128,7 @@ void test_faults(void **state);
 
 /* mem.c */
 void test_mem_store(void **state);
+void test_chain_store(void **state);
 void test_store_geometry(void **state);
 
 /* damage.c */

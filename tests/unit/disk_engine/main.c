@@ -3,9 +3,13 @@
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_checksum_running),     cmocka_unit_test(test_faults),
-        cmocka_unit_test(test_sync_waits_for_drops), cmocka_unit_test(test_mem_store),
-        cmocka_unit_test(test_store_geometry),       cmocka_unit_test(test_crash),
+        cmocka_unit_test(test_checksum_running),
+        cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_sync_waits_for_drops),
+        cmocka_unit_test(test_mem_store),
+        cmocka_unit_test(test_chain_store),
+        cmocka_unit_test(test_store_geometry),
+        cmocka_unit_test(test_crash),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

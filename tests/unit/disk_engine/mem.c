@@ -86,6 +86,81 @@ void test_mem_store(void **state)
     mem_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed));
 }
 
+/* ---- a chain below the host: a small mem store with faults before a disk store ---- */
+
+struct chain_run {
+    struct kvt_store *near, *far; /* the chain's, reached for their stats */
+    char dir[128];
+};
+
+static kvt_engine *open_on_chain(struct mem_faults *f, uint32_t policy, struct chain_run *c)
+{
+    struct kvt_options o;
+    struct dstore_options so;
+    struct kvt_store *s[2] = {NULL, NULL}, *chain = NULL;
+    kvt_engine *e = NULL;
+
+    f->hooks = (struct store_mem_faults){.inject = mem_inject, .arg = f};
+    make_data_dir(c->dir, sizeof(c->dir));
+    disk_opts(&o, NULL, FAULT_HOST_TOKENS, 0);
+    o.disk_write_policy = policy;
+    struct store_mem_options mo = {
+        .page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS),
+        .page_tokens = PS,
+        .capacity_pages = MEM_PAGES / 4,
+        .faults = &f->hooks,
+    };
+    dstore_options_init(&so, sizeof(so));
+    so.dir = c->dir;
+    so.page_bytes = mo.page_bytes;
+    so.page_tokens = PS;
+    so.disk_bytes = FAULT_DISK_BYTES;
+    EXPECT_RC(g_ctx, store_mem_open(&mo, &s[0]), 0);
+    EXPECT_RC(g_ctx, store_disk_open(&so, &s[1]), 0);
+    EXPECT_RC(g_ctx, store_chain_open(s, 2, &chain), 0);
+    EXPECT_RC(g_ctx, engine_open(&o, chain, &e), 0);
+    c->near = s[0];
+    c->far = s[1];
+    check(e);
+    return e;
+}
+
+/* The engine over a chain: the near store fails a share of its reads and writes and loses
+ * pages to its small size, the far store keeps them. Every page served is exact, the near
+ * store's failures are counted misses, and pages come from the far store. (A damaged page is
+ * a miss in the store it is read from: test_store_chain.) */
+static void chain_case(uint32_t policy, uint64_t seed)
+{
+    struct mem_faults f = {.rng = seed, .pct = 20};
+    struct tally a = {0}, b = {0};
+    struct chain_run c;
+    struct store_stats far;
+    uint64_t fam = rng_mix(seed ^ 11);
+
+    snprintf(g_ctx, sizeof(g_ctx), "chain policy=%u seed=%" PRIu64, policy, seed);
+    kvt_engine *e = open_on_chain(&f, policy, &c);
+    run_family(e, fam, seed, 150, 0, 1, &a);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    REQUIRE(g_ctx, f.failed > 0 && stats(e).disk_errors > 0);
+    run_family(e, fam, seed ^ 3, 150, 1, 1, &b);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    check(e);
+    store_stats(c.far, &far);
+    REQUIRE(g_ctx, b.disk_tokens > 0 && far.bytes_read > 0);
+    kvt_close(e);
+    fixture_remove_tree(c.dir);
+}
+
+void test_chain_store(void **state)
+{
+    uint64_t seed = base_seed();
+
+    (void)state;
+    printf("test_disk_engine: chain: seed=%" PRIu64 " (KVT_SEED reruns it)\n", seed);
+    chain_case(KVT_DISK_WRITE_THROUGH, seed);
+    chain_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed));
+}
+
 /* A store for pages of another size than the host's is refused at open. */
 void test_store_geometry(void **state)
 {
