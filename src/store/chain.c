@@ -13,7 +13,8 @@
 
 struct part {
     uint32_t store;
-    uint64_t op; /* the store's op id */
+    uint32_t first, count; /* the op's pages it covers */
+    uint64_t op;           /* the store's op id */
     bool done;
 };
 
@@ -82,10 +83,20 @@ static void op_link(struct chain_store *c, struct chain_op *op)
     c->tail = op;
 }
 
-static void add_part(struct chain_op *op, uint32_t store, uint64_t id)
+static void add_part(struct chain_op *op, uint32_t store, size_t first, size_t count, uint64_t id)
 {
-    op->parts[op->nparts++] = (struct part){store, id, false};
+    op->parts[op->nparts++] = (struct part){store, (uint32_t)first, (uint32_t)count, id, false};
     op->pending++;
+}
+
+/* A part whose store could not say how it ended: its pages failed with rc, never bytes
+ * nobody vouched for. */
+static void fail_part(struct chain_op *op, const struct part *p, int rc)
+{
+    int *r = op->kind == STORE_OP_READ ? op->results : op->store_results + (size_t)p->store * op->n;
+
+    for (uint32_t i = p->first; i < p->first + p->count; i++)
+        r[i] = rc;
 }
 
 /* A write's page result: 0 when any store kept it, else the nearest store's error. */
@@ -233,7 +244,7 @@ static int chain_read(struct kvt_store *s, const struct store_rpage *pages, size
         }
         if ((rc = store_read(c->stores[k], pages + p, run, results + p, &sub, &got)))
             break;
-        add_part(op, k, sub);
+        add_part(op, k, p, run, sub);
         lead += open ? got : 0;
         open = open && got == run;
         p += run;
@@ -267,7 +278,7 @@ static int chain_write(struct kvt_store *s, const struct store_wpage *pages, siz
         int *r = op->store_results + (size_t)k * n;
         int krc = store_write(c->stores[k], pages, n, r, &sub);
         if (krc == 0) {
-            add_part(op, k, sub);
+            add_part(op, k, 0, n, sub);
             continue;
         }
         for (size_t i = 0; i < n; i++)
@@ -338,7 +349,9 @@ static int chain_wait_for(struct kvt_store *s, uint64_t id, int timeout_ms, stru
         rc = store_wait_for(c->stores[p->store], p->op, ms_left(timeout_ms, &start), &d);
         if (rc == -ETIMEDOUT)
             return rc;
-        part_done(c, op, p); /* done, or collected already: its results are written */
+        if (rc && rc != -ENOENT) /* -ENOENT: collected already, its results written */
+            fail_part(op, p, rc);
+        part_done(c, op, p);
     }
     report(op, done);
     unlink_op(c, op, prev);

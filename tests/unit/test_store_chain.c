@@ -1,8 +1,8 @@
 /*
  * A chain of stores (src/store/chain.h) beyond the contract every store passes
  * (test_store_contract has a chain row): each run is read from the nearest store holding its
- * first page, runs are put together across stores, a page that fails its check in the store read is a
- * miss and never another store's bytes, a write counts when any store kept it, and a chain of
+ * first page, runs are put together across stores, a page that fails its check in the store read is
+ * a miss and never another store's bytes, a write counts when any store kept it, and a chain of
  * mismatched stores is refused. Two mem stores, so each store's share can be counted.
  */
 #include <stdarg.h>
@@ -261,6 +261,76 @@ static void test_write_results(void **state)
     store_close(c);
 }
 
+/* A store that says it has every page and takes reads, but cannot say how they ended. */
+static int lost_run(struct kvt_store *s, const uint8_t *keys, size_t n, size_t *run)
+{
+    (void)s, (void)keys;
+    *run = n;
+    return 0;
+}
+
+static int lost_read(struct kvt_store *s, const struct store_rpage *pages, size_t n, int *results,
+                     uint64_t *op, size_t *leading)
+{
+    (void)s, (void)pages, (void)n, (void)results; /* results never written */
+    *op = 1;
+    if (leading)
+        *leading = n;
+    return 0;
+}
+
+static size_t lost_poll(struct kvt_store *s, struct store_done *done, size_t max)
+{
+    (void)s, (void)done, (void)max;
+    return 0;
+}
+
+static int lost_wait_for(struct kvt_store *s, uint64_t op, int timeout_ms, struct store_done *d)
+{
+    (void)s, (void)op, (void)timeout_ms, (void)d;
+    return -EIO;
+}
+
+static void lost_stats(struct kvt_store *s, struct store_stats *st)
+{
+    (void)s;
+    memset(st, 0, sizeof(*st));
+}
+
+static void lost_close(struct kvt_store *s)
+{
+    (void)s;
+}
+
+static const struct store_ops lost_ops = {.name = "lost",
+                                          .leading_run = lost_run,
+                                          .read = lost_read,
+                                          .poll = lost_poll,
+                                          .wait_for = lost_wait_for,
+                                          .stats = lost_stats,
+                                          .close = lost_close};
+
+/* A store's op that ends in an error the chain cannot read results from: its pages fail,
+ * whatever their result slots held before. */
+static void test_lost_part_fails(void **state)
+{
+    struct kvt_store lost = {&lost_ops, PAGE_BYTES, PAGE_TOKENS}, *c = NULL, *one[1] = {&lost};
+    uint8_t key[STORE_KEY_BYTES], buf[PAGE_BYTES];
+    struct store_rpage r = {key, buf};
+    struct store_done d;
+    uint64_t op = 0;
+    int res = 0; /* looks like success unless the chain writes it */
+
+    (void)state;
+    key_of(1, key);
+    assert_int_equal(store_chain_open(one, 1, &c), 0);
+    assert_int_equal(store_read(c, &r, 1, &res, &op, NULL), 0);
+    assert_int_equal(store_wait_for(c, op, -1, &d), 0);
+    assert_int_equal(res, -EIO);
+    assert_int_equal(d.ok, 0);
+    store_close(c);
+}
+
 /* Bad chains are refused and the stores stay the caller's. */
 static void test_open_refuses(void **state)
 {
@@ -287,7 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nearest_first),    cmocka_unit_test(test_runs_across_stores),
         cmocka_unit_test(test_damage_is_a_miss), cmocka_unit_test(test_write_results),
-        cmocka_unit_test(test_open_refuses),
+        cmocka_unit_test(test_open_refuses),     cmocka_unit_test(test_lost_part_fails),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
