@@ -148,7 +148,9 @@ int rdx_attach_host(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *host_p
                     uint32_t *dev_pages, uint64_t op);
 
 /* Op finished: clear its mark on ref and the ancestors it covers. A failed backup drops
- * the host copies it was making. */
+ * the host copies it was making, and the host copies made below them since (later backups,
+ * fills): those still being filled or read go when their own op ends. A failed load drops
+ * the device copies it was making where nothing holds them. */
 int rdx_op_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, int failed);
 
 /* ---- the disk tier ----
