@@ -44,6 +44,8 @@ import json, sys
 passed = failed = skipped = 0
 for log in sys.argv[1:]:
     for line in open(log):
+        if not line.strip():
+            continue
         r = json.loads(line)["result"]
         if r in ("OK", "EXPECTEDFAIL"):
             passed += 1
