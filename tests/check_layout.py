@@ -26,6 +26,7 @@ from collections import defaultdict
 # (path prefix, module, layer): the first prefix that matches names a file's module.
 MODULES = [
     ("include/kvtier.h", "public", 0),
+    ("include/kvtier_store.h", "public", 0),
     ("src/store/store.h", "store-contract", 0),
     ("src/radix/hash.", "hash", 0),
     ("src/device/", "device", 1),

@@ -25,6 +25,8 @@ static void op_finish_locked(struct dstore *s, struct dop *op)
     }
     op->done = true;
     pthread_cond_broadcast(&s->done_cv);
+    if (s->o.notify && s->o.notify->done)
+        s->o.notify->done(s->o.notify->arg);
 }
 
 void op_page_done_locked(struct dstore *s, struct dop *op)

@@ -158,9 +158,13 @@ int dstore_wait_for(struct dstore *s, uint64_t id, int timeout_ms, struct dstore
     bool finished;
     int rc = 0;
 
-    if (!s || id == 0 || id > s->last_id)
+    if (!s || id == 0)
         return -EINVAL;
     pthread_mutex_lock(&s->lock);
+    if (id > s->last_id) { /* under the lock: another thread may be submitting */
+        pthread_mutex_unlock(&s->lock);
+        return -EINVAL;
+    }
     while ((op = op_find_locked(s, id, &prev)) && !op->done && rc != ETIMEDOUT)
         rc = timeout_ms < 0 ? pthread_cond_wait(&s->done_cv, &s->lock)
                             : pthread_cond_timedwait(&s->done_cv, &s->lock, &until);

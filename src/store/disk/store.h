@@ -91,6 +91,13 @@ struct dstore_faults {
     void *arg;
 };
 
+/* Told when an op completes (any op, once), on the thread that completed it, under the
+ * store's lock: it must not call the store. */
+struct dstore_notify {
+    void (*done)(void *arg);
+    void *arg;
+};
+
 struct dstore_options {
     size_t size;     /* sizeof(struct dstore_options); set by dstore_options_init */
     const char *dir; /* the data dir; created (0700) when missing unless read-only */
@@ -111,6 +118,7 @@ struct dstore_options {
     const struct dstore_faults *faults; /* test seam; NULL in production */
     uint64_t map_bytes; /* test seam: a writer's index map; 0 (production): sized for the
                            capacity */
+    const struct dstore_notify *notify; /* may be NULL */
 };
 
 /* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay
@@ -234,7 +242,8 @@ size_t dstore_poll(struct dstore *s, struct dstore_done *done, size_t max);
 int dstore_wait(struct dstore *s, uint64_t op, struct dstore_done *done);
 
 /* dstore_wait, giving up after timeout_ms (negative: never) with -ETIMEDOUT, the op left
- * to collect later. */
+ * to collect later. Any thread may wait for an op, beside the owner's other calls, as long
+ * as nobody else collects that op. */
 int dstore_wait_for(struct dstore *s, uint64_t op, int timeout_ms, struct dstore_done *done);
 
 /* dstore_write + dstore_wait. */

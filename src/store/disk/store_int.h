@@ -196,7 +196,7 @@ struct dstore {
     uint32_t batch_pending;     /* locked: I/Os of the write batch in flight */
 
     struct dop *ohead, *otail; /* locked: live ops in submission order */
-    uint64_t last_id;          /* owner only */
+    uint64_t last_id;          /* locked */
     uint64_t live;             /* locked */
 
     struct dstore_stats st; /* locked: the counters; gauges are filled by dstore_stats */

@@ -1,0 +1,411 @@
+/*
+ * The public page store (include/kvtier_store.h), through the shared library's exports only:
+ * pages of one and of several segments round trip byte for byte; runs, deletes and clear; a
+ * restart keeps the pages and refuses another fingerprint or page size; asynchronous ops
+ * with the eventfd; bad arguments refused before anything changes; a read-only store; damaged
+ * slabs give misses, never bytes; and three threads calling exists, get and set at once, as
+ * SGLang's controller does, never see a wrong byte.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvtier_store.h"
+
+#include "engine_fixture.h"
+
+#define SEG 6000 /* two segments: a page is not a whole number of 4 KiB blocks */
+#define PAGE (2 * SEG)
+#define NP 48
+
+static const char FP[] = "model=test/weights=r1/dtype=bf16/layout=page_first/tp=0of1";
+
+static void key_of(uint32_t i, uint8_t key[KVT_PAGESTORE_KEY_BYTES])
+{
+    memset(key, 0, KVT_PAGESTORE_KEY_BYTES);
+    memcpy(key, &i, sizeof(i));
+    key[31] = 0xc3;
+}
+
+/* Page i's bytes: a function of i alone, so any page read can be checked. */
+static void bytes_of(uint32_t i, uint8_t *buf)
+{
+    uint64_t z = (i + 7) * 0x9E3779B97F4A7C15ull;
+
+    for (size_t b = 0; b < PAGE; b++) {
+        z ^= z >> 31;
+        z *= 0xBF58476D1CE4E5B9ull;
+        buf[b] = (uint8_t)(z >> 56);
+    }
+}
+
+struct fixture {
+    char dir[128];
+    kvt_pagestore *s;
+};
+
+static int open_at(const char *dir, const char *fp, uint64_t page_bytes, uint64_t capacity,
+                   uint32_t ro, kvt_pagestore **s)
+{
+    struct kvt_pagestore_options o;
+
+    kvt_pagestore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    o.fingerprint = fp;
+    o.fingerprint_len = strlen(fp);
+    o.page_bytes = page_bytes;
+    o.page_tokens = 16;
+    if (capacity)
+        o.capacity_bytes = capacity;
+    o.read_only = ro;
+    return kvt_pagestore_open(&o, s);
+}
+
+static void fx_open(struct fixture *f)
+{
+    assert_int_equal(fixture_data_dir(f->dir, sizeof(f->dir), "pagestore"), 0);
+    assert_int_equal(open_at(f->dir, FP, PAGE, 0, 0, &f->s), 0);
+}
+
+static void fx_close(struct fixture *f)
+{
+    kvt_pagestore_close(f->s);
+    fixture_remove_tree(f->dir);
+}
+
+/* Pages [first, first + n): keys, the bytes (bufs, n pages) and descriptors. Even pages are
+ * two segments (K then V, apart in memory as in SGLang's pool), odd ones one. */
+struct batch {
+    uint8_t keys[NP][KVT_PAGESTORE_KEY_BYTES];
+    uint8_t *bufs;
+    struct kvt_segment segs[NP][2];
+    struct kvt_page pages[NP];
+    int res[NP];
+};
+
+static struct batch *batch_new(uint32_t first, uint32_t n, bool fill)
+{
+    struct batch *b = calloc(1, sizeof(*b));
+
+    assert_non_null(b);
+    assert_true(n <= NP);
+    b->bufs = calloc(n, 2 * PAGE); /* room for a gap between K and V */
+    assert_non_null(b->bufs);
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *p = b->bufs + (size_t)i * 2 * PAGE;
+        key_of(first + i, b->keys[i]);
+        if (fill) {
+            bytes_of(first + i, p);
+            memmove(p + PAGE + 64, p + SEG, SEG); /* V lives elsewhere */
+        }
+        bool two = (first + i) % 2 == 0;
+        b->segs[i][0] = (struct kvt_segment){p, two ? SEG : PAGE};
+        b->segs[i][1] = (struct kvt_segment){p + PAGE + 64, SEG};
+        b->pages[i] = (struct kvt_page){.key = b->keys[i],
+                                        .parent = i ? b->keys[i - 1] : NULL,
+                                        .segs = b->segs[i],
+                                        .nsegs = two ? 2 : 1};
+        if (!two && fill)
+            memcpy(p + SEG, p + PAGE + 64, SEG);
+    }
+    return b;
+}
+
+static void batch_free(struct batch *b)
+{
+    free(b->bufs);
+    free(b);
+}
+
+/* Whether page i of b (read) holds page first+i's bytes. */
+static bool exact(const struct batch *b, uint32_t first, uint32_t i)
+{
+    uint8_t want[PAGE], got[PAGE];
+    const struct kvt_page *p = &b->pages[i];
+
+    bytes_of(first + i, want);
+    memcpy(got, p->segs[0].addr, p->segs[0].len);
+    if (p->nsegs == 2)
+        memcpy(got + SEG, p->segs[1].addr, SEG);
+    return memcmp(got, want, PAGE) == 0;
+}
+
+static void put_range(kvt_pagestore *s, uint32_t first, uint32_t n)
+{
+    struct batch *b = batch_new(first, n, true);
+
+    assert_int_equal(kvt_pagestore_set(s, b->pages, n, b->res), 0);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(b->res[i], 0);
+    batch_free(b);
+}
+
+/* Read [first, first + n): how many came back exact; every page is exact or a miss. */
+static uint32_t get_range(kvt_pagestore *s, uint32_t first, uint32_t n, int *res)
+{
+    struct batch *b = batch_new(first, n, false);
+    uint32_t ok = 0;
+
+    assert_int_equal(kvt_pagestore_get(s, b->pages, n, b->res), 0);
+    for (uint32_t i = 0; i < n; i++) {
+        if (res)
+            res[i] = b->res[i];
+        if (b->res[i] == 0) {
+            assert_true(exact(b, first, i));
+            ok++;
+        } else {
+            assert_true(b->res[i] == -ENOENT || b->res[i] == KVT_ECORRUPT);
+        }
+    }
+    batch_free(b);
+    return ok;
+}
+
+static size_t run_of(kvt_pagestore *s, uint32_t first, uint32_t n)
+{
+    uint8_t keys[NP][KVT_PAGESTORE_KEY_BYTES];
+    size_t run = 999;
+
+    for (uint32_t i = 0; i < n; i++)
+        key_of(first + i, keys[i]);
+    assert_int_equal(kvt_pagestore_exists(s, &keys[0][0], n, &run), 0);
+    return run;
+}
+
+static void test_round_trip(void **state)
+{
+    struct fixture f;
+    struct kvt_pagestore_stats st = {.size = sizeof(st)};
+    uint8_t keys[2][KVT_PAGESTORE_KEY_BYTES];
+    size_t deleted = 0;
+
+    (void)state;
+    fx_open(&f);
+    put_range(f.s, 0, 32);
+    assert_int_equal(run_of(f.s, 0, 32), 32);
+    assert_int_equal(run_of(f.s, 30, 4), 2);
+    assert_int_equal(get_range(f.s, 0, 32, NULL), 32);
+    assert_int_equal(kvt_pagestore_stats(f.s, &st), 0);
+    assert_int_equal(st.pages, 32);
+    assert_int_equal(st.page_bytes, PAGE);
+    assert_int_equal(st.get_hits, 32);
+    assert_int_equal(st.errors, 0);
+    put_range(f.s, 0, 4); /* again: stored already */
+    assert_int_equal(kvt_pagestore_stats(f.s, &st), 0);
+    assert_int_equal(st.set_dups, 4);
+    key_of(5, keys[0]);
+    key_of(99, keys[1]);
+    assert_int_equal(kvt_pagestore_delete(f.s, &keys[0][0], 2, &deleted), 0);
+    assert_int_equal(deleted, 1);
+    assert_int_equal(run_of(f.s, 0, 32), 5);
+    assert_int_equal(kvt_pagestore_clear(f.s), 0);
+    assert_int_equal(run_of(f.s, 0, 32), 0);
+    assert_int_equal(kvt_pagestore_stats(f.s, &st), 0);
+    assert_int_equal(st.pages, 0);
+    fx_close(&f);
+}
+
+static void test_restart_and_fingerprint(void **state)
+{
+    struct fixture f;
+    kvt_pagestore *other = (kvt_pagestore *)1;
+
+    (void)state;
+    fx_open(&f);
+    put_range(f.s, 100, 20);
+    kvt_pagestore_close(f.s);
+    assert_int_equal(open_at(f.dir, "another model", PAGE, 0, 0, &other), KVT_EFINGERPRINT);
+    assert_null(other);
+    assert_int_not_equal(open_at(f.dir, FP, PAGE + 4096, 0, 0, &other), 0);
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 0, &f.s), 0);
+    assert_int_equal(run_of(f.s, 100, 20), 20);
+    assert_int_equal(get_range(f.s, 100, 20, NULL), 20);
+    fx_close(&f);
+}
+
+static void test_async_and_eventfd(void **state)
+{
+    struct fixture f;
+    struct batch *w, *r;
+    uint64_t op = 0, op2 = 0;
+    size_t ok = 0;
+
+    (void)state;
+    fx_open(&f);
+    int efd = kvt_pagestore_event_fd(f.s);
+    assert_true(efd >= 0);
+    w = batch_new(200, 16, true);
+    assert_int_equal(kvt_pagestore_submit_set(f.s, w->pages, 16, w->res, &op), 0);
+    struct pollfd p = {efd, POLLIN, 0};
+    assert_int_equal(poll(&p, 1, 10000), 1); /* readable once an op completed */
+    uint64_t count = 0;
+    assert_int_equal(read(efd, &count, sizeof(count)), (ssize_t)sizeof(count));
+    assert_true(count >= 1);
+    assert_int_equal(kvt_pagestore_wait(f.s, op, -1, &ok), 0);
+    assert_int_equal(ok, 16);
+    assert_int_equal(kvt_pagestore_wait(f.s, op, 0, &ok), -ENOENT);
+    assert_int_equal(kvt_pagestore_wait(f.s, op + 100, 0, &ok), -EINVAL);
+    r = batch_new(200, 16, false);
+    assert_int_equal(kvt_pagestore_submit_get(f.s, r->pages, 16, r->res, &op2), 0);
+    assert_int_equal(kvt_pagestore_wait(f.s, op2, -1, &ok), 0);
+    assert_int_equal(ok, 16);
+    for (uint32_t i = 0; i < 16; i++)
+        assert_true(exact(r, 200, i));
+    batch_free(w);
+    batch_free(r);
+    fx_close(&f);
+}
+
+static void test_bad_arguments(void **state)
+{
+    struct fixture f;
+    struct kvt_pagestore_options o;
+    kvt_pagestore *s = NULL, *ro = NULL;
+    struct batch *b;
+    size_t run = 0;
+
+    (void)state;
+    fx_open(&f);
+    kvt_pagestore_options_init(&o, sizeof(o));
+    assert_int_equal(kvt_pagestore_open(&o, &s), -EINVAL); /* no dir, no fingerprint */
+    assert_int_equal(kvt_pagestore_open(NULL, &s), -EINVAL);
+    o.dir = f.dir;
+    o.page_bytes = PAGE;
+    assert_int_equal(kvt_pagestore_open(&o, &s), -EINVAL); /* no fingerprint */
+    b = batch_new(300, 4, true);
+    b->segs[0][1].len = SEG - 1; /* the segments no longer add up to a page */
+    assert_int_equal(kvt_pagestore_set(f.s, b->pages, 4, b->res), -EINVAL);
+    assert_int_equal(run_of(f.s, 300, 4), 0); /* nothing of the batch was stored */
+    b->segs[0][1].len = SEG;
+    b->pages[2].key = NULL;
+    assert_int_equal(kvt_pagestore_get(f.s, b->pages, 4, b->res), -EINVAL);
+    assert_int_equal(kvt_pagestore_exists(f.s, NULL, 2, &run), -EINVAL);
+    assert_int_equal(kvt_pagestore_exists(NULL, b->keys[0], 1, &run), -EINVAL);
+    b->pages[2].key = b->keys[2];
+    assert_int_equal(kvt_pagestore_set(f.s, b->pages, 4, b->res), 0);
+    /* A read-only view beside the writer serves, and refuses to write. */
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 1, &ro), 0);
+    assert_int_equal(kvt_pagestore_set(ro, b->pages, 4, b->res), -EROFS);
+    assert_int_equal(kvt_pagestore_clear(ro), -EROFS);
+    assert_int_equal(get_range(ro, 300, 4, NULL), 4);
+    kvt_pagestore_close(ro);
+    batch_free(b);
+    kvt_pagestore_close(NULL);
+    fx_close(&f);
+}
+
+/* Damaged slab bytes: every page read is exact or a miss, and the damage is found. */
+static void test_damaged_slab(void **state)
+{
+    struct fixture f;
+    char path[192];
+    int res[NP], bad = 0;
+
+    (void)state;
+    fx_open(&f);
+    put_range(f.s, 400, NP);
+    kvt_pagestore_close(f.s);
+    snprintf(path, sizeof(path), "%s/slabs/0000.slab", f.dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t junk[8192];
+    memset(junk, 0x5a, sizeof(junk));
+    for (off_t at = 64 << 10; at < (off_t)NP * PAGE; at += 5 * PAGE)
+        assert_int_equal(pwrite(fd, junk, sizeof(junk), at), (ssize_t)sizeof(junk));
+    close(fd);
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 0, &f.s), 0);
+    uint32_t ok = get_range(f.s, 400, NP, res);
+    for (uint32_t i = 0; i < NP; i++)
+        bad += res[i] != 0;
+    assert_true(bad > 0);
+    assert_int_equal(ok + bad, NP);
+    fx_close(&f);
+}
+
+/* ---- three threads, as SGLang's controller: exists, get, set ---- */
+
+struct hammer {
+    kvt_pagestore *s;
+    int role;
+    uint32_t rounds;
+    uint32_t exact, misses, runs;
+    _Atomic uint32_t *latest; /* the writer's last range written */
+    _Atomic bool *done;       /* the writer is through */
+};
+
+static void *hammer_main(void *arg)
+{
+    struct hammer *h = arg;
+
+    if (h->role == 0) {
+        for (uint32_t r = 0; r < h->rounds; r++) {
+            uint32_t first = r * 7 % 64 * 8;
+            put_range(h->s, first, 16);
+            atomic_store(h->latest, first);
+        }
+        atomic_store(h->done, true);
+        return NULL;
+    }
+    while (!atomic_load(h->done)) {
+        uint32_t first = atomic_load(h->latest);
+        if (h->role == 1) {
+            int res[16];
+            uint32_t ok = get_range(h->s, first, 16, res);
+            h->exact += ok;
+            h->misses += 16 - ok;
+        } else {
+            h->runs += run_of(h->s, first, 16) > 0;
+        }
+    }
+    return NULL;
+}
+
+static void test_three_threads(void **state)
+{
+    struct fixture f;
+    struct hammer h[3];
+    pthread_t t[3];
+
+    (void)state;
+    assert_int_equal(fixture_data_dir(f.dir, sizeof(f.dir), "pagestore"), 0);
+    /* Room for about 300 of the 512 pages touched: eviction runs beside the readers. */
+    assert_int_equal(open_at(f.dir, FP, PAGE, 300ull * 16384, 0, &f.s), 0);
+    _Atomic uint32_t latest = 0;
+    _Atomic bool done = false;
+    put_range(f.s, 0, 16);
+    for (int i = 0; i < 3; i++) {
+        h[i] =
+            (struct hammer){.s = f.s, .role = i, .rounds = 120, .latest = &latest, .done = &done};
+        assert_int_equal(pthread_create(&t[i], NULL, hammer_main, &h[i]), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    assert_true(h[1].exact > 0 && h[2].runs > 0);
+    printf("test_pagestore: three threads: %u pages read exact, %u misses, %u runs found\n",
+           h[1].exact, h[1].misses, h[2].runs);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_restart_and_fingerprint),
+        cmocka_unit_test(test_async_and_eventfd), cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_damaged_slab),      cmocka_unit_test(test_three_threads),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
