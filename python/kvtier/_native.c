@@ -288,8 +288,14 @@ static int batch_buffers(PyObject *buffers, int writable, uint64_t page_bytes, s
         return -1;
     for (size_t i = 0; rc == 0 && i < b->n; i++) {
         Py_buffer *v = &b->views[i];
-        if ((rc = PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), v, flags)) < 0)
+        if ((rc = PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), v, flags)) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_BufferError)) { /* read-only, or not contiguous */
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "buffer %zu is not a %scontiguous buffer", i,
+                             writable ? "writable " : "");
+            }
             break;
+        }
         b->nviews++;
         if ((uint64_t)v->len != page_bytes) {
             PyErr_Format(PyExc_ValueError, "buffer %zu is %zd bytes, not page_bytes (%llu)", i,
