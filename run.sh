@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # kvtier's two commands:
 #   ./run.sh demo   build and run the demo
-#   ./run.sh test   build and run every suite this machine can run, then the unit and
-#                   integration suites again under ASan+UBSan, and the threaded tests
-#                   under TSan
+#   ./run.sh test   build and run every suite this machine can run, the Python package's
+#                   tests (pip-installed into build/venv), then the unit and integration
+#                   suites again under ASan+UBSan, and the threaded tests under TSan
 # Each installs the Debian packages it is missing (apt-get, only when missing), configures
 # and builds on its own. Binaries land in build/tools/.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(gcc libc6-dev meson ninja-build pkg-config python3 libssl-dev liburing-dev liblmdb-dev
-          libcmocka-dev libxxhash-dev fio gdb)
+PACKAGES=(gcc libc6-dev meson ninja-build pkg-config python3 python3-dev python3-venv libssl-dev
+          liburing-dev liblmdb-dev libcmocka-dev libxxhash-dev fio gdb)
 
 install_missing() {
     local missing=() p
@@ -37,12 +37,40 @@ build() {
     ninja -C "$dir" >/dev/null
 }
 
-# One plain closing line over every meson test run in this invocation.
+# The Python package: pip builds it (meson-python, from pyproject.toml; its build dir is
+# kept, so a second run rebuilds only what changed) into build/venv, then its unittest suite.
+PY_LOG=build/python-tests.log
+python_tests() {
+    rm -f "$PY_LOG"
+    [ -x build/venv/bin/python ] || python3 -m venv build/venv
+    build/venv/bin/pip install -q --config-settings=build-dir=build/pywheel . || return 1
+    build/venv/bin/python -m unittest discover -s tests/python -v 2>&1 | tee "$PY_LOG"
+    return "${PIPESTATUS[0]}"
+}
+
+# One plain closing line over every meson test run in this invocation, and the Python
+# suite's unittest log (a missing or unfinished one counts as a failure).
 summary() {
     python3 - "$@" <<'PY'
-import json, sys
+import json, re, sys
 passed = failed = skipped = 0
-for log in sys.argv[1:]:
+unittest_log, logs = sys.argv[1], sys.argv[2:]
+try:
+    text = open(unittest_log).read()
+except OSError:
+    text = ""
+ran = re.search(r"^Ran (\d+) tests?", text, re.M)
+verdict = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", text, re.M)
+if not ran or not verdict:
+    failed += 1
+else:
+    counts = {k: int(v) for k, v in
+              (kv.split("=") for kv in (verdict.group(2) or "").split(", ") if kv)}
+    bad = counts.get("failures", 0) + counts.get("errors", 0) + counts.get("unexpected successes", 0)
+    skipped += counts.get("skipped", 0)
+    failed += bad
+    passed += int(ran.group(1)) - bad - counts.get("skipped", 0)
+for log in logs:
     for line in open(log):
         if not line.strip():
             continue
@@ -69,6 +97,7 @@ cmd_test() {
     local rc=0
     build build
     meson test -C build --print-errorlogs || rc=1
+    python_tests || rc=1
     # Sanitizers: the sim backend only, so the CUDA runtime stays out of their way.
     build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
     ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
@@ -78,7 +107,7 @@ cmd_test() {
     build build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled
     TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache store store_contract disk_engine pagestore \
         stats_server --print-errorlogs || rc=1
-    summary build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
+    summary "$PY_LOG" build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
         build-tsan/meson-logs/testlog.json
     return $rc
 }

@@ -1,0 +1,43 @@
+"""kvtier for Python: the page store, kvtier's disk tier on its own.
+
+A PageStore is a data dir of whole KV pages named by 32-byte keys, in the format of the
+engine's disk tier (slab files, checksummed page heads, an LMDB index), so kvtier-ctl reads,
+checks and repairs it. Every page read is checked: a damaged page is a miss, never wrong
+bytes. The dir remembers the fingerprint it was opened with (bytes naming the model, weights
+revision, dtype, layout, TP rank) and refuses any other.
+
+    import ctypes, kvtier
+    with kvtier.PageStore("/data/kv", b"model=m/dtype=bf16/tp=0", page_bytes=4096) as s:
+        page = ctypes.create_string_buffer(b"x" * 4096, 4096)
+        key = bytes(32)
+        s.set([key], [ctypes.addressof(page)])          # zero-copy, from an address
+        assert s.exists([key]) == 1
+        out = bytearray(4096)
+        assert s.get_into([key], [out]) == [0]          # or into a buffer
+
+PageStore(dir, fingerprint, page_bytes, *, page_tokens=0, capacity=1 << 30,
+          disk_io="auto", read_only=False)
+    .page_bytes, .dir, .closed                  read-only properties
+    .exists(keys) -> int                        the leading run of keys that are stored
+    .get(keys, ptrs, sizes=None, segs_per_page=1) -> list[int]
+    .set(keys, ptrs, sizes=None, segs_per_page=1, parent=None) -> list[int]
+        Zero-copy through int addresses: page i's segments are
+        ptrs[i*segs_per_page:(i+1)*segs_per_page], sizes alike (None: one segment of
+        page_bytes a page); a page's sizes add up to page_bytes.
+    .get_into(keys, buffers) -> list[int]       one writable buffer of page_bytes a page
+    .set_from(keys, buffers, parent=None) -> list[int]
+    .submit_get / .submit_set / .submit_get_into / .submit_set_from(...) -> int op id
+    .wait(op, timeout_ms=-1) -> list[int]       TimeoutError if not done (wait again)
+    .event_fd() -> int                          readable when a submitted op completes
+    .delete(keys) -> int, .clear(), .stats() -> dict, .close(); a context manager
+
+keys: bytes of n*32 bytes, or a sequence of 32-byte bytes-like keys. Per-page results:
+0, -errno.ENOENT (not stored), ECORRUPT (failed its checks; dropped), -errno.EIO, and for
+set -errno.ENOSPC. A call that fails as a whole raises Error (an OSError: .code is the
+negative code, e.g. EFINGERPRINT; .errno is -code; .strerror kvtier's text); bad arguments
+raise ValueError or TypeError before any I/O. The GIL is released inside every call, and
+a store may be used from several threads at once.
+"""
+from ._native import ECORRUPT, EFINGERPRINT, EFORMAT, KEY_BYTES, Error, PageStore
+
+__all__ = ["PageStore", "Error", "ECORRUPT", "EFINGERPRINT", "EFORMAT", "KEY_BYTES"]

@@ -1,0 +1,1 @@
+"""kvtier as an SGLang HiCache storage backend (KvtierHiCacheStorage): the adapter lands here."""
