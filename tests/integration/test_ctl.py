@@ -1111,6 +1111,27 @@ def _():
     eq(ok_json("verify", d)["pages"], n, "verify after gc")
 
 
+@case("a caller's keys (namespace root of zeros, as the page store and SGLang write): not "
+      "corrupt, linked by their parents, a loop among them cut")
+def _():
+    d = copy_of(bench_dir(), "caller-keys")
+    n = len(pages_of(d))
+    zero = "00" * 32
+    a, b, c, x, y = (hashlib.sha256(w).hexdigest() for w in (b"ca", b"cb", b"cc", b"cx", b"cy"))
+    for key, parent in ((a, zero), (b, a), (c, b), (x, y), (y, x)):
+        fixture("put", d, key, parent, zero, 7)
+    j = ok_json("verify", d)
+    eq((j["pages"], j["corrupt"], j["detached"]), (n + 5, 0, 2), "verify: none corrupt")
+    check("caller-keys" in ok("stat", d).out, "stat names the namespace")
+    eq([p["hash"] for p in ok_json("show", d, c)["chain"]], [a, b, c], "show c: its chain")
+    for h in (a, c, x, y):
+        eq(ctl("ls", d, "--prefix", h, "--json", timeout=20).rc, 0, f"ls --prefix {h[:12]}")
+        eq(ctl("tree", d, "--prefix", h, timeout=20).rc, 0, f"tree --prefix {h[:12]}")
+    tops = {o["first"]: o["pages"] for o in ok_json("tree", d)["detached"]}
+    check(set(tops) <= {x, y} and sum(tops.values()) == 2, f"tree: the loop, detached: {tops}")
+    eq(ok_json("gc", d)["dropped"], 0, "gc drops none of them")
+
+
 @case("show: a page evicted after the index was read is said to be gone, not printed")
 def _():
     d = copy_of(bench_dir(), "evicted-show")

@@ -102,11 +102,23 @@ static int ns_sort(struct loader *l)
     return 0;
 }
 
-/* Whether the record's key is SHA256(parent || tokens), as the engine names pages. */
+static const uint8_t zero_root[HASH_BYTES];
+
+/* A namespace root of zeros: pages a caller named with keys of its own (the public page
+ * store, SGLang's page hashes), not the engine's chained hashes; there is no chain to check. */
+static bool caller_keys(const uint8_t *ns_root)
+{
+    return !memcmp(ns_root, zero_root, HASH_BYTES);
+}
+
+/* Whether the record's key is SHA256(parent || tokens), as the engine names pages, or a
+ * caller's own key. */
 static bool key_checks_out(struct loader *l, const struct dstore_entry *e)
 {
     uint8_t h[HASH_BYTES];
 
+    if (caller_keys(e->ns))
+        return true;
     return !page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h) &&
            !memcmp(h, e->key, HASH_BYTES);
 }
@@ -166,7 +178,8 @@ static int cmp_key(const void *a, const void *b)
  * record their parent hash names, when it is of the same namespace (whatever the parent's
  * state; reach() decides what is served). Only a page whose key is the hash of its parent
  * and tokens is linked: a chain of such keys cannot loop, while records with keys made up
- * (or damaged) can name each other, or themselves, as parents. */
+ * (or damaged) can name each other, or themselves, as parents. A caller's keys are not
+ * hashes, so their links can loop: break_loops cuts each loop once. */
 static void link_pages(struct ctl_index *ix)
 {
     for (uint32_t i = ix->n; i-- > 0;) {
@@ -184,6 +197,38 @@ static void link_pages(struct ctl_index *ix)
             up->child = i;
         }
     }
+}
+
+/* Take page k off its parent's list of children: it hangs from nothing now. */
+static void unlink_up(struct ctl_index *ix, uint32_t k)
+{
+    uint32_t *c = &ix->p[ix->p[k].up].child;
+
+    while (*c != k)
+        c = &ix->p[*c].next;
+    *c = ix->p[k].next;
+    ix->p[k].up = ix->p[k].next = NO_PAGE;
+}
+
+/* Cut every loop of parent links (only a caller's keys can make one) at the page where a walk
+ * up first meets itself, so that every walk up ends: each page is walked over once. */
+static int break_loops(struct ctl_index *ix)
+{
+    uint32_t *walk = calloc(ix->n ? ix->n : 1, sizeof(*walk)); /* 0: not walked yet */
+
+    if (!walk)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < ix->n; i++) {
+        uint32_t k = i;
+        while (k != NO_PAGE && !walk[k]) {
+            walk[k] = i + 1;
+            k = ix->p[k].up;
+        }
+        if (k != NO_PAGE && walk[k] == i + 1)
+            unlink_up(ix, k);
+    }
+    free(walk);
+    return 0;
 }
 
 /* Depth-first from each namespace's first pages through good pages only; a good page not
@@ -271,6 +316,8 @@ int index_load(struct dstore *s, struct ctl_index *ix)
         return rc;
     ix->slot_entries = dstore_slot_entries(s);
     link_pages(ix);
+    if ((rc = break_loops(ix)))
+        return rc;
     return index_relink(ix);
 }
 
@@ -308,6 +355,8 @@ const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf)
         return strcpy(buf, "?");
     if (ix->ns[ns].is_default)
         return strcpy(buf, "default");
+    if (caller_keys(ix->ns[ns].root))
+        return strcpy(buf, "caller-keys");
     ctl_hex(ix->ns[ns].root, HASH_BYTES, hex);
     hex[SHORT_HEX] = '\0';
     return strcpy(buf, hex);
