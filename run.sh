@@ -4,6 +4,7 @@
 #   ./run.sh test   build and run every suite this machine can run, the Python package's
 #                   tests (pip-installed into build/venv), then the unit and integration
 #                   suites again under ASan+UBSan, and the threaded tests under TSan
+#   ./run.sh test-sglang   (opt-in) the SGLang backend under the real sglang and torch
 # Each installs the Debian packages it is missing (apt-get, only when missing), configures
 # and builds on its own. Binaries land in build/tools/.
 set -euo pipefail
@@ -112,11 +113,31 @@ cmd_test() {
     return $rc
 }
 
+# Opt-in, not part of test: the real SGLang (its wheel without its CUDA stack) and the torch it
+# pins, about 6 GB, in build/venv-sglang; SGLang's own storage backend factory loads kvtier's
+# backend and drives it over SGLang's real host pool (tests/sglang).
+SGLANG_PACKAGES=(torch==2.14.1 transformers==5.19.0 torchvision apache-tvm-ffi==0.1.11 numpy
+                 orjson psutil pybase64 requests packaging pillow starlette typing_extensions
+                 msgspec aiohttp pydantic pyzmq tqdm IPython xxhash zstandard dill
+                 sentencepiece compressed-tensors gguf)
+cmd_test_sglang() {
+    install_missing
+    local venv=build/venv-sglang
+    [ -x $venv/bin/python ] || python3 -m venv $venv
+    $venv/bin/pip install -q --no-deps "sglang==${SGLANG_VERSION:-0.5.23}"
+    # pip warns that sglang's other pins (its CUDA kernels) are missing: they are not needed.
+    $venv/bin/pip install -q "${SGLANG_PACKAGES[@]}"
+    $venv/bin/pip install -q --config-settings=build-dir=build/pywheel-sglang .
+    # From tests/sglang, so the checkout's python/ never shadows the installed package.
+    (cd tests/sglang && ../../$venv/bin/python -W ignore -m unittest -v test_real_sglang)
+}
+
 case "${1:-}" in
 demo) cmd_demo ;;
 test) cmd_test ;;
+test-sglang) cmd_test_sglang ;;
 *)
-    echo "usage: $0 demo|test" >&2
+    echo "usage: $0 demo|test|test-sglang" >&2
     exit 2
     ;;
 esac
