@@ -5,7 +5,8 @@ page_first_direct and layer_first; MLA page_first), without SGLang or torch inst
 The pools here compute their page regions with the arithmetic of SGLang's
 get_page_buffer_meta (pool_host/mha.py and mla.py) over a ctypes buffer. Every page read back
 is compared byte for byte with what was written. Also: three threads at once, restarts, a
-wrong fingerprint, damaged slabs, a full store, and errors that stay misses.
+wrong fingerprint, damaged slabs, a full store, a full file system (a small tmpfs, where this
+test may mount one), and errors that stay misses.
 """
 
 import ctypes
@@ -13,6 +14,7 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import unittest
@@ -301,6 +303,52 @@ class ZeroCopy(Base):
             self.assertTrue(all(ok))
         self.assertLessEqual(b.store_stats()["pages"], b.store_stats()["capacity_pages"])
         self.assertEqual(b.batch_exists(keys), 32)  # the newest batch is whole
+
+    def test_full_disk(self):
+        """The file system fills up under a running store: writes that need room fail (False,
+        no exception), and every page stored before or after reads back exact."""
+        mnt = os.path.join(self.dir, "small")
+        os.makedirs(mnt)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=72m", "tmpfs", mnt],
+                           capture_output=True)
+        if r.returncode:
+            self.skipTest(f"cannot mount a small tmpfs here: {r.stderr.decode().strip()}")
+        try:
+            pool = MHAPool("page_first", pages=256, head_dim=64)
+            b = self.backend(pool, dir=mnt, capacity="64M")  # one slab of 64 MiB
+            stored, want, tried = [], {}, 0
+
+            def write_rounds(first, n):
+                nonlocal tried
+                for r_ in range(first, first + n):
+                    keys = sglang_keys([r_] * (32 * pool.page_size), pool.page_size)
+                    for p in range(32):
+                        want[keys[p]] = fill_page(pool, p, f"full{r_}.{p}")
+                    ok = b.batch_set_v1(keys, slots(range(32), pool.page_size))
+                    stored.extend(k for k, good in zip(keys, ok) if good)
+                    tried += 32
+
+            write_rounds(0, 4)
+            self.assertEqual(len(stored), tried, "room enough at first")
+            with open(os.path.join(mnt, "filler"), "wb") as f:  # take what is left
+                try:
+                    while True:
+                        f.write(b"\0" * (1 << 20))
+                        f.flush()
+                except OSError:
+                    pass
+            write_rounds(4, 60)
+            self.assertLess(len(stored), tried, "no write ever met the full file system")
+            for at in range(0, len(stored), 32):
+                chunk = stored[at:at + 32]
+                ok = b.batch_get_v1(chunk, slots(range(64, 64 + len(chunk)), pool.page_size))
+                for i, good in enumerate(ok):
+                    if good:
+                        self.assertEqual(page_bytes_at(pool, 64 + i), want[chunk[i]])
+            b.close()
+            self.backends.remove(b)
+        finally:
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
 
     def test_errors_are_misses(self):
         pool = MHAPool("page_first")
