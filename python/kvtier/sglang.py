@@ -128,6 +128,8 @@ class KvtierHiCacheStorage(_Base):
         self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [],
                          "backup_bandwidth": []}
         self._logged = set()
+        self._next_open = 0.0
+        self._closed = False
 
     # ---- setup ----
 
@@ -222,7 +224,14 @@ class KvtierHiCacheStorage(_Base):
             logger.warning(msg)
 
     def _ready(self) -> bool:
-        return self.store is not None or (self.mem_pool_host is not None and self._open())
+        """Open, or a reader whose writer has not made the dir yet: try again at most once a
+        second, the calls in between are misses."""
+        if self.store is not None:
+            return True
+        if self.mem_pool_host is None or self._closed or time.monotonic() < self._next_open:
+            return False
+        self._next_open = time.monotonic() + 1.0
+        return self._open()
 
     # ---- the zero-copy path (interface_v1) ----
 
@@ -361,6 +370,8 @@ class KvtierHiCacheStorage(_Base):
         return self.store.stats() if self.store is not None else {}
 
     def close(self) -> None:
+        """Detach: close the store; later calls are misses."""
+        self._closed = True
         if self.store is not None:
             self.store.close()
             self.store = None

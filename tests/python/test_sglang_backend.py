@@ -219,6 +219,44 @@ class ZeroCopy(Base):
         b = self.round_trip(MLAPool(), mla=True)
         self.assertEqual(b.segs_per_page, 1)
 
+    def test_mla_ranks_share_one_writer(self):
+        """MLA KV is the same on every TP rank: rank 0 writes the shared dir, rank 1 reads it
+        (a read-only view beside the writer) and never writes."""
+        writer_pool = MLAPool()
+        writer = self.backend(writer_pool, make_config(mla=True, tp_rank=0, tp_size=2))
+        reader_pool = MLAPool()
+        reader = self.backend(reader_pool, make_config(mla=True, tp_rank=1, tp_size=2))
+        self.assertEqual(writer.dir, reader.dir)
+        self.assertTrue(reader.read_only)
+        keys = sglang_keys(list(range(4 * writer_pool.page_size)), writer_pool.page_size)
+        want = [fill_page(writer_pool, p, f"mla{p}") for p in range(4)]
+        self.assertEqual(writer.batch_set_v1(keys, slots(range(4), 4)), [True] * 4)
+        self.assertEqual(reader.batch_exists(keys), 4)
+        self.assertEqual(reader.batch_get_v1(keys, slots(range(8, 12), 4)), [True] * 4)
+        for i in range(4):
+            self.assertEqual(page_bytes_at(reader_pool, 8 + i), want[i])
+        self.assertEqual(reader.batch_set_v1(keys, slots(range(4), 4)), [False] * 4)
+        self.assertFalse(reader.clear())
+
+    def test_mla_reader_before_its_writer(self):
+        """A reader rank that starts before the writer made the dir serves misses, then finds
+        the writer's pages once they are there."""
+        reader_pool = MLAPool()
+        reader = self.backend(reader_pool, make_config(mla=True, tp_rank=1, tp_size=2))
+        keys = sglang_keys(list(range(2 * reader_pool.page_size)), reader_pool.page_size)
+        self.assertIsNone(reader.store)
+        self.assertEqual(reader.batch_exists(keys), 0)
+        self.assertEqual(reader.batch_get_v1(keys, slots(range(2), 4)), [False] * 2)
+        writer_pool = MLAPool()
+        writer = self.backend(writer_pool, make_config(mla=True, tp_rank=0, tp_size=2))
+        fill_page(writer_pool, 0, "w0")
+        fill_page(writer_pool, 1, "w1")
+        self.assertEqual(writer.batch_set_v1(keys, slots(range(2), 4)), [True] * 2)
+        reader._next_open = 0.0  # instead of waiting out the second between tries
+        self.assertEqual(reader.batch_exists(keys), 2)
+        self.assertEqual(reader.batch_get_v1(keys, slots(range(2), 4)), [True] * 2)
+        self.assertEqual(page_bytes_at(reader_pool, 1), page_bytes_at(writer_pool, 1))
+
     def test_misses_and_stats(self):
         pool = MHAPool("page_first")
         b = self.backend(pool)
@@ -358,8 +396,10 @@ class ZeroCopy(Base):
         self.assertEqual(b.batch_get_v1(keys, slots(range(1), pool.page_size)), [False] * 2)
         self.assertEqual(b.batch_set_v1(keys, slots(range(1), pool.page_size)), [False] * 2)
         self.assertEqual(b.batch_exists(["not a key"]), 0)
+        self.assertEqual(b.batch_set_v1(keys, slots(range(2), pool.page_size)), [True] * 2)
         b.close()
-        self.assertEqual(b.batch_exists(keys), 0)
+        self.assertEqual(b.batch_exists(keys), 0)  # closed: a miss, never reopened
+        self.assertIsNone(b.store)
 
     def test_three_threads(self):
         pool = MHAPool("page_first", pages=192)
