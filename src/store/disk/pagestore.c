@@ -237,20 +237,23 @@ static int op_buffers(struct kvt_pagestore *s, struct ps_op *op)
     return 0;
 }
 
+/* Segments of no bytes may have no address: nothing is copied for them. */
 static void gather(const struct kvt_page *p, uint8_t *to)
 {
-    for (uint32_t k = 0; k < p->nsegs; k++) {
-        memcpy(to, p->segs[k].addr, p->segs[k].len);
-        to += p->segs[k].len;
-    }
+    for (uint32_t k = 0; k < p->nsegs; k++)
+        if (p->segs[k].len) {
+            memcpy(to, p->segs[k].addr, p->segs[k].len);
+            to += p->segs[k].len;
+        }
 }
 
 static void scatter(const struct kvt_page *p, const uint8_t *from)
 {
-    for (uint32_t k = 0; k < p->nsegs; k++) {
-        memcpy(p->segs[k].addr, from, p->segs[k].len);
-        from += p->segs[k].len;
-    }
+    for (uint32_t k = 0; k < p->nsegs; k++)
+        if (p->segs[k].len) {
+            memcpy(p->segs[k].addr, from, p->segs[k].len);
+            from += p->segs[k].len;
+        }
 }
 
 static struct ps_op *op_new(struct kvt_pagestore *s, uint32_t kind, const struct kvt_page *pages,
@@ -268,26 +271,26 @@ static struct ps_op *op_new(struct kvt_pagestore *s, uint32_t kind, const struct
     return op;
 }
 
-static int submit_write(struct kvt_pagestore *s, struct ps_op *op)
+/* The block store's page descriptors, gathering what needs it: before the lock, so that
+ * other threads' calls do not wait for these copies. */
+static int describe(struct ps_op *op)
 {
-    if (!(op->w = calloc(op->n ? op->n : 1, sizeof(*op->w))))
-        return -ENOMEM;
-    for (size_t i = 0; i < op->n; i++) {
-        if (op->pages[i].nsegs > 1)
-            gather(&op->pages[i], op->bufs[i]);
-        op->w[i] = (struct dstore_wpage){
-            .key = op->pages[i].key, .parent = op->pages[i].parent, .buf = op->bufs[i]};
+    if (op->kind == DSTORE_OP_WRITE) {
+        if (!(op->w = calloc(op->n ? op->n : 1, sizeof(*op->w))))
+            return -ENOMEM;
+        for (size_t i = 0; i < op->n; i++) {
+            if (op->pages[i].nsegs > 1)
+                gather(&op->pages[i], op->bufs[i]);
+            op->w[i] = (struct dstore_wpage){
+                .key = op->pages[i].key, .parent = op->pages[i].parent, .buf = op->bufs[i]};
+        }
+        return 0;
     }
-    return dstore_write(s->ds, op->w, op->n, op->results, &op->id);
-}
-
-static int submit_read(struct kvt_pagestore *s, struct ps_op *op)
-{
     if (!(op->r = calloc(op->n ? op->n : 1, sizeof(*op->r))))
         return -ENOMEM;
     for (size_t i = 0; i < op->n; i++)
         op->r[i] = (struct dstore_rpage){op->pages[i].key, op->bufs[i]};
-    return dstore_read(s->ds, op->r, op->n, op->results, &op->id, NULL);
+    return 0;
 }
 
 static int submit(struct kvt_pagestore *s, uint32_t kind, const struct kvt_page *pages, size_t n,
@@ -302,8 +305,13 @@ static int submit(struct kvt_pagestore *s, uint32_t kind, const struct kvt_page 
         return -EROFS;
     if (!(op = op_new(s, kind, pages, n, results)))
         return -ENOMEM;
+    if ((rc = describe(op))) {
+        op_free(op);
+        return rc;
+    }
     pthread_mutex_lock(&s->mu);
-    rc = kind == DSTORE_OP_WRITE ? submit_write(s, op) : submit_read(s, op);
+    rc = kind == DSTORE_OP_WRITE ? dstore_write(s->ds, op->w, op->n, op->results, &op->id)
+                                 : dstore_read(s->ds, op->r, op->n, op->results, &op->id, NULL);
     if (rc == 0) {
         op->next = s->ops;
         s->ops = op;
