@@ -4,8 +4,9 @@
  * the options and its rebuild when it cannot be trusted, and the slot table's memory.
  *
  * A data dir is ours when it has index/data.mdb; a dir holding nothing but what a crashed
- * creation leaves (lock, slabs/, index.new/) is created afresh; anything else is refused
- * before a byte of it is touched. Creation builds the index in index.new and renames it
+ * creation leaves (lock, slabs/, index.new/), or whose index/ lost its data.mdb, is created
+ * afresh, its index rebuilt from the slabs when it has any; anything else is refused before
+ * a byte of it is touched. Creation builds the index in index.new and renames it
  * into place, so a crash mid-way never leaves an index without its meta record.
  */
 #include "store_int.h"
@@ -37,6 +38,16 @@ static bool fresh_name(const char *n)
            !strcmp(n, "index.new") || !strcmp(n, "index.damaged");
 }
 
+/* An index/ dir without its data.mdb: the index was lost (deleted, or a copy without it);
+ * the slabs, when there are any, still hold every page's head. */
+static bool lost_index(int dirfd, const char *n)
+{
+    struct stat st;
+
+    return !strcmp(n, "index") && fstatat(dirfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+           S_ISDIR(st.st_mode);
+}
+
 static int classify(int dirfd, enum dir_kind *kind)
 {
     struct dirent *de;
@@ -56,7 +67,7 @@ static int classify(int dirfd, enum dir_kind *kind)
     }
     *kind = DIR_FRESH;
     while ((de = readdir(d)))
-        if (!fresh_name(de->d_name))
+        if (!fresh_name(de->d_name) && !lost_index(fd, de->d_name))
             *kind = DIR_FOREIGN;
     closedir(d);
     return 0;
@@ -139,12 +150,18 @@ static int index_install(struct dstore *s, const struct dmeta *m)
     return fsync(s->dirfd) ? -errno : 0;
 }
 
+/* An index there is moved to index.damaged (replacing the one before), for a new one. */
+static int set_aside_index(struct dstore *s);
+
 static int dir_create(struct dstore *s)
 {
     struct dmeta m;
+    int rc;
 
     if (mkdirat(s->dirfd, "slabs", 0700) && errno != EEXIST)
         return -errno;
+    if ((rc = set_aside_index(s))) /* an index/ without its data.mdb and no slab: nothing lost */
+        return rc;
     geometry_new(s, &m);
     return index_install(s, &m);
 }
@@ -198,20 +215,25 @@ static int meta_from_slabs(struct dstore *s, struct dmeta *m)
 
 /* The writer's answer to an index it cannot trust, or lost: set it aside (index.damaged, the
  * last one only) and start an empty one that the committer fills from the slabs' heads. */
+static int set_aside_index(struct dstore *s)
+{
+    struct stat st;
+    int rc;
+
+    if (fstatat(s->dirfd, "index", &st, AT_SYMLINK_NOFOLLOW))
+        return errno == ENOENT ? 0 : -errno;
+    if ((rc = remove_damaged(s->dirfd)))
+        return rc;
+    return renameat(s->dirfd, "index", s->dirfd, "index.damaged") ? -errno : 0;
+}
+
 static int index_rebuild(struct dstore *s)
 {
     struct dmeta m;
-    struct stat st;
     int rc = meta_from_slabs(s, &m);
 
-    if (rc)
+    if (rc || (rc = set_aside_index(s)))
         return rc;
-    if (fstatat(s->dirfd, "index", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        if ((rc = remove_damaged(s->dirfd)))
-            return rc;
-        if (renameat(s->dirfd, "index", s->dirfd, "index.damaged"))
-            return -errno;
-    }
     if ((rc = index_install(s, &m)))
         return rc;
     s->recovering = true;

@@ -55,6 +55,7 @@ int main(void)
         T(test_registered_buffers),
         T(test_uring_refused),
         T(test_restart),
+        T(test_lost_index),
         T(test_fingerprint),
         T(test_foreign_dir),
         T(test_format_version),
