@@ -285,6 +285,24 @@ static void test_bad_arguments(void **state)
     o.dir = f.dir;
     o.page_bytes = PAGE;
     assert_int_equal(kvt_pagestore_open(&o, &s), -EINVAL); /* no fingerprint */
+    o.fingerprint = FP;
+    o.fingerprint_len = strlen(FP);
+    o.page_bytes = (1ull << 31) + 1; /* past the largest page */
+    assert_int_equal(kvt_pagestore_open(&o, &s), -EINVAL);
+    o.page_bytes = PAGE;
+    o.page_tokens = 4097;
+    assert_int_equal(kvt_pagestore_open(&o, &s), -EINVAL);
+    o.page_tokens = 0;
+    o.disk_io = 7;
+    assert_int_equal(kvt_pagestore_open(&o, &s), -EINVAL);
+    o.disk_io = 0;
+    o.size = sizeof(o) + 8; /* a newer caller's struct: its unknown fields must be zero */
+    struct {
+        struct kvt_pagestore_options o;
+        uint64_t more;
+    } newer = {o, 1};
+    assert_int_equal(kvt_pagestore_open(&newer.o, &s), -EINVAL);
+    assert_null(s);
     b = batch_new(300, 4, true);
     b->segs[0][1].len = SEG - 1; /* the segments no longer add up to a page */
     assert_int_equal(kvt_pagestore_set(f.s, b->pages, 4, b->res), -EINVAL);
