@@ -1176,7 +1176,8 @@ def _():
 EAGAIN = -11
 
 
-@case("a snapshot the store cannot take for a moment (-EAGAIN) is taken again, not an error")
+@case("a snapshot the store cannot take for a moment (-EAGAIN) is taken again, not an error; "
+      "so are a writer's deletes and evictions")
 def _():
     d = copy_of(bench_dir(), "eagain")
     pages = pages_of(d)
@@ -1209,6 +1210,17 @@ def _():
     r = Debugged(["stat", d, "--json"], function="dstore_iterate", return_errno=EAGAIN, once=True)
     eq(r.rc, 0, f"stat exit status{r.where()}")
     eq(r.json()["pages"], n, "stat after the index load answered -EAGAIN once")
+    # the writer's calls: gc's deletes and evict's evictions, each refused once
+    below = descendants(pages, [victim])
+    fixture("delete", d, victim)
+    r = Debugged(["gc", d, "--detached", "--json"], function="dstore_delete",
+                 return_errno=EAGAIN, once=True)
+    eq(r.rc, 0, f"gc exit status{r.where()}")
+    eq(r.json()["dropped"], len(below), "gc --detached after a delete answered -EAGAIN once")
+    r = Debugged(["evict", d, "--to", "0", "--json"], function="dstore_evict",
+                 return_errno=EAGAIN, once=True)
+    eq(r.rc, 0, f"evict exit status{r.where()}")
+    eq(r.json()["pages"], 0, "evict --to 0 after an eviction answered -EAGAIN once")
 
 
 def small_map_dir(name, pages=2000):

@@ -290,9 +290,14 @@ static void report_json(const struct ctl_index *ix, const struct verdict *v,
 
 /* ---- dropping ---- */
 
+/* A full reader table (-EAGAIN) passes: retried as the reads are. */
 static int delete_chunk(struct dstore *w, const uint8_t *keys, size_t n)
 {
-    return dstore_delete(w, keys, n, NULL);
+    int rc, tries = 0;
+
+    while (ctl_retry(rc = dstore_delete(w, keys, n, NULL), &tries))
+        ;
+    return rc;
 }
 
 /* Delete the pages the repair drops (to_drop) from dir, opened for writing now; count what
@@ -420,7 +425,9 @@ int cmd_evict(const struct ctl_args *a)
     before = st.pages;
     want = a->to_bytes / in.page_bytes;
     while (!rc && n && st.pages > want) {
-        rc = dstore_evict(w, (size_t)(st.pages - want), &n);
+        int tries = 0;
+        while (ctl_retry(rc = dstore_evict(w, (size_t)(st.pages - want), &n), &tries))
+            ;
         evicted += n;
         dstore_stats(w, &st);
     }
