@@ -96,12 +96,21 @@ static int is_own_track(const struct mamba_req_map *m, int32_t req, int32_t s)
     return 0;
 }
 
+static int holds_state(const struct mamba_pool *p, int32_t s)
+{
+    int st = mamba_pool_slot_state(p, s);
+
+    return st == MAMBA_SLOT_USED || st == MAMBA_SLOT_CACHED;
+}
+
 int mamba_req_cow(struct mamba_req_map *m, int32_t req, int32_t src)
 {
     int took = 0, rc;
 
-    /* A request's own track slot holds its latest tracked state, not a checkpoint. */
-    if (!row_ok(m, req) || is_own_track(m, req, src))
+    /* Checked before a slot is taken, so a refused call leaves the free list's order as it
+     * was. A request's own track slot holds its latest tracked state, not a checkpoint. */
+    if (!row_ok(m, req) || is_own_track(m, req, src) || src == m->running[req] ||
+        !holds_state(m->pool, src))
         return -EINVAL;
     if (m->running[req] == MAMBA_NO_SLOT) {
         rc = mamba_pool_alloc(m->pool, 1, &m->running[req]);
