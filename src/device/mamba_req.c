@@ -58,8 +58,9 @@ int mamba_req_holds(const struct mamba_req_map *m, int32_t req)
     return row_ok(m, req) && m->running[req] != MAMBA_NO_SLOT;
 }
 
-/* Track slots are taken together with the first running slot and given back together with
- * it, so a row has either all ntrack of them or none. */
+/* Track slots are taken all at once, at the row's first alloc (which may follow a COW that
+ * gave it the running slot alone), and given back together, so a row has all ntrack of them
+ * or none. */
 static uint32_t missing_slots(const struct mamba_req_map *m, int32_t req)
 {
     uint32_t n = mamba_req_holds(m, req) ? 0 : 1;
