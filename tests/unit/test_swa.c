@@ -492,6 +492,330 @@ static void test_pool_mla(void **state)
     swa_alloc_finish(&a);
 }
 
+/* ---- randomized run against a reference model ---- */
+
+#define R_REQ 8
+#define R_MAXLEN 200
+#define R_STEPS 20000
+
+/* The model: each request's row of full slots, its length and its SWA cursor (the row's
+ * SWA part is gone below it, page aligned unless page_size is 1), and the pages a free
+ * group holds back. */
+struct rreq {
+    int live;
+    uint32_t len;
+    uint32_t cursor;
+    int32_t row[R_MAXLEN];
+};
+
+struct rsim {
+    const char *name;
+    uint32_t ps;
+    uint64_t seed, rng, step;
+    const char *op;
+    struct swa_alloc a;
+    struct rreq req[R_REQ];
+    int group;
+    uint32_t full_pending, swa_pending;
+    uint8_t *fseen, *sseen;
+    uint64_t ok, enomem, einval, tomb_refused;
+};
+
+#define HARNESS_RUN(s)                                                                             \
+    (&(struct harness_run){.prog = "test_swa",                                                     \
+                           .config = (s)->name,                                                    \
+                           .seed = (s)->seed,                                                      \
+                           .step = (s)->step,                                                      \
+                           .op = (s)->op})
+
+static uint64_t rnd(struct rsim *s, uint64_t n)
+{
+    return rng_next(&s->rng) % n;
+}
+
+static uint32_t pages_of(const struct rsim *s, uint32_t tokens)
+{
+    return (tokens + s->ps - 1) / s->ps;
+}
+
+/* SWA pages a request still holds: its pages from the cursor's on. */
+static uint32_t live_swa_pages(const struct rsim *s, const struct rreq *r)
+{
+    uint32_t pages = pages_of(s, r->len), gone = pages_of(s, r->cursor);
+
+    return gone < pages ? pages - gone : 0;
+}
+
+static uint32_t model_free(const struct rsim *s, int swa)
+{
+    uint32_t used = swa ? s->swa_pending : s->full_pending;
+
+    for (int i = 0; i < R_REQ; i++)
+        if (s->req[i].live)
+            used += swa ? live_swa_pages(s, &s->req[i]) : pages_of(s, s->req[i].len);
+    return (swa ? s->a.swa.npages : s->a.full.npages) - used;
+}
+
+/* Pages the model expects free on both sides now. */
+static uint32_t model_room(const struct rsim *s)
+{
+    uint32_t f = model_free(s, 0), w = model_free(s, 1);
+
+    return f < w ? f : w;
+}
+
+static void check_row(struct rsim *s, const struct rreq *r)
+{
+    int32_t t[R_MAXLEN];
+    int32_t ps = (int32_t)s->ps;
+
+    REQUIRE(s, swa_translate(&s->a, r->row, r->len, t) == 0);
+    REQUIRE(s, slot_all_in_state(&s->a.full, r->row, r->len, PAGE_USED));
+    for (uint32_t i = 0; i < r->len; i++) {
+        REQUIRE(s, r->row[i] % ps == (int32_t)(i % s->ps));
+        REQUIRE(s, !s->fseen[r->row[i]]++); /* no full slot in two rows */
+        if (i < r->cursor) {
+            REQUIRE(s, t[i] == 0);
+            continue;
+        }
+        REQUIRE(s, t[i] > 0 && t[i] % ps == r->row[i] % ps);
+        REQUIRE(s, !s->sseen[t[i]]++); /* no SWA slot owned twice */
+        REQUIRE(s, slot_all_in_state(&s->a.swa, &t[i], 1, PAGE_USED));
+    }
+}
+
+static void check_all(struct rsim *s)
+{
+    memset(s->fseen, 0, ((size_t)s->a.full.npages + 1) * s->ps);
+    memset(s->sseen, 0, ((size_t)s->a.swa.npages + 1) * s->ps);
+    REQUIRE(s, swa_alloc_check(&s->a) == 0);
+    for (int i = 0; i < R_REQ; i++)
+        if (s->req[i].live)
+            check_row(s, &s->req[i]);
+    /* The counts add up on both sides, pages held by a free group included. */
+    REQUIRE(s, s->a.full.nfree == model_free(s, 0));
+    REQUIRE(s, s->a.swa.nfree == model_free(s, 1));
+    REQUIRE(s, s->a.full.ngroup == s->full_pending && s->a.swa.ngroup == s->swa_pending);
+    REQUIRE(s, swa_available(&s->a) == (size_t)model_room(s) * s->ps);
+}
+
+/* A refused call: the wanted error, and nothing changed. */
+static void refused(struct rsim *s, int rc, int want, struct snap *before)
+{
+    if (rc != want)
+        FAIL(s, "%s gave %d, expected %d", s->op, rc, want);
+    REQUIRE(s, snap_same(before, &s->a));
+    s->einval += want == -EINVAL;
+    s->enomem += want == -ENOMEM;
+}
+
+/* The answer a growth of r from len to len + k must get. */
+static int grow_expect(const struct rsim *s, const struct rreq *r, uint32_t k)
+{
+    if (r->len % s->ps && r->cursor > r->len)
+        return -EINVAL; /* its partial page's SWA part is gone */
+    return pages_of(s, r->len + k) - pages_of(s, r->len) > model_room(s) ? -ENOMEM : 0;
+}
+
+static void op_grow(struct rsim *s, struct rreq *r, int decode)
+{
+    uint32_t k = decode ? 1 : 1 + (uint32_t)rnd(s, 24), pre = r->len, seq;
+    int32_t last = r->len ? r->row[r->len - 1] : -1;
+    struct snap before;
+    int want, rc;
+
+    if (r->len + k > R_MAXLEN)
+        return;
+    seq = pre + k;
+    s->op = decode ? "decode" : "extend";
+    want = grow_expect(s, r, k);
+    snap_take(&before, &s->a);
+    rc = decode ? swa_alloc_decode(&s->a, 1, &seq, &last, r->row + pre)
+                : swa_alloc_extend(&s->a, 1, &pre, &seq, &last, r->row + pre, k);
+    if (want) {
+        s->tomb_refused += want == -EINVAL;
+        refused(s, rc, want, &before);
+        return;
+    }
+    snap_same(&before, &s->a);
+    REQUIRE(s, rc == 0);
+    r->len = seq;
+    r->live = 1;
+    s->ok++;
+}
+
+static void op_alloc(struct rsim *s, struct rreq *r)
+{
+    uint32_t pages = 1 + (uint32_t)rnd(s, R_MAXLEN / s->ps < 8 ? R_MAXLEN / s->ps : 8);
+    struct snap before;
+    int rc;
+
+    s->op = "alloc";
+    snap_take(&before, &s->a);
+    rc = swa_alloc(&s->a, (size_t)pages * s->ps, r->row);
+    if (pages > model_room(s)) {
+        refused(s, rc, -ENOMEM, &before);
+        return;
+    }
+    snap_same(&before, &s->a);
+    REQUIRE(s, rc == 0);
+    r->live = 1;
+    r->len = pages * s->ps;
+    r->cursor = 0;
+}
+
+/* Free the SWA part of r's rows [r->cursor, end): whole pages go. */
+static void drop_window(struct rsim *s, struct rreq *r, uint32_t end)
+{
+    uint32_t before = live_swa_pages(s, r);
+
+    EXPECT_RC(s, swa_free_swa(&s->a, r->row + r->cursor, end - r->cursor), 0);
+    r->cursor = pages_of(s, end) * s->ps;
+    if (s->group)
+        s->swa_pending += before - live_swa_pages(s, r);
+}
+
+static void op_window(struct rsim *s, struct rreq *r)
+{
+    uint32_t w = (uint32_t)rnd(s, 64);
+    uint64_t end = swa_window_evict_to(r->len, r->cursor, w, s->ps, (int)rnd(s, 2));
+
+    s->op = "window";
+    REQUIRE(s, end >= r->cursor && (end == r->cursor || end <= r->len));
+    REQUIRE(s, end == r->cursor || end % s->ps == 0);
+    if (end > r->cursor)
+        drop_window(s, r, (uint32_t)end);
+}
+
+static void op_tombstone(struct rsim *s, struct rreq *r)
+{
+    s->op = "free_swa";
+    if (r->cursor < r->len)
+        drop_window(s, r, r->cursor + 1 + (uint32_t)rnd(s, r->len - r->cursor));
+}
+
+/* Frees that must be refused: a second free of the window, the full part while some of it
+ * still has SWA KV. */
+static void op_probe(struct rsim *s, struct rreq *r)
+{
+    struct snap before;
+
+    s->op = "refused free";
+    snap_take(&before, &s->a);
+    if (r->cursor > 0)
+        refused(s, swa_free_swa(&s->a, r->row, 1), -EINVAL, &before);
+    else
+        refused(s, swa_free_full(&s->a, r->row, r->len), -EINVAL, &before);
+}
+
+static void op_free(struct rsim *s, struct rreq *r)
+{
+    struct snap before;
+    int full_only = r->cursor >= r->len && rnd(s, 2);
+
+    s->op = full_only ? "free_full" : "free";
+    if (s->group) {
+        s->full_pending += pages_of(s, r->len);
+        s->swa_pending += live_swa_pages(s, r);
+    }
+    if (full_only)
+        EXPECT_RC(s, swa_free_full(&s->a, r->row, r->len), 0);
+    else
+        EXPECT_RC(s, swa_free(&s->a, r->row, r->len), 0);
+    r->live = 0;
+    s->op = "double free";
+    snap_take(&before, &s->a);
+    refused(s, swa_free(&s->a, r->row, r->len), -EINVAL, &before);
+    r->len = r->cursor = 0;
+}
+
+static void op_group(struct rsim *s)
+{
+    s->op = s->group ? "group end" : "group begin";
+    if (!s->group) {
+        EXPECT_RC(s, swa_free_group_begin(&s->a), 0);
+    } else {
+        EXPECT_RC(s, swa_free_group_end(&s->a), 0);
+        s->full_pending = s->swa_pending = 0;
+    }
+    s->group = !s->group;
+}
+
+static void step(struct rsim *s)
+{
+    struct rreq *r = &s->req[rnd(s, R_REQ)];
+    uint64_t op = rnd(s, 100);
+
+    if (op < 4)
+        op_group(s); /* from any state: a group may hold every freed page */
+    else if (!r->live && op < 25)
+        op_alloc(s, r);
+    else if (!r->live)
+        op_grow(s, r, 0);
+    else if (op < 30)
+        op_grow(s, r, op < 15);
+    else if (op < 50)
+        op_window(s, r);
+    else if (op < 58)
+        op_tombstone(s, r);
+    else if (op < 68)
+        op_probe(s, r);
+    else
+        op_free(s, r);
+}
+
+static uint64_t base_seed(void)
+{
+    const char *env = getenv("KVT_SEED");
+
+    return env && *env ? strtoull(env, NULL, 0) : 0x5A5A2016ull;
+}
+
+static void random_run(const char *name, uint32_t ps, uint64_t full_tokens, uint64_t swa_tokens)
+{
+    struct rsim *s = calloc(1, sizeof(*s));
+
+    assert_non_null(s);
+    s->name = name;
+    s->ps = ps;
+    s->seed = base_seed();
+    s->rng = s->seed ^ ps;
+    printf("test_swa: %s: seed=%" PRIu64 " (KVT_SEED reruns it), %d steps\n", name, s->seed,
+           R_STEPS);
+    assert_int_equal(swa_alloc_init(&s->a, full_tokens, swa_tokens, ps), 0);
+    s->fseen = calloc(full_tokens + ps, 1);
+    s->sseen = calloc(swa_tokens + ps, 1);
+    assert_true(s->fseen && s->sseen);
+    for (s->step = 0; s->step < R_STEPS; s->step++) {
+        step(s);
+        check_all(s);
+    }
+    if (s->group)
+        op_group(s);
+    check_all(s);
+    printf("test_swa: %s: %" PRIu64 " grown, %" PRIu64 " -ENOMEM, %" PRIu64 " -EINVAL (%" PRIu64
+           " growths of a tombstoned partial page)\n",
+           name, s->ok, s->enomem, s->einval, s->tomb_refused);
+    /* The run must have reached every refusal it models, or it tested less than it says. */
+    assert_true(s->enomem > 0 && s->einval > 0 && (ps == 1 || s->tomb_refused > 0));
+    swa_alloc_finish(&s->a);
+    free(s->fseen);
+    free(s->sseen);
+    free(s);
+}
+
+static void test_random_ps1(void **state)
+{
+    (void)state;
+    random_run("ps1", 1, 256, 96);
+}
+
+static void test_random_ps16(void **state)
+{
+    (void)state;
+    random_run("ps16", 16, 1024, 384);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -500,7 +824,8 @@ int main(void)
         cmocka_unit_test(test_extend_decode),   cmocka_unit_test(test_extend_after_tombstone),
         cmocka_unit_test(test_extend_enomem),   cmocka_unit_test(test_free_group),
         cmocka_unit_test(test_window_rule),     cmocka_unit_test(test_pool_mha),
-        cmocka_unit_test(test_pool_mla),
+        cmocka_unit_test(test_pool_mla),        cmocka_unit_test(test_random_ps1),
+        cmocka_unit_test(test_random_ps16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
