@@ -29,11 +29,10 @@ int swa_alloc_init(struct swa_alloc *a, uint64_t full_tokens, uint64_t swa_token
     a->page_size = page_size;
     /* One request's SWA slots are at most its new pages plus the rest of a partial page. */
     uint32_t most = a->full.npages > a->swa.npages ? a->full.npages : a->swa.npages;
-    a->scratch_len = ((size_t)most + 1) * page_size;
     a->map = calloc(full_slots_total(a), sizeof(*a->map));
     a->peer = calloc((size_t)a->full.npages + 1, sizeof(*a->peer));
     a->mark = calloc((size_t)a->full.npages + 1, 1);
-    a->scratch = malloc(a->scratch_len * sizeof(*a->scratch));
+    a->scratch = malloc(((size_t)most + 1) * page_size * sizeof(*a->scratch));
     if (!a->map || !a->peer || !a->mark || !a->scratch) {
         swa_alloc_finish(a);
         return -ENOMEM;

@@ -25,8 +25,7 @@ struct swa_alloc {
     int32_t *map;     /* per full slot, (full.npages + 1) * page_size: its SWA slot, 0 none */
     uint32_t *peer;   /* per full page: the SWA page its mapped slots lie in, 0 none */
     uint8_t *mark;    /* per full page, all 0 between calls: "seen" within one call */
-    int32_t *scratch; /* SWA slots of one request or one free */
-    size_t scratch_len;
+    int32_t *scratch; /* SWA slots of one request or one free: (pages + 1) * page_size */
 };
 
 /* Both sides of full_tokens and swa_tokens slots (each rounded down to whole pages, each at

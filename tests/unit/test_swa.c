@@ -74,6 +74,16 @@ static int side_same(const struct side_snap *s, const struct slot_alloc *a)
            !memcmp(s->ring, a->ring, a->npages * sizeof(uint32_t));
 }
 
+static void snap_drop(struct snap *s)
+{
+    free(s->full.state);
+    free(s->full.ring);
+    free(s->swa.state);
+    free(s->swa.ring);
+    free(s->map);
+    free(s->peer);
+}
+
 /* Whether a is as s was; frees s. */
 static int snap_same(struct snap *s, const struct swa_alloc *a)
 {
@@ -81,12 +91,7 @@ static int snap_same(struct snap *s, const struct swa_alloc *a)
                !memcmp(s->map, a->map, map_len(a) * sizeof(int32_t)) &&
                !memcmp(s->peer, a->peer, (a->full.npages + 1) * sizeof(uint32_t));
 
-    free(s->full.state);
-    free(s->full.ring);
-    free(s->swa.state);
-    free(s->swa.ring);
-    free(s->map);
-    free(s->peer);
+    snap_drop(s);
     return same;
 }
 
@@ -637,7 +642,7 @@ static void op_grow(struct rsim *s, struct rreq *r, int decode)
         refused(s, rc, want, &before);
         return;
     }
-    snap_same(&before, &s->a);
+    snap_drop(&before);
     REQUIRE(s, rc == 0);
     r->len = seq;
     r->live = 1;
@@ -657,7 +662,7 @@ static void op_alloc(struct rsim *s, struct rreq *r)
         refused(s, rc, -ENOMEM, &before);
         return;
     }
-    snap_same(&before, &s->a);
+    snap_drop(&before);
     REQUIRE(s, rc == 0);
     r->live = 1;
     r->len = pages * s->ps;
