@@ -156,6 +156,7 @@ void free_device_copy(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
 
+    drop_state(t, idx); /* a state needs the KV it continues */
     if (t->cfg.free_pages)
         t->cfg.free_pages(t->cfg.ctx, n->pages, n->npages);
     account_device(t, n, -1);
@@ -553,7 +554,8 @@ static int lock_delta(struct rdx_tree *t, kvt_node_ref ref, int d)
         return rc;
     if (idx == ROOT)
         return 0;
-    if (d < 0 && node_at(t, idx)->own_ref == 0)
+    /* The locks of idx's state are its own KV locks too: only rdx_mamba_unlock drops them. */
+    if (d < 0 && node_at(t, idx)->own_ref <= state_locks(t, idx))
         return -EINVAL;
     node_at(t, idx)->own_ref += (uint32_t)d;
     for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent) {
@@ -616,6 +618,7 @@ int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out)
         return -ENOMEM;
     t->cfg = *cfg;
     t->leaf_head[0] = t->leaf_head[1] = NONE;
+    t->mamba_head = NONE;
     if (cfg->hash_pages && (rc = page_hasher_init(&t->hasher)))
         goto fail;
     rc = -ENOMEM;
@@ -659,6 +662,7 @@ void rdx_destroy(struct rdx_tree *t)
     free(t->gens);
     free(t->free_ids);
     free(t->heap);
+    free(t->mamba);
     if (t->hasher.md)
         page_hasher_finish(&t->hasher);
     free(t);

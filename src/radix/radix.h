@@ -66,6 +66,11 @@ struct rdx_config {
     rdx_free_pages_fn free_pages;
     rdx_free_pages_fn free_host_pages; /* called with the host pages of a dropped host copy */
     void *ctx;
+    /* Hybrid models (radix_mamba.c): nodes may hold a Mamba state, a checkpoint slot of the
+     * device's Mamba pool. 0 turns it all off and costs the tree nothing per node. */
+    int mamba;
+    uint32_t mamba_grid;          /* tokens: where a request may checkpoint (mamba_ckpt_grid) */
+    rdx_free_pages_fn free_mamba; /* called with the slots of the states the tree drops */
 };
 
 struct rdx_sizes {
@@ -73,8 +78,10 @@ struct rdx_sizes {
     uint64_t host_pages;   /* host pages, backups in flight included */
     uint64_t evictable_pages;
     uint64_t protected_pages;
-    uint64_t nodes; /* root excluded */
-    uint64_t bytes; /* heap bytes of the tree's metadata */
+    uint64_t nodes;           /* root excluded */
+    uint64_t bytes;           /* heap bytes of the tree's metadata */
+    uint64_t mamba_states;    /* nodes holding a Mamba state */
+    uint64_t mamba_evictable; /* of them, those no lock holds */
 };
 
 int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out);
@@ -207,6 +214,54 @@ size_t rdx_evict_host_written(struct rdx_tree *t, size_t pages, kvt_node_ref *de
 /* Matches that passed through ref's node. */
 int rdx_hit_count(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *hits);
 
+/* ---- Mamba states (cfg.mamba; radix_mamba.c) ----
+ * A hybrid model's recurrent layers need, beside a prefix's KV, the state the forward had at
+ * the prefix's end. A node may hold one such state, a checkpoint slot of the device's Mamba
+ * pool, describing the position where the node ends. A node with KV and no state is a
+ * tombstone: its KV leads to deeper states, but a request cannot start from it without
+ * recomputing from the deepest state above. A split leaves the upper node a tombstone (the
+ * state belongs to the end of the whole node). States live only on nodes with a device copy:
+ * when that copy goes, its state goes through free_mamba. A state has its own lock count,
+ * never above the node's own KV locks, and its own eviction list, so that rdx_mamba_evict can
+ * free states while their KV stays. Every call here is -EINVAL on a tree without cfg.mamba. */
+
+/* Give node ref (current, not the root) the state in slot (non-zero); the tree owns the slot
+ * until it hands it to free_mamba. -EEXIST when the node holds a state already: the caller
+ * keeps its slot (a duplicate of a state the cache has). */
+int rdx_mamba_attach(struct rdx_tree *t, kvt_node_ref ref, uint32_t slot);
+
+struct rdx_mamba_hit {
+    size_t kv_pages;         /* the device prefix, as rdx_match */
+    kvt_node_ref kv_last;    /* node ending it (the root when empty) */
+    kvt_node_ref state_last; /* deepest node of the prefix holding a state; the root if none */
+    uint32_t state_slot;     /* that node's slot; 0 when none */
+    uint64_t state_tokens;   /* tokens up to where that node ends: the effective prefix */
+    uint64_t branch_tokens;  /* the KV hit in tokens rounded down to cfg.mamba_grid (unrounded
+                              * when 0), when that lies past state_tokens; else 0 */
+};
+
+/* rdx_match that also names the deepest state on the device prefix, passing tombstones by.
+ * pages (may be NULL) gets the whole device prefix. The caller copies the state into its own
+ * slot (copy on write) and recomputes from state_tokens; with branch_tokens it checkpoints
+ * there so that the next request finds a state where this one's KV hit ended. */
+int rdx_match_mamba(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages,
+                    struct rdx_mamba_hit *hit);
+
+/* rdx_lock of node ref, and a lock of its state (-ENOENT when it holds none): a locked state
+ * is neither evicted nor dropped. */
+int rdx_mamba_lock(struct rdx_tree *t, kvt_node_ref ref);
+
+/* Undo one rdx_mamba_lock (-EINVAL when none holds). While state locks hold a node, rdx_unlock
+ * refuses the KV locks they need. */
+int rdx_mamba_unlock(struct rdx_tree *t, kvt_node_ref ref);
+
+/* Free the states of up to n nodes whose state is unlocked, least recently used first; their
+ * KV stays, as tombstones. Returns how many states went. */
+size_t rdx_mamba_evict(struct rdx_tree *t, size_t n);
+
+/* Node ref's state slot (0: none) and state locks; ref as for rdx_hit_count. */
+int rdx_mamba_state(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *slot, uint32_t *locks);
+
 kvt_node_ref rdx_root(const struct rdx_tree *t);
 void rdx_sizes(const struct rdx_tree *t, struct rdx_sizes *s);
 
@@ -221,7 +276,9 @@ struct rdx_page_visitor {
 
 /* Check every invariant of the tree (sizes, eviction lists, edges, lock refs, hash chains,
  * residency: every node has a copy, device and host copies each form a subtree at the top,
- * host-only nodes are neither locked nor being filled). v (may be NULL) visits every page.
+ * host-only nodes are neither locked nor being filled; with cfg.mamba: states only on device
+ * copies, no slot on two nodes, state locks within the node's own locks, the list of unlocked
+ * states exact). v (may be NULL) visits every page.
  * 0, or -EUCLEAN with a reason in why. */
 int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *why,
               size_t why_len);
@@ -229,7 +286,8 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
 /* The tree as text, one node a line, children in token order:
  * "<indent>[t0,t1,...] pages=[p0,...] lock=N", with pages=- when
  * the node has no device copy, host=[h0,...] before lock when it has a host copy, and " disk" after
- * that when it is on disk. Returns the
+ * that when it is on disk, and with cfg.mamba " mamba=S" (and " mlock=N" when locked) for a
+ * node holding a state. Returns the
  * length it needed. */
 size_t rdx_dump(const struct rdx_tree *t, char *buf, size_t cap);
 

@@ -137,6 +137,64 @@ static int check_shape(struct checker *c)
     return 0;
 }
 
+/* ---- Mamba states ---- */
+
+static int cmp_slot(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* One node's state: only on a device copy, locks within its own KV locks (full >= mamba),
+ * on the list of unlocked states exactly when it is one. Its slot goes to slots[]. */
+static int check_state(struct checker *c, uint32_t idx, uint32_t *slots, size_t *nslots)
+{
+    const struct rdx_tree *t = c->t;
+    const struct mamba_state *m = &t->mamba[idx];
+    const struct rdx_node *n = node_at(t, idx);
+
+    if (m->slot && (idx == ROOT || !n->on_device))
+        return fail(c, idx, "a Mamba state without device KV under it");
+    if (m->locks && !m->slot)
+        return fail(c, idx, "Mamba locks without a state");
+    if (idx != ROOT && m->locks > n->own_ref)
+        return fail(c, idx, "more Mamba locks than the node's own KV locks");
+    if (in_state_list(t, idx) != (m->slot && !m->locks))
+        return fail(c, idx, "Mamba state list membership is wrong");
+    if (m->slot)
+        slots[(*nslots)++] = m->slot;
+    c->sz.mamba_evictable += m->slot && !m->locks;
+    return 0;
+}
+
+/* Every state, no slot on two nodes, the list of unlocked states and the state counts. */
+static int check_states(struct checker *c)
+{
+    const struct rdx_tree *t = c->t;
+    uint32_t *slots = calloc(t->cap, sizeof(*slots));
+    size_t n = 0, listed = 0;
+    int rc = 0;
+
+    if (!slots)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < t->cap && rc == 0; i++)
+        if (t->nodes[i])
+            rc = check_state(c, i, slots, &n);
+    qsort(slots, n, sizeof(*slots), cmp_slot);
+    for (size_t i = 1; i < n && rc == 0; i++)
+        if (slots[i] == slots[i - 1])
+            rc = fail(c, ROOT, "a Mamba slot is held by two nodes");
+    for (uint32_t i = t->mamba_head; rc == 0 && i != NONE; i = t->mamba[i].next)
+        if (++listed > t->sz.mamba_evictable)
+            rc = fail(c, i, "Mamba state list is longer than its count");
+    if (rc == 0 && (listed != t->sz.mamba_evictable || n != t->sz.mamba_states ||
+                    c->sz.mamba_evictable != t->sz.mamba_evictable))
+        rc = fail(c, ROOT, "Mamba state counts differ from the nodes");
+    free(slots);
+    return rc;
+}
+
 static void visit_pages(const struct rdx_node *n, const struct rdx_page_visitor *v)
 {
     for (uint32_t p = 0; v && v->device && n->on_device && p < n->npages; p++)
@@ -167,6 +225,8 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
     }
     if (rc == 0)
         rc = check_shape(&c);
+    if (rc == 0 && t->mamba)
+        rc = check_states(&c);
     if (t->cfg.hash_pages)
         page_hasher_finish(&c.hasher);
 out:
@@ -239,6 +299,10 @@ static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, 
         }
         if (n->on_disk)
             emit(d, " disk");
+        if (t->mamba && t->mamba[idx].slot)
+            emit(d, " mamba=%u", t->mamba[idx].slot);
+        if (t->mamba && t->mamba[idx].locks)
+            emit(d, " mlock=%u", t->mamba[idx].locks);
         emit(d, " lock=%u\n", n->lock_ref);
     }
     /* Visit children smallest first; quadratic, which is fine at the sizes tests dump. */

@@ -100,6 +100,12 @@ static int grow_ids(struct rdx_tree *t)
     if (!heap)
         return -ENOMEM;
     t->heap = heap;
+    if (t->cfg.mamba) {
+        struct mamba_state *m = tree_realloc(t, t->mamba, ncap * sizeof(*m));
+        if (!m)
+            return -ENOMEM;
+        t->mamba = m;
+    }
     for (uint32_t i = t->cap; i < ncap; i++) {
         t->nodes[i] = NULL;
         t->gens[i] = 1;
@@ -126,6 +132,8 @@ uint32_t take_id(struct rdx_tree *t, struct rdx_node *n)
     uint32_t idx = t->free_ids[--t->nfree];
 
     t->nodes[idx] = n;
+    if (t->mamba)
+        t->mamba[idx] = (struct mamba_state){.prev = NONE, .next = NONE};
     n->born = t->gens[idx];
     t->used_ids++;
     return idx;

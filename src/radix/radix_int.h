@@ -3,12 +3,14 @@
  * draws the tree). Each file holds one concern and calls only the files below it:
  *
  *   radix_check.c   rdx_check, rdx_dump, rdx_node_hashes: for tests and tools
+ *   radix_mamba.c   Mamba states on nodes: attach, match, state locks, state eviction
  *   radix_evict.c   eviction order: policy keys, the heap, deferring passes, rdx_evict*
  *   radix_tiers.c   residency driven by transfers: load-back, backup, op end, disk fills,
  *                   disk writes (rdx_attach_*, rdx_*span, rdx_op_done, rdx_*_done)
  *   radix.c         the tree: nodes, split, dropping copies, spans, walk, match, insert,
  *                   locks, lifetime
- *   radix_leaves.c  the two leaf lists and the device page counts
+ *   radix_leaves.c  the two leaf lists, the list of unlocked Mamba states, the device page
+ *                   counts; dropping a state
  *   radix_edges.c   the edge table          radix_ns.c   namespaces
  *   radix_ids.c     node ids, refs and generations; heap accounting
  *   radix_int.h     (this file) the structs every file shares
@@ -59,6 +61,14 @@ struct rdx_node {
     uint8_t (*hash)[KVT_HASH_LEN];
 };
 
+/* A node's Mamba state (cfg.mamba), in a table beside the node table, by node index, so that
+ * a tree without states pays nothing per node. */
+struct mamba_state {
+    uint32_t slot;       /* the pool's checkpoint slot; 0: none */
+    uint32_t locks;      /* state locks: part of the node's own_ref */
+    uint32_t prev, next; /* the list of unlocked states; NONE at the ends */
+};
+
 struct ns_entry {
     uint8_t *bytes;
     size_t len;
@@ -84,6 +94,9 @@ struct rdx_tree {
     uint32_t leaf_head[2];
     uint32_t nleaves[2];
 
+    struct mamba_state *mamba; /* by node index, as long as the id table; NULL without states */
+    uint32_t mamba_head;       /* the list of unlocked states (its length: sz.mamba_evictable) */
+
     struct ns_entry *ns;
     uint32_t nns;
 
@@ -97,6 +110,12 @@ struct rdx_tree {
 static inline struct rdx_node *node_at(const struct rdx_tree *t, uint32_t idx)
 {
     return t->nodes[idx];
+}
+
+/* The state locks on node idx (0 in a tree without states). */
+static inline uint32_t state_locks(const struct rdx_tree *t, uint32_t idx)
+{
+    return t->mamba ? t->mamba[idx].locks : 0;
 }
 
 /* A span: a node and its ancestors up the parent chain while has(node, op) holds, never the
@@ -174,6 +193,12 @@ bool in_list(const struct rdx_tree *t, uint32_t idx, int list);
 void update_leaf(struct rdx_tree *t, uint32_t idx);
 /* Count n's device pages in (sign 1) or out of (sign -1) the tree's sizes. */
 void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign);
+/* Whether node idx is on the list of unlocked states. */
+bool in_state_list(const struct rdx_tree *t, uint32_t idx);
+/* Put node idx on, or take it off, the list of unlocked states as its state now says. */
+void update_state(struct rdx_tree *t, uint32_t idx);
+/* Give node idx's state (if any) back through free_mamba: the node is a tombstone. */
+void drop_state(struct rdx_tree *t, uint32_t idx);
 
 /* ---- radix.c: the tree ---- */
 

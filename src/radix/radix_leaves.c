@@ -1,7 +1,8 @@
 /*
  * The two leaf lists: for each tier, the nodes whose copy there may go now (device leaves,
  * host leaves), kept up to date as nodes change so that eviction never searches the tree;
- * and the device page counts (cached, evictable, protected) that follow the same changes.
+ * the device page counts (cached, evictable, protected) that follow the same changes; and,
+ * with Mamba states, the list of nodes whose state may go and the dropping of a state.
  */
 #include "radix_int.h"
 
@@ -79,4 +80,66 @@ void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign)
         t->sz.protected_pages += sign > 0 ? np : -np;
     else
         t->sz.evictable_pages += sign > 0 ? np : -np;
+}
+
+/* ---- Mamba states ---- */
+
+static bool state_evictable(const struct mamba_state *m)
+{
+    return m->slot != 0 && m->locks == 0;
+}
+
+bool in_state_list(const struct rdx_tree *t, uint32_t idx)
+{
+    return t->mamba[idx].prev != NONE || t->mamba_head == idx;
+}
+
+static void state_list_add(struct rdx_tree *t, uint32_t idx)
+{
+    struct mamba_state *m = &t->mamba[idx];
+
+    m->prev = NONE;
+    m->next = t->mamba_head;
+    if (t->mamba_head != NONE)
+        t->mamba[t->mamba_head].prev = idx;
+    t->mamba_head = idx;
+    t->sz.mamba_evictable++;
+}
+
+static void state_list_remove(struct rdx_tree *t, uint32_t idx)
+{
+    struct mamba_state *m = &t->mamba[idx];
+
+    if (m->prev != NONE)
+        t->mamba[m->prev].next = m->next;
+    else
+        t->mamba_head = m->next;
+    if (m->next != NONE)
+        t->mamba[m->next].prev = m->prev;
+    m->prev = m->next = NONE;
+    t->sz.mamba_evictable--;
+}
+
+void update_state(struct rdx_tree *t, uint32_t idx)
+{
+    bool want = state_evictable(&t->mamba[idx]);
+    bool have = in_state_list(t, idx);
+
+    if (want && !have)
+        state_list_add(t, idx);
+    else if (!want && have)
+        state_list_remove(t, idx);
+}
+
+void drop_state(struct rdx_tree *t, uint32_t idx)
+{
+    struct mamba_state *m = t->mamba ? &t->mamba[idx] : NULL;
+
+    if (!m || m->slot == 0)
+        return;
+    if (t->cfg.free_mamba)
+        t->cfg.free_mamba(t->cfg.ctx, &m->slot, 1);
+    m->slot = 0; /* unlocked: its locks would hold the KV whose loss drops it */
+    t->sz.mamba_states--;
+    update_state(t, idx);
 }
