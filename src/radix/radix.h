@@ -267,11 +267,12 @@ void rdx_sizes(const struct rdx_tree *t, struct rdx_sizes *s);
 
 /* ---- for tests and tools ---- */
 
-/* Called with every page the tree holds, per tier; either function may be NULL. */
+/* Called with every page the tree holds, per tier; any function may be NULL. */
 struct rdx_page_visitor {
     void (*device)(void *ctx, uint32_t page);
     void (*host)(void *ctx, uint32_t page);
     void *ctx;
+    void (*mamba)(void *ctx, uint32_t slot); /* the slot of every Mamba state; may be NULL */
 };
 
 /* Check every invariant of the tree (sizes, eviction lists, edges, lock refs, hash chains,

@@ -148,7 +148,8 @@ static int cmp_slot(const void *a, const void *b)
 
 /* One node's state: only on a device copy, locks within its own KV locks (full >= mamba),
  * on the list of unlocked states exactly when it is one. Its slot goes to slots[]. */
-static int check_state(struct checker *c, uint32_t idx, uint32_t *slots, size_t *nslots)
+static int check_state(struct checker *c, uint32_t idx, uint32_t *slots, size_t *nslots,
+                       const struct rdx_page_visitor *v)
 {
     const struct rdx_tree *t = c->t;
     const struct mamba_state *m = &t->mamba[idx];
@@ -164,12 +165,14 @@ static int check_state(struct checker *c, uint32_t idx, uint32_t *slots, size_t 
         return fail(c, idx, "Mamba state list membership is wrong");
     if (m->slot)
         slots[(*nslots)++] = m->slot;
+    if (m->slot && v && v->mamba)
+        v->mamba(v->ctx, m->slot);
     c->sz.mamba_evictable += m->slot && !m->locks;
     return 0;
 }
 
 /* Every state, no slot on two nodes, the list of unlocked states and the state counts. */
-static int check_states(struct checker *c)
+static int check_states(struct checker *c, const struct rdx_page_visitor *v)
 {
     const struct rdx_tree *t = c->t;
     uint32_t *slots = calloc(t->cap, sizeof(*slots));
@@ -180,7 +183,7 @@ static int check_states(struct checker *c)
         return -ENOMEM;
     for (uint32_t i = 0; i < t->cap && rc == 0; i++)
         if (t->nodes[i])
-            rc = check_state(c, i, slots, &n);
+            rc = check_state(c, i, slots, &n, v);
     qsort(slots, n, sizeof(*slots), cmp_slot);
     for (size_t i = 1; i < n && rc == 0; i++)
         if (slots[i] == slots[i - 1])
@@ -226,7 +229,7 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
     if (rc == 0)
         rc = check_shape(&c);
     if (rc == 0 && t->mamba)
-        rc = check_states(&c);
+        rc = check_states(&c, v);
     if (t->cfg.hash_pages)
         page_hasher_finish(&c.hasher);
 out:
