@@ -146,6 +146,7 @@ int split(struct rdx_tree *t, uint32_t idx, uint32_t m, uint32_t *out)
     c->edge_hash = edge_hash(nidx, c->ns, c->tokens, t->cfg.page_size);
     edge_put(t, idx);
     t->sz.nodes++;
+    split_swa(t, idx, nidx);
     *out = nidx;
     return 0;
 }
@@ -157,6 +158,7 @@ void free_device_copy(struct rdx_tree *t, uint32_t idx)
     struct rdx_node *n = node_at(t, idx);
 
     drop_state(t, idx); /* a state needs the KV it continues */
+    drop_swa(t, idx);   /* first: the caller finds the SWA peers through the full pages */
     if (t->cfg.free_pages)
         t->cfg.free_pages(t->cfg.ctx, n->pages, n->npages);
     account_device(t, n, -1);
@@ -423,6 +425,7 @@ uint32_t link_leaf(struct rdx_tree *t, uint32_t parent, uint32_t ns, struct rdx_
         node_at(t, parent)->ndev_children++;
         n->on_device = true;
         account_device(t, n, 1);
+        gain_swa(t, idx);
     }
     update_leaf(t, parent);
     update_leaf(t, idx);
@@ -451,6 +454,7 @@ static void give_device_copy(struct rdx_tree *t, uint32_t idx, size_t at, const 
     n->on_device = true;
     node_at(t, n->parent)->ndev_children++;
     account_device(t, n, 1);
+    gain_swa(t, idx);
     update_leaf(t, idx);
     update_leaf(t, n->parent);
 }
@@ -618,7 +622,7 @@ int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out)
         return -ENOMEM;
     t->cfg = *cfg;
     t->leaf_head[0] = t->leaf_head[1] = NONE;
-    t->mamba_head = NONE;
+    t->mamba_head = t->swa_head = NONE;
     if (cfg->hash_pages && (rc = page_hasher_init(&t->hasher)))
         goto fail;
     rc = -ENOMEM;
@@ -663,6 +667,7 @@ void rdx_destroy(struct rdx_tree *t)
     free(t->free_ids);
     free(t->heap);
     free(t->mamba);
+    free(t->swa);
     if (t->hasher.md)
         page_hasher_finish(&t->hasher);
     free(t);

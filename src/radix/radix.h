@@ -71,6 +71,11 @@ struct rdx_config {
     int mamba;
     uint32_t mamba_grid;          /* tokens: where a request may checkpoint (mamba_ckpt_grid) */
     rdx_free_pages_fn free_mamba; /* called with the slots of the states the tree drops */
+    /* Sliding-window layers (radix_swa.c): a node's device pages may hold SWA KV beside their
+     * full-attention KV, and lose it alone. The window in tokens; 0 turns it all off. */
+    uint32_t swa_window;
+    rdx_free_pages_fn free_swa_pages; /* called with the device (full) pages whose SWA part
+                                       * the tree frees: the caller frees their SWA peers */
 };
 
 struct rdx_sizes {
@@ -82,6 +87,8 @@ struct rdx_sizes {
     uint64_t bytes;           /* heap bytes of the tree's metadata */
     uint64_t mamba_states;    /* nodes holding a Mamba state */
     uint64_t mamba_evictable; /* of them, those no lock holds */
+    uint64_t swa_pages;       /* device pages still holding SWA KV */
+    uint64_t swa_evictable;   /* of them, those on nodes no SWA lock holds */
 };
 
 int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out);
@@ -262,6 +269,51 @@ size_t rdx_mamba_evict(struct rdx_tree *t, size_t n);
 /* Node ref's state slot (0: none) and state locks; ref as for rdx_hit_count. */
 int rdx_mamba_state(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *slot, uint32_t *locks);
 
+/* ---- sliding-window tombstones (cfg.swa_window; radix_swa.c) ----
+ * A model with sliding-window layers keeps two KV parts per device page: the full-attention
+ * part and the SWA part, which only the last swa_window tokens before a position need. A node
+ * whose SWA part was freed while its full part stays is an SWA tombstone. A node holds SWA KV
+ * (all its pages, or none) from the moment it gets a device copy; it loses it through
+ * rdx_swa_evict or with its device copy, and a split gives both halves what the whole had.
+ * A match is good only to the deepest node end whose last swa_window tokens all hold SWA KV,
+ * or whose whole prefix does. SWA locks protect the SWA part of the nodes covering a window;
+ * the unlocked nodes holding SWA KV form their own eviction list. Every call here is -EINVAL
+ * on a tree without cfg.swa_window. */
+
+struct rdx_swa_hit {
+    size_t kv_pages;        /* the device prefix, as rdx_match */
+    kvt_node_ref kv_last;   /* node ending it (the root when empty) */
+    size_t swa_pages;       /* the usable prefix: its last window holds SWA KV throughout */
+    kvt_node_ref swa_last;  /* node ending it (the root when empty) */
+    uint64_t branch_tokens; /* the KV hit in tokens when it lies past the usable prefix, else 0:
+                             * where the request should re-insert so that the next one finds
+                             * a whole window there */
+};
+
+/* rdx_match under the window. pages (may be NULL) gets the whole device prefix; the request
+ * reuses its first swa_pages and recomputes the rest. Refreshes the SWA recency of the nodes
+ * covering a window (plus a page) above swa_last. */
+int rdx_match_swa(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages,
+                  struct rdx_swa_hit *hit);
+
+/* rdx_lock of node ref, and an SWA lock of each node covering the swa_window tokens ending at
+ * ref's end (tombstones included, stopping at the root). *span gets the tokens covered, which
+ * rdx_swa_unlock needs back: splits later refine those nodes but keep the span. */
+int rdx_swa_lock(struct rdx_tree *t, kvt_node_ref ref, uint64_t *span);
+
+/* Undo one rdx_swa_lock of ref with the span it gave. -EINVAL where no SWA lock was taken at
+ * ref, or where span does not end on a boundary of SWA-locked nodes (a span the lock did not
+ * give that still does is not caught: the caller keeps its own). While SWA locks taken at a
+ * node hold it, rdx_unlock refuses the KV locks they need. */
+int rdx_swa_unlock(struct rdx_tree *t, kvt_node_ref ref, uint64_t span);
+
+/* Free the SWA part of unlocked nodes, least recently used first, until at least pages pages
+ * went or none is left; their full KV stays, as SWA tombstones. Returns the pages freed. */
+size_t rdx_swa_evict(struct rdx_tree *t, size_t pages);
+
+/* Whether node ref holds SWA KV (1, 0: a tombstone or no device copy) and its SWA locks. */
+int rdx_swa_state(const struct rdx_tree *t, kvt_node_ref ref, int *live, uint32_t *locks);
+
 kvt_node_ref rdx_root(const struct rdx_tree *t);
 void rdx_sizes(const struct rdx_tree *t, struct rdx_sizes *s);
 
@@ -279,7 +331,8 @@ struct rdx_page_visitor {
  * residency: every node has a copy, device and host copies each form a subtree at the top,
  * host-only nodes are neither locked nor being filled; with cfg.mamba: states only on device
  * copies, no slot on two nodes, state locks within the node's own locks, the list of unlocked
- * states exact). v (may be NULL) visits every page.
+ * states exact; with cfg.swa_window: SWA KV only on device copies, SWA locks within the node's
+ * KV locks, the list of unlocked nodes holding SWA KV exact). v (may be NULL) visits every page.
  * 0, or -EUCLEAN with a reason in why. */
 int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *why,
               size_t why_len);
@@ -288,7 +341,8 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
  * "<indent>[t0,t1,...] pages=[p0,...] lock=N", with pages=- when
  * the node has no device copy, host=[h0,...] before lock when it has a host copy, and " disk" after
  * that when it is on disk, and with cfg.mamba " mamba=S" (and " mlock=N" when locked) for a
- * node holding a state. Returns the
+ * node holding a state, with cfg.swa_window " swa-" for an SWA tombstone on the device (and
+ * " slock=N" when SWA-locked). Returns the
  * length it needed. */
 size_t rdx_dump(const struct rdx_tree *t, char *buf, size_t cap);
 

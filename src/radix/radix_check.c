@@ -198,6 +198,51 @@ static int check_states(struct checker *c, const struct rdx_page_visitor *v)
     return rc;
 }
 
+/* ---- the SWA part of nodes ---- */
+
+/* One node's SWA part: only on a device copy, SWA locks within its KV locks (a window's lock
+ * holds a KV lock at the window's end, below or at every node it covers), locks taken here
+ * within its own, on the list exactly when it holds SWA KV that no lock holds. */
+static int check_swa_part(struct checker *c, uint32_t idx)
+{
+    const struct rdx_tree *t = c->t;
+    const struct swa_part *w = &t->swa[idx];
+    const struct rdx_node *n = node_at(t, idx);
+
+    if (w->live && (idx == ROOT || !n->on_device))
+        return fail(c, idx, "SWA KV without device KV under it");
+    if (idx != ROOT && (w->locks > n->lock_ref || w->own > n->own_ref || w->own > w->locks))
+        return fail(c, idx, "SWA locks out of order with the KV locks");
+    if (idx == ROOT && (w->locks || w->own))
+        return fail(c, idx, "SWA locks on the root");
+    if (in_swa_list(t, idx) != (w->live && w->locks == 0))
+        return fail(c, idx, "SWA list membership is wrong");
+    if (w->live)
+        c->sz.swa_pages += n->npages;
+    if (w->live && w->locks == 0)
+        c->sz.swa_evictable += n->npages;
+    return 0;
+}
+
+/* Every node's SWA part, the list of unlocked nodes with SWA KV and the SWA sizes. */
+static int check_swa(struct checker *c)
+{
+    const struct rdx_tree *t = c->t;
+    uint32_t listed = 0;
+    int rc = 0;
+
+    for (uint32_t i = 0; i < t->cap && rc == 0; i++)
+        if (t->nodes[i])
+            rc = check_swa_part(c, i);
+    for (uint32_t i = t->swa_head; rc == 0 && i != NONE; i = t->swa[i].next)
+        if (++listed > t->swa_listed)
+            rc = fail(c, i, "SWA list is longer than its count");
+    if (rc == 0 && (listed != t->swa_listed || c->sz.swa_pages != t->sz.swa_pages ||
+                    c->sz.swa_evictable != t->sz.swa_evictable))
+        rc = fail(c, ROOT, "SWA counts differ from the nodes");
+    return rc;
+}
+
 static void visit_pages(const struct rdx_node *n, const struct rdx_page_visitor *v)
 {
     for (uint32_t p = 0; v && v->device && n->on_device && p < n->npages; p++)
@@ -230,6 +275,8 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
         rc = check_shape(&c);
     if (rc == 0 && t->mamba)
         rc = check_states(&c, v);
+    if (rc == 0 && t->swa)
+        rc = check_swa(&c);
     if (t->cfg.hash_pages)
         page_hasher_finish(&c.hasher);
 out:
@@ -306,6 +353,10 @@ static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, 
             emit(d, " mamba=%u", t->mamba[idx].slot);
         if (t->mamba && t->mamba[idx].locks)
             emit(d, " mlock=%u", t->mamba[idx].locks);
+        if (t->swa && n->on_device && !t->swa[idx].live)
+            emit(d, " swa-");
+        if (t->swa && t->swa[idx].locks)
+            emit(d, " slock=%u", t->swa[idx].locks);
         emit(d, " lock=%u\n", n->lock_ref);
     }
     /* Visit children smallest first; quadratic, which is fine at the sizes tests dump. */

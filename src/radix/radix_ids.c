@@ -106,6 +106,12 @@ static int grow_ids(struct rdx_tree *t)
             return -ENOMEM;
         t->mamba = m;
     }
+    if (t->cfg.swa_window) {
+        struct swa_part *w = tree_realloc(t, t->swa, ncap * sizeof(*w));
+        if (!w)
+            return -ENOMEM;
+        t->swa = w;
+    }
     for (uint32_t i = t->cap; i < ncap; i++) {
         t->nodes[i] = NULL;
         t->gens[i] = 1;
@@ -134,6 +140,8 @@ uint32_t take_id(struct rdx_tree *t, struct rdx_node *n)
     t->nodes[idx] = n;
     if (t->mamba)
         t->mamba[idx] = (struct mamba_state){.prev = NONE, .next = NONE};
+    if (t->swa)
+        t->swa[idx] = (struct swa_part){.prev = NONE, .next = NONE};
     n->born = t->gens[idx];
     t->used_ids++;
     return idx;

@@ -3,6 +3,8 @@
  * draws the tree). Each file holds one concern and calls only the files below it:
  *
  *   radix_check.c   rdx_check, rdx_dump, rdx_node_hashes: for tests and tools
+ *   radix_swa.c     sliding-window tombstones: match under the window, SWA locks, SWA
+ *                   eviction
  *   radix_mamba.c   Mamba states on nodes: attach, match, state locks, state eviction
  *   radix_evict.c   eviction order: policy keys, the heap, deferring passes, rdx_evict*
  *   radix_tiers.c   residency driven by transfers: load-back, backup, op end, disk fills,
@@ -10,7 +12,8 @@
  *   radix.c         the tree: nodes, split, dropping copies, spans, walk, match, insert,
  *                   locks, lifetime
  *   radix_leaves.c  the two leaf lists, the list of unlocked Mamba states, the device page
- *                   counts; dropping a state
+ *                   counts; dropping a state; the SWA part of nodes: its list, gaining it
+ *                   with a device copy, keeping it across a split, dropping it
  *   radix_edges.c   the edge table          radix_ns.c   namespaces
  *   radix_ids.c     node ids, refs and generations; heap accounting
  *   radix_int.h     (this file) the structs every file shares
@@ -69,6 +72,15 @@ struct mamba_state {
     uint32_t prev, next; /* the list of unlocked states; NONE at the ends */
 };
 
+/* A node's SWA part (cfg.swa_window), in a table beside the node table like the Mamba one. */
+struct swa_part {
+    bool live;           /* the node's device pages hold SWA KV; false: a tombstone */
+    uint32_t locks;      /* SWA locks of windows covering this node (tombstone or not) */
+    uint32_t own;        /* of the rdx_swa_locks taken at this node: part of its own_ref */
+    uint32_t prev, next; /* the list of unlocked nodes with SWA KV; NONE at the ends */
+    uint64_t access;     /* the clock when a window last covered the node */
+};
+
 struct ns_entry {
     uint8_t *bytes;
     size_t len;
@@ -97,6 +109,10 @@ struct rdx_tree {
     struct mamba_state *mamba; /* by node index, as long as the id table; NULL without states */
     uint32_t mamba_head;       /* the list of unlocked states (its length: sz.mamba_evictable) */
 
+    struct swa_part *swa; /* by node index, as long as the id table; NULL without a window */
+    uint32_t swa_head;    /* the list of unlocked nodes with SWA KV */
+    uint32_t swa_listed;  /* its length */
+
     struct ns_entry *ns;
     uint32_t nns;
 
@@ -112,10 +128,11 @@ static inline struct rdx_node *node_at(const struct rdx_tree *t, uint32_t idx)
     return t->nodes[idx];
 }
 
-/* The state locks on node idx (0 in a tree without states). */
+/* The KV locks of node idx that Mamba state locks and SWA locks taken there hold, which only
+ * their own unlocks drop (0 in a tree without either). */
 static inline uint32_t state_locks(const struct rdx_tree *t, uint32_t idx)
 {
-    return t->mamba ? t->mamba[idx].locks : 0;
+    return (t->mamba ? t->mamba[idx].locks : 0) + (t->swa ? t->swa[idx].own : 0);
 }
 
 /* A span: a node and its ancestors up the parent chain while has(node, op) holds, never the
@@ -199,6 +216,16 @@ bool in_state_list(const struct rdx_tree *t, uint32_t idx);
 void update_state(struct rdx_tree *t, uint32_t idx);
 /* Give node idx's state (if any) back through free_mamba: the node is a tombstone. */
 void drop_state(struct rdx_tree *t, uint32_t idx);
+/* Whether node idx is on the list of unlocked nodes with SWA KV. */
+bool in_swa_list(const struct rdx_tree *t, uint32_t idx);
+/* Put node idx on, or take it off, that list as its SWA part now says. */
+void update_swa(struct rdx_tree *t, uint32_t idx);
+/* Node idx just got a device copy (with a window): its pages come with SWA KV. */
+void gain_swa(struct rdx_tree *t, uint32_t idx);
+/* A split made upper the new parent of idx: it takes idx's SWA part (both halves alike). */
+void split_swa(struct rdx_tree *t, uint32_t idx, uint32_t upper);
+/* Free node idx's SWA part (if any) through free_swa_pages: the node is an SWA tombstone. */
+void drop_swa(struct rdx_tree *t, uint32_t idx);
 
 /* ---- radix.c: the tree ---- */
 

@@ -143,3 +143,91 @@ void drop_state(struct rdx_tree *t, uint32_t idx)
     t->sz.mamba_states--;
     update_state(t, idx);
 }
+
+/* ---- the SWA part of nodes (cfg.swa_window) ---- */
+
+bool in_swa_list(const struct rdx_tree *t, uint32_t idx)
+{
+    return t->swa[idx].prev != NONE || t->swa_head == idx;
+}
+
+/* The list only: its pages are counted by update_swa, which knows what joined. */
+static void swa_list_add(struct rdx_tree *t, uint32_t idx)
+{
+    struct swa_part *w = &t->swa[idx];
+
+    w->prev = NONE;
+    w->next = t->swa_head;
+    if (t->swa_head != NONE)
+        t->swa[t->swa_head].prev = idx;
+    t->swa_head = idx;
+    t->swa_listed++;
+}
+
+static void swa_list_remove(struct rdx_tree *t, uint32_t idx)
+{
+    struct swa_part *w = &t->swa[idx];
+
+    if (w->prev != NONE)
+        t->swa[w->prev].next = w->next;
+    else
+        t->swa_head = w->next;
+    if (w->next != NONE)
+        t->swa[w->next].prev = w->prev;
+    w->prev = w->next = NONE;
+    t->swa_listed--;
+}
+
+void update_swa(struct rdx_tree *t, uint32_t idx)
+{
+    bool want = t->swa[idx].live && t->swa[idx].locks == 0;
+    bool have = in_swa_list(t, idx);
+    uint64_t np = node_at(t, idx)->npages;
+
+    if (want && !have) {
+        swa_list_add(t, idx);
+        t->sz.swa_evictable += np;
+    } else if (!want && have) {
+        swa_list_remove(t, idx);
+        t->sz.swa_evictable -= np;
+    }
+}
+
+void gain_swa(struct rdx_tree *t, uint32_t idx)
+{
+    if (!t->swa || t->swa[idx].live)
+        return;
+    t->swa[idx].live = true;
+    t->swa[idx].access = t->clock;
+    t->sz.swa_pages += node_at(t, idx)->npages;
+    update_swa(t, idx);
+}
+
+/* Every window covering the whole node covers both halves, so upper takes its locks; the
+ * locks taken at idx stay there, as idx keeps the node's end. The pages were counted whole. */
+void split_swa(struct rdx_tree *t, uint32_t idx, uint32_t upper)
+{
+    struct swa_part *w = t->swa ? &t->swa[idx] : NULL;
+
+    if (!w)
+        return;
+    t->swa[upper] = (struct swa_part){
+        .live = w->live, .locks = w->locks, .access = w->access, .prev = NONE, .next = NONE};
+    if (w->live && w->locks == 0)
+        swa_list_add(t, upper);
+}
+
+void drop_swa(struct rdx_tree *t, uint32_t idx)
+{
+    struct swa_part *w = t->swa ? &t->swa[idx] : NULL;
+    struct rdx_node *n = node_at(t, idx);
+
+    if (!w || !w->live)
+        return;
+    /* Out of the list first, while its pages still count as SWA KV. */
+    w->live = false;
+    update_swa(t, idx);
+    if (t->cfg.free_swa_pages)
+        t->cfg.free_swa_pages(t->cfg.ctx, n->pages, n->npages);
+    t->sz.swa_pages -= n->npages;
+}

@@ -1,0 +1,232 @@
+/*
+ * Sliding-window tombstones (cfg.swa_window): SGLang's SWA radix semantics over the tree.
+ * A node's device pages hold SWA KV beside their full KV until the SWA part is freed alone
+ * (an SWA tombstone). A match is good only where the window before its end holds SWA KV
+ * throughout; SWA locks protect the nodes covering a running request's window; the unlocked
+ * nodes holding SWA KV form an eviction list of their own, ordered by when a window last
+ * covered them rather than by when any match passed through.
+ *
+ * Below this file: radix.c gives a node SWA KV with each device copy it gets, keeps both
+ * halves of a split alike and frees the SWA part with the device copy (gain_swa, split_swa,
+ * drop_swa in radix_leaves.c), so nothing there calls up here.
+ */
+#include "radix_int.h"
+
+#include <errno.h>
+
+static bool swa_on(const struct rdx_tree *t)
+{
+    return t && t->swa;
+}
+
+static uint64_t node_tokens(const struct rdx_tree *t, uint32_t idx)
+{
+    return (uint64_t)node_at(t, idx)->npages * t->cfg.page_size;
+}
+
+/* Whether the window ending at node idx (live) holds SWA KV throughout: the live run above
+ * it spans the window or reaches the root. *stop gets the node that ended the run. */
+static bool window_whole(const struct rdx_tree *t, uint32_t idx, uint32_t *stop)
+{
+    uint64_t run = 0;
+    uint32_t i = idx;
+
+    while (i != ROOT && t->swa[i].live && run < t->cfg.swa_window) {
+        run += node_tokens(t, i);
+        i = node_at(t, i)->parent;
+    }
+    *stop = i;
+    return run >= t->cfg.swa_window || i == ROOT;
+}
+
+/* The deepest node from idx up whose window is whole; ROOT (the empty prefix) when none is.
+ * A run too short fails for every node in it, so the search goes on above its tombstone:
+ * each node is looked at once. */
+static uint32_t usable_end(const struct rdx_tree *t, uint32_t idx)
+{
+    uint32_t stop;
+
+    while (idx != ROOT) {
+        if (!t->swa[idx].live)
+            idx = node_at(t, idx)->parent;
+        else if (window_whole(t, idx, &stop))
+            return idx;
+        else
+            idx = stop;
+    }
+    return ROOT;
+}
+
+/* The nodes a window (and a page, as a request continues into its next page) ending at idx
+ * covers are the ones its next request reads: they become the most recent. */
+static void touch_window(struct rdx_tree *t, uint32_t idx)
+{
+    uint64_t covered = 0, reach = (uint64_t)t->cfg.swa_window + t->cfg.page_size;
+
+    for (uint32_t i = idx; i != ROOT && covered < reach; i = node_at(t, i)->parent) {
+        t->swa[i].access = t->clock;
+        covered += node_tokens(t, i);
+    }
+}
+
+static size_t depth_pages(const struct rdx_tree *t, uint32_t idx)
+{
+    size_t pages = 0;
+
+    for (uint32_t i = idx; i != ROOT; i = node_at(t, i)->parent)
+        pages += node_at(t, i)->npages;
+    return pages;
+}
+
+int rdx_match_swa(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages,
+                  struct rdx_swa_hit *hit)
+{
+    uint32_t last, end;
+    int rc;
+
+    if (!swa_on(t) || !hit)
+        return -EINVAL;
+    *hit = (struct rdx_swa_hit){0};
+    if ((rc = rdx_match(t, key, pages, &hit->kv_pages, &hit->kv_last)) ||
+        (rc = resolve(t, hit->kv_last, &last)))
+        return rc;
+    end = usable_end(t, last);
+    hit->swa_last = make_ref(t, end);
+    hit->swa_pages = depth_pages(t, end);
+    if (hit->kv_pages > hit->swa_pages)
+        hit->branch_tokens = (uint64_t)hit->kv_pages * t->cfg.page_size;
+    touch_window(t, end);
+    return 0;
+}
+
+/* ---- SWA locks ---- */
+
+/* Add d to the SWA locks of the nodes covering span tokens ending at idx's end. */
+static void lock_window(struct rdx_tree *t, uint32_t idx, uint64_t span, int d)
+{
+    uint64_t covered = 0;
+
+    for (uint32_t i = idx; i != ROOT && covered < span; i = node_at(t, i)->parent) {
+        t->swa[i].locks += (uint32_t)d;
+        update_swa(t, i);
+        covered += node_tokens(t, i);
+    }
+}
+
+/* Whether span tokens ending at idx's end are whole nodes that SWA locks hold. Splits since
+ * the lock refined those nodes, never moved their boundaries, so the sum lands on span. */
+static bool window_locked(const struct rdx_tree *t, uint32_t idx, uint64_t span)
+{
+    uint64_t covered = 0;
+    uint32_t i = idx;
+
+    for (; i != ROOT && covered < span; i = node_at(t, i)->parent) {
+        if (t->swa[i].locks == 0)
+            return false;
+        covered += node_tokens(t, i);
+    }
+    return covered == span && (covered >= t->cfg.swa_window || i == ROOT);
+}
+
+int rdx_swa_lock(struct rdx_tree *t, kvt_node_ref ref, uint64_t *span)
+{
+    uint64_t covered = 0;
+    uint32_t idx;
+    int rc;
+
+    if (!swa_on(t) || !span)
+        return -EINVAL;
+    if ((rc = resolve_current(t, ref, &idx)) || (rc = rdx_lock(t, ref)))
+        return rc;
+    for (uint32_t i = idx; i != ROOT && covered < t->cfg.swa_window; i = node_at(t, i)->parent)
+        covered += node_tokens(t, i);
+    if (idx != ROOT)
+        t->swa[idx].own++;
+    lock_window(t, idx, covered, 1);
+    *span = covered;
+    return 0;
+}
+
+int rdx_swa_unlock(struct rdx_tree *t, kvt_node_ref ref, uint64_t span)
+{
+    uint32_t idx;
+    int rc;
+
+    if (!swa_on(t))
+        return -EINVAL;
+    if ((rc = resolve_current(t, ref, &idx)))
+        return rc;
+    if (idx == ROOT)
+        return span == 0 ? 0 : -EINVAL;
+    if (t->swa[idx].own == 0 || !window_locked(t, idx, span))
+        return -EINVAL;
+    t->swa[idx].own--; /* first, or rdx_unlock would refuse the lock it holds */
+    if ((rc = rdx_unlock(t, ref))) {
+        t->swa[idx].own++;
+        return rc;
+    }
+    lock_window(t, idx, span, -1);
+    return 0;
+}
+
+int rdx_swa_state(const struct rdx_tree *t, kvt_node_ref ref, int *live, uint32_t *locks)
+{
+    uint32_t idx;
+    int rc;
+
+    if (!swa_on(t) || !live || !locks)
+        return -EINVAL;
+    if ((rc = resolve(t, ref, &idx)))
+        return rc;
+    *live = t->swa[idx].live;
+    *locks = t->swa[idx].locks;
+    return 0;
+}
+
+/* ---- SWA eviction: least recently covered by a window first ---- */
+
+static bool covered_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
+{
+    uint64_t ax = t->swa[x].access, ay = t->swa[y].access;
+
+    return ax != ay ? ax < ay : x < y;
+}
+
+static void sift_down(const struct rdx_tree *t, uint32_t *v, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && covered_before(t, v[l], v[m]))
+            m = l;
+        if (r < n && covered_before(t, v[r], v[m]))
+            m = r;
+        if (m == i)
+            return;
+        uint32_t tmp = v[i];
+        v[i] = v[m];
+        v[m] = tmp;
+        i = m;
+    }
+}
+
+size_t rdx_swa_evict(struct rdx_tree *t, size_t pages)
+{
+    /* The eviction heap's array is as long as the id table, and idle between calls. */
+    uint32_t *v = swa_on(t) ? t->heap : NULL;
+    size_t len = 0, done = 0;
+
+    if (!v || pages == 0)
+        return 0;
+    for (uint32_t i = t->swa_head; i != NONE; i = t->swa[i].next)
+        v[len++] = i;
+    for (size_t i = len / 2; i-- > 0;)
+        sift_down(t, v, len, i);
+    while (done < pages && len) {
+        uint32_t x = v[0];
+        v[0] = v[--len];
+        sift_down(t, v, len, 0);
+        done += node_at(t, x)->npages;
+        drop_swa(t, x);
+    }
+    return done;
+}
