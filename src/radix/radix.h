@@ -273,12 +273,12 @@ int rdx_mamba_state(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *slot, 
  * A model with sliding-window layers keeps two KV parts per device page: the full-attention
  * part and the SWA part, which only the last swa_window tokens before a position need. A node
  * whose SWA part was freed while its full part stays is an SWA tombstone. A node holds SWA KV
- * (all its pages, or none) from the moment it gets a device copy; it loses it through
- * rdx_swa_evict or with its device copy, and a split gives both halves what the whole had.
- * A match is good only to the deepest node end whose last swa_window tokens all hold SWA KV,
- * or whose whole prefix does. SWA locks protect the SWA part of the nodes covering a window;
- * the unlocked nodes holding SWA KV form their own eviction list. Every call here is -EINVAL
- * on a tree without cfg.swa_window. */
+ * (all its pages, or none) from the moment it gets a device copy (rdx_insert_swa says which
+ * pages came without); it loses it through rdx_swa_evict or with its device copy, and a split gives
+ * both halves what the whole had. A match is good only to the deepest node end whose last
+ * swa_window tokens all hold SWA KV, or whose whole prefix does. SWA locks protect the SWA part of
+ * the nodes covering a window; the unlocked nodes holding SWA KV form their own eviction list.
+ * Every call here is -EINVAL on a tree without cfg.swa_window. */
 
 struct rdx_swa_hit {
     size_t kv_pages;        /* the device prefix, as rdx_match */
@@ -295,6 +295,14 @@ struct rdx_swa_hit {
  * covering a window (plus a page) above swa_last. */
 int rdx_match_swa(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages,
                   struct rdx_swa_hit *hit);
+
+/* rdx_insert_ref for a request whose SWA part below token swa_from (a multiple of page_size,
+ * at most key->len) it freed already as its window moved on (swa_window_evict_to): the pages
+ * the tree takes before swa_from come as SWA tombstones, not handed to free_swa_pages. A node
+ * straddling swa_from splits there; when that split cannot be made, its SWA part goes whole
+ * (the part past swa_from through free_swa_pages) and the insert still stands. */
+int rdx_insert_swa(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
+                   int32_t priority, uint64_t swa_from, size_t *prefix_pages, kvt_node_ref *last);
 
 /* rdx_lock of node ref, and an SWA lock of each node covering the swa_window tokens ending at
  * ref's end (tombstones included, stopping at the root). *span gets the tokens covered, which

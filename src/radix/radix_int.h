@@ -224,6 +224,8 @@ void update_swa(struct rdx_tree *t, uint32_t idx);
 void gain_swa(struct rdx_tree *t, uint32_t idx);
 /* A split made upper the new parent of idx: it takes idx's SWA part (both halves alike). */
 void split_swa(struct rdx_tree *t, uint32_t idx, uint32_t upper);
+/* Node idx's SWA part (if any) is gone, freed by someone else: the node is an SWA tombstone. */
+void forget_swa(struct rdx_tree *t, uint32_t idx);
 /* Free node idx's SWA part (if any) through free_swa_pages: the node is an SWA tombstone. */
 void drop_swa(struct rdx_tree *t, uint32_t idx);
 

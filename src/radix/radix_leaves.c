@@ -217,17 +217,24 @@ void split_swa(struct rdx_tree *t, uint32_t idx, uint32_t upper)
         swa_list_add(t, upper);
 }
 
-void drop_swa(struct rdx_tree *t, uint32_t idx)
+void forget_swa(struct rdx_tree *t, uint32_t idx)
 {
     struct swa_part *w = t->swa ? &t->swa[idx] : NULL;
-    struct rdx_node *n = node_at(t, idx);
 
     if (!w || !w->live)
         return;
-    /* Out of the list first, while its pages still count as SWA KV. */
     w->live = false;
     update_swa(t, idx);
+    t->sz.swa_pages -= node_at(t, idx)->npages;
+}
+
+void drop_swa(struct rdx_tree *t, uint32_t idx)
+{
+    struct rdx_node *n = node_at(t, idx);
+
+    if (!t->swa || !t->swa[idx].live)
+        return;
     if (t->cfg.free_swa_pages)
         t->cfg.free_swa_pages(t->cfg.ctx, n->pages, n->npages);
-    t->sz.swa_pages -= n->npages;
+    forget_swa(t, idx);
 }

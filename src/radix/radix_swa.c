@@ -99,6 +99,57 @@ int rdx_match_swa(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages
     return 0;
 }
 
+/* ---- inserts from requests that freed part of their SWA KV ---- */
+
+/* Node idx holds pages [start, start + npages) of the key and straddles page from: its pages
+ * before from come without SWA KV. Split it there (the upper half a tombstone); failing
+ * that, the whole node goes tombstone, handing back the SWA part the caller still had. */
+static void clip_straddling(struct rdx_tree *t, uint32_t idx, size_t start, size_t from)
+{
+    struct rdx_node *n = node_at(t, idx);
+    uint32_t m = (uint32_t)(from - start), upper;
+
+    if (split(t, idx, m, &upper) == 0) {
+        forget_swa(t, upper);
+        return;
+    }
+    if (t->cfg.free_swa_pages)
+        t->cfg.free_swa_pages(t->cfg.ctx, n->pages + m, n->npages - m);
+    forget_swa(t, idx);
+}
+
+/* The nodes ending at idx (whose pages end at page end) that this insert gave device pages,
+ * those below prefix: the ones before page from hold no SWA KV. */
+static void clip_inserted(struct rdx_tree *t, uint32_t idx, size_t end, size_t prefix, size_t from)
+{
+    while (idx != ROOT && end > prefix) {
+        size_t start = end - node_at(t, idx)->npages;
+        uint32_t parent = node_at(t, idx)->parent;
+        if (end <= from)
+            forget_swa(t, idx);
+        else if (start < from)
+            clip_straddling(t, idx, start, from);
+        idx = parent; /* taken before any split: above the upper half it made */
+        end = start;
+    }
+}
+
+int rdx_insert_swa(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
+                   int32_t priority, uint64_t swa_from, size_t *prefix_pages, kvt_node_ref *last)
+{
+    uint32_t idx;
+    int rc;
+
+    if (!swa_on(t) || !key || !prefix_pages || !last || swa_from % t->cfg.page_size ||
+        swa_from > key->len)
+        return -EINVAL;
+    if ((rc = rdx_insert_ref(t, key, pages, priority, prefix_pages, last)) ||
+        (rc = resolve(t, *last, &idx)))
+        return rc;
+    clip_inserted(t, idx, key->len / t->cfg.page_size, *prefix_pages, swa_from / t->cfg.page_size);
+    return 0;
+}
+
 /* ---- SWA locks ---- */
 
 /* Add d to the SWA locks of the nodes covering span tokens ending at idx's end. */

@@ -229,6 +229,58 @@ static void test_whole_window_passes_tombstones(void **state)
     rdx_destroy(t);
 }
 
+/* ---- inserts of requests whose window moved on ---- */
+
+/* A 40-token request freed its SWA KV below token 24 before it was cached: the tree takes
+ * [17..40], splits it at 24 and keeps [17..24] a tombstone, freeing nothing itself. */
+static void test_insert_after_window_moved(void **state)
+{
+    struct recorder r = {0};
+    struct rdx_tree *t = stree(4, 8, &r);
+    struct kvt_key k = {.tokens = seq, .len = 40};
+    uint32_t pages[10];
+    size_t pre;
+    kvt_node_ref last;
+    struct rdx_sizes sz;
+
+    (void)state;
+    put(t, 4, seq, 16);
+    for (uint32_t i = 0; i < 10; i++)
+        pages[i] = seq[i * 4] + 1000;
+    assert_int_equal(rdx_insert_swa(t, &k, pages, 0, 2, &pre, &last), -EINVAL);
+    assert_int_equal(rdx_insert_swa(t, &k, pages, 0, 44, &pre, &last), -EINVAL);
+    assert_int_equal(rdx_insert_swa(t, &k, pages, 0, 24, &pre, &last), 0);
+    check(t);
+    assert_int_equal(pre, 4);
+    assert_int_equal(r.nswa, 0);
+    assert_int_equal(live_of(t, last), 1);
+    assert_dump(t, "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16] pages=[1001,1005,1009,1013] lock=0\n"
+                   "  [17,18,19,20,21,22,23,24] pages=[1017,1021] swa- lock=0\n"
+                   "    [25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40] "
+                   "pages=[1025,1029,1033,1037] lock=0\n");
+    rdx_sizes(t, &sz);
+    assert_int_equal(sz.swa_pages, 8);
+    assert_int_equal(sz.cached_pages, 10);
+
+    struct rdx_swa_hit h = get(t, seq, 40);
+    assert_int_equal(h.swa_pages, 10); /* [25..40] is a whole window */
+    h = get(t, seq, 28);
+    assert_int_equal(h.swa_pages, 4); /* [25..28] is not: back to A */
+
+    /* Freed below a point inside what the tree already held: nothing new to clip. */
+    uint32_t other[24];
+    memcpy(other, seq, 16 * sizeof(uint32_t));
+    for (uint32_t i = 16; i < 24; i++)
+        other[i] = 7000 + i;
+    k = (struct kvt_key){.tokens = other, .len = 24};
+    assert_int_equal(rdx_insert_swa(t, &k, pages, 0, 12, &pre, &last), 0);
+    check(t);
+    assert_int_equal(live_of(t, last), 1);
+    h = get(t, other, 24);
+    assert_int_equal(h.swa_pages, 6);
+    rdx_destroy(t);
+}
+
 /* ---- eviction ---- */
 
 static void test_evict_makes_tombstones(void **state)
@@ -478,6 +530,7 @@ struct model {
     size_t cached, live;
     struct mlock locks[RLOCKS];
     size_t nlocks;
+    size_t cut, passed; /* matches cut short by a tombstone, and passing one */
 };
 
 static uint32_t rnd(struct model *m, uint32_t n)
@@ -580,15 +633,11 @@ static void step_insert(struct model *m)
         return;
     for (size_t i = 0; i < len / RPS; i++)
         pages[i] = m->next_page++;
+    /* Half the requests freed their SWA KV below a random page before being cached. */
+    size_t from = rnd(m, 2) ? rnd(m, (uint32_t)(len / RPS) + 1) : 0;
+    kvt_node_ref last;
+    assert_int_equal(rdx_insert_swa(m->t, &k, pages, 0, from * RPS, &pre, &last), 0);
     uint32_t parent = 0;
-    for (size_t i = 0; i < len / RPS; i++) { /* what the tree holds before the insert */
-        uint32_t p = find_page(m, parent, tok + i * RPS);
-        if (!p)
-            break;
-        parent = p;
-    }
-    assert_int_equal(rdx_insert(m->t, &k, pages, 0, &pre), 0);
-    parent = 0;
     for (size_t i = 0; i < len / RPS; i++) {
         if (i < pre) {
             parent = find_page(m, parent, tok + i * RPS);
@@ -596,11 +645,11 @@ static void step_insert(struct model *m)
             continue;
         }
         struct mpage *p = &m->pg[pages[i]];
-        *p = (struct mpage){.parent = parent, .cached = true, .live = true};
+        *p = (struct mpage){.parent = parent, .cached = true, .live = i >= from};
         memcpy(p->tok, tok + i * RPS, sizeof(p->tok));
         parent = pages[i];
         m->cached++;
-        m->live++;
+        m->live += p->live;
     }
 }
 
@@ -617,6 +666,12 @@ static struct rdx_swa_hit step_match(struct model *m, uint32_t *tok, size_t *len
     assert_int_equal(h.kv_pages, kv);
     assert_memory_equal(got, mpages, kv * sizeof(uint32_t));
     assert_int_equal(h.swa_pages, model_usable(m, mpages, kv));
+    m->cut += h.swa_pages < kv;
+    for (size_t i = 0; i < h.swa_pages; i++)
+        if (!m->pg[mpages[i]].live) {
+            m->passed++; /* the usable prefix passes a tombstone */
+            break;
+        }
     assert_int_equal(h.branch_tokens, h.kv_pages > h.swa_pages ? kv * RPS : 0);
     return h;
 }
@@ -710,6 +765,9 @@ static void run_model(uint64_t seed, uint32_t window, int steps)
     model_check(m);
     assert_int_equal(m->cached, 0); /* every page came back, its SWA part first */
     assert_int_equal(m->live, 0);
+    assert_true(m->cut > 0);
+    if (window < 12) /* a 12-token window is rarely whole after a tombstone in short keys */
+        assert_true(m->passed > 0);
     rdx_destroy(m->t);
     free(m);
 }
@@ -728,6 +786,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tombstone_stops_match),
         cmocka_unit_test(test_whole_window_passes_tombstones),
+        cmocka_unit_test(test_insert_after_window_moved),
         cmocka_unit_test(test_evict_makes_tombstones),
         cmocka_unit_test(test_kv_eviction_frees_swa),
         cmocka_unit_test(test_evict_order_by_window),
