@@ -411,6 +411,34 @@ class Closed(StoreCase):
         self.s = self.open()
         self.assertEqual(self.read(1, 1), [0])
 
+    def test_close_while_threads_call(self):
+        """close from one thread while others are inside calls: it waits them out, and
+        their next calls raise ValueError, never touching a closed store."""
+        self.put(0, 16)
+        started, errors, closed_seen = threading.Barrier(4), [], []
+
+        def caller():
+            started.wait()
+            try:
+                while True:
+                    self.read(0, 16)
+                    self.s.exists([key_of(i) for i in range(16)])
+            except ValueError:
+                closed_seen.append(True)
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=caller) for _ in range(3)]
+        for t in threads:
+            t.start()
+        started.wait()
+        time.sleep(0.05)
+        self.s.close()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(len(closed_seen), 3)
+
 
 class Gil(StoreCase):
     def test_gil_released_inside_a_call(self):
