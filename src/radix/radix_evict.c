@@ -1,6 +1,7 @@
 /*
  * Eviction: the order each policy gives (LRU, LFU, FIFO, MRU, FILO, priority), a heap over
- * one leaf list in that order, and eviction passes that drop leaves, or defer those that want
+ * one leaf list in that order (radix_heap.c), and eviction passes that drop leaves, or defer
+ * those that want
  * a copy in the tier below first. Work is bounded by the pages asked for; nothing allocates.
  */
 #include "radix_int.h"
@@ -39,55 +40,6 @@ static bool evict_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
     if (kx.b != ky.b)
         return kx.b < ky.b;
     return x < y;
-}
-
-/* ---- a heap of leaves in policy order ---- */
-
-struct heap {
-    uint32_t *v;
-    size_t n;
-};
-
-static void heap_sift_down(const struct rdx_tree *t, struct heap *h, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && evict_before(t, h->v[l], h->v[m]))
-            m = l;
-        if (r < h->n && evict_before(t, h->v[r], h->v[m]))
-            m = r;
-        if (m == i)
-            return;
-        uint32_t tmp = h->v[i];
-        h->v[i] = h->v[m];
-        h->v[m] = tmp;
-        i = m;
-    }
-}
-
-static void heap_push(const struct rdx_tree *t, struct heap *h, uint32_t x)
-{
-    size_t i = h->n++;
-
-    h->v[i] = x;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!evict_before(t, h->v[i], h->v[p]))
-            return;
-        uint32_t tmp = h->v[i];
-        h->v[i] = h->v[p];
-        h->v[p] = tmp;
-        i = p;
-    }
-}
-
-static uint32_t heap_pop(const struct rdx_tree *t, struct heap *h)
-{
-    uint32_t top = h->v[0];
-
-    h->v[0] = h->v[--h->n];
-    heap_sift_down(t, h, 0);
-    return top;
 }
 
 /* ---- eviction passes ---- */
@@ -150,15 +102,14 @@ static size_t evict_list(struct rdx_tree *t, struct evict_req *r)
 {
     /* A parent is pushed only after its last child was popped, so the heap never holds
      * more entries than there are nodes. */
-    struct heap h = {.v = t->heap};
+    struct heap h = {.v = t->heap, .before = evict_before};
     size_t done = 0;
 
     if (r->pages == 0 || t->nleaves[r->list] == 0)
         return 0;
     for (uint32_t i = t->leaf_head[r->list]; i != NONE; i = node_at(t, i)->next[r->list])
         h.v[h.n++] = i;
-    for (size_t i = h.n / 2; i-- > 0;)
-        heap_sift_down(t, &h, i);
+    heap_build(t, &h);
 
     while (done < r->pages && h.n) {
         uint32_t x = heap_pop(t, &h);

@@ -14,6 +14,7 @@
  *   radix_leaves.c  the two leaf lists, the list of unlocked Mamba states, the device page
  *                   counts; dropping a state; the SWA part of nodes: its list, gaining it
  *                   with a device copy, keeping it across a split, dropping it
+ *   radix_heap.c    a heap of node ids in a caller's order, over the tree's heap array
  *   radix_edges.c   the edge table          radix_ns.c   namespaces
  *   radix_ids.c     node ids, refs and generations; heap accounting
  *   radix_int.h     (this file) the structs every file shares
@@ -197,6 +198,24 @@ int edge_reserve(struct rdx_tree *t, uint32_t more);
 uint32_t edge_slot(const struct rdx_tree *t, uint32_t child);
 /* Remove child's edge. */
 void edge_del(struct rdx_tree *t, uint32_t child);
+
+/* ---- radix_heap.c: a min-heap of node ids ---- */
+
+/* Whether node x comes out of a heap before node y. */
+typedef bool (*heap_before_fn)(const struct rdx_tree *t, uint32_t x, uint32_t y);
+
+struct heap {
+    uint32_t *v; /* the tree's heap array */
+    size_t n;
+    heap_before_fn before;
+};
+
+/* Put v[i] in place below it; heap_build: v[0 .. n) made a heap. */
+void heap_sift_down(const struct rdx_tree *t, struct heap *h, size_t i);
+void heap_build(const struct rdx_tree *t, struct heap *h);
+void heap_push(const struct rdx_tree *t, struct heap *h, uint32_t x);
+/* The first node in order (h->n > 0), taken off. */
+uint32_t heap_pop(const struct rdx_tree *t, struct heap *h);
 
 /* ---- radix_leaves.c: the leaf lists and device page counts ---- */
 

@@ -149,40 +149,19 @@ static bool used_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
     return ax != ay ? ax < ay : x < y;
 }
 
-static void sift_down(const struct rdx_tree *t, uint32_t *v, size_t n, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && used_before(t, v[l], v[m]))
-            m = l;
-        if (r < n && used_before(t, v[r], v[m]))
-            m = r;
-        if (m == i)
-            return;
-        uint32_t tmp = v[i];
-        v[i] = v[m];
-        v[m] = tmp;
-        i = m;
-    }
-}
-
 size_t rdx_mamba_evict(struct rdx_tree *t, size_t n)
 {
-    /* The eviction heap's array is as long as the id table, and idle between calls. */
-    uint32_t *v = mamba_on(t) ? t->heap : NULL;
-    size_t len = 0, done = 0;
+    struct heap h = {.before = used_before};
+    size_t done = 0;
 
-    if (!v || n == 0)
+    if (!mamba_on(t) || n == 0)
         return 0;
+    h.v = t->heap; /* as long as the id table, and idle between calls */
     for (uint32_t i = t->mamba_head; i != NONE; i = t->mamba[i].next)
-        v[len++] = i;
-    for (size_t i = len / 2; i-- > 0;)
-        sift_down(t, v, len, i);
-    while (done < n && len) {
-        uint32_t x = v[0];
-        v[0] = v[--len];
-        sift_down(t, v, len, 0);
-        drop_state(t, x);
+        h.v[h.n++] = i;
+    heap_build(t, &h);
+    while (done < n && h.n) {
+        drop_state(t, heap_pop(t, &h));
         done++;
     }
     return done;

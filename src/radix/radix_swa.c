@@ -243,39 +243,19 @@ static bool covered_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
     return ax != ay ? ax < ay : x < y;
 }
 
-static void sift_down(const struct rdx_tree *t, uint32_t *v, size_t n, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && covered_before(t, v[l], v[m]))
-            m = l;
-        if (r < n && covered_before(t, v[r], v[m]))
-            m = r;
-        if (m == i)
-            return;
-        uint32_t tmp = v[i];
-        v[i] = v[m];
-        v[m] = tmp;
-        i = m;
-    }
-}
-
 size_t rdx_swa_evict(struct rdx_tree *t, size_t pages)
 {
-    /* The eviction heap's array is as long as the id table, and idle between calls. */
-    uint32_t *v = swa_on(t) ? t->heap : NULL;
-    size_t len = 0, done = 0;
+    struct heap h = {.before = covered_before};
+    size_t done = 0;
 
-    if (!v || pages == 0)
+    if (!swa_on(t) || pages == 0)
         return 0;
+    h.v = t->heap; /* as long as the id table, and idle between calls */
     for (uint32_t i = t->swa_head; i != NONE; i = t->swa[i].next)
-        v[len++] = i;
-    for (size_t i = len / 2; i-- > 0;)
-        sift_down(t, v, len, i);
-    while (done < pages && len) {
-        uint32_t x = v[0];
-        v[0] = v[--len];
-        sift_down(t, v, len, 0);
+        h.v[h.n++] = i;
+    heap_build(t, &h);
+    while (done < pages && h.n) {
+        uint32_t x = heap_pop(t, &h);
         done += node_at(t, x)->npages;
         drop_swa(t, x);
     }
