@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 3
+#define KVT_VERSION_MINOR 4
 #define KVT_VERSION_PATCH 0
 
 /* kvtier-specific error codes, below the errno range. */
@@ -123,6 +123,23 @@ struct kvt_geometry {
     uint32_t dtype_bytes;      /* element size: 1, 2 or 4 */
 };
 
+/* The recurrent layers of a hybrid model (Mamba2 in Nemotron-H, Jamba and Falcon-H1; Gated
+ * DeltaNet in Qwen3-Next), beside the attention layers that geometry describes. Such a layer
+ * keeps no KV: a request carries one fixed-size state (per layer a conv state and an SSM state)
+ * in a state slot, and the prefix cache keeps copies of states at checkpoint positions. A
+ * cached prefix is served only up to the deepest checkpoint on it (kvt_req_mamba). (Since
+ * 0.4.) */
+struct kvt_mamba {
+    uint32_t layers;         /* recurrent layers; 0 (the default): none */
+    uint32_t slots;          /* state slots for requests (2 each while they run) and the
+                                cache's checkpoints; 0: 4 x max_requests */
+    uint64_t conv_bytes;     /* one layer's conv state (the sum of its conv tensors) */
+    uint64_t ssm_bytes;      /* one layer's recurrent (SSM) state */
+    uint32_t chunk;          /* tokens: the chunked scan's state grid, a power of two;
+                                default 64 (FLA's chunk) */
+    uint32_t track_interval; /* tokens: decode checkpoints, a multiple of chunk; default 256 */
+};
+
 struct kvt_options {
     size_t size; /* sizeof(struct kvt_options) as the caller was compiled; set by init */
     struct kvt_geometry geometry;
@@ -180,6 +197,9 @@ struct kvt_options {
      * a run does the same thing every time (tests, recorded baselines); 0 (default): worker
      * threads emulate the streams, and what lands when varies as on a GPU. cuda ignores it. */
     uint32_t sim_serial;
+    /* Recurrent layers of a hybrid model (since 0.4); layers 0: none. Not yet with a host
+     * tier (-EINVAL): states do not leave the device. */
+    struct kvt_mamba mamba;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -272,6 +292,14 @@ struct kvt_stats {
     uint64_t disk_index_rebuilt;
     uint64_t disk_recovered_tokens;
     uint64_t disk_skipped_tokens; /* tokens not written: a chain longer than the whole tier */
+    /* Mamba states (all 0 without recurrent layers; since 0.4). match_hit_tokens counts
+     * the part of a hit that a checkpoint backs; mamba_kv_hit_tokens the KV found. */
+    uint64_t mamba_slots;          /* state slots */
+    uint64_t mamba_free_slots;     /* of them, free */
+    uint64_t mamba_cached_states;  /* checkpoints the prefix cache holds */
+    uint64_t mamba_kv_hit_tokens;  /* device KV the matches found */
+    uint64_t mamba_evicted_states; /* checkpoints dropped to make room for states */
+    uint64_t mamba_pool_bytes;     /* bytes of the state pool on the device */
 };
 
 typedef struct kvt_engine kvt_engine;
@@ -334,7 +362,9 @@ int kvt_stats(const kvt_engine *e, struct kvt_stats *st);
  * -ENOMEM (a split found no memory), KVT_EBACKEND.
  * Blocks: with a disk tier it reads the disk index (LMDB) past the host part; under
  * write_through_selective a hit may start a backup, which may evict host pages (see the
- * conventions). It never waits for a load: m->load_op names it. */
+ * conventions). It never waits for a load: m->load_op names it. With recurrent layers
+ * (options.mamba) the prefix ends at the deepest checkpoint on the KV found, as kvt_req_begin
+ * would serve it. */
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m);
 
 /* Insert key (key->len a multiple of page_size) with the device slots of its tokens. The
@@ -437,7 +467,9 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
  * Blocks: a load-back may evict (as kvt_evict). With a disk tier the part only the disk holds
  * is read to the host first: prefetch_policy wait_complete waits for that read, timeout waits
  * up to prefetch_timeout_ms, best_effort does not wait; the read may need host room (see the
- * conventions). */
+ * conventions). With recurrent layers (options.mamba) the prefix is cut to the deepest
+ * checkpoint on it and the request gets two state slots (kvt_req_mamba): -ENOMEM also when
+ * no two can be had after evicting unlocked checkpoints. */
 int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req);
 
 /* Write n slots into the request's req_to_token row from position start; start may not be
@@ -457,7 +489,10 @@ int kvt_req_read(const kvt_engine *e, const struct kvt_req *req, size_t start, s
  * req->load_op grows when the cached slots are another request's load still landing.
  * Errors: -EINVAL (req not live or not as kvt_req_begin left it, key shorter than the
  * protected prefix or longer than the row, a slot of the key's part not the caller's),
- * -ENOMEM (tree memory), -EUCLEAN. Blocks: as kvt_insert. */
+ * -ENOMEM (tree memory), -EUCLEAN. Blocks: as kvt_insert.
+ * With recurrent layers the key is inserted only up to the state recorded in the track slot
+ * (kvt_req_mamba_track), which the cache takes there (a fresh track slot takes its place;
+ * -ENOMEM when none can be had); without one nothing is inserted. */
 int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key);
 
 /* Finish a request: insert the whole pages of key (its committed tokens) with priority,
@@ -470,12 +505,65 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
  * held by the caller and none named twice (-EINVAL otherwise: rewrite bad entries with
  * kvt_req_write). A request that allocated nothing is released with key->len ==
  * req->protected_len (0 when nothing matched). On success req is dead (pool_idx -1).
- * Errors: -EINVAL, -ENOMEM (tree memory), -EUCLEAN. Blocks: as kvt_insert. */
+ * Errors: -EINVAL, -ENOMEM (tree memory), -EUCLEAN. Blocks: as kvt_insert.
+ * With recurrent layers the key is inserted only up to the state recorded in the track slot
+ * (none: nothing is inserted), the cache takes that state, and the request's slots go. */
 int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key,
                            int32_t priority, int insert);
 
 /* Request slots free now. */
 size_t kvt_req_available(const kvt_engine *e);
+
+/* ---- hybrid models: Mamba states (options.mamba; since 0.4) ----
+ * On an engine with recurrent layers a prefix is worth reusing only up to a position where
+ * the cache kept the recurrent state. kvt_req_begin then serves the prefix up to the deepest
+ * checkpoint on the KV it matched (protected_len), copies that state into the request's own
+ * slot (copy on write: the cached state stays as it was), and the request recomputes from
+ * there. The request leaves states for the cache through its track slot: its forward writes
+ * the state at a checkpoint position there (or the engine copies the running slot there,
+ * kvt_req_mamba_track), and the next kvt_req_cache_unfinished or kvt_req_cache_finished
+ * inserts the key up to that position, no further, and hands the state to the node ending
+ * it. kvt_match reports the same state-backed prefix as device_len. kvt_insert inserts KV
+ * without a state. Unlocked checkpoints are evicted, least recently used first, when a
+ * request needs state slots; a checkpoint also goes when its node loses its KV. */
+
+struct kvt_req_mamba {
+    int32_t slot;         /* the state slot the request runs in (kvt_mamba_buffer): after
+                             kvt_req_begin a copy of the state at protected_len, zeros when
+                             nothing was matched */
+    int32_t track_slot;   /* where the forward leaves the state at a checkpoint position */
+    size_t kv_len;        /* device KV the match found; protected_len, the part a state
+                             backs, may be shorter */
+    size_t branch_len;    /* kv_len rounded down to grid when that lies past protected_len: a
+                             checkpoint there in the prefill gives the next request on this
+                             prefix all of the KV; 0: none */
+    size_t track_len;     /* the position of the state in track_slot; 0: none recorded */
+    uint32_t grid;        /* prefill checkpoints at multiples of this: lcm(chunk, page_size) */
+    uint32_t decode_grid; /* decode checkpoints at multiples of this (track_interval) */
+};
+
+/* The Mamba side of a live request. Errors: -EINVAL (no recurrent layers, req not live, m
+ * NULL). */
+int kvt_req_mamba(const kvt_engine *e, const struct kvt_req *req, struct kvt_req_mamba *m);
+
+/* Record that the request's track slot holds the state after its first len tokens: len a
+ * multiple of grid, past protected_len, within what its row holds. With copy 1 the engine
+ * first copies the running slot into the track slot (the forward stopped at len); with 0 the
+ * caller's forward wrote it there. A later record replaces an earlier one.
+ * Errors: -EINVAL (as kvt_req_mamba, or len not as said), KVT_EBACKEND (the copy failed).
+ * Blocks: with copy, until the copy is done. */
+int kvt_req_mamba_track(kvt_engine *e, const struct kvt_req *req, size_t len, int copy);
+
+/* Copy one recurrent layer's conv (part 0) or SSM (part 1) state of slot between the pool and
+ * buf (conv_bytes or ssm_bytes). Writes go to a request's slot (running or track), reads also
+ * to the cache's checkpoints. Errors: -EINVAL (no recurrent layers, layer, part, a slot that
+ * is free or, for a write, the cache's; buf NULL), KVT_EBACKEND. Blocks: until copied. */
+int kvt_mamba_write(kvt_engine *e, int32_t slot, uint32_t layer, int part, const void *buf);
+int kvt_mamba_read(kvt_engine *e, int32_t slot, uint32_t layer, int part, void *buf);
+
+/* The device address of a recurrent layer's conv (part 0) or SSM (part 1) buffer, slot s at
+ * ptr + s * slot_bytes, for the caller's kernels. Valid until kvt_close. Errors: -EINVAL. */
+int kvt_mamba_buffer(kvt_engine *e, uint32_t layer, int part, void **ptr, size_t *slot_bytes);
 
 /* ---- host tier ---- */
 

@@ -31,6 +31,8 @@ static void option_defaults(struct kvt_options *o)
     o->hash_pages = 1;
     o->tp_size = 1;
     o->write_threshold = 2;
+    o->mamba.chunk = 64;
+    o->mamba.track_interval = 256;
 }
 
 /* size is the caller's sizeof: an older caller's struct is shorter and gets the defaults of
@@ -72,11 +74,11 @@ static const struct {
     OPTION(disk_io),         OPTION(disk_write_policy),
     OPTION(prefetch_policy), OPTION(prefetch_timeout_ms),
     OPTION(prefetch_min),    OPTION(stats_socket),
-    OPTION(sim_serial),
+    OPTION(sim_serial),      OPTION(mamba),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, sim_serial) -
-                       sizeof(uint32_t) <
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, mamba) -
+                       sizeof(struct kvt_mamba) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
@@ -113,7 +115,7 @@ static int check_options(const struct kvt_options *o)
         return -EINVAL;
     if (kv_geometry_check(&o->geometry))
         return -EINVAL;
-    return 0;
+    return engine_mamba_check_options(o);
 }
 
 static int device_tokens(const struct kvt_options *o, uint64_t *tokens)
@@ -153,16 +155,24 @@ static int make_fingerprint(kvt_engine *e)
                     e->opts.tp_rank,
                     e->opts.tp_size,
                     KVT_HASH_VERSION};
-    uint8_t tail[sizeof(v)];
+    /* Recurrent layers add their state geometry; an engine without them hashes what
+     * earlier versions did, so their data dirs stay valid. */
+    const struct kvt_mamba *m = &e->opts.mamba;
+    uint32_t hybrid[] = {m->layers, (uint32_t)m->conv_bytes, (uint32_t)(m->conv_bytes >> 32),
+                         (uint32_t)m->ssm_bytes, (uint32_t)(m->ssm_bytes >> 32)};
+    size_t nv = sizeof(v) / sizeof(v[0]), nh = m->layers ? sizeof(hybrid) / sizeof(hybrid[0]) : 0;
+    uint8_t tail[sizeof(v) + sizeof(hybrid)];
     struct page_hasher h;
     int rc = page_hasher_init(&h);
 
     if (rc)
         return rc;
-    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+    for (size_t i = 0; i < nv; i++)
         put_u32(tail + 4 * i, v[i]);
+    for (size_t i = 0; i < nh; i++)
+        put_u32(tail + 4 * (nv + i), hybrid[i]);
     /* The model id is NUL-terminated in the input so "ab"+fields and "a"+"b..." differ. */
-    rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, sizeof(tail),
+    rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, 4 * (nv + nh),
                              e->fingerprint);
     page_hasher_finish(&h);
     return rc;
@@ -199,6 +209,8 @@ static int open_tree(kvt_engine *e)
     };
 
     memcpy(cfg.fingerprint, e->fingerprint, KVT_HASH_LEN);
+    if (e->mamba)
+        engine_mamba_tree_config(e, &cfg);
     return rdx_create(&cfg, &e->tree);
 }
 
@@ -291,7 +303,8 @@ static int open_parts(kvt_engine *e)
     if (!e->pages || !e->below_pages)
         return -ENOMEM;
     if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)) ||
-        (rc = open_tiers(e, tokens)) || (rc = open_tree(e)))
+        (e->opts.mamba.layers && (rc = engine_mamba_open(e))) || (rc = open_tiers(e, tokens)) ||
+        (rc = open_tree(e)))
         return rc;
     if (e->opts.stats_socket && (rc = stats_server_start(e->opts.stats_socket, &e->stats)))
         return rc;
@@ -366,6 +379,7 @@ static void engine_free(kvt_engine *e)
     tier_stop_chain(e->below);
     rdx_destroy(e->tree);
     tier_close_chain(e->below);
+    engine_mamba_close(e);
     if (!e->bottom)
         store_close(e->store); /* given to a failed open, never handed to a tier */
     if (e->be)

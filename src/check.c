@@ -25,7 +25,7 @@ static void count_one(struct page_count *pc, uint32_t page)
 }
 
 struct owners {
-    struct page_count dev, host;
+    struct page_count dev, host, mamba;
 };
 
 static void count_device_page(void *ctx, uint32_t page)
@@ -36,6 +36,11 @@ static void count_device_page(void *ctx, uint32_t page)
 static void count_host_page(void *ctx, uint32_t page)
 {
     count_one(&((struct owners *)ctx)->host, page);
+}
+
+static void count_state_slot(void *ctx, uint32_t slot)
+{
+    count_one(&((struct owners *)ctx)->mamba, slot);
 }
 
 static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why, size_t len)
@@ -82,19 +87,24 @@ static uint32_t below_tree_pages(const kvt_engine *e)
 int engine_check(const kvt_engine *e, char *why, size_t why_len)
 {
     uint32_t nbelow = below_tree_pages(e);
+    uint32_t nstates = engine_mamba_slots(e);
     struct owners o = {.dev = {.lo = 1, .hi = e->alloc.npages},
-                       .host = {.lo = 0, .hi = nbelow ? nbelow - 1 : 0}};
+                       .host = {.lo = 0, .hi = nbelow ? nbelow - 1 : 0},
+                       .mamba = {.lo = 1, .hi = nstates}};
     struct rdx_page_visitor v = {.device = count_device_page, .ctx = &o};
     int rc = -ENOMEM;
 
     o.dev.count = calloc(e->alloc.npages + 1, 1);
     o.host.count = calloc(nbelow ? nbelow : 1, 1);
-    if (!o.dev.count || !o.host.count)
+    o.mamba.count = calloc((size_t)nstates + 1, 1);
+    if (!o.dev.count || !o.host.count || !o.mamba.count)
         goto out;
     if (nbelow)
         v.host = count_host_page;
+    if (nstates)
+        v.mamba = count_state_slot;
     rc = rdx_check(e->tree, &v, why, why_len);
-    if (rc == 0 && (o.dev.bad || o.host.bad)) {
+    if (rc == 0 && (o.dev.bad || o.host.bad || o.mamba.bad)) {
         snprintf(why, why_len, "a page is held by two nodes or is out of range");
         rc = -EUCLEAN;
     }
@@ -106,8 +116,11 @@ int engine_check(const kvt_engine *e, char *why, size_t why_len)
     }
     if (rc == 0 && nbelow)
         rc = e->below->ops->check(e->below, o.host.count, why, why_len);
+    if (rc == 0 && nstates)
+        rc = engine_mamba_check(e, o.mamba.count, why, why_len);
 out:
     free(o.dev.count);
     free(o.host.count);
+    free(o.mamba.count);
     return rc;
 }

@@ -26,15 +26,6 @@ static int check_key(const kvt_engine *e, const struct kvt_key *key)
     return rc ? rc : key->len ? 0 : -EINVAL;
 }
 
-static void pages_to_slots(const kvt_engine *e, const uint32_t *pages, size_t np, int32_t *slots)
-{
-    uint32_t ps = e->opts.page_size;
-
-    for (size_t i = 0; i < np; i++)
-        for (uint32_t j = 0; j < ps; j++)
-            slots[i * ps + j] = (int32_t)(pages[i] * ps + j);
-}
-
 /* What a match found below the tree, and what it brought up from there. */
 struct below_part {
     size_t pages; /* the leading run the tiers below hold past the tree's part */
@@ -78,7 +69,7 @@ static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struc
     if (rc)
         return rc;
     if (slots)
-        pages_to_slots(e, e->pages, hit->dev_pages, slots);
+        engine_pages_to_slots(e, e->pages, hit->dev_pages, slots);
     e->count.match_calls++;
     e->count.match_query_tokens += key->len / ps * ps;
     e->count.match_hit_tokens += hit->dev_pages * ps;
@@ -109,6 +100,8 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
         return rc ? rc : -EINVAL;
     if ((rc = failed(e)))
         return rc;
+    if (e->mamba)
+        return engine_mamba_match(e, key, slots, m);
     struct below_part bp;
     if ((rc = match(e, key, slots, &hit, false, &bp)))
         return rc;
@@ -141,9 +134,9 @@ int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
 }
 
 /* Insert a validated key: the pages past the cached prefix must be the caller's, and pass to
- * the tree only if the insert succeeds. */
+ * the tree only if the insert succeeds. *lastp (may be NULL) gets the node ending the key. */
 static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, int32_t prio,
-                  size_t *prefix_len)
+                  size_t *prefix_len, kvt_node_ref *lastp)
 {
     uint32_t ps = e->opts.page_size;
     size_t np = key->len / ps, cached, got = 0;
@@ -173,6 +166,8 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
     *prefix_len = cached * ps;
     if (np && e->below)
         e->below->ops->inserted(e->below, last);
+    if (lastp)
+        *lastp = last;
     return 0;
 }
 
@@ -183,7 +178,7 @@ int kvt_insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, i
 
     if (rc || !prefix_len)
         return rc ? rc : -EINVAL;
-    return insert(e, key, slots, priority, prefix_len);
+    return insert(e, key, slots, priority, prefix_len, NULL);
 }
 
 int kvt_lock(kvt_engine *e, kvt_node_ref node)
@@ -388,6 +383,13 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
         return rc;
     ps = e->opts.page_size;
     row = e->reqs.map + (size_t)idx * e->reqs.max_context;
+    if (e->mamba) {
+        if ((rc = engine_mamba_begin(e, idx, key, row, req)))
+            req_pool_free(&e->reqs, idx);
+        else
+            e->reqs.filled[idx] = (uint32_t)req->protected_len;
+        return rc;
+    }
     /* The match writes its slots straight into the request's row. */
     struct below_part bp;
     rc = match(e, key, row, &hit, true, &bp);
@@ -465,11 +467,17 @@ static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_
                          (whole_row ? filled : key->len) - req->protected_len, e->pages);
 }
 
-static struct kvt_key aligned_key(const kvt_engine *e, const struct kvt_key *key)
+/* The part of key a request inserts: its whole pages, or with recurrent layers the part up
+ * to the checkpoint it recorded (none: only the protected prefix, nothing new). */
+static struct kvt_key cache_key(const kvt_engine *e, const struct kvt_req *req,
+                                const struct kvt_key *key)
 {
     struct kvt_key k = *key;
 
-    k.len = key->len / e->opts.page_size * e->opts.page_size;
+    if (e->mamba)
+        k.len = engine_mamba_cache_len(e, req->pool_idx, req->protected_len, key->len);
+    else
+        k.len = key->len / e->opts.page_size * e->opts.page_size;
     return k;
 }
 
@@ -481,57 +489,64 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
 
     if (rc)
         return rc;
-    struct kvt_key k = aligned_key(e, key);
+    struct kvt_key k = cache_key(e, req, key);
+    if (k.len <= req->protected_len)
+        return 0;
+    /* The checkpoint the cache takes is replaced by a fresh track slot: have one first. */
+    if (e->mamba && (rc = engine_mamba_room(e, 1)))
+        return rc;
     int32_t *row = e->reqs.map + (size_t)req->pool_idx * e->reqs.max_context;
-    if (k.len > req->protected_len) {
-        if ((rc = insert(e, &k, row, 0, &cached)))
-            return rc;
-        slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
-        /* Point the row at the cached slots: ours for the part the tree already had are
-         * free now. The insert left the key ending on a node, so this match cannot split
-         * and cannot fail; it is bookkeeping, not a lookup, and is not counted. */
-        struct rdx_hit hit;
-        if ((rc = rdx_match_tiers(e->tree, &k, e->pages, NULL, &hit)))
-            return rc;
-        if (hit.dev_pages * e->opts.page_size != k.len)
-            return -EUCLEAN;
-        last = hit.dev_last;
-        pages_to_slots(e, e->pages, hit.dev_pages, row);
-        /* The cached pages may be another request's load still landing. */
-        uint64_t wait = load_to_wait(e, hit.pending);
-        if (wait > req->load_op)
-            req->load_op = wait;
-        rdx_lock(e->tree, last);
-        rdx_unlock(e->tree, req->last_node);
-        req->last_node = last;
-        req->protected_len = k.len;
-    }
-    return 0;
+    if ((rc = insert(e, &k, row, 0, &cached, NULL)))
+        return rc;
+    slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
+    /* Point the row at the cached slots: ours for the part the tree already had are free
+     * now. The insert left the key ending on a node, so this match cannot split and cannot
+     * fail; it is bookkeeping, not a lookup, and is not counted. */
+    struct rdx_hit hit;
+    if ((rc = rdx_match_tiers(e->tree, &k, e->pages, NULL, &hit)))
+        return rc;
+    if (hit.dev_pages * e->opts.page_size != k.len)
+        return -EUCLEAN;
+    last = hit.dev_last;
+    engine_pages_to_slots(e, e->pages, hit.dev_pages, row);
+    /* The cached pages may be another request's load still landing. */
+    uint64_t wait = load_to_wait(e, hit.pending);
+    if (wait > req->load_op)
+        req->load_op = wait;
+    rdx_lock(e->tree, last);
+    rdx_unlock(e->tree, req->last_node);
+    req->last_node = last;
+    req->protected_len = k.len;
+    return e->mamba ? engine_mamba_cached(e, req->pool_idx, last, 0) : 0;
 }
 
 int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_key *key,
                            int32_t priority, int insert_pages)
 {
+    kvt_node_ref last = 0;
     size_t cached;
     int rc = check_req(e, req, key, true);
 
     if (rc)
         return rc;
-    struct kvt_key k = aligned_key(e, key);
+    struct kvt_key k = cache_key(e, req, key);
     const int32_t *row = req_pool_row(&e->reqs, req->pool_idx);
     size_t filled = req_pool_filled(&e->reqs, req->pool_idx);
     cached = k.len; /* without an insert, every page past the protected prefix goes */
-    if (insert_pages && k.len > req->protected_len && (rc = insert(e, &k, row, priority, &cached)))
+    if (insert_pages && k.len > req->protected_len &&
+        (rc = insert(e, &k, row, priority, &cached, &last)))
         return rc;
     /* Duplicates of what the tree had (or everything, without insert), then the rest of the
      * row: the key's partial tail page and slots past the key (allocated, not committed). */
     slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
     slot_free(&e->alloc, row + k.len, filled - k.len);
     rdx_unlock(e->tree, req->last_node);
+    if (e->mamba)
+        rc = engine_mamba_cached(e, req->pool_idx, last, 1);
     req_pool_free(&e->reqs, req->pool_idx);
     req->pool_idx = -1;
     req->protected_len = 0;
     req->last_node = 0;
     req->gen = 0;
-    return 0;
+    return rc;
 }

@@ -6,6 +6,7 @@
  *   api.c     options, open/close (the chain is built here), stats, versions, errors
  *   engine.c  prefix cache, eviction and room on the device, allocation, requests
  *   check.c   the invariant check across tree, allocators and tiers (tests)
+ *   engine_mamba.c hybrid models' recurrent states: slots, checkpoints, copy on write at match
  */
 #ifndef KVT_ENGINE_H
 #define KVT_ENGINE_H
@@ -22,6 +23,7 @@
 #define KVT_PAGE_SIZE_MAX 256
 
 struct dstore_options;
+struct engine_mamba;
 
 struct kvt_engine {
     struct kvt_options opts;
@@ -45,7 +47,55 @@ struct kvt_engine {
     } count;
     struct dstore_options *disk_so; /* what the disk store was opened with (tests) */
     struct stats_server *stats;     /* options.stats_socket; NULL without one */
+    struct engine_mamba *mamba;     /* options.mamba; NULL without recurrent layers */
 };
+
+/* The device pages' slots, page_size per page. */
+static inline void engine_pages_to_slots(const kvt_engine *e, const uint32_t *pages, size_t np,
+                                         int32_t *slots)
+{
+    uint32_t ps = e->opts.page_size;
+
+    for (size_t i = 0; i < np; i++)
+        for (uint32_t j = 0; j < ps; j++)
+            slots[i * ps + j] = (int32_t)(pages[i] * ps + j);
+}
+
+/* ---- recurrent states (engine_mamba.c); every call here is for an engine with e->mamba ---- */
+
+/* Options check, then the state pool and request map; the tree's settings for states. */
+int engine_mamba_check_options(const struct kvt_options *o);
+int engine_mamba_open(kvt_engine *e);
+void engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg);
+void engine_mamba_close(kvt_engine *e);
+
+/* kvt_match and the match of kvt_req_begin: the device prefix cut to its deepest state. The
+ * begin writes that prefix's slots into row, locks it, and gives request row idx its slots
+ * (a copy of the state, or zeros). */
+int engine_mamba_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots,
+                       struct kvt_match *m);
+int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int32_t *row,
+                       struct kvt_req *req);
+
+/* Where an insert of request row idx ends: its recorded checkpoint, when one lies past
+ * protected_len and within key_len; else protected_len (nothing to insert). */
+size_t engine_mamba_cache_len(const kvt_engine *e, int32_t idx, size_t protected_len,
+                              size_t key_len);
+
+/* A free state slot for the track slot that replaces a donated one: 0 or -ENOMEM. */
+int engine_mamba_room(kvt_engine *e, size_t n);
+
+/* The request's checkpoint goes to node (which ends at its recorded position): mid-request a
+ * fresh track slot replaces it; at finish (finished 1) the row's slots go, the checkpoint
+ * kept when node is not 0. 0, or -EUCLEAN (a slot not where this engine put it). */
+int engine_mamba_cached(kvt_engine *e, int32_t idx, kvt_node_ref node, int finished);
+
+/* State slots (1 .. n); 0 without recurrent layers. */
+uint32_t engine_mamba_slots(const kvt_engine *e);
+
+/* Every state slot has the one owner its state says (held[s]: the tree's nodes naming s). */
+int engine_mamba_check(const kvt_engine *e, const uint8_t *held, char *why, size_t why_len);
+void engine_mamba_stats(const kvt_engine *e, struct kvt_stats *st);
 
 /* kvt_open with the store below the host given (NULL: the one the options name): the test
  * seam for stores with faults, and the way in for a backend not built in. The engine owns

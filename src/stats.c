@@ -35,6 +35,7 @@ static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
     st->inserted_tokens = e->count.inserted_tokens;
     st->evicted_tokens = e->count.evicted_tokens;
     tier_stats(e->below, st);
+    engine_mamba_stats(e, st);
 }
 
 void engine_publish(kvt_engine *e)

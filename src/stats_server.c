@@ -120,6 +120,12 @@ static const struct stat_field fields[] = {
     G(disk_index_rebuilt, "1 when the disk index was damaged or lost at open and is rebuilt"),
     C(disk_recovered_tokens, "tokens the rebuild of the disk index brought back"),
     C(disk_skipped_tokens, "tokens not written to disk: a chain longer than the tier"),
+    G(mamba_slots, "Mamba state slots"),
+    G(mamba_free_slots, "free Mamba state slots"),
+    G(mamba_cached_states, "Mamba checkpoints the prefix cache holds"),
+    C(mamba_kv_hit_tokens, "device KV matches found; match_hit_tokens is the state-backed part"),
+    C(mamba_evicted_states, "Mamba checkpoints evicted to make room for states"),
+    G(mamba_pool_bytes, "bytes of the Mamba state pool on the device"),
 };
 #undef G
 #undef C

@@ -1,0 +1,647 @@
+/* Hybrid models with recurrent layers through the public engine (options.mamba): issue 16's
+ * seed examples as requests (230 tokens reuse 192; 280 reuse 256, or 192 once that checkpoint
+ * is gone; the A/B/C tree where a request sharing 200 tokens gets A's state at 128 and
+ * branches at 192), copy on write at match, checkpoints handed over mid-request and at finish,
+ * state eviction under slot pressure and with the KV, options, and a randomized run whose
+ * every served KV row and state byte is checked, with the engine's invariant check (each state
+ * slot owned once, as its state says) after every step. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvtier.h"
+#include "engine.h"
+#include "engine_fixture.h"
+#include "harness.h"
+#include "rng.h"
+
+#define HARNESS_RUN(s) (s)
+
+#define PS 16
+#define CTX 512
+#define KV_LAYERS 2
+#define HEAD_DIM 4
+#define M_LAYERS 3
+#define CONV 24
+#define SSM 40
+#define ROW (HEAD_DIM * 2)
+
+static const struct harness_run plain = {.prog = "test_engine_mamba"};
+
+static void mamba_options(struct kvt_options *o, uint32_t slots)
+{
+    fixture_engine_options(o, KV_LAYERS, HEAD_DIM);
+    o->page_size = PS;
+    o->device_tokens = 2048;
+    o->max_requests = 4;
+    o->max_context = CTX;
+    o->mamba = (struct kvt_mamba){.layers = M_LAYERS,
+                                  .slots = slots,
+                                  .conv_bytes = CONV,
+                                  .ssm_bytes = SSM,
+                                  .chunk = 64,
+                                  .track_interval = 256};
+}
+
+static kvt_engine *open_mamba(uint32_t slots)
+{
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    mamba_options(&o, slots);
+    assert_int_equal(kvt_open(&o, &e), 0);
+    return e;
+}
+
+static void check(const struct harness_run *s, kvt_engine *e)
+{
+    char why[256] = "";
+
+    if (engine_check(e, why, sizeof(why)))
+        FAIL(s, "engine_check: %s", why);
+}
+
+/* ---- what a model would compute: KV of a token and the state after a prefix ---- */
+
+/* A hash of tokens[0..n): the stand-in for everything the forward computed from them. */
+static uint64_t prefix_hash(const uint32_t *tokens, size_t n)
+{
+    uint64_t h = 0x6d616d6261ull;
+
+    for (size_t i = 0; i < n; i++)
+        h = rng_mix(h ^ tokens[i]);
+    return h;
+}
+
+static void fill(uint8_t *buf, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (uint8_t)rng_mix(seed + i);
+}
+
+static void state_bytes(const uint32_t *tokens, size_t len, uint32_t layer, int part, uint8_t *buf)
+{
+    fill(buf, part ? SSM : CONV, prefix_hash(tokens, len) * 31 + layer * 2 + (uint64_t)part);
+}
+
+/* Write the state after tokens[0..len) into slot. */
+static void write_state(kvt_engine *e, int32_t slot, const uint32_t *tokens, size_t len)
+{
+    uint8_t buf[SSM];
+
+    for (uint32_t l = 0; l < M_LAYERS; l++)
+        for (int p = 0; p < 2; p++) {
+            state_bytes(tokens, len, l, p, buf);
+            assert_int_equal(kvt_mamba_write(e, slot, l, p, buf), 0);
+        }
+}
+
+/* Whether slot holds the state after tokens[0..len). */
+static int state_is(kvt_engine *e, int32_t slot, const uint32_t *tokens, size_t len)
+{
+    uint8_t want[SSM], got[SSM];
+
+    for (uint32_t l = 0; l < M_LAYERS; l++)
+        for (int p = 0; p < 2; p++) {
+            state_bytes(tokens, len, l, p, want);
+            assert_int_equal(kvt_mamba_read(e, slot, l, p, got), 0);
+            if (memcmp(want, got, p ? SSM : CONV))
+                return 0;
+        }
+    return 1;
+}
+
+static void kv_row(const uint32_t *tokens, size_t i, uint32_t layer, int v, uint8_t *row)
+{
+    fill(row, ROW, prefix_hash(tokens, i + 1) * 7 + layer * 2 + (uint64_t)v);
+}
+
+static void write_kv(kvt_engine *e, const int32_t *slots, const uint32_t *tokens, size_t from,
+                     size_t to)
+{
+    uint8_t k[ROW], v[ROW];
+
+    for (size_t i = from; i < to; i++)
+        for (uint32_t l = 0; l < KV_LAYERS; l++) {
+            kv_row(tokens, i, l, 0, k);
+            kv_row(tokens, i, l, 1, v);
+            assert_int_equal(kvt_kv_write(e, l, slots + i, 1, k, v), 0);
+        }
+}
+
+static int kv_is(kvt_engine *e, const int32_t *slots, const uint32_t *tokens, size_t n)
+{
+    uint8_t k[ROW], v[ROW], wk[ROW], wv[ROW];
+
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t l = 0; l < KV_LAYERS; l++) {
+            assert_int_equal(kvt_kv_read(e, l, slots + i, 1, k, v), 0);
+            kv_row(tokens, i, l, 0, wk);
+            kv_row(tokens, i, l, 1, wv);
+            if (memcmp(k, wk, ROW) || memcmp(v, wv, ROW))
+                return 0;
+        }
+    return 1;
+}
+
+/* ---- a request as a serving engine runs it ---- */
+
+struct run {
+    struct kvt_req req;
+    struct kvt_req_mamba m;
+    const uint32_t *tokens;
+    size_t len; /* tokens whose KV is in the row and whose state is in the running slot */
+};
+
+/* Begin a request on key tokens[0..n) and check what it was served. */
+static int begin(const struct harness_run *s, kvt_engine *e, struct run *r, const uint32_t *tokens,
+                 size_t n)
+{
+    struct kvt_key key = {.tokens = tokens, .len = n};
+    int32_t row[CTX];
+    int rc = kvt_req_begin(e, &key, &r->req);
+
+    if (rc)
+        return rc;
+    EXPECT_RC(s, kvt_req_mamba(e, &r->req, &r->m), 0);
+    r->tokens = tokens;
+    r->len = r->req.protected_len;
+    REQUIRE(s, r->m.kv_len >= r->len && r->len % PS == 0);
+    if (r->len)
+        REQUIRE(s, state_is(e, r->m.slot, tokens, r->len));
+    else
+        REQUIRE(s, r->m.slot > 0);
+    EXPECT_RC(s, kvt_req_read(e, &r->req, 0, r->len, row), 0);
+    REQUIRE(s, kv_is(e, row, tokens, r->len));
+    return 0;
+}
+
+/* Prefill (or decode) up to `to` tokens: slots, KV rows, the running state. */
+static void extend(const struct harness_run *s, kvt_engine *e, struct run *r, size_t to)
+{
+    int32_t row[CTX], last;
+    uint32_t pl = (uint32_t)r->len, sl = (uint32_t)to;
+
+    if (to <= r->len)
+        return;
+    EXPECT_RC(s, kvt_req_read(e, &r->req, 0, r->len, row), 0);
+    last = r->len ? row[r->len - 1] : -1;
+    EXPECT_RC(s, kvt_alloc_extend(e, 1, &pl, &sl, &last, row + r->len, to - r->len), 0);
+    EXPECT_RC(s, kvt_req_write(e, &r->req, r->len, row + r->len, to - r->len), 0);
+    write_kv(e, row, r->tokens, r->len, to);
+    write_state(e, r->m.slot, r->tokens, to);
+    r->len = to;
+}
+
+/* The forward stopped at r->len, a checkpoint position: record it (the engine copies the
+ * running slot into the track slot). */
+static void track(const struct harness_run *s, kvt_engine *e, struct run *r)
+{
+    EXPECT_RC(s, kvt_req_mamba_track(e, &r->req, r->len, 1), 0);
+    EXPECT_RC(s, kvt_req_mamba(e, &r->req, &r->m), 0);
+    REQUIRE(s, r->m.track_len == r->len && state_is(e, r->m.track_slot, r->tokens, r->len));
+}
+
+static void finish(const struct harness_run *s, kvt_engine *e, struct run *r, size_t key_len)
+{
+    struct kvt_key key = {.tokens = r->tokens, .len = key_len};
+
+    EXPECT_RC(s, kvt_req_cache_finished(e, &r->req, &key, 0, 1), 0);
+}
+
+/* A request that caches tokens[0..n) with checkpoints at each of ckpts (ascending). */
+static void cache_with_states(kvt_engine *e, const uint32_t *tokens, size_t n, const size_t *ckpts,
+                              size_t nc)
+{
+    struct run r;
+
+    assert_int_equal(begin(&plain, e, &r, tokens, 0), 0);
+    for (size_t i = 0; i < nc; i++) {
+        struct kvt_key key = {.tokens = tokens, .len = ckpts[i]};
+        extend(&plain, e, &r, ckpts[i]);
+        track(&plain, e, &r);
+        assert_int_equal(kvt_req_cache_unfinished(e, &r.req, &key), 0);
+        assert_int_equal(r.req.protected_len, ckpts[i]);
+    }
+    extend(&plain, e, &r, n);
+    finish(&plain, e, &r, n);
+    check(&plain, e);
+}
+
+static void tokens_of(uint32_t *t, size_t n, uint32_t base)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = base + (uint32_t)i;
+}
+
+/* A copy of a that agrees with it for `shared` tokens and then differs. */
+static void branch_of(uint32_t *b, const uint32_t *a, size_t n, size_t shared)
+{
+    memcpy(b, a, n * sizeof(*a));
+    for (size_t i = shared; i < n; i++)
+        b[i] = a[i] + 100000;
+}
+
+/* ---- seed examples ---- */
+
+/* Checkpoints at 64, 128, 192 and 320 on 320 cached tokens: a 230-token hit reuses 192. */
+static void test_hit_230_reuses_192(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba(0);
+    uint32_t a[320], b[320];
+    const size_t ck[] = {64, 128, 192, 320};
+    struct run r;
+
+    tokens_of(a, 320, 1);
+    cache_with_states(e, a, 320, ck, 4);
+    branch_of(b, a, 320, 230);
+    assert_int_equal(begin(&plain, e, &r, b, 300), 0);
+    assert_int_equal(r.req.protected_len, 192);
+    assert_int_equal(r.m.kv_len, 224);   /* 230 in whole pages */
+    assert_int_equal(r.m.branch_len, 0); /* 224 rounds down to 192: nothing past the state */
+
+    struct kvt_match m;
+    struct kvt_key key = {.tokens = b, .len = 300};
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len, 192);
+    finish(&plain, e, &r, r.len);
+    check(&plain, e);
+    kvt_close(e);
+}
+
+/* Checkpoints at 192, 256 and 320: a 280-token hit reuses 256; once that checkpoint is evicted
+ * (its KV stays: a tombstone) the same request reuses 192 through it and branches at 256. */
+static void test_hit_280_reuses_256_else_192(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba(0);
+    uint32_t a[320], b[320];
+    const size_t ck[] = {192, 256, 320};
+    struct run r;
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    tokens_of(a, 320, 1);
+    cache_with_states(e, a, 320, ck, 3);
+    branch_of(b, a, 320, 280);
+    assert_int_equal(begin(&plain, e, &r, b, 300), 0);
+    assert_int_equal(r.req.protected_len, 256);
+    assert_int_equal(r.m.kv_len, 272);
+    finish(&plain, e, &r, r.len);
+
+    /* A request on 200 tokens uses the checkpoint at 192 and leaves those at 256 and 320 the
+     * least recently used, which are the ones to go. */
+    assert_int_equal(begin(&plain, e, &r, a, 200), 0);
+    assert_int_equal(r.req.protected_len, 192);
+    finish(&plain, e, &r, r.len);
+    assert_int_equal(rdx_mamba_evict(e->tree, 2), 2);
+    assert_int_equal(begin(&plain, e, &r, b, 300), 0);
+    assert_int_equal(r.req.protected_len, 192);
+    assert_int_equal(r.m.kv_len, 272);
+    assert_int_equal(r.m.branch_len, 256);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.mamba_cached_states, 1);
+    finish(&plain, e, &r, r.len);
+    check(&plain, e);
+    kvt_close(e);
+}
+
+/* A (0..128, a state), B (..256, a tombstone), C (..320, a state): a request sharing 200
+ * tokens gets a copy of A's state at 128 and branches at 192; its checkpoint at 192 then
+ * serves the next request sharing 200 tokens from 192. */
+static void test_abc_branching(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba(0);
+    uint32_t a[320], b[320], c[320];
+    const size_t ck[] = {128, 320};
+    struct run r;
+
+    tokens_of(a, 320, 1);
+    cache_with_states(e, a, 320, ck, 2); /* 128 mid-request, 320 at finish */
+    branch_of(b, a, 320, 200);
+    assert_int_equal(begin(&plain, e, &r, b, 300), 0);
+    assert_int_equal(r.req.protected_len, 128);
+    assert_int_equal(r.m.kv_len, 192);
+    assert_int_equal(r.m.branch_len, 192);
+    assert_int_equal(r.m.grid, 64);
+    assert_int_equal(r.m.decode_grid, 256);
+
+    /* Copy on write: the request's own state changes, the checkpoint does not. */
+    write_state(e, r.m.slot, b, 130);
+    extend(&plain, e, &r, 192);
+    track(&plain, e, &r);
+    extend(&plain, e, &r, 300);
+    finish(&plain, e, &r, 300); /* caches up to its checkpoint at 192, no further */
+    check(&plain, e);
+
+    /* b's checkpoint at 192 lies on every prefix sharing its first 192 tokens. */
+    branch_of(c, a, 320, 200);
+    c[199] ^= 1;
+    assert_int_equal(begin(&plain, e, &r, c, 300), 0);
+    assert_int_equal(r.req.protected_len, 192);
+    assert_int_equal(r.m.branch_len, 0);
+    finish(&plain, e, &r, r.len);
+    /* A's checkpoint is as A left it (begin checks the copy byte for byte). */
+    assert_int_equal(begin(&plain, e, &r, a, 150), 0);
+    assert_int_equal(r.req.protected_len, 128);
+    finish(&plain, e, &r, r.len);
+    check(&plain, e);
+    kvt_close(e);
+}
+
+/* ---- checkpoint rules ---- */
+
+static void test_track_rules(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba(0);
+    uint32_t a[320];
+    struct run r;
+
+    tokens_of(a, 320, 7);
+    assert_int_equal(begin(&plain, e, &r, a, 0), 0);
+    extend(&plain, e, &r, 100);
+    assert_int_equal(kvt_req_mamba_track(e, &r.req, 32, 1), -EINVAL);  /* off the grid */
+    assert_int_equal(kvt_req_mamba_track(e, &r.req, 128, 1), -EINVAL); /* past the row */
+    assert_int_equal(kvt_req_mamba_track(e, &r.req, 0, 1), -EINVAL);   /* not past 0 */
+    assert_int_equal(kvt_req_mamba_track(e, &r.req, 64, 2), -EINVAL);
+    /* The caller's own forward wrote the checkpoint into the track slot (copy 0). */
+    write_state(e, r.m.track_slot, a, 64);
+    assert_int_equal(kvt_req_mamba_track(e, &r.req, 64, 0), 0);
+    /* Without a checkpoint past the prefix nothing is inserted mid-request. */
+    struct kvt_key key = {.tokens = a, .len = 100};
+    assert_int_equal(kvt_req_cache_unfinished(e, &r.req, &key), 0);
+    assert_int_equal(r.req.protected_len, 64);
+    assert_int_equal(kvt_req_cache_unfinished(e, &r.req, &key), 0);
+    assert_int_equal(r.req.protected_len, 64);
+    assert_int_equal(kvt_req_mamba(e, &r.req, &r.m), 0);
+    assert_int_equal(r.m.track_len, 0);
+    /* A cached slot is the cache's: a request may read it, not write it. */
+    struct kvt_match m;
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len, 64);
+    uint32_t slot = 0, locks = 0;
+    assert_int_equal(rdx_mamba_state(e->tree, m.last_node, &slot, &locks), 0);
+    uint8_t buf[SSM] = {0};
+    assert_int_equal(kvt_mamba_write(e, (int32_t)slot, 0, 1, buf), -EINVAL);
+    assert_int_equal(kvt_mamba_read(e, (int32_t)slot, 0, 1, buf), 0);
+    assert_int_equal(kvt_mamba_read(e, (int32_t)slot, M_LAYERS, 1, buf), -EINVAL);
+    assert_int_equal(kvt_mamba_read(e, (int32_t)slot, 0, 2, buf), -EINVAL);
+    finish(&plain, e, &r, 100); /* no checkpoint recorded: nothing more inserted */
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len, 64);
+    /* A stale request handle. */
+    assert_int_equal(kvt_req_mamba(e, &r.req, &r.m), -EINVAL);
+    assert_int_equal(kvt_req_mamba_track(e, &r.req, 64, 1), -EINVAL);
+
+    void *ptr;
+    size_t bytes;
+    assert_int_equal(kvt_mamba_buffer(e, 2, 1, &ptr, &bytes), 0);
+    assert_int_equal(bytes, SSM);
+    assert_int_equal(kvt_mamba_buffer(e, 3, 1, &ptr, &bytes), -EINVAL);
+    check(&plain, e);
+    kvt_close(e);
+}
+
+/* ---- slots under pressure ---- */
+
+/* Five slots: two requests hold four; the cache's checkpoints go least recently used first
+ * when a request needs slots; a third request with nothing evictable is -ENOMEM and changes
+ * nothing. KV eviction takes the states with it. */
+static void test_slot_pressure(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba(5);
+    uint32_t a[256], b[256];
+    struct run r1, r2, r3;
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    tokens_of(a, 256, 1);
+    tokens_of(b, 256, 5000);
+    cache_with_states(e, a, 256, (const size_t[]){64, 128}, 2);
+    cache_with_states(e, b, 256, (const size_t[]){64}, 1);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.mamba_cached_states, 3);
+    assert_int_equal(st.mamba_free_slots, 2);
+
+    assert_int_equal(begin(&plain, e, &r1, b, 200), 0); /* takes the two free slots */
+    assert_int_equal(r1.req.protected_len, 64);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.mamba_evicted_states, 0);
+    /* a's match locks its checkpoint at 128 while the two others go for its slots. */
+    assert_int_equal(begin(&plain, e, &r2, a, 200), 0);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.mamba_evicted_states, 2);
+    assert_int_equal(st.mamba_free_slots, 0);
+    assert_int_equal(r2.req.protected_len, 128); /* matched before the room was made */
+    check(&plain, e);
+
+    size_t reqs = kvt_req_available(e);
+    assert_int_equal(kvt_req_begin(e, &(struct kvt_key){.tokens = a, .len = 100}, &r3.req),
+                     -ENOMEM);
+    assert_int_equal(kvt_req_available(e), reqs);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.mamba_cached_states, 1);
+    finish(&plain, e, &r1, r1.len);
+    finish(&plain, e, &r2, r2.len);
+    check(&plain, e);
+
+    size_t evicted;
+    assert_int_equal(kvt_evict(e, 4096, &evicted), 0);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.mamba_cached_states, 0);
+    assert_int_equal(st.mamba_free_slots, 5);
+    check(&plain, e);
+    kvt_close(e);
+}
+
+/* ---- options ---- */
+
+static void test_options(void **state)
+{
+    (void)state;
+    struct kvt_options o;
+    kvt_engine *e = NULL, *plain_e = NULL;
+    uint8_t f1[32], f2[32];
+
+    mamba_options(&o, 0);
+    o.mamba.layers = 0; /* sizes without layers: a mistake, not "no recurrent layers" */
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    mamba_options(&o, 0);
+    o.mamba.chunk = 48;
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    mamba_options(&o, 0);
+    o.mamba.track_interval = 100;
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    mamba_options(&o, 1);
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    mamba_options(&o, 0);
+    o.mamba.ssm_bytes = 0;
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    mamba_options(&o, 0);
+    o.host_ratio = 2.0; /* states do not leave the device yet */
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    assert_null(e);
+
+    /* The defaults: 4 slots per request, FLA's chunk, SGLang's interval. */
+    mamba_options(&o, 0);
+    o.mamba.chunk = 0;
+    o.mamba.track_interval = 0;
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    kvt_options_init(&o, sizeof(o));
+    assert_int_equal(o.mamba.chunk, 64);
+    assert_int_equal(o.mamba.track_interval, 256);
+    mamba_options(&o, 0);
+    assert_int_equal(kvt_open(&o, &e), 0);
+    struct kvt_stats st = {.size = sizeof(st)};
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.mamba_slots, 16);
+    assert_int_equal(st.mamba_pool_bytes, 17ull * M_LAYERS * (CONV + SSM));
+
+    /* The fingerprint holds the state geometry; without recurrent layers it is as before. */
+    kvt_fingerprint(e, f1);
+    mamba_options(&o, 0);
+    o.mamba = (struct kvt_mamba){0};
+    o.mamba.chunk = 64;
+    o.mamba.track_interval = 256;
+    assert_int_equal(kvt_open(&o, &plain_e), 0);
+    kvt_fingerprint(plain_e, f2);
+    assert_memory_not_equal(f1, f2, 32);
+    assert_int_equal(kvt_req_mamba_track(plain_e, &(struct kvt_req){0}, 64, 1), -EINVAL);
+    assert_int_equal(kvt_stats(plain_e, &st), 0);
+    assert_int_equal(st.mamba_slots, 0);
+    kvt_close(plain_e);
+    /* An older caller's options end before mamba: they open without recurrent layers. */
+    mamba_options(&o, 0);
+    o.size = offsetof(struct kvt_options, mamba);
+    assert_int_equal(kvt_open(&o, &plain_e), 0);
+    kvt_fingerprint(plain_e, f1);
+    assert_memory_equal(f1, f2, 32);
+    kvt_close(plain_e);
+    mamba_options(&o, 0);
+    o.mamba.ssm_bytes++;
+    assert_int_equal(kvt_open(&o, &plain_e), 0);
+    kvt_fingerprint(plain_e, f2);
+    kvt_fingerprint(e, f1);
+    assert_memory_not_equal(f1, f2, 32);
+    kvt_close(plain_e);
+    kvt_close(e);
+}
+
+/* ---- randomized ---- */
+
+#define NPROMPT 6
+
+/* Requests over a few shared prompts with random cut points: every served prefix's KV rows
+ * and state bytes are checked, checkpoints are taken mid-prefill, at the end and in decode,
+ * slots are scarce and KV is evicted at random; engine_check after every step. */
+static void run_random(uint64_t seed)
+{
+    char cfg[64];
+    snprintf(cfg, sizeof(cfg), "slots=7");
+    struct harness_run s = {.prog = "test_engine_mamba", .config = cfg, .seed = seed};
+    uint64_t rng = seed;
+    uint32_t prompts[NPROMPT][CTX];
+    kvt_engine *e = open_mamba(7);
+    struct run live[3];
+    int nlive = 0;
+    uint64_t served = 0;
+
+    for (int p = 0; p < NPROMPT; p++) {
+        tokens_of(prompts[p], CTX, 1);
+        for (size_t i = (size_t)(rng_next(&rng) % 400); i < CTX; i++)
+            prompts[p][i] = (uint32_t)(1000 * (p + 1) + i);
+    }
+    for (s.step = 0; s.step < 600; s.step++) {
+        uint64_t op = rng_next(&rng) % 10;
+        if (op < 3 && nlive < 3) {
+            s.op = "begin";
+            const uint32_t *t = prompts[rng_next(&rng) % NPROMPT];
+            size_t n = 1 + rng_next(&rng) % 480;
+            int rc = begin(&s, e, &live[nlive], t, n);
+            if (rc == -ENOMEM)
+                continue;
+            EXPECT_RC(&s, rc, 0);
+            served += live[nlive].req.protected_len;
+            nlive++;
+        } else if (op < 7 && nlive) {
+            s.op = "forward";
+            struct run *r = &live[rng_next(&rng) % (uint64_t)nlive];
+            size_t to = r->len + 1 + rng_next(&rng) % 100;
+            if (to > 500)
+                continue;
+            size_t free_tokens = kvt_available(e);
+            if (to - r->len + PS > free_tokens)
+                kvt_evict(e, to - r->len + PS, NULL);
+            if (to - r->len + PS > kvt_available(e))
+                continue;
+            extend(&s, e, r, to / 64 * 64 > r->len ? to / 64 * 64 : to);
+            if (r->len % 64 == 0 && r->len > r->req.protected_len)
+                track(&s, e, r);
+            extend(&s, e, r, to);
+            if (rng_next(&rng) % 3 == 0) {
+                struct kvt_key key = {.tokens = r->tokens, .len = r->len};
+                s.op = "cache_unfinished";
+                int rc = kvt_req_cache_unfinished(e, &r->req, &key);
+                if (rc != -ENOMEM)
+                    EXPECT_RC(&s, rc, 0);
+                EXPECT_RC(&s, kvt_req_mamba(e, &r->req, &r->m), 0);
+            }
+        } else if (op < 9 && nlive) {
+            s.op = "finish";
+            int i = (int)(rng_next(&rng) % (uint64_t)nlive);
+            finish(&s, e, &live[i], live[i].len);
+            live[i] = live[--nlive];
+        } else {
+            s.op = "evict";
+            kvt_evict(e, (rng_next(&rng) % 8) * PS, NULL);
+        }
+        check(&s, e);
+    }
+    while (nlive > 0) {
+        nlive--;
+        finish(&s, e, &live[nlive], live[nlive].len);
+    }
+    check(&s, e);
+    struct kvt_stats st = {.size = sizeof(st)};
+    EXPECT_RC(&s, kvt_stats(e, &st), 0);
+    REQUIRE(&s, served > 0 && st.match_hit_tokens == served);
+    REQUIRE(&s, st.mamba_kv_hit_tokens >= st.match_hit_tokens);
+    REQUIRE(&s, st.mamba_evicted_states > 0);
+    kvt_close(e);
+}
+
+static void test_random(void **state)
+{
+    (void)state;
+    const char *env = getenv("KVT_SEED");
+
+    if (env) {
+        run_random(strtoull(env, NULL, 0));
+        return;
+    }
+    for (uint64_t seed = 1; seed <= 8; seed++)
+        run_random(seed);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hit_230_reuses_192),
+        cmocka_unit_test(test_hit_280_reuses_256_else_192),
+        cmocka_unit_test(test_abc_branching),
+        cmocka_unit_test(test_track_rules),
+        cmocka_unit_test(test_slot_pressure),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_random),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
