@@ -847,6 +847,69 @@ def _():
     eq(r.json()["verify"]["mismatches"], 1, "verify.mismatches")
 
 
+# 4b. Hybrid models: recurrent states served and checked like KV
+
+HYBRID = "tiny,mamba_layers=2,conv_bytes=64,ssm_bytes=256"
+
+
+@case("hybrid: a repeated 1024-token prompt is served up to its checkpoint at 960")
+def _():
+    # The first request checkpoints at the last multiple of 64 (the chunk) that a match of
+    # its first 1023 tokens can reach, 960, and caches its KV up to there; the second finds
+    # KV and state at 960 (a KV-only cache would serve 1008) and checks both.
+    j = run_ok("--trace", trace(TWO), "--geometry", HYBRID)
+    eq(j["tokens_hit"]["device"], 960, "tokens_hit.device")
+    eq(j["verify"]["pages_checked"], 60, "verify.pages_checked")
+    m = j["mamba"]
+    eq((m["kv_hit_tokens"], m["state_hit_tokens"], m["checkpoints"], m["states_checked"]),
+       (960, 960, 1, 1), "mamba kv/state hit, checkpoints, states checked")
+    eq(run_ok("--trace", trace(TWO))["tokens_hit"]["device"], 1008, "KV-only hit")
+
+
+@case("hybrid: prompts sharing a 512-token block: the second branches at 512, the third uses it")
+def _():
+    # Block 1 is shared (512 tokens) and block 2 differs: the shared prefix is 512 tokens.
+    # The first caches KV and a state at 960; the second matches 512 tokens of KV whose only
+    # state lies deeper (a tombstone at 512): served 0, branching at 512, where it
+    # checkpoints; the third (as the second) then starts from 512.
+    rows = [(1024, 1, [1, 2]), (1024, 1, [1, 3]), (1024, 1, [1, 4])]
+    j = run_ok("--trace", trace(rows), "--geometry", HYBRID)
+    eq(j["tokens_hit"]["device"], 512, "tokens_hit.device")
+    m = j["mamba"]
+    eq((m["kv_hit_tokens"], m["state_hit_tokens"], m["states_checked"]), (1024, 512, 1),
+       "mamba kv/state hit, states checked")
+
+
+@case("hybrid: a damaged checkpoint is caught as a state mismatch")
+def _():
+    r = bench("--trace", trace(TWO), "--json", "--corrupt-after", 1, "--geometry", HYBRID)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check("VERIFY FAILED" in r.err, f"stderr should say VERIFY FAILED{r.where()}")
+    # One KV page and the state the second request starts from.
+    eq(r.json()["verify"]["mismatches"], 2, "verify.mismatches")
+
+
+@case("hybrid: the qwen3-next-80b-a3b preset replays a synthetic workload, 0 mismatches")
+def _():
+    j = run_ok("--geometry", "qwen3-next-80b-a3b", "--synthetic", "mixed", "--requests", 40,
+               "--device-tokens", 65536)
+    m = j["mamba"]
+    check(0 < m["state_hit_tokens"] <= m["kv_hit_tokens"], f"state-backed hit in (0, KV]: {m}")
+    eq(j["tokens_hit"]["device"], m["state_hit_tokens"], "tokens_hit.device")
+    check(m["states_checked"] > 0, "states checked")
+
+
+@case("hybrid: usage errors name the option")
+def _():
+    for args, pat in ((["--geometry", "tiny,mamba_layers=2"], r"--geometry"),
+                      (["--geometry", HYBRID, "--mamba-slots", "1"], r"--mamba-slots"),
+                      (["--mamba-slots", "8"], r"--mamba-slots needs a hybrid"),
+                      (["--geometry", HYBRID, "--host-tokens", "65536"], r"--host-tokens")):
+        r = bench(*args)
+        eq(r.rc, 2, f"exit status{r.where()}")
+        check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
+
+
 # 5. Usage errors
 
 USAGE = [

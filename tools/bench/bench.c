@@ -11,7 +11,10 @@
  *
  * The KV row of a token is a function of the hash of every token up to it, the layer and
  * K or V: no model is needed and every byte is predictable, so any byte served from the
- * cache can be regenerated and compared.
+ * cache can be regenerated and compared. A hybrid model's recurrent state after a prefix is
+ * made the same way from the prefix's hash, and checked as strictly when a request starts
+ * from a cached checkpoint; requests leave checkpoints where SGLang's would (the branching
+ * point or the last chunk multiple of the prefill, every track interval of the decode).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,6 +38,9 @@
 #define DEFAULT_SYNTHETIC "mixed"
 #define DEFAULT_SYNTHETIC_REQUESTS 1000
 #define DEFAULT_DEVICE_TOKENS 32768
+/* SGLang's mamba_full_memory_ratio fallback: the state pool is 0.9 of the KV pool's bytes. */
+#define MAMBA_MEMORY_RATIO 0.9
+#define MAMBA_MIN_SLOTS 4
 
 _Static_assert(WL_MAX_LINE_BYTES == 16u << 20, "--help gives the trace line limit as 16 MiB");
 
@@ -51,6 +57,8 @@ struct config {
     const char *geometry_arg;
     struct kvt_geometry g;
     uint32_t tp_size;
+    struct kvt_mamba mamba; /* a hybrid model's recurrent layers; layers 0: none */
+    uint64_t mamba_slots;   /* 0: MAMBA_MEMORY_RATIO of the KV pool */
     uint32_t page_size, backend, policy, write_policy;
     uint64_t device_tokens, host_tokens, disk_tokens;
     uint64_t seed;
@@ -65,6 +73,7 @@ struct counters {
     uint64_t requests, tokens_total, hit_device, hit_host, hit_disk, computed, decoded;
     uint64_t pages_checked, mismatches;
     uint64_t bytes_compute, bytes_verify;
+    uint64_t states_checked, checkpoints; /* hybrid models */
 };
 
 /* The first mismatch, for the report. */
@@ -72,7 +81,7 @@ struct mismatch {
     uint64_t request;
     size_t token;
     uint32_t layer;
-    int which;
+    int which; /* 0 K, 1 V, 2 a recurrent layer's conv state, 3 its SSM state */
 };
 
 /* Where the requests come from: a trace read a line at a time, or a generator. It is gone
@@ -99,7 +108,8 @@ struct bench {
     uint64_t *hash;   /* hash[i]: every token up to and including i */
     int32_t *slots;
     uint8_t *buf[2], *want;
-    size_t filled; /* entries of the request's req_to_token row written so far */
+    uint8_t *state[2]; /* one recurrent layer's conv and SSM state (hybrid models) */
+    size_t filled;     /* entries of the request's req_to_token row written so far */
     struct counters c;
     struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
@@ -117,6 +127,12 @@ static uint64_t now_ns(void)
 static int engine_error(const char *call, int rc)
 {
     fprintf(stderr, "%s: %s: %s\n", PROG, call, kvt_strerror(rc));
+    return -1;
+}
+
+static int say(const char *msg)
+{
+    fprintf(stderr, "%s: %s\n", PROG, msg);
     return -1;
 }
 
@@ -215,6 +231,121 @@ static int verify(struct bench *b, const int32_t *slots, size_t n, uint64_t op)
     return 0;
 }
 
+/* ---- recurrent states (hybrid models) ---- */
+
+static bool hybrid(const struct bench *b)
+{
+    return b->cfg->mamba.layers != 0;
+}
+
+static size_t state_part_bytes(const struct bench *b, int part)
+{
+    return (size_t)(part ? b->cfg->mamba.ssm_bytes : b->cfg->mamba.conv_bytes);
+}
+
+/* One recurrent layer's conv (part 0) or SSM (part 1) state after tokens [0, pos): a
+ * function of their hash, with layer numbers apart from the KV layers'. */
+static void fill_state(const struct bench *b, size_t pos, uint32_t layer, int part, uint8_t *buf)
+{
+    fill_row(b->hash[pos - 1], 0x10000u + layer, part, buf, state_part_bytes(b, part));
+}
+
+/* The forward reached a checkpoint at pos: its state goes to the request's track slot. */
+static int checkpoint(struct bench *b, const struct kvt_req *req, size_t pos)
+{
+    struct kvt_req_mamba m;
+    int rc = kvt_req_mamba(b->e, req, &m);
+
+    if (rc)
+        return engine_error("kvt_req_mamba", rc);
+    for (uint32_t l = 0; l < b->cfg->mamba.layers; l++)
+        for (int part = 0; part < 2; part++) {
+            fill_state(b, pos, l, part, b->state[part]);
+            if ((rc = kvt_mamba_write(b->e, m.track_slot, l, part, b->state[part])))
+                return engine_error("kvt_mamba_write", rc);
+            b->c.bytes_compute += state_part_bytes(b, part);
+        }
+    if ((rc = kvt_req_mamba_track(b->e, req, pos, 0)))
+        return engine_error("kvt_req_mamba_track", rc);
+    b->c.checkpoints++;
+    return 0;
+}
+
+/* The state the request starts from (a copy of the checkpoint at its cached prefix) must
+ * be the state after that prefix, byte for byte. */
+static int verify_state(struct bench *b, const struct kvt_req *req)
+{
+    size_t hit = req->protected_len;
+    struct kvt_req_mamba m;
+    int rc;
+
+    if (!hybrid(b) || hit == 0)
+        return 0;
+    if ((rc = kvt_req_mamba(b->e, req, &m)))
+        return engine_error("kvt_req_mamba", rc);
+    for (uint32_t l = 0; l < b->cfg->mamba.layers; l++)
+        for (int part = 0; part < 2; part++) {
+            size_t n = state_part_bytes(b, part);
+            if ((rc = kvt_mamba_read(b->e, m.slot, l, part, b->state[part])))
+                return engine_error("kvt_mamba_read", rc);
+            fill_state(b, hit, l, part, b->want);
+            if (memcmp(b->want, b->state[part], n) != 0)
+                note_mismatch(b, hit - 1, l, 2 + part);
+            b->c.bytes_verify += n;
+        }
+    b->c.states_checked++;
+    return 0;
+}
+
+/* A checkpoint at `at` handed to the cache at once (as a chunked prefill's progress is), so
+ * that later ones do not displace it. The row is read back: the cache may have kept its own
+ * copy of our pages. */
+static int cache_checkpoint(struct bench *b, struct kvt_req *req, size_t at)
+{
+    struct kvt_key key = {.tokens = b->tokens, .len = b->filled};
+    int rc;
+
+    if (at <= req->protected_len)
+        return 0;
+    if (checkpoint(b, req, at))
+        return -1;
+    if ((rc = kvt_req_cache_unfinished(b->e, req, &key)))
+        return engine_error("kvt_req_cache_unfinished", rc);
+    if ((rc = kvt_req_read(b->e, req, 0, b->filled, b->slots)))
+        return engine_error("kvt_req_read", rc);
+    return 0;
+}
+
+/* After the prefill, checkpoints where a later match can use them: at the branching point
+ * the match named (SGLang's mamba_branching_seqlen), then at the last chunk multiple of the
+ * input a match can reach (it matches all but the last input token). */
+static int prefill_checkpoints(struct bench *b, struct kvt_req *req, size_t in)
+{
+    struct kvt_req_mamba m;
+    int rc;
+
+    if (!hybrid(b))
+        return 0;
+    if ((rc = kvt_req_mamba(b->e, req, &m)))
+        return engine_error("kvt_req_mamba", rc);
+    if (m.branch_len && cache_checkpoint(b, req, m.branch_len))
+        return -1;
+    return cache_checkpoint(b, req, (in - 1) / m.grid * m.grid);
+}
+
+/* A decode step that brought the sequence to seq tokens: a checkpoint every decode grid. */
+static int decode_checkpoint(struct bench *b, const struct kvt_req *req, size_t seq)
+{
+    struct kvt_req_mamba m;
+    int rc;
+
+    if (!hybrid(b))
+        return 0;
+    if ((rc = kvt_req_mamba(b->e, req, &m)))
+        return engine_error("kvt_req_mamba", rc);
+    return seq % m.decode_grid == 0 && seq > req->protected_len ? checkpoint(b, req, seq) : 0;
+}
+
 /* ---- one request ---- */
 
 /* Make room for tokens more slots, evicting cached prefixes as the scheduler would. */
@@ -252,7 +383,7 @@ static int prefill(struct bench *b, const struct kvt_req *req, size_t hit, size_
 }
 
 /* Decode tokens [in, kv_len): one slot and one KV row per step. */
-static int decode(struct bench *b, const struct kvt_req *req, size_t in, size_t kv_len)
+static int decode(struct bench *b, struct kvt_req *req, size_t in, size_t kv_len)
 {
     for (size_t pos = in; pos < kv_len; pos++) {
         uint32_t seq = (uint32_t)pos + 1;
@@ -262,7 +393,7 @@ static int decode(struct bench *b, const struct kvt_req *req, size_t in, size_t 
         if ((rc = kvt_req_write(b->e, req, pos, &b->slots[pos], 1)))
             return engine_error("kvt_req_write", rc);
         b->filled = pos + 1;
-        if (compute(b, &b->slots[pos], pos, 1))
+        if (compute(b, &b->slots[pos], pos, 1) || decode_checkpoint(b, req, pos + 1))
             return -1;
     }
     return 0;
@@ -287,9 +418,9 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
 
     if (hit && (rc = kvt_req_read(b->e, req, 0, hit, b->slots)))
         return engine_error("kvt_req_read", rc);
-    if (verify(b, b->slots, hit, req->load_op) ||
+    if (verify(b, b->slots, hit, req->load_op) || verify_state(b, req) ||
         make_room(b, round_up(kv_len, b->cfg->page_size) - hit) || prefill(b, req, hit, in) ||
-        decode(b, req, in, kv_len))
+        prefill_checkpoints(b, req, in) || decode(b, req, in, kv_len))
         return -1;
     b->c.hit_device += hit - req->loaded_len;
     b->c.hit_host += req->loaded_len - req->disk_len;
@@ -327,7 +458,29 @@ static int run_request(struct bench *b, const struct wl_req *r)
     return failed;
 }
 
-/* Test seam: flip one byte of the first cached page of r's input, as a faulty tier would. */
+/* Test seam: flip the first byte of every state slot's first conv state (the cached
+ * checkpoints among them; no request runs now). The public calls write only a request's own
+ * slots, so this goes through the buffer's address, which on the sim backend is host memory. */
+static int corrupt_states(struct bench *b)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+    void *base;
+    size_t bytes;
+    int rc;
+
+    if (!hybrid(b))
+        return 0;
+    if ((rc = kvt_stats(b->e, &st)) || (rc = kvt_mamba_buffer(b->e, 0, 0, &base, &bytes)))
+        return engine_error("kvt_mamba_buffer", rc);
+    if (st.backend != KVT_BACKEND_SIM)
+        return say("--corrupt-after: a hybrid model's states are damaged on the sim backend only");
+    for (uint64_t s = 1; s <= st.mamba_slots; s++)
+        ((uint8_t *)base)[s * bytes] ^= 0x5a;
+    return 0;
+}
+
+/* Test seam: flip one byte of the first cached page of r's input, as a faulty tier would (and,
+ * for a hybrid model, of the checkpoints). */
 static int corrupt_cached_page(struct bench *b, const struct wl_req *r)
 {
     struct kvt_key key = {.tokens = b->tokens, .len = r->input_len};
@@ -347,16 +500,10 @@ static int corrupt_cached_page(struct bench *b, const struct wl_req *r)
     b->buf[0][0] ^= 0x5a;
     if ((rc = kvt_kv_write(b->e, 0, b->slots, 1, b->buf[0], b->row[1] ? b->buf[1] : NULL)))
         return engine_error("kvt_kv_write", rc);
-    return 0;
+    return corrupt_states(b);
 }
 
 /* ---- the workload, a request at a time ---- */
-
-static int say(const char *msg)
-{
-    fprintf(stderr, "%s: %s\n", PROG, msg);
-    return -1;
-}
 
 /* Open the source, or go back to its first request; take at most limit (0: all). */
 static int source_start(struct source *s, uint64_t limit)
@@ -687,6 +834,22 @@ static int check_fit(const struct bench *b)
     return 0;
 }
 
+/* State slots: --mamba-slots, or as many as MAMBA_MEMORY_RATIO of the KV pool's bytes hold
+ * (MAMBA_MIN_SLOTS at least: two for the request, the rest checkpoints). */
+static uint64_t mamba_slots(const struct config *cfg)
+{
+    uint64_t state = cfg->mamba.layers * (cfg->mamba.conv_bytes + cfg->mamba.ssm_bytes);
+    uint64_t n;
+
+    if (!cfg->mamba.layers)
+        return 0;
+    if (cfg->mamba_slots)
+        return cfg->mamba_slots;
+    n = (uint64_t)(MAMBA_MEMORY_RATIO * (double)cfg->device_tokens *
+                   (double)kvt_cell_bytes(&cfg->g) / (double)state);
+    return n < MAMBA_MIN_SLOTS ? MAMBA_MIN_SLOTS : n > INT32_MAX - 1 ? INT32_MAX - 1 : n;
+}
+
 static int open_engine(struct bench *b)
 {
     const struct config *cfg = b->cfg;
@@ -706,6 +869,8 @@ static int open_engine(struct bench *b)
     o.tp_size = cfg->tp_size;
     o.host_tokens = cfg->host_tokens;
     o.write_policy = cfg->write_policy;
+    o.mamba = cfg->mamba;
+    o.mamba.slots = (uint32_t)mamba_slots(cfg);
     if (cfg->disk_tokens) {
         o.disk_dir = cfg->dir;
         o.disk_bytes = disk_bytes(cfg);
@@ -741,8 +906,16 @@ static size_t chunk_tokens(size_t row, uint32_t ps)
 static int alloc_buffers(struct bench *b)
 {
     size_t n = (size_t)b->max_tokens, want = b->row[0] > b->row[1] ? b->row[0] : b->row[1];
+    size_t row = want;
 
-    b->chunk = chunk_tokens(want, b->cfg->page_size);
+    for (int part = 0; hybrid(b) && part < 2; part++) {
+        b->state[part] = malloc(state_part_bytes(b, part));
+        if (!b->state[part])
+            return say("out of memory for a recurrent layer's state");
+        if (state_part_bytes(b, part) > want)
+            want = state_part_bytes(b, part);
+    }
+    b->chunk = chunk_tokens(row, b->cfg->page_size);
     b->tokens = malloc(n * sizeof(*b->tokens));
     b->hash = malloc(n * sizeof(*b->hash));
     b->slots = malloc(n * sizeof(*b->slots));
@@ -783,6 +956,8 @@ static void teardown(struct bench *b)
     free(b->buf[0]);
     free(b->buf[1]);
     free(b->want);
+    free(b->state[0]);
+    free(b->state[1]);
 }
 
 /* ---- report ---- */
@@ -822,6 +997,28 @@ static void print_source(const struct config *cfg)
         printf("synthetic \"%s\" (seed %" PRIu64 ")", cfg->synthetic, cfg->seed);
 }
 
+/* A hybrid model: the KV a KV-only cache would have served, what the checkpoints back, and
+ * the work saved per layer kind. */
+static void print_hybrid(const struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    const struct counters *c = &b->c;
+    uint64_t kv = b->st.mamba_kv_hit_tokens, state = c->hit_device;
+
+    printf("  recurrent     %u layers, ", cfg->mamba.layers);
+    print_bytes(cfg->mamba.layers * (cfg->mamba.conv_bytes + cfg->mamba.ssm_bytes));
+    printf(" a state, %" PRIu64 " slots (", b->st.mamba_slots);
+    print_bytes(b->st.mamba_pool_bytes);
+    printf("); %" PRIu64 " checkpoints taken, %" PRIu64 " evicted for room\n", c->checkpoints,
+           b->st.mamba_evicted_states);
+    printf("  state-backed  %" PRIu64 " of %" PRIu64 " tokens of KV found (%.1f%% lost to "
+           "checkpoint alignment and tombstones)\n",
+           state, kv, kv ? pct(kv - state, kv) : 0.0);
+    printf("  saved         %" PRIu64 " tokens in each of %u attention and %u recurrent layers; "
+           "%" PRIu64 " states verified\n",
+           state, cfg->g.layers, cfg->mamba.layers, c->states_checked);
+}
+
 static void print_text(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
@@ -858,6 +1055,8 @@ static void print_text(const struct bench *b)
     printf("  recomputed    %" PRIu64 " (%.1f%%): %.2fx less prefill than without a cache\n",
            c->computed, pct(c->computed, c->tokens_total),
            c->computed ? (double)c->tokens_total / (double)c->computed : 0.0);
+    if (hybrid(b))
+        print_hybrid(b);
     printf("  verified      %" PRIu64 " pages served from cache, %" PRIu64 " mismatches\n",
            c->pages_checked, c->mismatches);
     printf("  data moved    compute -> device ");
@@ -927,12 +1126,19 @@ static void print_json(const struct bench *b)
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0);
     printf(",\"verify\":{\"pages_checked\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
            c->pages_checked, c->mismatches);
+    if (hybrid(b))
+        printf("\"mamba\":{\"layers\":%u,\"slots\":%" PRIu64 ",\"kv_hit_tokens\":%" PRIu64
+               ",\"state_hit_tokens\":%" PRIu64 ",\"checkpoints\":%" PRIu64
+               ",\"evicted_states\":%" PRIu64 ",\"states_checked\":%" PRIu64 "},",
+               b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens, c->hit_device,
+               c->checkpoints, st->mamba_evicted_states, c->states_checked);
     print_json_config(b);
     printf("}\n");
 }
 
 static void report_mismatch(const struct bench *b)
 {
+    static const char *const what[] = {"K", "V", "conv state", "SSM state"};
     const struct mismatch *m = &b->first;
     uint32_t ps = b->cfg->page_size;
 
@@ -940,7 +1146,7 @@ static void report_mismatch(const struct bench *b)
             "%s: VERIFY FAILED: %" PRIu64 " page%s served from the device cache differ from what "
             "was stored; the first: request %" PRIu64 ", tokens %zu-%zu, layer %u, %s\n",
             PROG, b->c.mismatches, b->c.mismatches == 1 ? "" : "s", m->request, m->token / ps * ps,
-            m->token / ps * ps + ps - 1, m->layer, m->which ? "V" : "K");
+            m->token / ps * ps + ps - 1, m->layer, what[m->which]);
 }
 
 /* ---- command line ---- */
@@ -949,7 +1155,7 @@ static void report_mismatch(const struct bench *b)
 static int parse_geometry(void *field, const char *opt, const char *arg)
 {
     struct config *cfg = field;
-    int rc = cli_parse_geometry(PROG, arg, &cfg->g, &cfg->tp_size);
+    int rc = cli_parse_model(PROG, arg, &cfg->g, &cfg->tp_size, &cfg->mamba);
 
     (void)opt;
     if (rc == 0)
@@ -997,6 +1203,10 @@ static int parse_count(void *field, const char *opt, const char *val)
         cfg->disk_tokens = v;
     } else if (strcmp(opt, "--seed") == 0) {
         cfg->seed = v;
+    } else if (strcmp(opt, "--mamba-slots") == 0) {
+        if (v < 2 || v >= INT32_MAX)
+            return cli_bad_usage(PROG, "--mamba-slots needs a count from 2 to 2^31-2", val);
+        cfg->mamba_slots = v;
     } else {
         if (v == 0)
             return cli_bad_usage(PROG, "--corrupt-after needs a request number from 1", val);
@@ -1042,8 +1252,15 @@ static const struct cli_option options[] = {
      .help = "a preset, or key=value pairs, or a preset then pairs, comma\n"
              "separated (keys: attention=mha|mla, layers, kv_heads,\n"
              "head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
-             "dtype_bytes, tp_size). Default tiny. Presets:",
+             "dtype_bytes, tp_size; a hybrid model's recurrent layers:\n"
+             "mamba_layers, conv_bytes, ssm_bytes, per layer and rank;\n"
+             "mamba_layers=0 drops them). Default tiny. Presets:",
      .more = print_presets},
+    {"--mamba-slots", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "a hybrid model's state slots (two for the running\n"
+             "request, the rest cached checkpoints); default as many as\n"
+             "0.9 of the device KV pool's bytes hold (SGLang's\n"
+             "mamba_full_memory_ratio), 4 at least"},
     {"--page-size", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "tokens per page, a power of two up to 256 (default 16)"},
     {"--device-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
@@ -1138,6 +1355,13 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--disk-tokens needs a host tier (--host-tokens)", NULL);
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
+    if (cfg->mamba_slots && !cfg->mamba.layers)
+        return cli_bad_usage(PROG, "--mamba-slots needs a hybrid --geometry (mamba_layers)", NULL);
+    if (cfg->mamba.layers && cfg->host_tokens)
+        return cli_bad_usage(PROG,
+                             "--host-tokens: a hybrid model's states do not leave the device "
+                             "yet, so it runs without a host or disk tier",
+                             NULL);
     return check_sizes(cfg);
 }
 

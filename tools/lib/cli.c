@@ -123,10 +123,14 @@ int cli_parse_named(const char *prog, const char *opt, const char *val, const ch
     }
 
 static const struct cli_preset presets[] = {
-    {"tiny", MHA(2, 1, 16), 1, "2 layers, 1 KV head of 16, 16-bit"},
-    {"llama3-8b", MHA(32, 8, 128), 1, "32 layers, 8 KV heads of 128, bf16"},
-    {"llama3-70b", MHA(80, 1, 128), 8, "one rank of TP 8: 80 layers, 1 of 8 KV heads of 128, bf16"},
-    {"qwen3-235b-a22b", MHA(94, 4, 128), 1, "94 layers, 4 KV heads of 128, bf16"},
+    {"tiny", MHA(2, 1, 16), 1, "2 layers, 1 KV head of 16, 16-bit", {0}},
+    {"llama3-8b", MHA(32, 8, 128), 1, "32 layers, 8 KV heads of 128, bf16", {0}},
+    {"llama3-70b",
+     MHA(80, 1, 128),
+     8,
+     "one rank of TP 8: 80 layers, 1 of 8 KV heads of 128, bf16",
+     {0}},
+    {"qwen3-235b-a22b", MHA(94, 4, 128), 1, "94 layers, 4 KV heads of 128, bf16", {0}},
     {"deepseek-v3",
      {.attention = KVT_ATTN_MLA,
       .layers = 61,
@@ -134,7 +138,20 @@ static const struct cli_preset presets[] = {
       .qk_rope_head_dim = 64,
       .dtype_bytes = 2},
      1,
-     "MLA: 61 layers, latent 512 + rope 64, bf16"},
+     "MLA: 61 layers, latent 512 + rope 64, bf16",
+     {0}},
+    /* Qwen3-Next-80B-A3B (config.json on Hugging Face): 48 layers, every 4th full attention
+     * (full_attention_interval 4) with 2 KV heads of 256, the other 36 Gated DeltaNet with
+     * 16 key heads and 32 value heads of 128 and a conv kernel of 4. One rank of TP 4: the 2
+     * KV heads replicated to 1 per rank; conv channels (2 x 16 x 128 + 32 x 128) / 4 = 2048
+     * x (kernel - 1) x bf16 = 12 KiB; the recurrent state 32 / 4 = 8 value heads x 128 x 128
+     * x fp32 (SGLang keeps it in fp32) = 512 KiB per layer. */
+    {"qwen3-next-80b-a3b",
+     MHA(12, 1, 256),
+     4,
+     "one rank of TP 4: 12 attention layers, 1 KV head of 256, bf16; 36 GDN layers, 12 KiB conv "
+     "+ 512 KiB state",
+     {.layers = 36, .conv_bytes = 12288, .ssm_bytes = 524288, .chunk = 64, .track_interval = 256}},
 };
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 
@@ -150,6 +167,27 @@ void cli_print_presets(FILE *f, const char *indent)
 {
     for (size_t i = 0; i < NPRESETS; i++)
         fprintf(f, "%s%-16s %s\n", indent, presets[i].name, presets[i].about);
+}
+
+/* A recurrent layers' key=value of --geometry (into mamba, when the tool takes them): true
+ * when kv is one (*ok says whether its value was good), false when it is none of them. */
+static bool mamba_pair(const char *kv, struct kvt_mamba *m, bool *ok)
+{
+    static const char *const keys[] = {"mamba_layers", "conv_bytes", "ssm_bytes"};
+    const char *eq = strchr(kv, '=');
+    uint64_t v;
+
+    for (size_t i = 0; eq && m && i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (strlen(keys[i]) != (size_t)(eq - kv) || strncmp(kv, keys[i], (size_t)(eq - kv)))
+            continue;
+        *ok = cli_parse_u64(eq + 1, &v) && (i ? v <= UINT32_MAX * 4096ull : v <= UINT32_MAX);
+        if (*ok && i == 0)
+            m->layers = (uint32_t)v;
+        else if (*ok)
+            *(i == 1 ? &m->conv_bytes : &m->ssm_bytes) = v;
+        return true;
+    }
+    return false;
 }
 
 /* One key=value of --geometry; false for an unknown key or a bad value. */
@@ -180,29 +218,46 @@ static bool geometry_pair(const char *kv, struct kvt_geometry *g, uint32_t *tp_s
     return false;
 }
 
-int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g, uint32_t *tp_size)
+int cli_parse_model(const char *prog, const char *arg, struct kvt_geometry *g, uint32_t *tp_size,
+                    struct kvt_mamba *mamba)
 {
     char buf[256];
     char *save = NULL, *tok;
+    bool ok = true;
 
     if (strlen(arg) >= sizeof(buf))
         return cli_bad_usage(prog, "--geometry is too long", NULL);
     strcpy(buf, arg);
     *g = (struct kvt_geometry){0};
     *tp_size = 1;
+    if (mamba)
+        *mamba = (struct kvt_mamba){.chunk = 64, .track_interval = 256};
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const struct cli_preset *p = tok == buf ? cli_preset_find(tok) : NULL;
 
         if (p) {
             *g = p->g;
             *tp_size = p->tp_size;
+            if (mamba && p->mamba.layers)
+                *mamba = p->mamba;
+        } else if (mamba_pair(tok, mamba, &ok)) {
+            if (!ok)
+                return cli_bad_usage(prog, "--geometry: a bad value", tok);
         } else if (!geometry_pair(tok, g, tp_size)) {
             return cli_bad_usage(prog, "--geometry: not a preset or a known key=value", tok);
         }
     }
-    if (kvt_cell_bytes(g) == 0 || *tp_size == 0)
+    if (kvt_cell_bytes(g) == 0 || *tp_size == 0 ||
+        (mamba && mamba->layers && (!mamba->conv_bytes || !mamba->ssm_bytes)))
         return cli_bad_usage(prog, "--geometry does not describe a valid model (see --help)", arg);
+    if (mamba && !mamba->layers)
+        *mamba = (struct kvt_mamba){.chunk = 64, .track_interval = 256};
     return 0;
+}
+
+int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g, uint32_t *tp_size)
+{
+    return cli_parse_model(prog, arg, g, tp_size, NULL);
 }
 
 /* ---- the option table ---- */

@@ -45,6 +45,7 @@ struct cli_preset {
     struct kvt_geometry g;
     uint32_t tp_size; /* the tensor-parallel size the geometry is one rank of */
     const char *about;
+    struct kvt_mamba mamba; /* a hybrid model's recurrent layers (layers 0: none) */
 };
 
 /* The preset called name, or NULL. The table is static and lives as long as the program. */
@@ -60,6 +61,12 @@ void cli_print_presets(FILE *f, const char *indent);
  * leaving *g and *tp_size unspecified. */
 int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g,
                        uint32_t *tp_size);
+
+/* cli_parse_geometry that also takes a hybrid model's recurrent layers into *mamba (keys
+ * mamba_layers, conv_bytes, ssm_bytes; a hybrid preset's own), which cli_parse_geometry
+ * refuses as keys and leaves out of a preset (its KV part only). */
+int cli_parse_model(const char *prog, const char *arg, struct kvt_geometry *g, uint32_t *tp_size,
+                    struct kvt_mamba *mamba);
 
 /* ---- the option table: one parser and one usage printer for every tool's options ---- */
 
