@@ -41,6 +41,7 @@ void test_reads_cost_no_flush(void **state)
     unsigned commits, syncs;
 
     f->o.faults = &faults;
+    f->o.access_period_ms = 3600000; /* however slow the run, no period ends in it */
     f->o.disk_bytes = READ_PAGES * SLOT;
     f->o.slab_bytes = READ_PAGES / 2 * SLOT;
     fx_open(f);
@@ -123,8 +124,7 @@ void test_access_period(void **state)
     assert_int_equal(dstore_drain(f->s), 0);
     commits = atomic_load(&c.commits);
     start = mono_ms();
-    assert_int_equal(get_id(f, 3), 0);
-    assert_int_equal(get_id(f, 4), 0);
+    assert_int_equal(get_id(f, 3), 0); /* one access: one commit, whatever the timing */
     while (atomic_load(&c.commits) == commits && mono_ms() - start < 10000)
         usleep(5000);
     assert_true(mono_ms() - start >= 50);
