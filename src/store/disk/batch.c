@@ -6,7 +6,8 @@
  * A batch: drop pages already stored, evict if the free slots fall short (and commit that
  * before any slot is reused), reserve slots, write, fdatasync, commit the records together
  * with pending access times, then publish: slots become USED and the ops complete. A page
- * that fails anywhere gets its slot back and no record.
+ * that fails anywhere gets its slot back and no record. A batch with no record to write (its
+ * pages all stored already) commits nothing.
  *
  * The bytes go to the engine before their checksums are taken: the committer hashes the
  * batch while the I/O is in flight instead of before it (XXH3 over a 512 MiB batch is tens of
@@ -330,19 +331,26 @@ static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, 
     return rc ? rc : slot_put(&s->ix, txn, p->slot, p->key, now, p->parent);
 }
 
-/* One transaction for the batch's records and the access times waiting. */
+/* One transaction for the batch's records and up to DIRTY_MAX of the access times waiting.
+ * A batch that writes no record (all stored already, or all failed) commits nothing: its
+ * accesses wait for a later commit rather than cost a sync of their own. */
 static int commit_pages(struct dstore *s, struct batch *b, uint64_t now)
 {
     MDB_txn *txn;
-    int rc = txn_begin(s, &txn);
+    size_t records = 0;
+    int rc;
 
-    if (rc)
+    for (size_t i = 0; i < b->n; i++)
+        records += to_write(b->pg[i]);
+    if (!records)
+        return 0;
+    if ((rc = txn_begin(s, &txn)))
         return rc;
     for (size_t i = 0; i < b->n && !rc; i++)
         if (to_write(b->pg[i]))
             rc = put_record(s, txn, b->pg[i], now, s->recbuf);
     if (!rc) {
-        persist_access(s, txn);
+        persist_access(s, txn, DIRTY_MAX);
         return txn_commit(s, txn);
     }
     mdb_txn_abort(txn);

@@ -186,12 +186,30 @@ static void run_jobs(struct dstore *s, struct djob *jobs)
         job_done(s, jobs, evict_oldest(s, jobs->n, &jobs->result));
         break;
     case JOB_FLUSH:
-        flush_access(s);
+        while (flush_access(s))
+            ;
         job_done(s, jobs, 0);
         break;
     case JOB_BARRIER:
         job_done(s, jobs, 0);
         break;
+    }
+}
+
+/* Under the lock: sleep until a job or stop comes, or access times fall due (touch_locked
+ * signals when the first one waits, so a sleep without a deadline ends then). */
+static void wait_for_work_locked(struct dstore *s)
+{
+    for (;;) {
+        uint64_t due = access_due_locked(s), now = mono_ns();
+        struct timespec until = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
+
+        if (s->jhead || s->stop || due <= now)
+            return;
+        if (due == UINT64_MAX)
+            pthread_cond_wait(&s->job_cv, &s->lock);
+        else
+            pthread_cond_timedwait(&s->job_cv, &s->lock, &until);
     }
 }
 
@@ -208,8 +226,7 @@ static void *committer_main(void *arg)
         bool stop;
 
         pthread_mutex_lock(&s->lock);
-        while (!s->jhead && !s->stop && s->ndirty < DIRTY_FLUSH)
-            pthread_cond_wait(&s->job_cv, &s->lock);
+        wait_for_work_locked(s);
         jobs = take_locked(s);
         stop = s->stop;
         pthread_mutex_unlock(&s->lock);
@@ -218,9 +235,10 @@ static void *committer_main(void *arg)
         else if (stop)
             break;
         else
-            flush_access(s);
+            flush_access(s); /* one transaction, then jobs queued meanwhile come first */
     }
-    flush_access(s);
+    while (flush_access(s))
+        ;
     return NULL;
 }
 

@@ -457,12 +457,13 @@ int table_alloc(struct dstore *s)
     s->end_pos = calloc(n, sizeof(uint32_t));
     s->freestk = malloc(n * sizeof(*s->freestk));
     s->dirty_bit = calloc(n, 1);
+    s->dirty = malloc(n * sizeof(*s->dirty));
     s->early = malloc(EARLY_MAX * sizeof(*s->early));
     s->touched = malloc(DIRTY_MAX * sizeof(*s->touched));
     s->recbuf = malloc(rec_bytes(s->page_tokens));
     if (!s->early || !s->touched || !s->recbuf || !s->state || !s->pins || !s->skey || !s->atime ||
         !s->ptag || !s->kids || !s->lru.prev || !s->lru.next || !s->ends || !s->end_pos ||
-        !s->freestk || !s->dirty_bit || map_alloc(s))
+        !s->freestk || !s->dirty_bit || !s->dirty || map_alloc(s))
         return -ENOMEM;
     lists_reset_locked(s); /* no other thread yet */
     return 0;
@@ -484,6 +485,7 @@ void table_free(struct dstore *s)
     free(s->waiting);
     free(s->freestk);
     free(s->dirty_bit);
+    free(s->dirty);
     free(s->early);
     free(s->touched);
     free(s->recbuf);

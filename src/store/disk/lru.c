@@ -1,7 +1,13 @@
 /*
- * The order pages leave the disk in: access times kept in the index (batched, written with
- * the committer's next transaction), and eviction of the oldest unpinned pages, chain ends
- * first (the choice is slots.c's pick_victims_locked). The committer's thread only.
+ * The order pages leave the disk in: access times kept in the index, and eviction of the
+ * oldest unpinned pages, chain ends first (the choice is slots.c's pick_victims_locked). The
+ * committer's thread only.
+ *
+ * Access times are written lazily: a read changes the order in memory at once (slots.c) and
+ * lists its slot; the list rides on the next write batch's commit (DIRTY_MAX of it), and what
+ * has waited access_period_ms for one gets a transaction of its own, as does the rest at
+ * close. So reads cost no commit and no sync, and a crash loses only access times not yet
+ * committed: the order after a restart is older, no page or record is lost.
  */
 #include "store_int.h"
 
@@ -11,24 +17,27 @@
 
 /* ---- access times ---- */
 
-static size_t take_dirty(struct dstore *s, struct touched *t)
+/* Up to max of the waiting access times into t, the newest listed first (which go first does
+ * not matter: each is the slot's time now); how many left the list. Those of slots no longer
+ * used are dropped, so *n (the ones to write) may be fewer. */
+static size_t take_dirty(struct dstore *s, struct touched *t, size_t max, size_t *n)
 {
-    size_t n = 0;
+    size_t taken = 0;
 
+    *n = 0;
     pthread_mutex_lock(&s->lock);
-    for (uint32_t i = 0; i < s->ndirty; i++) {
-        uint32_t g = s->dirty[i];
+    for (; taken < max && s->ndirty; taken++) {
+        uint32_t g = s->dirty[--s->ndirty];
 
         s->dirty_bit[g] = 0;
         if (s->state[g] != SLOT_USED)
             continue;
-        t[n].g = g;
-        memcpy(t[n].key, s->skey[g], DSTORE_KEY_BYTES);
-        t[n++].atime = s->atime[g];
+        t[*n].g = g;
+        memcpy(t[*n].key, s->skey[g], DSTORE_KEY_BYTES);
+        t[(*n)++].atime = s->atime[g];
     }
-    s->ndirty = 0;
     pthread_mutex_unlock(&s->lock);
-    return n;
+    return taken;
 }
 
 /* Rewrite one record's last access, if it still names the slot that was read. */
@@ -51,28 +60,70 @@ static int persist_one(struct dstore *s, MDB_txn *txn, const struct touched *t, 
     return slot_put(&s->ix, txn, t->g, t->key, t->atime, r.parent);
 }
 
-/* Persist the access times waiting, inside txn. They are hints for the order after a
- * restart: one that fails is lost, nothing else. */
-void persist_access(struct dstore *s, MDB_txn *txn)
+/* DIRTY_MAX at a time: the committer's touched buffer. */
+int persist_access(struct dstore *s, MDB_txn *txn, size_t max)
 {
-    size_t n = take_dirty(s, s->touched);
+    size_t done = 0, taken, n;
 
-    for (size_t i = 0; i < n && !persist_one(s, txn, &s->touched[i], s->recbuf); i++)
-        ;
+    while (done < max) {
+        taken = take_dirty(s, s->touched, max - done < DIRTY_MAX ? max - done : DIRTY_MAX, &n);
+        if (!taken)
+            return 0;
+        for (size_t i = 0; i < n; i++) {
+            int rc = persist_one(s, txn, &s->touched[i], s->recbuf);
+
+            if (rc)
+                return rc;
+        }
+        done += taken;
+    }
+    return 0;
 }
 
-void flush_access(struct dstore *s)
+static bool waiting(struct dstore *s)
 {
-    MDB_txn *txn;
-    uint32_t waiting;
+    bool any;
 
     pthread_mutex_lock(&s->lock);
-    waiting = s->ndirty;
+    any = s->ndirty != 0;
     pthread_mutex_unlock(&s->lock);
-    if (!waiting || txn_begin(s, &txn))
-        return;
-    persist_access(s, txn);
-    txn_commit(s, txn);
+    return any;
+}
+
+/* After a failed flush the times left wait a whole period again: an index that fails now
+ * must not keep the committer spinning on them. */
+static bool postpone(struct dstore *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->dirty_since = mono_ns();
+    pthread_mutex_unlock(&s->lock);
+    return false;
+}
+
+bool flush_access(struct dstore *s)
+{
+    MDB_txn *txn;
+    int rc;
+
+    if (!waiting(s))
+        return false;
+    if (txn_begin(s, &txn))
+        return postpone(s);
+    if ((rc = persist_access(s, txn, ACCESS_TXN_MAX))) {
+        mdb_txn_abort(txn);
+        count_index_error(s, rc);
+        return postpone(s);
+    }
+    if (txn_commit(s, txn))
+        return postpone(s);
+    return waiting(s);
+}
+
+uint64_t access_due_locked(const struct dstore *s)
+{
+    uint64_t period = s->o.access_period_ms ? s->o.access_period_ms : ACCESS_PERIOD_MS;
+
+    return s->ndirty ? s->dirty_since + period * 1000000ull : UINT64_MAX;
 }
 
 /* ---- eviction ---- */

@@ -428,8 +428,8 @@ void slots_link_all(struct dstore *s, const uint32_t *by_age, uint64_t n)
 
 /* ---- access ---- */
 
-/* The access time is persisted lazily: a full dirty list only loses the hint, never order
- * in this process. */
+/* The order changes now; the access time reaches the index lazily (lru.c), so a read costs
+ * no write. The dirty list has room for every slot, each listed once. */
 void touch_locked(struct dstore *s, uint32_t g)
 {
     if (s->state[g] != SLOT_USED)
@@ -439,12 +439,15 @@ void touch_locked(struct dstore *s, uint32_t g)
     s->atime[g] = stamp_locked(s);
     if (is_end(s, g))
         sift_down(s, s->end_pos[g] - 1); /* it is the most recent now */
-    if (!s->dirty_bit[g] && s->ndirty < DIRTY_MAX) {
-        s->dirty_bit[g] = 1;
-        s->dirty[s->ndirty++] = g;
-    }
-    if (s->ndirty >= DIRTY_FLUSH)
+    if (s->dirty_bit[g])
+        return;
+    s->dirty_bit[g] = 1;
+    s->dirty[s->ndirty++] = g;
+    if (s->ndirty == 1) {
+        /* The committer sleeps without a deadline while nothing waits: give it one. */
+        s->dirty_since = mono_ns();
         pthread_cond_signal(&s->job_cv);
+    }
 }
 
 /* A hint like the rest: past EARLY_MAX the oldest order is kept and the rest lost. */

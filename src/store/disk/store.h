@@ -15,7 +15,8 @@
  * batch), then commit the index records (one LMDB transaction per batch, synchronous). An
  * index record therefore never names bytes that were not written; a crash loses at most pages
  * in flight. Slots freed by eviction are reused only after the transaction deleting their
- * records has committed.
+ * records has committed. Reads cost no index write and no sync: their access times are
+ * written with a later commit (options: access_period_ms).
  *
  * Reads verify an XXH3-128 checksum of the page; a mismatch is a miss, counts an error and
  * drops the record. Records, lengths and slot numbers read from disk are bounds-checked:
@@ -119,6 +120,10 @@ struct dstore_options {
     uint64_t map_bytes; /* test seam: a writer's index map; 0 (production): sized for the
                            capacity */
     const struct dstore_notify *notify; /* may be NULL */
+    /* Access times (hints for the eviction order after a restart) ride on write batches'
+     * commits; ones that wait this long for one get a commit of their own. 0: 30 s. A crash
+     * loses those not committed yet, never a page or a record. */
+    uint32_t access_period_ms;
 };
 
 /* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay
@@ -267,7 +272,8 @@ int dstore_delete(struct dstore *s, const uint8_t *keys, size_t n, size_t *delet
  * be NULL) = how many went. Writes also evict on their own when the store is full. */
 int dstore_evict(struct dstore *s, size_t max_pages, size_t *evicted);
 
-/* Wait until every job queued so far has been applied and access times are persisted. */
+/* Wait until every job queued so far has been applied and access times are persisted (a
+ * synchronous commit when any wait). */
 int dstore_flush(struct dstore *s);
 
 /* Wait until every job queued so far has been applied: the drops of records that reads found

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "store/disk/dio.h"
 #include "store/disk/index.h"
@@ -28,9 +29,10 @@
 #include "store/disk/store.h"
 
 #define NO_SLOT UINT32_MAX
-#define DIRTY_MAX 4096   /* access times waiting to be persisted, at most */
-#define DIRTY_FLUSH 1024 /* the committer persists them once this many wait */
-#define EARLY_MAX 1024   /* hits before the rebuild ended, kept to apply after it */
+#define DIRTY_MAX 4096 /* access times a write batch carries, at most; one step of persisting */
+#define ACCESS_TXN_MAX 65536   /* access times in one transaction of their own, at most */
+#define ACCESS_PERIOD_MS 30000 /* access_period_ms's default */
+#define EARLY_MAX 1024         /* hits before the rebuild ended, kept to apply after it */
 
 /* Where a slot stands. A slot is in exactly one state; pins (reads in flight) are apart. */
 enum slot_state {
@@ -180,8 +182,9 @@ struct dstore {
     uint32_t *freestk;         /* free slots, lowest on top after the rebuild */
     uint64_t nfree;            /* locked */
     uint8_t *dirty_bit;        /* the slot's access time awaits persisting */
-    uint32_t dirty[DIRTY_MAX]; /* locked */
-    uint32_t ndirty;
+    uint32_t *dirty;           /* locked: those slots, each once (nslots of room) */
+    uint32_t ndirty;           /* locked */
+    uint64_t dirty_since;      /* locked: mono_ns() when the oldest of them was touched */
     struct early_touch *early; /* locked: hits served before ready, oldest first */
     uint32_t nearly;
     bool ready;     /* locked: the rebuild finished */
@@ -201,6 +204,15 @@ struct dstore {
 
     struct dstore_stats st; /* locked: the counters; gauges are filled by dstore_stats */
 };
+
+/* A monotonic clock in ns, the one the condition variables wait on. */
+static inline uint64_t mono_ns(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 /* ---- snapshot.c ---- */
 
@@ -321,10 +333,19 @@ static inline bool table_known_locked(const struct dstore *s)
 
 /* ---- lru.c: access times and eviction (the committer) ---- */
 
-/* Write the access times touched since the last time into txn. */
-void persist_access(struct dstore *s, MDB_txn *txn);
-/* The same in a transaction of its own. */
-void flush_access(struct dstore *s);
+/* Access times are hints for the order after a restart, kept in memory (the order in this
+ * process never waits for them) and written lazily: never a transaction, nor a sync, of their
+ * own per read. */
+/* Write up to max of the access times waiting into txn: 0, or the index error that stopped
+ * it (the txn is then unusable; the times taken are lost, nothing else). */
+int persist_access(struct dstore *s, MDB_txn *txn, size_t max);
+/* Up to ACCESS_TXN_MAX of them in a transaction of their own; whether more wait (false after
+ * a failure). */
+bool flush_access(struct dstore *s);
+/* Under the lock: the mono_ns() time at which the access times waiting will have waited
+ * access_period_ms for a commit to carry them, and get one of their own; UINT64_MAX when
+ * none wait. */
+uint64_t access_due_locked(const struct dstore *s);
 /* Evict up to want of the oldest unpinned pages in one transaction; *evicted: how many. */
 int evict_oldest(struct dstore *s, size_t want, size_t *evicted);
 

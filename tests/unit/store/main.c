@@ -78,6 +78,10 @@ int main(void)
         T(test_pinned_slot),
         T(test_wait_timeout),
         T(test_crash),
+        T(test_reads_cost_no_flush),
+        T(test_access_order_after_close),
+        T(test_access_period),
+        T(test_access_crash),
     };
     int failed = 0;
 

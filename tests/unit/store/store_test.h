@@ -1,6 +1,7 @@
 /*
  * The disk tier's block store: round trips, persistence, refusals, corruption, injected
- * faults, capacity and LRU eviction, and crash consistency under SIGKILL.
+ * faults, capacity and LRU eviction, crash consistency under SIGKILL, and access times
+ * written lazily.
  *
  * Every test runs twice: with io_uring (skipped, saying why, where the kernel refuses it)
  * and with the psync engine forced. Page bytes are a function of the page's key, so any
@@ -132,5 +133,11 @@ void test_wait_timeout(void **state);
 
 /* crash.c */
 void test_crash(void **state);
+
+/* access.c */
+void test_reads_cost_no_flush(void **state);
+void test_access_order_after_close(void **state);
+void test_access_period(void **state);
+void test_access_crash(void **state);
 
 #endif
