@@ -140,6 +140,21 @@ struct kvt_mamba {
     uint32_t track_interval; /* tokens: decode checkpoints, a multiple of chunk; default 256 */
 };
 
+/* The sliding-window layers of a hybrid model (GPT-OSS, Gemma 3, Mistral's SWA layers):
+ * every layer of geometry that full_layers does not name attends only to the last window
+ * tokens, so its KV is kept in a second, smaller pool of SWA slots (each full slot maps to
+ * one) and freed once the window has passed it while the full-attention KV stays cached (an
+ * SWA tombstone). A cached prefix is served only up to where its last window still has SWA
+ * KV. Both kinds of layer share geometry's head shape. (Since 0.4.) */
+struct kvt_swa {
+    uint32_t window;             /* tokens; 0 (the default): no sliding-window layers */
+    uint32_t nfull;              /* how many layers full_layers names, 1 at least */
+    const uint32_t *full_layers; /* the full-attention layers' ids, distinct, below
+                                    geometry.layers; copied at open */
+    uint64_t tokens;             /* SWA slots; 0: 0.8 x the device's full slots (SGLang's
+                                    swa_full_tokens_ratio) */
+};
+
 struct kvt_options {
     size_t size; /* sizeof(struct kvt_options) as the caller was compiled; set by init */
     struct kvt_geometry geometry;
@@ -200,6 +215,9 @@ struct kvt_options {
     /* Recurrent layers of a hybrid model (since 0.4); layers 0: none. Not yet with a host
      * tier (-EINVAL): states do not leave the device. */
     struct kvt_mamba mamba;
+    /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. Not yet with a
+     * host tier or with recurrent layers (-EINVAL). */
+    struct kvt_swa swa;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -300,6 +318,14 @@ struct kvt_stats {
     uint64_t mamba_kv_hit_tokens;  /* device KV the matches found */
     uint64_t mamba_evicted_states; /* checkpoints dropped to make room for states */
     uint64_t mamba_pool_bytes;     /* bytes of the state pool on the device */
+    /* Sliding-window layers (all 0 without them; since 0.4). match_hit_tokens counts the
+     * part of a hit whose last window has SWA KV; swa_kv_hit_tokens the KV found. */
+    uint64_t swa_tokens;          /* SWA slots */
+    uint64_t swa_free_tokens;     /* of them, free */
+    uint64_t swa_cached_tokens;   /* cached tokens whose SWA KV is still held */
+    uint64_t swa_kv_hit_tokens;   /* device KV the matches found */
+    uint64_t swa_evicted_tokens;  /* SWA KV freed by the cache while its full KV stayed */
+    uint64_t swa_released_tokens; /* SWA KV requests freed as their window moved on */
 };
 
 typedef struct kvt_engine kvt_engine;
@@ -564,6 +590,28 @@ int kvt_mamba_read(kvt_engine *e, int32_t slot, uint32_t layer, int part, void *
 /* The device address of a recurrent layer's conv (part 0) or SSM (part 1) buffer, slot s at
  * ptr + s * slot_bytes, for the caller's kernels. Valid until kvt_close. Errors: -EINVAL. */
 int kvt_mamba_buffer(kvt_engine *e, uint32_t layer, int part, void **ptr, size_t *slot_bytes);
+
+/* ---- hybrid models: sliding-window layers (options.swa; since 0.4) ----
+ * Slots are full-attention slots throughout the API; each maps to an SWA slot holding its
+ * sliding-window layers' KV while that is kept. kvt_alloc, kvt_alloc_extend and
+ * kvt_alloc_decode hand out both, kvt_free frees both, kvt_kv_write and kvt_kv_read take a
+ * model layer and go through the map (-ENOENT for a slot whose SWA KV was freed, nothing
+ * moved), kvt_kv_buffer gives a sliding-window layer's buffer in the SWA pool. kvt_match and
+ * kvt_req_begin serve a prefix only up to where its last window (or the whole prefix, when
+ * shorter) still has SWA KV; the cache frees SWA KV alone when the SWA pool is short. */
+
+/* The request has seq_len tokens: free the SWA KV of its own slots that its window has left
+ * (SGLang's free_swa_out_of_window_slots), in whole pages, keeping a whole window (at least a
+ * page) so that a key ending on a page boundary can still be cached with one. Call it as
+ * decode moves on; kvt_req_cache_unfinished and kvt_req_cache_finished insert those pages as
+ * SWA tombstones. Errors: -EINVAL (no sliding-window layers, req not live, seq_len past what
+ * its row holds). */
+int kvt_req_swa_slide(kvt_engine *e, const struct kvt_req *req, size_t seq_len);
+
+/* Each full slot's SWA slot for a sliding-window layer's kernel (the row in kvt_kv_buffer's
+ * buffer), 0 where its SWA KV was freed, -1 for -1. Errors: -EINVAL (no sliding-window
+ * layers, a slot outside the pool, NULL with n > 0). */
+int kvt_swa_translate(const kvt_engine *e, const int32_t *slots, size_t n, int32_t *swa_slots);
 
 /* ---- host tier ---- */
 

@@ -60,25 +60,41 @@ void kvt_options_init(struct kvt_options *o, size_t size)
 static const struct {
     size_t off, len;
 } option_fields[] = {
-    OPTION(geometry),        OPTION(page_size),
-    OPTION(backend),         OPTION(device_tokens),
-    OPTION(device_bytes),    OPTION(max_requests),
-    OPTION(max_context),     OPTION(evict_policy),
-    OPTION(hash_pages),      OPTION(model_id),
-    OPTION(tp_rank),         OPTION(tp_size),
-    OPTION(host_tokens),     OPTION(host_bytes),
-    OPTION(host_ratio),      OPTION(host_layout),
-    OPTION(write_policy),    OPTION(write_threshold),
-    OPTION(load_back_min),   OPTION(io),
-    OPTION(disk_dir),        OPTION(disk_bytes),
-    OPTION(disk_io),         OPTION(disk_write_policy),
-    OPTION(prefetch_policy), OPTION(prefetch_timeout_ms),
-    OPTION(prefetch_min),    OPTION(stats_socket),
-    OPTION(sim_serial),      OPTION(mamba),
+    OPTION(geometry),
+    OPTION(page_size),
+    OPTION(backend),
+    OPTION(device_tokens),
+    OPTION(device_bytes),
+    OPTION(max_requests),
+    OPTION(max_context),
+    OPTION(evict_policy),
+    OPTION(hash_pages),
+    OPTION(model_id),
+    OPTION(tp_rank),
+    OPTION(tp_size),
+    OPTION(host_tokens),
+    OPTION(host_bytes),
+    OPTION(host_ratio),
+    OPTION(host_layout),
+    OPTION(write_policy),
+    OPTION(write_threshold),
+    OPTION(load_back_min),
+    OPTION(io),
+    OPTION(disk_dir),
+    OPTION(disk_bytes),
+    OPTION(disk_io),
+    OPTION(disk_write_policy),
+    OPTION(prefetch_policy),
+    OPTION(prefetch_timeout_ms),
+    OPTION(prefetch_min),
+    OPTION(stats_socket),
+    OPTION(sim_serial),
+    OPTION(mamba),
+    OPTION(swa),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, mamba) -
-                       sizeof(struct kvt_mamba) <
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, swa) -
+                       sizeof(struct kvt_swa) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
@@ -115,7 +131,9 @@ static int check_options(const struct kvt_options *o)
         return -EINVAL;
     if (kv_geometry_check(&o->geometry))
         return -EINVAL;
-    return engine_mamba_check_options(o);
+    if (engine_mamba_check_options(o))
+        return -EINVAL;
+    return engine_swa_check_options(o);
 }
 
 static int device_tokens(const struct kvt_options *o, uint64_t *tokens)
@@ -155,25 +173,34 @@ static int make_fingerprint(kvt_engine *e)
                     e->opts.tp_rank,
                     e->opts.tp_size,
                     KVT_HASH_VERSION};
-    /* Recurrent layers add their state geometry; an engine without them hashes what
-     * earlier versions did, so their data dirs stay valid. */
+    /* Hybrid layers add their geometry (recurrent states; the window and which layers are
+     * full attention); an engine without them hashes what earlier versions did, so their
+     * data dirs stay valid. */
     const struct kvt_mamba *m = &e->opts.mamba;
+    const struct kvt_swa *w = &e->opts.swa;
     uint32_t hybrid[] = {m->layers, (uint32_t)m->conv_bytes, (uint32_t)(m->conv_bytes >> 32),
                          (uint32_t)m->ssm_bytes, (uint32_t)(m->ssm_bytes >> 32)};
     size_t nv = sizeof(v) / sizeof(v[0]), nh = m->layers ? sizeof(hybrid) / sizeof(hybrid[0]) : 0;
-    uint8_t tail[sizeof(v) + sizeof(hybrid)];
+    size_t nw = w->window ? 2 + (size_t)w->nfull : 0, len = 4 * (nv + nh + nw);
+    uint8_t *tail = malloc(len);
     struct page_hasher h;
-    int rc = page_hasher_init(&h);
+    int rc = tail ? page_hasher_init(&h) : -ENOMEM;
 
-    if (rc)
+    if (rc) {
+        free(tail);
         return rc;
+    }
     for (size_t i = 0; i < nv; i++)
         put_u32(tail + 4 * i, v[i]);
     for (size_t i = 0; i < nh; i++)
         put_u32(tail + 4 * (nv + i), hybrid[i]);
+    for (size_t i = 0; i < nw; i++)
+        put_u32(tail + 4 * (nv + nh + i), i == 0   ? w->window
+                                          : i == 1 ? w->nfull
+                                                   : w->full_layers[i - 2]);
     /* The model id is NUL-terminated in the input so "ab"+fields and "a"+"b..." differ. */
-    rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, 4 * (nv + nh),
-                             e->fingerprint);
+    rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, len, e->fingerprint);
+    free(tail);
     page_hasher_finish(&h);
     return rc;
 }
@@ -184,7 +211,7 @@ static void release_cached_pages(void *ctx, const uint32_t *pages, size_t n)
 {
     kvt_engine *e = ctx;
 
-    slot_release_cached(&e->alloc, pages, n);
+    engine_slots_release(e, pages, n);
     e->count.evicted_tokens += n * e->opts.page_size;
 }
 
@@ -211,6 +238,8 @@ static int open_tree(kvt_engine *e)
     memcpy(cfg.fingerprint, e->fingerprint, KVT_HASH_LEN);
     if (e->mamba)
         engine_mamba_tree_config(e, &cfg);
+    if (e->swa)
+        engine_swa_tree_config(e, &cfg);
     return rdx_create(&cfg, &e->tree);
 }
 
@@ -295,16 +324,19 @@ static int open_parts(kvt_engine *e)
 
     if ((rc = device_tokens(&e->opts, &tokens)) ||
         (rc = dev_backend_select(e->opts.backend, &e->be)) || (rc = make_fingerprint(e)) ||
-        (rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)) ||
         (rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context)))
         return rc;
     e->pages = malloc(scratch_pages(e) * sizeof(uint32_t));
     e->below_pages = malloc(scratch_pages(e) * sizeof(uint32_t));
     if (!e->pages || !e->below_pages)
         return -ENOMEM;
-    if ((rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size)) ||
-        (e->opts.mamba.layers && (rc = engine_mamba_open(e))) || (rc = open_tiers(e, tokens)) ||
-        (rc = open_tree(e)))
+    /* The device's slots and KV: one allocator and pool, or the sliding-window pair. */
+    if (e->opts.swa.window)
+        rc = engine_swa_open(e, tokens);
+    else if ((rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)) == 0)
+        rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size);
+    if (rc || (e->opts.mamba.layers && (rc = engine_mamba_open(e))) ||
+        (rc = open_tiers(e, tokens)) || (rc = open_tree(e)))
         return rc;
     if (e->opts.stats_socket && (rc = stats_server_start(e->opts.stats_socket, &e->stats)))
         return rc;
@@ -380,6 +412,7 @@ static void engine_free(kvt_engine *e)
     rdx_destroy(e->tree);
     tier_close_chain(e->below);
     engine_mamba_close(e);
+    engine_swa_close(e);
     if (!e->bottom)
         store_close(e->store); /* given to a failed open, never handed to a tier */
     if (e->be)

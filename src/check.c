@@ -57,7 +57,7 @@ static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why,
 
 static int check_ownership(const kvt_engine *e, const struct page_count *oc, char *why, size_t len)
 {
-    const struct slot_alloc *a = &e->alloc;
+    const struct slot_alloc *a = engine_slots_c(e);
     uint32_t nfree = 0;
 
     for (uint32_t p = 1; p <= a->npages; p++) {
@@ -88,13 +88,14 @@ int engine_check(const kvt_engine *e, char *why, size_t why_len)
 {
     uint32_t nbelow = below_tree_pages(e);
     uint32_t nstates = engine_mamba_slots(e);
-    struct owners o = {.dev = {.lo = 1, .hi = e->alloc.npages},
+    const struct slot_alloc *a = engine_slots_c(e);
+    struct owners o = {.dev = {.lo = 1, .hi = a->npages},
                        .host = {.lo = 0, .hi = nbelow ? nbelow - 1 : 0},
                        .mamba = {.lo = 1, .hi = nstates}};
     struct rdx_page_visitor v = {.device = count_device_page, .ctx = &o};
     int rc = -ENOMEM;
 
-    o.dev.count = calloc(e->alloc.npages + 1, 1);
+    o.dev.count = calloc(a->npages + 1, 1);
     o.host.count = calloc(nbelow ? nbelow : 1, 1);
     o.mamba.count = calloc((size_t)nstates + 1, 1);
     if (!o.dev.count || !o.host.count || !o.mamba.count)
@@ -111,13 +112,15 @@ int engine_check(const kvt_engine *e, char *why, size_t why_len)
     if (rc == 0)
         rc = check_ownership(e, &o.dev, why, why_len);
     if (rc == 0) {
-        memset(o.dev.count, 0, e->alloc.npages + 1);
-        rc = check_free_list(&e->alloc, o.dev.count, why, why_len);
+        memset(o.dev.count, 0, a->npages + 1);
+        rc = check_free_list(a, o.dev.count, why, why_len);
     }
     if (rc == 0 && nbelow)
         rc = e->below->ops->check(e->below, o.host.count, why, why_len);
     if (rc == 0 && nstates)
         rc = engine_mamba_check(e, o.mamba.count, why, why_len);
+    if (rc == 0 && e->swa)
+        rc = engine_swa_check(e, why, why_len);
 out:
     free(o.dev.count);
     free(o.host.count);

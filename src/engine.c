@@ -102,6 +102,8 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
         return rc;
     if (e->mamba)
         return engine_mamba_match(e, key, slots, m);
+    if (e->swa)
+        return engine_swa_match(e, key, slots, m);
     struct below_part bp;
     if ((rc = match(e, key, slots, &hit, false, &bp)))
         return rc;
@@ -133,10 +135,21 @@ int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
     return rc;
 }
 
+/* The tree's insert: with sliding-window layers, the pages before swa_from (whose SWA KV the
+ * request freed already) come as SWA tombstones. */
+static int tree_insert(kvt_engine *e, const struct kvt_key *key, int32_t prio, uint64_t swa_from,
+                       size_t *got, kvt_node_ref *last)
+{
+    if (e->swa)
+        return rdx_insert_swa(e->tree, key, e->pages, prio, swa_from, got, last);
+    return rdx_insert_ref(e->tree, key, e->pages, prio, got, last);
+}
+
 /* Insert a validated key: the pages past the cached prefix must be the caller's, and pass to
- * the tree only if the insert succeeds. *lastp (may be NULL) gets the node ending the key. */
+ * the tree only if the insert succeeds. *lastp (may be NULL) gets the node ending the key;
+ * swa_from as tree_insert. */
 static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, int32_t prio,
-                  size_t *prefix_len, kvt_node_ref *lastp)
+                  size_t *prefix_len, kvt_node_ref *lastp, uint64_t swa_from)
 {
     uint32_t ps = e->opts.page_size;
     size_t np = key->len / ps, cached, got = 0;
@@ -144,13 +157,13 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
 
     if (key->len % ps || !slots)
         return -EINVAL;
-    if ((rc = slot_pages_of(&e->alloc, slots, key->len, e->pages)))
+    if ((rc = slot_pages_of(engine_slots(e), slots, key->len, e->pages)))
         return rc;
     cached = rdx_cached_pages(e->tree, key);
-    if ((rc = slot_claim(&e->alloc, e->pages + cached, np - cached)))
+    if ((rc = engine_slots_claim(e, e->pages + cached, np - cached)))
         return rc;
     kvt_node_ref last = 0;
-    rc = rdx_insert_ref(e->tree, key, e->pages, prio, &got, &last);
+    rc = tree_insert(e, key, prio, swa_from < key->len ? swa_from : key->len, &got, &last);
     if (rc == -EBUSY && e->below) {
         /* The key runs into a fetch from below that has not landed: let it land. */
         e->below->ops->wait_fetches(e->below, -1);
@@ -159,7 +172,7 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
     if (rc == 0 && got != cached)
         rc = -EUCLEAN; /* cannot happen: the two walks see the same tree */
     if (rc) {
-        slot_unclaim(&e->alloc, e->pages + cached, np - cached);
+        slot_unclaim(engine_slots(e), e->pages + cached, np - cached);
         return rc;
     }
     e->count.inserted_tokens += (np - cached) * ps;
@@ -178,7 +191,7 @@ int kvt_insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, i
 
     if (rc || !prefix_len)
         return rc ? rc : -EINVAL;
-    return insert(e, key, slots, priority, prefix_len, NULL);
+    return insert(e, key, slots, priority, prefix_len, NULL, 0);
 }
 
 int kvt_lock(kvt_engine *e, kvt_node_ref node)
@@ -230,16 +243,22 @@ size_t engine_evict(kvt_engine *e, size_t pages)
  * are held back, so there it cannot. Deciding first means a call that fails evicted nothing. */
 int engine_room_for(kvt_engine *e, size_t pages)
 {
+    const struct slot_alloc *a = engine_slots(e);
     struct rdx_sizes s;
-    size_t nfree = e->alloc.nfree;
+    size_t nfree = a->nfree;
 
-    if (pages <= nfree)
-        return 0;
-    rdx_sizes(e->tree, &s);
-    if (e->alloc.in_group || pages - nfree > s.evictable_pages)
+    if (e->swa && engine_swa_room_check(e, pages))
         return -ENOMEM;
-    engine_evict(e, pages - nfree);
-    return pages <= e->alloc.nfree ? 0 : -ENOMEM;
+    if (pages > nfree) {
+        rdx_sizes(e->tree, &s);
+        if (a->in_group || pages - nfree > s.evictable_pages)
+            return -ENOMEM;
+        engine_evict(e, pages - nfree);
+        if (pages > a->nfree)
+            return -ENOMEM;
+    }
+    /* Full KV evicted took its SWA KV along; what the SWA side still lacks goes alone. */
+    return e->swa ? engine_swa_room(e, pages) : 0;
 }
 
 /* ---- completions ---- */
@@ -278,22 +297,22 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
 
 int kvt_alloc(kvt_engine *e, size_t n, int32_t *slots)
 {
-    return e ? slot_alloc(&e->alloc, n, slots) : -EINVAL;
+    return e ? engine_slots_alloc(e, n, slots) : -EINVAL;
 }
 
 int kvt_free(kvt_engine *e, const int32_t *slots, size_t n)
 {
-    return e ? slot_free(&e->alloc, slots, n) : -EINVAL;
+    return e ? engine_slots_free(e, slots, n) : -EINVAL;
 }
 
 int kvt_free_group_begin(kvt_engine *e)
 {
-    return e ? slot_free_group_begin(&e->alloc) : -EINVAL;
+    return e ? engine_slots_group(e, 1) : -EINVAL;
 }
 
 int kvt_free_group_end(kvt_engine *e)
 {
-    return e ? slot_free_group_end(&e->alloc) : -EINVAL;
+    return e ? engine_slots_group(e, 0) : -EINVAL;
 }
 
 static int check_seq_lens(const kvt_engine *e, size_t batch, const uint32_t *seq_lens)
@@ -316,10 +335,10 @@ int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
 
     if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    rc = slot_extend_check(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len, &need);
+    rc = engine_slots_extend_check(e, batch, prefix_lens, seq_lens, last_locs, out, out_len, &need);
     if (rc || (rc = engine_room_for(e, need)))
         return rc;
-    slot_extend_take(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out);
+    engine_slots_extend_take(e, batch, prefix_lens, seq_lens, last_locs, out, out_len);
     return 0;
 }
 
@@ -331,16 +350,16 @@ int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
 
     if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    rc = slot_decode_check(&e->alloc, batch, seq_lens, last_locs, out, &need);
+    rc = engine_slots_decode_check(e, batch, seq_lens, last_locs, out, &need);
     if (rc || (rc = engine_room_for(e, need)))
         return rc;
-    slot_decode_take(&e->alloc, batch, seq_lens, last_locs, out);
+    engine_slots_decode_take(e, batch, seq_lens, last_locs, out);
     return 0;
 }
 
 size_t kvt_available(const kvt_engine *e)
 {
-    return e ? slot_available(&e->alloc) : 0;
+    return e ? engine_slots_available(e) : 0;
 }
 
 /* ---- KV data ---- */
@@ -348,21 +367,24 @@ size_t kvt_available(const kvt_engine *e)
 int kvt_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
                  const void *v)
 {
-    return e ? kv_pool_write(&e->kv, layer, slots, n, k, v) : -EINVAL;
+    return e ? engine_kv_write(e, layer, slots, n, k, v) : -EINVAL;
 }
 
 int kvt_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v)
 {
-    return e ? kv_pool_read(&e->kv, layer, slots, n, k, v) : -EINVAL;
+    return e ? engine_kv_read(e, layer, slots, n, k, v) : -EINVAL;
 }
 
 int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *row_bytes)
 {
-    if (!e || !ptr || !row_bytes || layer >= e->kv.geo.layers || which < 0 || which > 1 ||
-        !e->kv.buf[which])
+    const struct kv_pool *p;
+    uint32_t index;
+
+    if (!e || !ptr || !row_bytes || which < 0 || which > 1 ||
+        !(p = engine_kv_pool(e, layer, &index)) || !p->buf[which])
         return -EINVAL;
-    *ptr = e->kv.buf[which][layer];
-    *row_bytes = e->kv.row_bytes[which];
+    *ptr = p->buf[which][index];
+    *row_bytes = p->row_bytes[which];
     return 0;
 }
 
@@ -383,8 +405,10 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
         return rc;
     ps = e->opts.page_size;
     row = e->reqs.map + (size_t)idx * e->reqs.max_context;
-    if (e->mamba) {
-        if ((rc = engine_mamba_begin(e, idx, key, row, req)))
+    if (e->mamba || e->swa) {
+        rc = e->mamba ? engine_mamba_begin(e, idx, key, row, req)
+                      : engine_swa_begin(e, idx, key, row, req);
+        if (rc)
             req_pool_free(&e->reqs, idx);
         else
             e->reqs.filled[idx] = (uint32_t)req->protected_len;
@@ -463,7 +487,7 @@ static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_
         req->protected_len % e->opts.page_size || rdx_is_locked(e->tree, req->last_node) != 1)
         return -EINVAL;
     row = req_pool_row(&e->reqs, req->pool_idx);
-    return slot_row_held(&e->alloc, row + req->protected_len,
+    return slot_row_held(engine_slots(e), row + req->protected_len,
                          (whole_row ? filled : key->len) - req->protected_len, e->pages);
 }
 
@@ -496,9 +520,9 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
     if (e->mamba && (rc = engine_mamba_room(e, 1)))
         return rc;
     int32_t *row = e->reqs.map + (size_t)req->pool_idx * e->reqs.max_context;
-    if ((rc = insert(e, &k, row, 0, &cached, NULL)))
+    if ((rc = insert(e, &k, row, 0, &cached, NULL, engine_swa_from(e, req->pool_idx))))
         return rc;
-    slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
+    engine_slots_free(e, row + req->protected_len, cached - req->protected_len);
     /* Point the row at the cached slots: ours for the part the tree already had are free
      * now. The insert left the key ending on a node, so this match cannot split and cannot
      * fail; it is bookkeeping, not a lookup, and is not counted. */
@@ -513,10 +537,11 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
     uint64_t wait = load_to_wait(e, hit.pending);
     if (wait > req->load_op)
         req->load_op = wait;
-    rdx_lock(e->tree, last);
-    rdx_unlock(e->tree, req->last_node);
+    if ((rc = engine_req_relock(e, req->pool_idx, req->last_node, last)))
+        return rc;
     req->last_node = last;
     req->protected_len = k.len;
+    engine_swa_cached(e, req->pool_idx, k.len);
     return e->mamba ? engine_mamba_cached(e, req->pool_idx, last, 0) : 0;
 }
 
@@ -534,14 +559,15 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
     size_t filled = req_pool_filled(&e->reqs, req->pool_idx);
     cached = k.len; /* without an insert, every page past the protected prefix goes */
     if (insert_pages && k.len > req->protected_len &&
-        (rc = insert(e, &k, row, priority, &cached, &last)))
+        (rc = insert(e, &k, row, priority, &cached, &last, engine_swa_from(e, req->pool_idx))))
         return rc;
     /* Duplicates of what the tree had (or everything, without insert), then the rest of the
      * row: the key's partial tail page and slots past the key (allocated, not committed). */
-    slot_free(&e->alloc, row + req->protected_len, cached - req->protected_len);
-    slot_free(&e->alloc, row + k.len, filled - k.len);
-    rdx_unlock(e->tree, req->last_node);
-    if (e->mamba)
+    engine_slots_free(e, row + req->protected_len, cached - req->protected_len);
+    engine_slots_free(e, row + k.len, filled - k.len);
+    if (engine_req_unlock(e, req->pool_idx, req->last_node))
+        rc = -EUCLEAN;
+    if (e->mamba && rc == 0)
         rc = engine_mamba_cached(e, req->pool_idx, last, 1);
     req_pool_free(&e->reqs, req->pool_idx);
     req->pool_idx = -1;

@@ -7,6 +7,7 @@
  *   engine.c  prefix cache, eviction and room on the device, allocation, requests
  *   check.c   the invariant check across tree, allocators and tiers (tests)
  *   engine_mamba.c hybrid models' recurrent states: slots, checkpoints, copy on write at match
+ *   engine_swa.c   the device allocator and KV pools, with sliding-window layers or without
  */
 #ifndef KVT_ENGINE_H
 #define KVT_ENGINE_H
@@ -24,6 +25,7 @@
 
 struct dstore_options;
 struct engine_mamba;
+struct engine_swa;
 
 struct kvt_engine {
     struct kvt_options opts;
@@ -48,6 +50,8 @@ struct kvt_engine {
     struct dstore_options *disk_so; /* what the disk store was opened with (tests) */
     struct stats_server *stats;     /* options.stats_socket; NULL without one */
     struct engine_mamba *mamba;     /* options.mamba; NULL without recurrent layers */
+    struct engine_swa *swa;         /* options.swa; NULL without sliding-window layers: then
+                                       alloc and kv are the device's */
 };
 
 /* The device pages' slots, page_size per page. */
@@ -60,6 +64,61 @@ static inline void engine_pages_to_slots(const kvt_engine *e, const uint32_t *pa
         for (uint32_t j = 0; j < ps; j++)
             slots[i * ps + j] = (int32_t)(pages[i] * ps + j);
 }
+
+/* ---- the device allocator and KV (engine_swa.c): alloc and kv, or with sliding-window
+ * layers the pair allocator (a full slot and an SWA slot in step) and the two pools ---- */
+
+/* The full-attention side, which the tree's pages and requests' rows name. */
+struct slot_alloc *engine_slots(kvt_engine *e);
+const struct slot_alloc *engine_slots_c(const kvt_engine *e);
+size_t engine_slots_available(const kvt_engine *e);
+int engine_slots_alloc(kvt_engine *e, size_t n, int32_t *slots);
+int engine_slots_free(kvt_engine *e, const int32_t *slots, size_t n);
+int engine_slots_group(kvt_engine *e, int begin);
+int engine_slots_claim(kvt_engine *e, const uint32_t *pages, size_t n);
+void engine_slots_release(kvt_engine *e, const uint32_t *pages, size_t n);
+int engine_slots_extend_check(const kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
+                              const uint32_t *seq_lens, const int32_t *last_locs,
+                              const int32_t *out, size_t out_len, size_t *pages);
+void engine_slots_extend_take(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
+                              const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
+                              size_t out_len);
+int engine_slots_decode_check(const kvt_engine *e, size_t batch, const uint32_t *seq_lens,
+                              const int32_t *last_locs, const int32_t *out, size_t *pages);
+void engine_slots_decode_take(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
+                              const int32_t *last_locs, int32_t *out);
+int engine_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
+                    const void *v);
+int engine_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v);
+/* The pool holding model layer `layer`, its index there in *index; NULL past the last. */
+const struct kv_pool *engine_kv_pool(const kvt_engine *e, uint32_t layer, uint32_t *index);
+uint64_t engine_kv_bytes(const kvt_engine *e);
+
+/* A request's node lock moves (from -> to) or goes; with sliding-window layers it is a
+ * window lock (rdx_swa_lock) whose span the engine keeps per request row. */
+int engine_req_relock(kvt_engine *e, int32_t idx, kvt_node_ref from, kvt_node_ref to);
+int engine_req_unlock(kvt_engine *e, int32_t idx, kvt_node_ref node);
+
+/* ---- sliding-window layers (engine_swa.c); every call here is for an engine with e->swa,
+ * except engine_swa_from and engine_swa_cached, which do nothing without ---- */
+int engine_swa_check_options(const struct kvt_options *o);
+int engine_swa_open(kvt_engine *e, uint64_t full_tokens);
+void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg);
+void engine_swa_close(kvt_engine *e);
+int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m);
+int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int32_t *row,
+                     struct kvt_req *req);
+/* Where request row idx's SWA KV is freed below (its inserts' SWA tombstones end); 0
+ * without sliding-window layers. */
+uint64_t engine_swa_from(const kvt_engine *e, int32_t idx);
+/* Request row idx's protected prefix grew to protected_len (the cache's SWA KV from there). */
+void engine_swa_cached(kvt_engine *e, int32_t idx, size_t protected_len);
+/* Room for pages SWA slots once the full side has it: check decides (-ENOMEM), room evicts
+ * SWA KV alone. */
+int engine_swa_room_check(const kvt_engine *e, size_t pages);
+int engine_swa_room(kvt_engine *e, size_t pages);
+int engine_swa_check(const kvt_engine *e, char *why, size_t why_len);
+void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st);
 
 /* ---- recurrent states (engine_mamba.c); every call here is for an engine with e->mamba ---- */
 

@@ -20,9 +20,9 @@ static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
     st->size = sizeof(*st);
     st->backend = e->be->kind;
     st->page_size = ps;
-    st->device_tokens = (uint64_t)e->alloc.npages * ps;
-    st->device_free_tokens = slot_available(&e->alloc);
-    st->kv_pool_bytes = kv_pool_bytes(&e->kv);
+    st->device_tokens = (uint64_t)engine_slots_c(e)->npages * ps;
+    st->device_free_tokens = engine_slots_available(e);
+    st->kv_pool_bytes = engine_kv_bytes(e);
     st->cached_tokens = s.cached_pages * ps;
     st->evictable_tokens = s.evictable_pages * ps;
     st->protected_tokens = s.protected_pages * ps;
@@ -36,6 +36,7 @@ static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
     st->evicted_tokens = e->count.evicted_tokens;
     tier_stats(e->below, st);
     engine_mamba_stats(e, st);
+    engine_swa_stats(e, st);
 }
 
 void engine_publish(kvt_engine *e)

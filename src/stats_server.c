@@ -126,6 +126,13 @@ static const struct stat_field fields[] = {
     C(mamba_kv_hit_tokens, "device KV matches found; match_hit_tokens is the state-backed part"),
     C(mamba_evicted_states, "Mamba checkpoints evicted to make room for states"),
     G(mamba_pool_bytes, "bytes of the Mamba state pool on the device"),
+    G(swa_tokens, "SWA slots of the sliding-window layers"),
+    G(swa_free_tokens, "free SWA slots"),
+    G(swa_cached_tokens, "cached tokens whose sliding-window KV is still held"),
+    C(swa_kv_hit_tokens,
+      "device KV matches found; match_hit_tokens is the part a live window backs"),
+    C(swa_evicted_tokens, "sliding-window KV the cache freed while its full KV stayed"),
+    C(swa_released_tokens, "sliding-window KV requests freed as their window moved on"),
 };
 #undef G
 #undef C

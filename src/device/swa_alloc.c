@@ -111,11 +111,11 @@ static int swa_side(const struct swa_alloc *a, uint32_t pre, uint32_t seq, int32
     return r->last ? 0 : -EINVAL;
 }
 
-static int extend_check(const struct swa_alloc *a, size_t batch, const uint32_t *prefix_lens,
-                        const uint32_t *seq_lens, const int32_t *last_locs, const int32_t *out,
-                        size_t out_len)
+int swa_extend_check(const struct swa_alloc *a, size_t batch, const uint32_t *prefix_lens,
+                     const uint32_t *seq_lens, const int32_t *last_locs, const int32_t *out,
+                     size_t out_len, size_t *need)
 {
-    size_t pages = 0, swa_pages = 0;
+    size_t pages = 0;
     int rc =
         slot_extend_check(&a->full, batch, prefix_lens, seq_lens, last_locs, out, out_len, &pages);
 
@@ -125,22 +125,23 @@ static int extend_check(const struct swa_alloc *a, size_t batch, const uint32_t 
         if ((rc = swa_side(a, prefix_lens[i], seq_lens[i], last_locs[i], &r)))
             break;
         rc = slot_extend_check(&a->swa, 1, &r.pre, &r.seq, &r.last, a->scratch, r.seq - r.pre, &p);
-        swa_pages += p;
     }
-    if (rc)
-        return rc;
     /* Rebasing by whole pages keeps the page counts equal; the sides differ only in room. */
-    return pages > a->full.nfree || swa_pages > a->swa.nfree ? -ENOMEM : 0;
+    *need = pages;
+    return rc;
 }
 
 int swa_alloc_extend(struct swa_alloc *a, size_t batch, const uint32_t *prefix_lens,
                      const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
                      size_t out_len)
 {
-    int rc = extend_check(a, batch, prefix_lens, seq_lens, last_locs, out, out_len);
+    size_t pages = 0;
+    int rc = swa_extend_check(a, batch, prefix_lens, seq_lens, last_locs, out, out_len, &pages);
 
     if (rc)
         return rc;
+    if (pages > a->full.nfree || pages > a->swa.nfree)
+        return -ENOMEM;
     for (size_t i = 0; i < batch; i++) {
         struct swa_req r;
         size_t n = seq_lens[i] - prefix_lens[i];
@@ -153,10 +154,10 @@ int swa_alloc_extend(struct swa_alloc *a, size_t batch, const uint32_t *prefix_l
     return 0;
 }
 
-static int decode_check(const struct swa_alloc *a, size_t batch, const uint32_t *seq_lens,
-                        const int32_t *last_locs, const int32_t *out)
+int swa_decode_check(const struct swa_alloc *a, size_t batch, const uint32_t *seq_lens,
+                     const int32_t *last_locs, const int32_t *out, size_t *need)
 {
-    size_t pages = 0, swa_pages = 0;
+    size_t pages = 0;
     int rc = slot_decode_check(&a->full, batch, seq_lens, last_locs, out, &pages);
 
     for (size_t i = 0; rc == 0 && i < batch; i++) {
@@ -166,20 +167,21 @@ static int decode_check(const struct swa_alloc *a, size_t batch, const uint32_t 
         if ((rc = swa_side(a, seq_lens[i] - 1, seq_lens[i], last_locs[i], &r)))
             break;
         rc = slot_decode_check(&a->swa, 1, &r.seq, &r.last, a->scratch, &p);
-        swa_pages += p;
     }
-    if (rc)
-        return rc;
-    return pages > a->full.nfree || swa_pages > a->swa.nfree ? -ENOMEM : 0;
+    *need = pages;
+    return rc;
 }
 
 int swa_alloc_decode(struct swa_alloc *a, size_t batch, const uint32_t *seq_lens,
                      const int32_t *last_locs, int32_t *out)
 {
-    int rc = decode_check(a, batch, seq_lens, last_locs, out);
+    size_t pages = 0;
+    int rc = swa_decode_check(a, batch, seq_lens, last_locs, out, &pages);
 
     if (rc)
         return rc;
+    if (pages > a->full.nfree || pages > a->swa.nfree)
+        return -ENOMEM;
     for (size_t i = 0; i < batch; i++) {
         struct swa_req r;
         swa_side(a, seq_lens[i] - 1, seq_lens[i], last_locs[i], &r);
@@ -278,6 +280,36 @@ int swa_free_full(struct swa_alloc *a, const int32_t *full_slots, size_t n)
         if (a->peer[(uint32_t)full_slots[i] / a->page_size])
             return -EINVAL;
     return slot_free(&a->full, full_slots, n);
+}
+
+int swa_claim(struct swa_alloc *a, const uint32_t *pages, size_t n)
+{
+    return slot_claim(&a->full, pages, n);
+}
+
+void swa_unclaim(struct swa_alloc *a, const uint32_t *pages, size_t n)
+{
+    slot_unclaim(&a->full, pages, n);
+}
+
+void swa_release_swa(struct swa_alloc *a, const uint32_t *pages, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int32_t first = (int32_t)(pages[i] * a->page_size);
+        if (a->peer[pages[i]])
+            (void)drop_peers(a, &first, 1); /* a peer in use: the invariant says so */
+    }
+}
+
+void swa_release_cached(struct swa_alloc *a, const uint32_t *pages, size_t n)
+{
+    swa_release_swa(a, pages, n);
+    slot_release_cached(&a->full, pages, n);
+}
+
+int swa_page_live(const struct swa_alloc *a, uint32_t p)
+{
+    return p <= a->full.npages && a->peer[p] != 0;
 }
 
 int swa_free_group_begin(struct swa_alloc *a)

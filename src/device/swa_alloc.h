@@ -67,6 +67,28 @@ int swa_free_swa(struct swa_alloc *a, const int32_t *full_slots, size_t n);
  * -EINVAL where one has, since freeing it would strand the peer. */
 int swa_free_full(struct swa_alloc *a, const int32_t *full_slots, size_t n);
 
+/* extend and decode's checks alone, as slot_extend_check and slot_decode_check: everything
+ * validated on both sides, *pages the pages each side takes (the same count), nothing
+ * changed; -ENOMEM is not among their errors (room is the caller's to make). */
+int swa_extend_check(const struct swa_alloc *a, size_t batch, const uint32_t *prefix_lens,
+                     const uint32_t *seq_lens, const int32_t *last_locs, const int32_t *out,
+                     size_t out_len, size_t *pages);
+int swa_decode_check(const struct swa_alloc *a, size_t batch, const uint32_t *seq_lens,
+                     const int32_t *last_locs, const int32_t *out, size_t *pages);
+
+/* ---- hand-over with the prefix cache: full pages, each with its SWA peer or none ---- */
+
+/* Full pages (USED, distinct) become CACHED with their peers; -EINVAL changes nothing. */
+int swa_claim(struct swa_alloc *a, const uint32_t *pages, size_t n);
+void swa_unclaim(struct swa_alloc *a, const uint32_t *pages, size_t n);
+/* CACHED full pages the cache drops become free, their peers (where left) too. */
+void swa_release_cached(struct swa_alloc *a, const uint32_t *pages, size_t n);
+/* The cache drops the SWA part of these full pages (an SWA tombstone): their peers go, the
+ * full pages stay. Pages without a peer are skipped. */
+void swa_release_swa(struct swa_alloc *a, const uint32_t *pages, size_t n);
+/* Whether full page p has an SWA peer. */
+int swa_page_live(const struct swa_alloc *a, uint32_t p);
+
 /* Free groups on both sides (slot_free_group_begin/end): the map changes at once, the pages
  * come back at the end. */
 int swa_free_group_begin(struct swa_alloc *a);

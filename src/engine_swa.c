@@ -1,0 +1,411 @@
+/*
+ * Hybrid models' sliding-window layers in the engine (engine.h): the device allocator behind
+ * every slot call (the full-attention allocator alone, or with sliding-window layers the pair
+ * of device/swa_alloc.h that hands out a full slot and an SWA slot together), the two KV
+ * pools, and SGLang's SWA request flow: a match served up to where its last window still
+ * has SWA KV, window locks on the nodes that window covers, a request freeing its SWA KV as
+ * its window moves on (kvt_req_swa_slide) and inserting those pages as SWA tombstones, and
+ * the cache freeing SWA KV alone when the SWA pool is short. The tree's side is
+ * radix_swa.c. KV stays on the device: an engine with a host tier is refused until the tiers
+ * below carry SWA parts.
+ */
+#include "device/swa_alloc.h"
+#include "device/swa_pool.h"
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* SGLang's swa_full_tokens_ratio default: the SWA pool holds 0.8 of the full slots. */
+#define SWA_TOKENS_RATIO 0.8
+
+struct swa_row {
+    uint64_t span;   /* tokens the request's window lock covers (rdx_swa_unlock needs it) */
+    uint64_t cursor; /* the request's SWA KV is freed below here (a page boundary) */
+    uint64_t kv_len; /* device KV the match found */
+};
+
+struct engine_swa {
+    struct swa_alloc alloc;
+    struct swa_pool pool;
+    uint32_t *full_ids; /* options.swa.full_layers, copied */
+    struct swa_row *row;
+    uint64_t kv_hit_tokens, evicted_tokens, released_tokens;
+};
+
+/* ---- options, open, close ---- */
+
+int engine_swa_check_options(const struct kvt_options *o)
+{
+    const struct kvt_swa *s = &o->swa;
+
+    if (s->window == 0)
+        return s->nfull || s->full_layers || s->tokens ? -EINVAL : 0;
+    if (s->nfull == 0 || s->nfull >= o->geometry.layers || !s->full_layers ||
+        s->tokens >= INT32_MAX || o->mamba.layers)
+        return -EINVAL;
+    for (uint32_t i = 0; i < s->nfull; i++) {
+        if (s->full_layers[i] >= o->geometry.layers)
+            return -EINVAL;
+        for (uint32_t j = 0; j < i; j++)
+            if (s->full_layers[j] == s->full_layers[i])
+                return -EINVAL;
+    }
+    /* The tiers below do not carry SWA parts yet. */
+    if (o->host_tokens || o->host_bytes || o->host_ratio != 0 || o->disk_dir)
+        return -EINVAL;
+    return 0;
+}
+
+int engine_swa_open(kvt_engine *e, uint64_t full_tokens)
+{
+    struct kvt_swa *o = &e->opts.swa;
+    uint32_t ps = e->opts.page_size;
+    uint64_t swa_tokens =
+        o->tokens ? o->tokens : (uint64_t)(SWA_TOKENS_RATIO * (double)full_tokens);
+    struct engine_swa *s;
+    int rc;
+
+    if (e->store)
+        return -EINVAL; /* a store below the device: see engine_swa_check_options */
+    if (!(s = e->swa = calloc(1, sizeof(*s))))
+        return -ENOMEM;
+    s->full_ids = malloc(o->nfull * sizeof(*s->full_ids));
+    s->row = calloc(e->opts.max_requests, sizeof(*s->row));
+    if (!s->full_ids || !s->row)
+        return -ENOMEM;
+    memcpy(s->full_ids, o->full_layers, o->nfull * sizeof(*s->full_ids));
+    o->full_layers = s->full_ids;
+    if (swa_tokens < ps)
+        swa_tokens = ps;
+    if ((rc = swa_alloc_init(&s->alloc, full_tokens, swa_tokens, ps)))
+        return rc;
+    return swa_pool_init(&s->pool, e->be, &e->opts.geometry, s->full_ids, o->nfull, &s->alloc);
+}
+
+void engine_swa_close(kvt_engine *e)
+{
+    struct engine_swa *s = e->swa;
+
+    if (!s)
+        return;
+    swa_pool_finish(&s->pool);
+    swa_alloc_finish(&s->alloc);
+    free(s->full_ids);
+    free(s->row);
+    free(s);
+    e->swa = NULL;
+}
+
+/* The tree frees a node's SWA part alone (an SWA tombstone): the peers of its pages go. */
+static void release_swa_pages(void *ctx, const uint32_t *pages, size_t n)
+{
+    kvt_engine *e = ctx;
+
+    swa_release_swa(&e->swa->alloc, pages, n);
+    e->swa->evicted_tokens += n * e->opts.page_size;
+}
+
+void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg)
+{
+    cfg->swa_window = e->opts.swa.window;
+    cfg->free_swa_pages = release_swa_pages;
+}
+
+/* ---- the device allocator ---- */
+
+struct slot_alloc *engine_slots(kvt_engine *e)
+{
+    return e->swa ? &e->swa->alloc.full : &e->alloc;
+}
+
+const struct slot_alloc *engine_slots_c(const kvt_engine *e)
+{
+    return e->swa ? &e->swa->alloc.full : &e->alloc;
+}
+
+size_t engine_slots_available(const kvt_engine *e)
+{
+    return e->swa ? swa_available(&e->swa->alloc) : slot_available(&e->alloc);
+}
+
+int engine_slots_alloc(kvt_engine *e, size_t n, int32_t *slots)
+{
+    return e->swa ? swa_alloc(&e->swa->alloc, n, slots) : slot_alloc(&e->alloc, n, slots);
+}
+
+int engine_slots_free(kvt_engine *e, const int32_t *slots, size_t n)
+{
+    return e->swa ? swa_free(&e->swa->alloc, slots, n) : slot_free(&e->alloc, slots, n);
+}
+
+int engine_slots_group(kvt_engine *e, int begin)
+{
+    if (e->swa)
+        return begin ? swa_free_group_begin(&e->swa->alloc) : swa_free_group_end(&e->swa->alloc);
+    return begin ? slot_free_group_begin(&e->alloc) : slot_free_group_end(&e->alloc);
+}
+
+int engine_slots_claim(kvt_engine *e, const uint32_t *pages, size_t n)
+{
+    return slot_claim(engine_slots(e), pages, n);
+}
+
+void engine_slots_release(kvt_engine *e, const uint32_t *pages, size_t n)
+{
+    if (e->swa)
+        swa_release_cached(&e->swa->alloc, pages, n);
+    else
+        slot_release_cached(&e->alloc, pages, n);
+}
+
+int engine_slots_extend_check(const kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
+                              const uint32_t *seq_lens, const int32_t *last_locs,
+                              const int32_t *out, size_t out_len, size_t *pages)
+{
+    if (e->swa)
+        return swa_extend_check(&e->swa->alloc, batch, prefix_lens, seq_lens, last_locs, out,
+                                out_len, pages);
+    return slot_extend_check(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len,
+                             pages);
+}
+
+void engine_slots_extend_take(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
+                              const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
+                              size_t out_len)
+{
+    if (e->swa) /* checked, and room made on both sides: it cannot fail */
+        (void)swa_alloc_extend(&e->swa->alloc, batch, prefix_lens, seq_lens, last_locs, out,
+                               out_len);
+    else
+        slot_extend_take(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out);
+}
+
+int engine_slots_decode_check(const kvt_engine *e, size_t batch, const uint32_t *seq_lens,
+                              const int32_t *last_locs, const int32_t *out, size_t *pages)
+{
+    if (e->swa)
+        return swa_decode_check(&e->swa->alloc, batch, seq_lens, last_locs, out, pages);
+    return slot_decode_check(&e->alloc, batch, seq_lens, last_locs, out, pages);
+}
+
+void engine_slots_decode_take(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
+                              const int32_t *last_locs, int32_t *out)
+{
+    if (e->swa)
+        (void)swa_alloc_decode(&e->swa->alloc, batch, seq_lens, last_locs, out);
+    else
+        slot_decode_take(&e->alloc, batch, seq_lens, last_locs, out);
+}
+
+/* Room for pages on the SWA side once the full side has it: the SWA KV of unlocked nodes
+ * goes, least recently used first, their full KV staying. Decided first: -ENOMEM evicts
+ * nothing. */
+int engine_swa_room_check(const kvt_engine *e, size_t pages)
+{
+    const struct slot_alloc *a = &e->swa->alloc.swa;
+    struct rdx_sizes s;
+
+    if (pages <= a->nfree)
+        return 0;
+    rdx_sizes(e->tree, &s);
+    return a->in_group || pages - a->nfree > s.swa_evictable ? -ENOMEM : 0;
+}
+
+int engine_swa_room(kvt_engine *e, size_t pages)
+{
+    const struct slot_alloc *a = &e->swa->alloc.swa;
+
+    if (pages > a->nfree)
+        rdx_swa_evict(e->tree, pages - a->nfree);
+    return pages <= a->nfree ? 0 : -ENOMEM;
+}
+
+/* ---- KV data ---- */
+
+int engine_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
+                    const void *v)
+{
+    if (e->swa)
+        return swa_pool_write(&e->swa->pool, &e->swa->alloc, layer, slots, n, k, v);
+    return kv_pool_write(&e->kv, layer, slots, n, k, v);
+}
+
+int engine_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v)
+{
+    if (e->swa)
+        return swa_pool_read(&e->swa->pool, &e->swa->alloc, layer, slots, n, k, v);
+    return kv_pool_read(&e->kv, layer, slots, n, k, v);
+}
+
+/* The pool holding model layer `layer` and its index there. */
+const struct kv_pool *engine_kv_pool(const kvt_engine *e, uint32_t layer, uint32_t *index)
+{
+    int is_swa = 0;
+
+    *index = layer;
+    if (!e->swa)
+        return layer < e->kv.geo.layers ? &e->kv : NULL;
+    if (swa_pool_layer(&e->swa->pool, layer, &is_swa, index))
+        return NULL;
+    return is_swa ? &e->swa->pool.swa : &e->swa->pool.full;
+}
+
+uint64_t engine_kv_bytes(const kvt_engine *e)
+{
+    return e->swa ? swa_pool_bytes(&e->swa->pool) : kv_pool_bytes(&e->kv);
+}
+
+int kvt_swa_translate(const kvt_engine *e, const int32_t *slots, size_t n, int32_t *swa_slots)
+{
+    if (!e || !e->swa)
+        return -EINVAL;
+    return swa_translate(&e->swa->alloc, slots, n, swa_slots);
+}
+
+/* ---- requests ---- */
+
+static void count_match(kvt_engine *e, const struct kvt_key *key, const struct rdx_swa_hit *h)
+{
+    uint32_t ps = e->opts.page_size;
+
+    e->count.match_calls++;
+    e->count.match_query_tokens += key->len / ps * ps;
+    e->count.match_hit_tokens += h->swa_pages * ps;
+    e->swa->kv_hit_tokens += h->kv_pages * ps;
+}
+
+int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
+{
+    struct rdx_swa_hit h;
+    int rc = rdx_match_swa(e->tree, key, e->pages, &h);
+
+    if (rc)
+        return rc;
+    count_match(e, key, &h);
+    if (slots)
+        engine_pages_to_slots(e, e->pages, h.swa_pages, slots);
+    *m = (struct kvt_match){.device_len = h.swa_pages * e->opts.page_size, .last_node = h.swa_last};
+    return 0;
+}
+
+int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int32_t *row,
+                     struct kvt_req *req)
+{
+    struct rdx_swa_hit h;
+    uint64_t span = 0;
+    int rc = rdx_match_swa(e->tree, key, e->pages, &h);
+
+    if (rc || (rc = rdx_swa_lock(e->tree, h.swa_last, &span)))
+        return rc;
+    count_match(e, key, &h);
+    engine_pages_to_slots(e, e->pages, h.swa_pages, row);
+    uint64_t len = h.swa_pages * e->opts.page_size;
+    e->swa->row[idx] = (struct swa_row){span, len, h.kv_pages * e->opts.page_size};
+    *req = (struct kvt_req){.pool_idx = idx,
+                            .protected_len = len,
+                            .last_node = h.swa_last,
+                            .gen = req_pool_gen(&e->reqs, idx)};
+    return 0;
+}
+
+uint64_t engine_swa_from(const kvt_engine *e, int32_t idx)
+{
+    return e->swa ? e->swa->row[idx].cursor : 0;
+}
+
+int engine_req_relock(kvt_engine *e, int32_t idx, kvt_node_ref from, kvt_node_ref to)
+{
+    uint64_t span;
+    int rc;
+
+    if (!e->swa) {
+        if ((rc = rdx_lock(e->tree, to)))
+            return rc;
+        return to == from ? 0 : rdx_unlock(e->tree, from) ? -EUCLEAN : 0;
+    }
+    if ((rc = rdx_swa_lock(e->tree, to, &span)))
+        return rc;
+    if (rdx_swa_unlock(e->tree, from, e->swa->row[idx].span))
+        return -EUCLEAN;
+    e->swa->row[idx].span = span;
+    return 0;
+}
+
+int engine_req_unlock(kvt_engine *e, int32_t idx, kvt_node_ref node)
+{
+    if (!e->swa)
+        return rdx_unlock(e->tree, node);
+    return rdx_swa_unlock(e->tree, node, e->swa->row[idx].span);
+}
+
+void engine_swa_cached(kvt_engine *e, int32_t idx, size_t protected_len)
+{
+    if (e->swa && e->swa->row[idx].cursor < protected_len)
+        e->swa->row[idx].cursor = protected_len;
+}
+
+int kvt_req_swa_slide(kvt_engine *e, const struct kvt_req *req, size_t seq_len)
+{
+    if (!e || !e->swa || !req || !req_pool_live(&e->reqs, req->pool_idx, req->gen) ||
+        seq_len > req_pool_filled(&e->reqs, req->pool_idx))
+        return -EINVAL;
+    struct swa_row *r = &e->swa->row[req->pool_idx];
+    uint64_t to = swa_window_evict_to(seq_len, r->cursor, e->opts.swa.window, e->opts.page_size, 1);
+    if (to <= r->cursor)
+        return 0;
+    const int32_t *row = req_pool_row(&e->reqs, req->pool_idx) + r->cursor;
+    size_t n = (size_t)(to - r->cursor);
+    /* Only the request's own slots: the cache's SWA KV is the cache's to free. */
+    if (!slot_all_in_state(&e->swa->alloc.full, row, n, PAGE_USED))
+        return -EINVAL;
+    int rc = swa_free_swa(&e->swa->alloc, row, n);
+    if (rc)
+        return rc;
+    e->swa->released_tokens += n;
+    r->cursor = to;
+    return 0;
+}
+
+/* ---- figures and checks ---- */
+
+void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st)
+{
+    const struct engine_swa *s = e->swa;
+    struct rdx_sizes z;
+
+    if (!s)
+        return;
+    rdx_sizes(e->tree, &z);
+    st->swa_tokens = (uint64_t)s->alloc.swa.npages * e->opts.page_size;
+    st->swa_free_tokens = slot_available(&s->alloc.swa);
+    st->swa_cached_tokens = z.swa_pages * e->opts.page_size;
+    st->swa_kv_hit_tokens = s->kv_hit_tokens;
+    st->swa_evicted_tokens = s->evicted_tokens;
+    st->swa_released_tokens = s->released_tokens;
+}
+
+/* The pair allocator's own invariants, and the tree's count of pages holding SWA KV equal to
+ * the cached full pages that still have a peer. */
+int engine_swa_check(const kvt_engine *e, char *why, size_t len)
+{
+    const struct swa_alloc *a = &e->swa->alloc;
+    struct rdx_sizes z;
+    uint64_t live = 0;
+
+    if (swa_alloc_check(a)) {
+        snprintf(why, len, "the SWA allocator's map or peers are inconsistent");
+        return -EUCLEAN;
+    }
+    for (uint32_t p = 1; p <= a->full.npages; p++)
+        live += a->full.state[p] == PAGE_CACHED && swa_page_live(a, p);
+    rdx_sizes(e->tree, &z);
+    if (live != z.swa_pages) {
+        snprintf(why, len, "%llu cached pages have SWA KV, the tree counts %llu",
+                 (unsigned long long)live, (unsigned long long)z.swa_pages);
+        return -EUCLEAN;
+    }
+    return 0;
+}
