@@ -211,7 +211,16 @@ int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted)
     if (!e)
         return -EINVAL;
     pages = tokens / e->opts.page_size + (tokens % e->opts.page_size != 0);
-    pages = engine_evict(e, pages);
+    if (e->swa) {
+        /* kvt_available is to grow by pages: each side evicts for its own shortfall, the
+         * SWA side its SWA KV alone. */
+        size_t full = engine_slots(e)->nfree, swa = engine_swa_free_pages(e);
+        size_t want = (full < swa ? full : swa) + pages;
+        pages = full < want ? engine_evict(e, want - full) : 0;
+        (void)engine_swa_room(e, want);
+    } else {
+        pages = engine_evict(e, pages);
+    }
     if (evicted)
         *evicted = pages * e->opts.page_size;
     return 0;

@@ -117,6 +117,8 @@ void engine_swa_cached(kvt_engine *e, int32_t idx, size_t protected_len);
  * SWA KV alone. */
 int engine_swa_room_check(const kvt_engine *e, size_t pages);
 int engine_swa_room(kvt_engine *e, size_t pages);
+/* Free pages on the SWA side. */
+size_t engine_swa_free_pages(const kvt_engine *e);
 int engine_swa_check(const kvt_engine *e, char *why, size_t why_len);
 void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st);
 

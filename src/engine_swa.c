@@ -223,6 +223,11 @@ int engine_swa_room(kvt_engine *e, size_t pages)
     return pages <= a->nfree ? 0 : -ENOMEM;
 }
 
+size_t engine_swa_free_pages(const kvt_engine *e)
+{
+    return e->swa->alloc.swa.nfree;
+}
+
 /* ---- KV data ---- */
 
 int engine_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,

@@ -910,6 +910,66 @@ def _():
         check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
 
 
+# 4c. Hybrid models: sliding-window layers
+
+WINDOWED = "tiny,layers=4,swa_window=32,full_every=2"
+
+
+@case("window: a repeated prompt is served whole; full layers and the last window checked")
+def _():
+    # The prompt is cached when its prefill ends, before its window moves on, so all of its
+    # sliding-window KV is cached: the second request gets its 1008 tokens back.
+    j = run_ok("--trace", trace(TWO), "--geometry", WINDOWED)
+    eq(j["tokens_hit"]["device"], 1008, "tokens_hit.device")
+    eq(j["verify"]["pages_checked"], 63, "verify.pages_checked")
+    w = j["swa"]
+    eq((w["window"], w["full_layers"], w["kv_hit_tokens"], w["window_hit_tokens"]),
+       (32, 2, 1008, 1008), "swa window, full layers, kv hit, window-backed hit")
+
+
+@case("window: a small SWA pool frees windows; what is served is still checked")
+def _():
+    # Three prompts of 1024 tokens with an SWA pool of 1024 tokens: each prefill evicts the
+    # SWA KV the one before cached (its full KV stays), so the repeated first prompt finds KV
+    # without a live window at its end and is recomputed.
+    rows = [(1024, 1, [1, 2]), (1024, 1, [3, 4]), (1024, 1, [1, 2])]
+    j = run_ok("--trace", trace(rows), "--geometry", WINDOWED, "--swa-tokens", 1200)
+    w = j["swa"]
+    check(w["evicted_tokens"] > 0, f"SWA KV evicted: {w}")
+    check(w["window_hit_tokens"] < w["kv_hit_tokens"], f"a window lost: {w}")
+    eq(j["tokens_hit"]["device"], w["window_hit_tokens"], "tokens_hit.device")
+
+
+@case("window: --corrupt-after is caught through a full-attention layer")
+def _():
+    r = bench("--trace", trace(TWO), "--json", "--corrupt-after", 1, "--geometry", WINDOWED)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    eq(r.json()["verify"]["mismatches"], 1, "verify.mismatches")
+
+
+@case("window: the gpt-oss-120b and gemma-3-27b presets replay prompts sharing three blocks")
+def _():
+    # Prompts of four blocks sharing three: past gemma's 1024-token window too.
+    rows = [(2000, 8, [1, 2, 3, 4]), (2000, 8, [1, 2, 3, 5]), (2000, 8, [1, 2, 3, 4])]
+    for g, dev in (("gpt-oss-120b", 8192), ("gemma-3-27b", 8192)):
+        j = run_ok("--geometry", g, "--trace", trace(rows), "--device-tokens", dev)
+        w = j["swa"]
+        check(0 < w["window_hit_tokens"] <= w["kv_hit_tokens"], f"{g}: window-backed hit: {w}")
+        check(w["kv_pool_bytes"] < dev * j["config"]["cell_bytes"], f"{g}: pool smaller: {w}")
+
+
+@case("window: usage errors name the option")
+def _():
+    for args, pat in ((["--swa-tokens", "64"], r"--swa-tokens needs a sliding-window"),
+                      (["--geometry", WINDOWED + ",mamba_layers=1,conv_bytes=8,ssm_bytes=8"],
+                       r"recurrent and sliding-window"),
+                      (["--geometry", WINDOWED, "--host-tokens", "65536"], r"--host-tokens"),
+                      (["--geometry", "tiny,swa_window=32,full_every=1"], r"--geometry")):
+        r = bench(*args)
+        eq(r.rc, 2, f"exit status{r.where()}")
+        check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
+
+
 # 5. Usage errors
 
 USAGE = [

@@ -317,6 +317,40 @@ static void test_swa_pressure(void **state)
     kvt_close(e);
 }
 
+/* kvt_evict makes kvt_available grow by what was asked: when only the SWA side is short, by
+ * freeing SWA KV alone (SWA tombstones) and keeping the full KV. */
+static void test_evict_frees_both(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_swa(WINDOW, 96);
+    uint32_t a[96];
+    struct run r;
+    struct kvt_stats st = {.size = sizeof(st)};
+    size_t evicted = 0;
+
+    tokens_of(a, 96, 1);
+    for (size_t len = 32; len <= 64; len += 32) { /* two nodes of 32 tokens */
+        assert_int_equal(begin(&plain, e, &r, a, len), 0);
+        assert_int_equal(extend(&plain, e, &r, len), 0);
+        finish(&plain, e, &r);
+    }
+    assert_int_equal(kvt_available(e), 32);
+    /* Only the SWA side is short: SWA KV goes alone (a node's whole SWA part, 32 tokens, for
+     * the 16 asked), the full KV stays; then the full side too. */
+    assert_int_equal(kvt_evict(e, 16, &evicted), 0);
+    assert_int_equal(evicted, 0);
+    assert_int_equal(kvt_available(e), 32 + 32);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.cached_tokens, 64);
+    assert_int_equal(st.swa_cached_tokens, 32);
+    check(&plain, e);
+    assert_int_equal(kvt_evict(e, 512, &evicted), 0);
+    assert_int_equal(evicted, 64);
+    assert_int_equal(kvt_available(e), 96);
+    check(&plain, e);
+    kvt_close(e);
+}
+
 static void test_options(void **state)
 {
     (void)state;
@@ -478,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_kv_through_the_map),
         cmocka_unit_test(test_tombstones_and_match),
         cmocka_unit_test(test_swa_pressure),
+        cmocka_unit_test(test_evict_frees_both),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_random),
     };

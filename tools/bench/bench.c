@@ -59,6 +59,9 @@ struct config {
     uint32_t tp_size;
     struct kvt_mamba mamba; /* a hybrid model's recurrent layers; layers 0: none */
     uint64_t mamba_slots;   /* 0: MAMBA_MEMORY_RATIO of the KV pool */
+    uint32_t swa_window;    /* a hybrid model's sliding-window layers; 0: none */
+    uint32_t full_every;    /* layers full_every-1, 2*full_every-1, ... are full attention */
+    uint64_t swa_tokens;    /* SWA slots; 0: the engine's default */
     uint32_t page_size, backend, policy, write_policy;
     uint64_t device_tokens, host_tokens, disk_tokens;
     uint64_t seed;
@@ -108,8 +111,10 @@ struct bench {
     uint64_t *hash;   /* hash[i]: every token up to and including i */
     int32_t *slots;
     uint8_t *buf[2], *want;
-    uint8_t *state[2]; /* one recurrent layer's conv and SSM state (hybrid models) */
-    size_t filled;     /* entries of the request's req_to_token row written so far */
+    uint8_t *state[2];         /* one recurrent layer's conv and SSM state (hybrid models) */
+    uint32_t *full_ids, nfull; /* sliding-window models: the full-attention layers */
+    uint32_t nswa;             /* and how many layers are not */
+    size_t filled;             /* entries of the request's req_to_token row written so far */
     struct counters c;
     struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
@@ -207,8 +212,43 @@ static void compare_rows(struct bench *b, size_t pos, size_t m, uint32_t layer, 
     }
 }
 
+/* Whether layer l is a sliding-window layer of a hybrid model. */
+static bool swa_layer(const struct bench *b, uint32_t l)
+{
+    return b->cfg->swa_window && (l + 1) % b->cfg->full_every != 0;
+}
+
+/* Sliding-window layers of the cached tokens [0, n): a forward reads only their last window,
+ * the only rows the cache keeps for them; every byte of those is checked. */
+static int verify_window(struct bench *b, const int32_t *slots, size_t n)
+{
+    size_t from = n > b->cfg->swa_window ? n - b->cfg->swa_window : 0;
+
+    for (uint32_t l = 0; b->cfg->swa_window && l < b->cfg->g.layers; l++) {
+        if (!swa_layer(b, l))
+            continue;
+        for (size_t pos = from; pos < n; pos += b->chunk) {
+            size_t m = n - pos < b->chunk ? n - pos : b->chunk;
+            int rc = kvt_kv_read(b->e, l, slots + pos, m, b->buf[0], b->row[1] ? b->buf[1] : NULL);
+            if (rc)
+                return engine_error("kvt_kv_read", rc);
+            for (size_t i = 0; i < m; i++)
+                for (int x = 0; x < 2; x++) {
+                    if (!b->row[x])
+                        continue;
+                    fill_row(b->hash[pos + i], l, x, b->want, b->row[x]);
+                    if (memcmp(b->want, b->buf[x] + i * b->row[x], b->row[x]) != 0)
+                        note_mismatch(b, pos + i, l, x);
+                }
+            b->c.bytes_verify += (uint64_t)m * (b->row[0] + b->row[1]);
+        }
+    }
+    return 0;
+}
+
 /* Read back the cached tokens [0, n) from slots and check every byte, page by page. Layer
- * l is read once load op has landed it, as a forward pass would wait per layer. */
+ * l is read once load op has landed it, as a forward pass would wait per layer. The
+ * sliding-window layers are verify_window's. */
 static int verify(struct bench *b, const int32_t *slots, size_t n, uint64_t op)
 {
     bool bad[CHUNK_TOKENS]; /* per page of the chunk */
@@ -220,6 +260,8 @@ static int verify(struct bench *b, const int32_t *slots, size_t n, uint64_t op)
             int rc = kvt_load_wait_layer(b->e, op, l, NULL);
             if (rc)
                 return engine_error("kvt_load_wait_layer", rc);
+            if (swa_layer(b, l))
+                continue;
             rc = kvt_kv_read(b->e, l, slots + done, m, b->buf[0], b->row[1] ? b->buf[1] : NULL);
             if (rc)
                 return engine_error("kvt_kv_read", rc);
@@ -227,8 +269,34 @@ static int verify(struct bench *b, const int32_t *slots, size_t n, uint64_t op)
         }
     }
     b->c.pages_checked += n / b->cfg->page_size;
-    b->c.bytes_verify += (uint64_t)n * b->cfg->g.layers * (b->row[0] + b->row[1]);
-    return 0;
+    b->c.bytes_verify += (uint64_t)n * (b->cfg->g.layers - b->nswa) * (b->row[0] + b->row[1]);
+    return verify_window(b, slots, n);
+}
+
+/* The request has b->filled tokens: its sliding-window KV that the window left goes. */
+static int slide(struct bench *b, const struct kvt_req *req)
+{
+    int rc = b->cfg->swa_window ? kvt_req_swa_slide(b->e, req, b->filled) : 0;
+
+    return rc ? engine_error("kvt_req_swa_slide", rc) : 0;
+}
+
+/* A sliding-window model's prompt is cached as soon as its prefill ends (as a chunked
+ * prefill's chunks are), before its window moves on, so that the cache holds its
+ * sliding-window KV whole and evicts it by the window's LRU order, not the request's
+ * decode. The row is read back: the cache may have kept its own copy of our pages. */
+static int cache_prompt(struct bench *b, struct kvt_req *req, size_t in)
+{
+    struct kvt_key key = {.tokens = b->tokens, .len = in};
+    int rc;
+
+    if (!b->cfg->swa_window)
+        return 0;
+    if ((rc = kvt_req_cache_unfinished(b->e, req, &key)))
+        return engine_error("kvt_req_cache_unfinished", rc);
+    if ((rc = kvt_req_read(b->e, req, 0, b->filled, b->slots)))
+        return engine_error("kvt_req_read", rc);
+    return slide(b, req);
 }
 
 /* ---- recurrent states (hybrid models) ---- */
@@ -393,7 +461,8 @@ static int decode(struct bench *b, struct kvt_req *req, size_t in, size_t kv_len
         if ((rc = kvt_req_write(b->e, req, pos, &b->slots[pos], 1)))
             return engine_error("kvt_req_write", rc);
         b->filled = pos + 1;
-        if (compute(b, &b->slots[pos], pos, 1) || decode_checkpoint(b, req, pos + 1))
+        if (compute(b, &b->slots[pos], pos, 1) || decode_checkpoint(b, req, pos + 1) ||
+            slide(b, req))
             return -1;
     }
     return 0;
@@ -420,7 +489,7 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
         return engine_error("kvt_req_read", rc);
     if (verify(b, b->slots, hit, req->load_op) || verify_state(b, req) ||
         make_room(b, round_up(kv_len, b->cfg->page_size) - hit) || prefill(b, req, hit, in) ||
-        prefill_checkpoints(b, req, in) || decode(b, req, in, kv_len))
+        prefill_checkpoints(b, req, in) || cache_prompt(b, req, in) || decode(b, req, in, kv_len))
         return -1;
     b->c.hit_device += hit - req->loaded_len;
     b->c.hit_host += req->loaded_len - req->disk_len;
@@ -495,10 +564,12 @@ static int corrupt_cached_page(struct bench *b, const struct wl_req *r)
                 b->c.requests);
         return -1;
     }
-    if ((rc = kvt_kv_read(b->e, 0, b->slots, 1, b->buf[0], b->row[1] ? b->buf[1] : NULL)))
+    /* A full-attention layer: a sliding-window layer's first rows are read only in a window. */
+    uint32_t l = b->full_ids ? b->full_ids[0] : 0;
+    if ((rc = kvt_kv_read(b->e, l, b->slots, 1, b->buf[0], b->row[1] ? b->buf[1] : NULL)))
         return engine_error("kvt_kv_read", rc);
     b->buf[0][0] ^= 0x5a;
-    if ((rc = kvt_kv_write(b->e, 0, b->slots, 1, b->buf[0], b->row[1] ? b->buf[1] : NULL)))
+    if ((rc = kvt_kv_write(b->e, l, b->slots, 1, b->buf[0], b->row[1] ? b->buf[1] : NULL)))
         return engine_error("kvt_kv_write", rc);
     return corrupt_states(b);
 }
@@ -871,6 +942,8 @@ static int open_engine(struct bench *b)
     o.write_policy = cfg->write_policy;
     o.mamba = cfg->mamba;
     o.mamba.slots = (uint32_t)mamba_slots(cfg);
+    if (cfg->swa_window)
+        o.swa = (struct kvt_swa){cfg->swa_window, b->nfull, b->full_ids, cfg->swa_tokens};
     if (cfg->disk_tokens) {
         o.disk_dir = cfg->dir;
         o.disk_bytes = disk_bytes(cfg);
@@ -883,8 +956,9 @@ static int open_engine(struct bench *b)
     if (kvt_available(b->e) < o.max_context) {
         fprintf(stderr,
                 "%s: the longest request needs %u slots, the device pool has %zu: raise "
-                "--device-tokens\n",
-                PROG, o.max_context, kvt_available(b->e));
+                "--device-tokens%s\n",
+                PROG, o.max_context, kvt_available(b->e),
+                cfg->swa_window ? " or --swa-tokens" : "");
         return -1;
     }
     return 0;
@@ -942,6 +1016,15 @@ static int setup(struct bench *b)
         b->row[1] =
             (size_t)g->kv_heads * (g->v_head_dim ? g->v_head_dim : g->head_dim) * g->dtype_bytes;
     }
+    if (b->cfg->swa_window) {
+        b->full_ids = malloc(g->layers * sizeof(*b->full_ids));
+        if (!b->full_ids)
+            return say("out of memory");
+        for (uint32_t l = 0; l < g->layers; l++)
+            if (!swa_layer(b, l))
+                b->full_ids[b->nfull++] = l;
+        b->nswa = g->layers - b->nfull;
+    }
     if (check_fit(b) || open_engine(b))
         return -1;
     return alloc_buffers(b);
@@ -958,6 +1041,7 @@ static void teardown(struct bench *b)
     free(b->want);
     free(b->state[0]);
     free(b->state[1]);
+    free(b->full_ids);
 }
 
 /* ---- report ---- */
@@ -1019,6 +1103,26 @@ static void print_hybrid(const struct bench *b)
            state, cfg->g.layers, cfg->mamba.layers, c->states_checked);
 }
 
+/* A sliding-window model: the memory the window saves, and what it costs in hits. */
+static void print_window(const struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    uint64_t kv = b->st.swa_kv_hit_tokens, served = b->c.hit_device;
+
+    printf("  window        %u tokens: %u full and %u sliding-window layers; SWA pool %" PRIu64
+           " tokens; KV pool ",
+           cfg->swa_window, b->nfull, b->nswa, b->st.swa_tokens);
+    print_bytes(b->st.kv_pool_bytes);
+    printf(" (");
+    print_bytes((cfg->device_tokens / cfg->page_size + 1) * cfg->page_size *
+                kvt_cell_bytes(&cfg->g));
+    printf(" without the window)\n");
+    printf("  window-backed %" PRIu64 " of %" PRIu64 " tokens of KV found (%.1f%% lost where "
+           "the window's KV was freed); released %" PRIu64 ", evicted %" PRIu64 "\n",
+           served, kv, kv ? pct(kv - served, kv) : 0.0, b->st.swa_released_tokens,
+           b->st.swa_evicted_tokens);
+}
+
 static void print_text(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
@@ -1057,6 +1161,8 @@ static void print_text(const struct bench *b)
            c->computed ? (double)c->tokens_total / (double)c->computed : 0.0);
     if (hybrid(b))
         print_hybrid(b);
+    if (cfg->swa_window)
+        print_window(b);
     printf("  verified      %" PRIu64 " pages served from cache, %" PRIu64 " mismatches\n",
            c->pages_checked, c->mismatches);
     printf("  data moved    compute -> device ");
@@ -1132,6 +1238,14 @@ static void print_json(const struct bench *b)
                ",\"evicted_states\":%" PRIu64 ",\"states_checked\":%" PRIu64 "},",
                b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens, c->hit_device,
                c->checkpoints, st->mamba_evicted_states, c->states_checked);
+    if (b->cfg->swa_window)
+        printf("\"swa\":{\"window\":%u,\"full_layers\":%u,\"swa_tokens\":%" PRIu64
+               ",\"kv_pool_bytes\":%" PRIu64 ",\"kv_hit_tokens\":%" PRIu64
+               ",\"window_hit_tokens\":%" PRIu64 ",\"released_tokens\":%" PRIu64
+               ",\"evicted_tokens\":%" PRIu64 "},",
+               b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
+               st->swa_kv_hit_tokens, c->hit_device, st->swa_released_tokens,
+               st->swa_evicted_tokens);
     print_json_config(b);
     printf("}\n");
 }
@@ -1155,11 +1269,16 @@ static void report_mismatch(const struct bench *b)
 static int parse_geometry(void *field, const char *opt, const char *arg)
 {
     struct config *cfg = field;
-    int rc = cli_parse_model(PROG, arg, &cfg->g, &cfg->tp_size, &cfg->mamba);
+    struct cli_hybrid h;
+    int rc = cli_parse_model(PROG, arg, &cfg->g, &cfg->tp_size, &h);
 
     (void)opt;
-    if (rc == 0)
+    if (rc == 0) {
         cfg->geometry_arg = arg;
+        cfg->mamba = h.mamba;
+        cfg->swa_window = h.swa_window;
+        cfg->full_every = h.full_every;
+    }
     return rc;
 }
 
@@ -1203,6 +1322,10 @@ static int parse_count(void *field, const char *opt, const char *val)
         cfg->disk_tokens = v;
     } else if (strcmp(opt, "--seed") == 0) {
         cfg->seed = v;
+    } else if (strcmp(opt, "--swa-tokens") == 0) {
+        if (v == 0 || v >= INT32_MAX)
+            return cli_bad_usage(PROG, "--swa-tokens needs a count from 1 to 2^31-2", val);
+        cfg->swa_tokens = v;
     } else if (strcmp(opt, "--mamba-slots") == 0) {
         if (v < 2 || v >= INT32_MAX)
             return cli_bad_usage(PROG, "--mamba-slots needs a count from 2 to 2^31-2", val);
@@ -1254,13 +1377,19 @@ static const struct cli_option options[] = {
              "head_dim, v_head_dim, kv_lora_rank, qk_rope_head_dim,\n"
              "dtype_bytes, tp_size; a hybrid model's recurrent layers:\n"
              "mamba_layers, conv_bytes, ssm_bytes, per layer and rank;\n"
-             "mamba_layers=0 drops them). Default tiny. Presets:",
+             "sliding-window layers: swa_window and full_every, every\n"
+             "full_every-th layer full attention; mamba_layers=0 or\n"
+             "swa_window=0 drops them). Default tiny. Presets:",
      .more = print_presets},
     {"--mamba-slots", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "a hybrid model's state slots (two for the running\n"
              "request, the rest cached checkpoints); default as many as\n"
              "0.9 of the device KV pool's bytes hold (SGLang's\n"
              "mamba_full_memory_ratio), 4 at least"},
+    {"--swa-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "a sliding-window model's SWA slots (its window layers' KV\n"
+             "pool); default 0.8 of --device-tokens (SGLang's\n"
+             "swa_full_tokens_ratio)"},
     {"--page-size", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "tokens per page, a power of two up to 256 (default 16)"},
     {"--device-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
@@ -1357,10 +1486,18 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
     if (cfg->mamba_slots && !cfg->mamba.layers)
         return cli_bad_usage(PROG, "--mamba-slots needs a hybrid --geometry (mamba_layers)", NULL);
-    if (cfg->mamba.layers && cfg->host_tokens)
+    if (cfg->swa_tokens && !cfg->swa_window)
+        return cli_bad_usage(PROG, "--swa-tokens needs a sliding-window --geometry (swa_window)",
+                             NULL);
+    if (cfg->mamba.layers && cfg->swa_window)
         return cli_bad_usage(PROG,
-                             "--host-tokens: a hybrid model's states do not leave the device "
-                             "yet, so it runs without a host or disk tier",
+                             "--geometry: recurrent and sliding-window layers together are "
+                             "not supported yet",
+                             NULL);
+    if ((cfg->mamba.layers || cfg->swa_window) && cfg->host_tokens)
+        return cli_bad_usage(PROG,
+                             "--host-tokens: a hybrid model's states and sliding-window KV do not "
+                             "leave the device yet, so it runs without a host or disk tier",
                              NULL);
     return check_sizes(cfg);
 }

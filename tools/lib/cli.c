@@ -123,14 +123,14 @@ int cli_parse_named(const char *prog, const char *opt, const char *val, const ch
     }
 
 static const struct cli_preset presets[] = {
-    {"tiny", MHA(2, 1, 16), 1, "2 layers, 1 KV head of 16, 16-bit", {0}},
-    {"llama3-8b", MHA(32, 8, 128), 1, "32 layers, 8 KV heads of 128, bf16", {0}},
+    {"tiny", MHA(2, 1, 16), 1, "2 layers, 1 KV head of 16, 16-bit", {{0}, 0, 0}},
+    {"llama3-8b", MHA(32, 8, 128), 1, "32 layers, 8 KV heads of 128, bf16", {{0}, 0, 0}},
     {"llama3-70b",
      MHA(80, 1, 128),
      8,
      "one rank of TP 8: 80 layers, 1 of 8 KV heads of 128, bf16",
-     {0}},
-    {"qwen3-235b-a22b", MHA(94, 4, 128), 1, "94 layers, 4 KV heads of 128, bf16", {0}},
+     {{0}, 0, 0}},
+    {"qwen3-235b-a22b", MHA(94, 4, 128), 1, "94 layers, 4 KV heads of 128, bf16", {{0}, 0, 0}},
     {"deepseek-v3",
      {.attention = KVT_ATTN_MLA,
       .layers = 61,
@@ -139,7 +139,7 @@ static const struct cli_preset presets[] = {
       .dtype_bytes = 2},
      1,
      "MLA: 61 layers, latent 512 + rope 64, bf16",
-     {0}},
+     {{0}, 0, 0}},
     /* Qwen3-Next-80B-A3B (config.json on Hugging Face): 48 layers, every 4th full attention
      * (full_attention_interval 4) with 2 KV heads of 256, the other 36 Gated DeltaNet with
      * 16 key heads and 32 value heads of 128 and a conv kernel of 4. One rank of TP 4: the 2
@@ -151,7 +151,24 @@ static const struct cli_preset presets[] = {
      4,
      "one rank of TP 4: 12 attention layers, 1 KV head of 256, bf16; 36 GDN layers, 12 KiB conv "
      "+ 512 KiB state",
-     {.layers = 36, .conv_bytes = 12288, .ssm_bytes = 524288, .chunk = 64, .track_interval = 256}},
+     {{.layers = 36, .conv_bytes = 12288, .ssm_bytes = 524288, .chunk = 64, .track_interval = 256},
+      0,
+      0}},
+    /* GPT-OSS-120B (config.json): 36 layers alternating sliding (window 128) and full
+     * attention, starting with sliding, 8 KV heads of 64, bf16 KV; one GPU. */
+    {"gpt-oss-120b",
+     MHA(36, 8, 64),
+     1,
+     "36 layers of 8 KV heads of 64, bf16; every 2nd full attention, the rest a 128-token window",
+     {{0}, 128, 2}},
+    /* Gemma-3-27B (config.json): 62 layers, 16 KV heads of 128, sliding window 1024 with
+     * sliding_window_pattern 6 (every 6th layer global), bf16 KV; one GPU. */
+    {"gemma-3-27b",
+     MHA(62, 16, 128),
+     1,
+     "62 layers of 16 KV heads of 128, bf16; every 6th full attention, the rest a 1024-token "
+     "window",
+     {{0}, 1024, 6}},
 };
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 
@@ -169,22 +186,26 @@ void cli_print_presets(FILE *f, const char *indent)
         fprintf(f, "%s%-16s %s\n", indent, presets[i].name, presets[i].about);
 }
 
-/* A recurrent layers' key=value of --geometry (into mamba, when the tool takes them): true
- * when kv is one (*ok says whether its value was good), false when it is none of them. */
-static bool mamba_pair(const char *kv, struct kvt_mamba *m, bool *ok)
+/* A hybrid model's key=value of --geometry (into h, when the tool takes them): true when kv
+ * is one (*ok says whether its value was good), false when it is none of them. */
+static bool hybrid_pair(const char *kv, struct cli_hybrid *h, bool *ok)
 {
-    static const char *const keys[] = {"mamba_layers", "conv_bytes", "ssm_bytes"};
+    static const char *const keys[] = {"mamba_layers", "conv_bytes", "ssm_bytes", "swa_window",
+                                       "full_every"};
     const char *eq = strchr(kv, '=');
     uint64_t v;
 
-    for (size_t i = 0; eq && m && i < sizeof(keys) / sizeof(keys[0]); i++) {
+    for (size_t i = 0; eq && h && i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strlen(keys[i]) != (size_t)(eq - kv) || strncmp(kv, keys[i], (size_t)(eq - kv)))
             continue;
-        *ok = cli_parse_u64(eq + 1, &v) && (i ? v <= UINT32_MAX * 4096ull : v <= UINT32_MAX);
-        if (*ok && i == 0)
-            m->layers = (uint32_t)v;
-        else if (*ok)
-            *(i == 1 ? &m->conv_bytes : &m->ssm_bytes) = v;
+        bool bytes = i == 1 || i == 2;
+        *ok = cli_parse_u64(eq + 1, &v) && v <= (bytes ? UINT32_MAX * 4096ull : UINT32_MAX);
+        if (!*ok)
+            return true;
+        if (bytes)
+            *(i == 1 ? &h->mamba.conv_bytes : &h->mamba.ssm_bytes) = v;
+        else
+            *(i == 0 ? &h->mamba.layers : i == 3 ? &h->swa_window : &h->full_every) = (uint32_t)v;
         return true;
     }
     return false;
@@ -219,8 +240,9 @@ static bool geometry_pair(const char *kv, struct kvt_geometry *g, uint32_t *tp_s
 }
 
 int cli_parse_model(const char *prog, const char *arg, struct kvt_geometry *g, uint32_t *tp_size,
-                    struct kvt_mamba *mamba)
+                    struct cli_hybrid *h)
 {
+    static const struct kvt_mamba no_mamba = {.chunk = 64, .track_interval = 256};
     char buf[256];
     char *save = NULL, *tok;
     bool ok = true;
@@ -230,17 +252,20 @@ int cli_parse_model(const char *prog, const char *arg, struct kvt_geometry *g, u
     strcpy(buf, arg);
     *g = (struct kvt_geometry){0};
     *tp_size = 1;
-    if (mamba)
-        *mamba = (struct kvt_mamba){.chunk = 64, .track_interval = 256};
+    if (h)
+        *h = (struct cli_hybrid){.mamba = no_mamba};
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const struct cli_preset *p = tok == buf ? cli_preset_find(tok) : NULL;
 
         if (p) {
             *g = p->g;
             *tp_size = p->tp_size;
-            if (mamba && p->mamba.layers)
-                *mamba = p->mamba;
-        } else if (mamba_pair(tok, mamba, &ok)) {
+            if (h) {
+                *h = p->hybrid;
+                if (!h->mamba.layers)
+                    h->mamba = no_mamba;
+            }
+        } else if (hybrid_pair(tok, h, &ok)) {
             if (!ok)
                 return cli_bad_usage(prog, "--geometry: a bad value", tok);
         } else if (!geometry_pair(tok, g, tp_size)) {
@@ -248,10 +273,11 @@ int cli_parse_model(const char *prog, const char *arg, struct kvt_geometry *g, u
         }
     }
     if (kvt_cell_bytes(g) == 0 || *tp_size == 0 ||
-        (mamba && mamba->layers && (!mamba->conv_bytes || !mamba->ssm_bytes)))
+        (h && h->mamba.layers && (!h->mamba.conv_bytes || !h->mamba.ssm_bytes)) ||
+        (h && h->swa_window && (h->full_every < 2 || h->full_every > g->layers)))
         return cli_bad_usage(prog, "--geometry does not describe a valid model (see --help)", arg);
-    if (mamba && !mamba->layers)
-        *mamba = (struct kvt_mamba){.chunk = 64, .track_interval = 256};
+    if (h && !h->mamba.layers)
+        h->mamba = no_mamba;
     return 0;
 }
 

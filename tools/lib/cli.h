@@ -39,13 +39,21 @@ bool cli_parse_name(const char *s, const char *const *names, size_t n, uint32_t 
 int cli_parse_named(const char *prog, const char *opt, const char *val, const char *const *names,
                     size_t n, uint32_t *out);
 
+/* What a hybrid model has beside its attention layers. */
+struct cli_hybrid {
+    struct kvt_mamba mamba; /* recurrent layers (layers 0: none) */
+    uint32_t swa_window;    /* sliding-window layers' window (0: none) */
+    uint32_t full_every;    /* with a window: the last layer of every full_every is full
+                               attention (layers full_every-1, 2*full_every-1, ...) */
+};
+
 /* A model's KV geometry under a short name, for --geometry. */
 struct cli_preset {
     const char *name;
     struct kvt_geometry g;
     uint32_t tp_size; /* the tensor-parallel size the geometry is one rank of */
     const char *about;
-    struct kvt_mamba mamba; /* a hybrid model's recurrent layers (layers 0: none) */
+    struct cli_hybrid hybrid;
 };
 
 /* The preset called name, or NULL. The table is static and lives as long as the program. */
@@ -62,11 +70,11 @@ void cli_print_presets(FILE *f, const char *indent);
 int cli_parse_geometry(const char *prog, const char *arg, struct kvt_geometry *g,
                        uint32_t *tp_size);
 
-/* cli_parse_geometry that also takes a hybrid model's recurrent layers into *mamba (keys
- * mamba_layers, conv_bytes, ssm_bytes; a hybrid preset's own), which cli_parse_geometry
- * refuses as keys and leaves out of a preset (its KV part only). */
+/* cli_parse_geometry that also takes a hybrid model's layers into *h (keys mamba_layers,
+ * conv_bytes, ssm_bytes, swa_window, full_every; a hybrid preset's own), which
+ * cli_parse_geometry refuses as keys and leaves out of a preset (its KV part only). */
 int cli_parse_model(const char *prog, const char *arg, struct kvt_geometry *g, uint32_t *tp_size,
-                    struct kvt_mamba *mamba);
+                    struct cli_hybrid *h);
 
 /* ---- the option table: one parser and one usage printer for every tool's options ---- */
 
