@@ -218,6 +218,16 @@ struct kvt_options {
     /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. Not yet with a
      * host tier or with recurrent layers (-EINVAL). */
     struct kvt_swa swa;
+    /* 1: EAGLE bigram keys (since 0.4), SGLang's convert_to_bigram_key. A speculative
+     * decoder's draft model writes the KV of position i from tokens i and i + 1, so a cached
+     * position is good only while the next token matches too. A key of n tokens then names
+     * n - 1 positions, position i standing for the pair (token i, token i + 1), and every
+     * length the API takes or gives (kvt_match, kvt_insert, protected_len, req_to_token rows,
+     * kvt_prefetch) counts positions; a key may hold max_context + 1 tokens, and one of a
+     * single token names no position (-EINVAL where an empty key is). One tree then serves the
+     * target model's KV (which depends on tokens up to i only) and the draft's at the same
+     * slots. 0 (default): plain keys. */
+    uint32_t key_bigram;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in

@@ -91,10 +91,11 @@ static const struct {
     OPTION(sim_serial),
     OPTION(mamba),
     OPTION(swa),
+    OPTION(key_bigram),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, swa) -
-                       sizeof(struct kvt_swa) <
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, key_bigram) -
+                       sizeof(uint32_t) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
@@ -122,7 +123,7 @@ static int check_options(const struct kvt_options *o)
     if (ps == 0 || (ps & (ps - 1)) || ps > KVT_PAGE_SIZE_MAX)
         return -EINVAL;
     if (o->backend > KVT_BACKEND_CUDA || o->evict_policy > KVT_EVICT_PRIORITY ||
-        o->hash_pages > 1 || o->sim_serial > 1)
+        o->hash_pages > 1 || o->sim_serial > 1 || o->key_bigram > 1)
         return -EINVAL;
     if (o->tp_size == 0 || o->tp_rank >= o->tp_size)
         return -EINVAL;

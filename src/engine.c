@@ -11,12 +11,38 @@
 /* ---- prefix cache ---- */
 
 /* A key the engine can read: tokens when it has any, at most max_context of them, a
- * namespace of bounded length. Lookups and inserts also need a non-empty key. */
+ * namespace of bounded length (a bigram key's carries its first token too). Lookups and
+ * inserts also need a non-empty key. */
 static int check_key_form(const kvt_engine *e, const struct kvt_key *key)
 {
     if (!e || !key || key->len > e->opts.max_context || (key->len && !key->tokens))
         return -EINVAL;
-    return key->ns && key->ns_len > KVT_NS_MAX ? -EINVAL : 0;
+    return key->ns && key->ns_len > KVT_NS_MAX + (e->opts.key_bigram ? 4 : 0) ? -EINVAL : 0;
+}
+
+/* The key the tree sees for a caller's key: itself, or with bigram keys (options.key_bigram)
+ * the pairs of its tokens. Pair i = (token i, token i + 1), so two keys agree on their first j
+ * pairs exactly when they agree on their first token and on tokens 1..j: the tree gets tokens
+ * 1.. as the key and the first token appended to the namespace, and the positions line up with
+ * the slots. NULL for a caller's key that is not well formed. */
+static const struct kvt_key *tree_key(kvt_engine *e, const struct kvt_key *key, struct kvt_key *out)
+{
+    if (!e || !e->opts.key_bigram)
+        return key;
+    if (!key || key->len > (size_t)e->opts.max_context + 1 || (key->len && !key->tokens) ||
+        (key->ns && key->ns_len > KVT_NS_MAX))
+        return NULL;
+    if (key->len == 0) {
+        *out = *key;
+        return out;
+    }
+    size_t ns_len = key->ns ? key->ns_len : 0;
+    if (ns_len)
+        memcpy(e->bigram_ns, key->ns, ns_len);
+    for (int i = 0; i < 4; i++)
+        e->bigram_ns[ns_len + (size_t)i] = (uint8_t)(key->tokens[0] >> (8 * i));
+    *out = (struct kvt_key){key->tokens + 1, key->len - 1, e->bigram_ns, ns_len + 4};
+    return out;
 }
 
 static int check_key(const kvt_engine *e, const struct kvt_key *key)
@@ -94,7 +120,8 @@ static int failed(const kvt_engine *e)
 int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
 {
     struct rdx_hit hit;
-    int rc = check_key(e, key);
+    struct kvt_key tk;
+    int rc = (key = tree_key(e, key, &tk)) ? check_key(e, key) : -EINVAL;
 
     if (rc || !m)
         return rc ? rc : -EINVAL;
@@ -118,8 +145,9 @@ int kvt_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct k
 int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
 {
     struct rdx_hit hit;
+    struct kvt_key tk;
     size_t n = 0, reading = 0;
-    int rc = check_key(e, key);
+    int rc = (key = tree_key(e, key, &tk)) ? check_key(e, key) : -EINVAL;
 
     if (rc)
         return rc;
@@ -187,7 +215,8 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
 int kvt_insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots, int32_t priority,
                size_t *prefix_len)
 {
-    int rc = check_key(e, key);
+    struct kvt_key tk;
+    int rc = (key = tree_key(e, key, &tk)) ? check_key(e, key) : -EINVAL;
 
     if (rc || !prefix_len)
         return rc ? rc : -EINVAL;
@@ -404,7 +433,9 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
     struct rdx_hit hit;
     uint32_t ps;
     int32_t idx, *row;
-    int rc = check_key_form(e, key); /* an empty key takes a slot and matches nothing */
+    struct kvt_key tk;
+    /* An empty key takes a slot and matches nothing. */
+    int rc = (key = tree_key(e, key, &tk)) ? check_key_form(e, key) : -EINVAL;
 
     if (rc || !req)
         return rc ? rc : -EINVAL;
@@ -518,7 +549,8 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
 {
     kvt_node_ref last;
     size_t cached = 0;
-    int rc = check_req(e, req, key, false);
+    struct kvt_key tk;
+    int rc = (key = tree_key(e, key, &tk)) ? check_req(e, req, key, false) : -EINVAL;
 
     if (rc)
         return rc;
@@ -559,7 +591,8 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
 {
     kvt_node_ref last = 0;
     size_t cached;
-    int rc = check_req(e, req, key, true);
+    struct kvt_key tk;
+    int rc = (key = tree_key(e, key, &tk)) ? check_req(e, req, key, true) : -EINVAL;
 
     if (rc)
         return rc;

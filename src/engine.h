@@ -52,6 +52,7 @@ struct kvt_engine {
     struct engine_mamba *mamba;     /* options.mamba; NULL without recurrent layers */
     struct engine_swa *swa;         /* options.swa; NULL without sliding-window layers: then
                                        alloc and kv are the device's */
+    uint8_t bigram_ns[RDX_NS_MAX];  /* the namespace of the key at hand, with bigram keys */
 };
 
 /* The device pages' slots, page_size per page. */

@@ -223,7 +223,7 @@ void span_each(struct rdx_tree *t, uint32_t idx, const struct span *s, size_t en
 
 int check_key(const struct rdx_tree *t, const struct kvt_key *key)
 {
-    if (!key || (key->len && !key->tokens) || key_ns_len(key) > KVT_NS_MAX)
+    if (!key || (key->len && !key->tokens) || key_ns_len(key) > RDX_NS_MAX)
         return -EINVAL;
     return t ? 0 : -EINVAL;
 }

@@ -54,6 +54,10 @@
 
 struct rdx_tree;
 
+/* Namespace bytes a key may carry: a caller's (KVT_NS_MAX) and the first token the engine
+ * moves there for bigram keys (options.key_bigram). */
+#define RDX_NS_MAX (KVT_NS_MAX + 4)
+
 /* Called with the device pages of a node the tree drops. */
 typedef void (*rdx_free_pages_fn)(void *ctx, const uint32_t *pages, size_t n);
 

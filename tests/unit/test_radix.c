@@ -404,7 +404,7 @@ static void test_bad_input(void **state)
     struct recorder r = {0};
     struct rdx_config cfg = {.page_size = 3};
     struct rdx_tree *t = NULL;
-    char big[KVT_NS_MAX + 1] = {0};
+    char big[RDX_NS_MAX + 1] = {0}; /* past what the tree takes */
     struct kvt_key k = {
         .tokens = (const uint32_t[]){1}, .len = 1, .ns = big, .ns_len = sizeof(big)};
     uint32_t page = 1;
