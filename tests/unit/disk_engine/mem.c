@@ -51,14 +51,16 @@ static kvt_engine *open_on_mem(struct mem_faults *f, uint32_t policy)
 }
 
 /* The engine over the in-memory store, with faults and damaged pages: every page served is
- * exact, the store is read from, the errors are counted, and a clean store serves again. */
-static void mem_case(uint32_t policy, uint64_t seed)
+ * exact, the store is read from, the errors are counted, and a clean store serves again.
+ * seed is the case's own, drawn from base: the KVT_SEED that reruns it. */
+static void mem_case(uint32_t policy, uint64_t seed, uint64_t base)
 {
     struct mem_faults f = {.rng = seed, .pct = 20};
     struct tally a = {0}, b = {0};
     uint64_t fam = rng_mix(seed ^ 7);
 
-    snprintf(g_ctx, sizeof(g_ctx), "mem store policy=%u seed=%" PRIu64, policy, seed);
+    snprintf(g_ctx, sizeof(g_ctx), "mem store policy=%u seed=%" PRIu64 " (KVT_SEED=%" PRIu64 ")",
+             policy, seed, base);
     kvt_engine *e = open_on_mem(&f, policy);
     run_family(e, fam, seed, 150, 0, 1, &a);
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
@@ -82,8 +84,8 @@ void test_mem_store(void **state)
 
     (void)state;
     printf("test_disk_engine: mem store: seed=%" PRIu64 " (KVT_SEED reruns it)\n", seed);
-    mem_case(KVT_DISK_WRITE_THROUGH, seed);
-    mem_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed));
+    mem_case(KVT_DISK_WRITE_THROUGH, seed, seed);
+    mem_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed), seed);
 }
 
 /* ---- a chain below the host: a small mem store with faults before a disk store ---- */
@@ -128,8 +130,9 @@ static kvt_engine *open_on_chain(struct mem_faults *f, uint32_t policy, struct c
 /* The engine over a chain: the near store fails a share of its reads and writes and loses
  * pages to its small size, the far store keeps them. Every page served is exact, the near
  * store's failures are counted misses, and pages come from the far store. (A damaged page is
- * a miss in the store it is read from: test_store_chain.) */
-static void chain_case(uint32_t policy, uint64_t seed)
+ * a miss in the store it is read from: test_store_chain.) seed is the case's own, drawn from
+ * base: the KVT_SEED that reruns it. */
+static void chain_case(uint32_t policy, uint64_t seed, uint64_t base)
 {
     struct mem_faults f = {.rng = seed, .pct = 20};
     struct tally a = {0}, b = {0};
@@ -137,7 +140,8 @@ static void chain_case(uint32_t policy, uint64_t seed)
     struct store_stats far;
     uint64_t fam = rng_mix(seed ^ 11);
 
-    snprintf(g_ctx, sizeof(g_ctx), "chain policy=%u seed=%" PRIu64, policy, seed);
+    snprintf(g_ctx, sizeof(g_ctx), "chain policy=%u seed=%" PRIu64 " (KVT_SEED=%" PRIu64 ")",
+             policy, seed, base);
     kvt_engine *e = open_on_chain(&f, policy, &c);
     run_family(e, fam, seed, 150, 0, 1, &a);
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
@@ -157,8 +161,8 @@ void test_chain_store(void **state)
 
     (void)state;
     printf("test_disk_engine: chain: seed=%" PRIu64 " (KVT_SEED reruns it)\n", seed);
-    chain_case(KVT_DISK_WRITE_THROUGH, seed);
-    chain_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed));
+    chain_case(KVT_DISK_WRITE_THROUGH, seed, seed);
+    chain_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed), seed);
 }
 
 /* A store for pages of another size than the host's is refused at open. */
