@@ -114,6 +114,8 @@ void make_data_dir(char *dir, size_t len);
 uint64_t base_seed(void);
 struct kvt_req run_req(kvt_engine *e, const struct seq *q, size_t prompt, int insert,
                        struct kvt_match *m);
+void page_key(const kvt_engine *e, const struct seq *q, size_t i, uint8_t key[KVT_HASH_LEN]);
+void expected_page(const struct seq *q, size_t i, uint8_t *page);
 uint64_t index_digest(const struct recs *r);
 struct disk_check check_disk(kvt_engine *e, struct recs *r);
 

@@ -85,7 +85,8 @@ void run_family(kvt_engine *e, uint64_t fam, uint64_t seed, int n, int full_prom
     }
 }
 
-static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t seed)
+/* seed is the case's own, drawn from base: the KVT_SEED that reruns it. */
+static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t seed, uint64_t base)
 {
     uint64_t fam1 = rng_mix(seed ^ 1), fam2 = rng_mix(seed ^ 2);
     struct fault_ctl ctl = {.seed = seed};
@@ -94,8 +95,8 @@ static void fault_case(const struct fault_case *fc, uint32_t disk_io, uint64_t s
     struct tally pre = {0}, a = {0}, b = {0}, after = {0};
     char dir[96];
 
-    snprintf(g_ctx, sizeof(g_ctx), "faults %s io=%s seed=%" PRIu64, fc->name, IO_NAME[disk_io],
-             seed);
+    snprintf(g_ctx, sizeof(g_ctx), "faults %s io=%s seed=%" PRIu64 " (KVT_SEED=%" PRIu64 ")",
+             fc->name, IO_NAME[disk_io], seed, base);
     make_data_dir(dir, sizeof(dir));
     disk_opts(&o, dir, FAULT_HOST_TOKENS, FAULT_DISK_BYTES);
     o.disk_write_policy = fc->write_policy;
@@ -212,5 +213,5 @@ void test_faults(void **state)
     /* With io_uring where the kernel gives it (auto), and with pread/pwrite threads. */
     for (uint32_t io = KVT_DISK_IO_AUTO; io <= KVT_DISK_IO_PSYNC; io += 2)
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-            fault_case(&cases[i], io, rng_mix(seed + i));
+            fault_case(&cases[i], io, rng_mix(seed + i), seed);
 }

@@ -205,6 +205,25 @@ struct kvt_req run_req(kvt_engine *e, const struct seq *q, size_t prompt, int in
     return got;
 }
 
+/* The key a store holds page i of q by: the chained page hash from its namespace's root. */
+void page_key(const kvt_engine *e, const struct seq *q, size_t i, uint8_t key[KVT_HASH_LEN])
+{
+    uint8_t prev[KVT_HASH_LEN];
+    struct page_hasher ph;
+
+    REQUIRE(g_ctx, (i + 1) * PS <= q->len);
+    EXPECT_RC(g_ctx, page_hasher_init(&ph), 0);
+    EXPECT_RC(g_ctx,
+              page_hash_root(&ph, e->fingerprint, NS_LEN[q->ns] ? NS_BYTES[q->ns] : NULL,
+                             NS_LEN[q->ns], key),
+              0);
+    for (size_t p = 0; p <= i; p++) {
+        memcpy(prev, key, KVT_HASH_LEN);
+        EXPECT_RC(g_ctx, page_hash_next(&ph, prev, q->tok + p * PS, PS, key), 0);
+    }
+    page_hasher_finish(&ph);
+}
+
 /* ---- every page the disk index holds, checked against its key ---- */
 
 /* One record of the index: its page hash, its parent's (the namespace's root hash for a first
@@ -266,11 +285,11 @@ uint64_t index_digest(const struct recs *r)
     return d;
 }
 
-/* The page bytes of the last page of q as the host pool holds them (page_first: per layer the
- * K rows of the page, then its V rows). */
-static void expected_page(const struct seq *q, uint8_t *page)
+/* The bytes of page i of q as the host pool holds them (page_first: per layer the K rows of
+ * the page, then its V rows). */
+void expected_page(const struct seq *q, size_t i, uint8_t *page)
 {
-    size_t first = q->len - PS;
+    size_t first = i * PS;
 
     for (uint32_t l = 0; l < LAYERS; l++)
         for (int w = 0; w < 2; w++)
@@ -336,7 +355,7 @@ struct disk_check check_disk(kvt_engine *e, struct recs *r)
         for (size_t d = 0; d < depth; d++)
             memcpy(q.tok + d * PS, r->v[chain[depth - 1 - d]].tokens, PS * sizeof(uint32_t));
         seq_hash(&q);
-        expected_page(&q, want);
+        expected_page(&q, depth - 1, want);
         struct dstore_rpage rp = {.key = r->v[i].key, .buf = got};
         int res = -1;
         EXPECT_RC(g_ctx, dstore_get(store_disk_dstore(e->store), &rp, 1, &res), 0);
