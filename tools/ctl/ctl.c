@@ -169,9 +169,8 @@ static const struct command commands[] = {
      "The old index is set aside as DIR/index.damaged (the last one only). Read-only\n"
      "commands refuse a damaged index and point here; an engine's open, and gc, evict,\n"
      "verify --repair and import into the dir, rebuild a damaged or lost index by\n"
-     "themselves, but not one whose meta record alone is bad. Page bytes are not read\n"
-     "(verify reads them); a page evicted before the index was damaged may come back, as a\n"
-     "good page of this dir.\n" WRITE_NOTE "\n" JSON_HELP
+     "themselves. Page bytes are not read (verify reads them); a page evicted before the\n"
+     "index was damaged may come back, as a good page of this dir.\n" WRITE_NOTE "\n" JSON_HELP
      "\nExit status: 0 when the index was rebuilt, 1 on an error (the rebuild met index\n"
      "errors, or the dir is not one kvtier can rebuild).\n"},
     {"evict", cmd_evict, 1, 1, "--json --to ", "evict DIR --to SIZE",

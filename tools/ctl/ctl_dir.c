@@ -90,9 +90,8 @@ static int format_error(const char *dir, const char *name)
 }
 
 /* What is wrong with dir's index, which the store found damaged (KVT_ECORRUPT), as its file
- * shows it, into buf; whether an engine's open rebuilds it by itself: it does unless only the
- * meta record is bad, which a sound LMDB file carries to the engine as it is. */
-static bool damage_detail(const char *dir, char *buf, size_t len)
+ * shows it, into buf. */
+static void damage_detail(const char *dir, char *buf, size_t len)
 {
     char path[4096];
     struct stat st;
@@ -105,26 +104,22 @@ static bool damage_detail(const char *dir, char *buf, size_t len)
         snprintf(buf, len, "it is not a regular file");
     else if (st.st_size < 2 * LMDB_PAGE || st.st_size % LMDB_PAGE)
         snprintf(buf, len, "%lld bytes: not whole LMDB pages, cut short", (long long)st.st_size);
-    else if (dstore_peek_version(dir, &version) == 0) {
+    else if (dstore_peek_version(dir, &version) == 0)
         snprintf(buf, len, "its meta record fails its checks");
-        return false;
-    } else
+    else
         snprintf(buf, len, "its LMDB structure failed the check kvtier runs on it");
-    return true;
 }
 
 static int damage_error(const char *dir, const char *name)
 {
     char what[96];
-    bool engine_heals = damage_detail(dir, what, sizeof(what));
 
+    damage_detail(dir, what, sizeof(what));
     return ctl_fail("%s: %s/index/data.mdb is %s (%s); the pages are in %s/slabs, each with a "
                     "head that names it: run `" PROG " recover %s` to rebuild the index from "
-                    "them (%s)",
+                    "them (an engine opening the dir does the same)",
                     name, name, strcmp(what, "it is missing") ? "damaged" : "lost", what, name,
-                    name,
-                    engine_heals ? "an engine opening the dir does the same"
-                                 : "an engine refuses the dir until then");
+                    name);
 }
 
 int ctl_open_error(const char *path, int rc, bool writing)

@@ -382,6 +382,20 @@ static int index_lost(struct dstore *s)
     return slabs_first_head(s->dirfd, &h) ? KVT_EFORMAT : KVT_ECORRUPT;
 }
 
+/* Open the index at path with its map for the open (a reader takes the writer's; a writer
+ * sizes it once the capacity is known) and read its meta record; closed again on failure. */
+static int index_open_meta(struct dstore *s, const char *path, uint64_t file, struct dmeta *m)
+{
+    int rc = index_open(&s->ix, path, s->ro,
+                        s->ro            ? 0
+                        : s->o.map_bytes ? s->o.map_bytes
+                                         : GIB + 4 * file);
+
+    if (!rc && (rc = index_read_meta(&s->ix, m)))
+        index_close(&s->ix);
+    return rc;
+}
+
 int index_prepare(struct dstore *s)
 {
     struct dmeta m;
@@ -391,33 +405,32 @@ int index_prepare(struct dstore *s)
 
     if (!path)
         return -ENOMEM;
-    /* A reader takes the writer's map; a writer sizes it once the capacity is known. */
     file = index_file_bytes(path);
     path[strlen(path) - strlen("/data.mdb")] = '\0';
     if (!s->created && (rc = index_trust(s->dirfd, path, &s->index_walked))) {
         if (rc == KVT_ECORRUPT)
             rc = index_lost(s);
         /* A reader reports it; the writer sets it aside and recovers from the slabs. */
-        if (rc != KVT_ECORRUPT || s->ro || (rc = index_rebuild(s))) {
-            free(path);
-            return rc;
-        }
+        if (rc != KVT_ECORRUPT || s->ro || (rc = index_rebuild(s)))
+            goto free_path;
     }
-    rc = index_open(&s->ix, path, s->ro,
-                    s->ro            ? 0
-                    : s->o.map_bytes ? s->o.map_bytes
-                                     : GIB + 4 * file);
-    free(path);
-    if (rc)
-        return rc;
-    if ((rc = index_read_meta(&s->ix, &m)) || (rc = check_meta(s, &m)))
-        return rc;
+    rc = index_open_meta(s, path, file, &m);
+    /* The walk reads the meta record but cannot judge its bytes: one failing its own check
+     * (a bit flipped in it) is damage like any other, for the writer of a dir a slab says is
+     * ours. */
+    if (rc == KVT_ECORRUPT && !s->ro && !s->created && index_lost(s) == KVT_ECORRUPT &&
+        !(rc = index_rebuild(s)))
+        rc = index_open_meta(s, path, file, &m);
+    if (rc || (rc = check_meta(s, &m)))
+        goto free_path;
     if (!s->ro && (rc = index_set_mapsize(&s->ix, map_bytes(s, file))))
-        return rc;
+        goto free_path;
     if ((rc = index_read_begin(&s->ix, &s->rtxn, s->ro)))
-        return rc;
+        goto free_path;
     mdb_txn_reset(s->rtxn);
-    return 0;
+free_path:
+    free(path);
+    return rc;
 }
 
 /* ---- the slot table ---- */

@@ -59,6 +59,7 @@ int main(void)
         T(test_fingerprint),
         T(test_foreign_dir),
         T(test_format_version),
+        T(test_meta_damaged),
         T(test_locked),
         T(test_lock_probe),
         T(test_as_found),
