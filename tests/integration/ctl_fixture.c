@@ -5,7 +5,8 @@
  *
  *   ctl_fixture junk DIR HASH              HASH's record becomes bytes that fail its check
  *   ctl_fixture move DIR HASH SLAB SLOT    HASH's record, still well formed, names SLAB:SLOT
- *   ctl_fixture version DIR N              the meta record claims format version N
+ *   ctl_fixture version DIR N              the meta record claims format version N, its
+ *                                          check made again: a record of format N
  *   ctl_fixture metajunk DIR               a byte of the meta record's fingerprint flipped:
  *                                          the record fails its check, the LMDB file is sound
  *   ctl_fixture delete DIR HASH            delete HASH's page through the store (its
@@ -136,8 +137,9 @@ static int move_slot(const uint8_t *key, uint8_t *val, size_t len, char **argv)
     return 0;
 }
 
-/* The meta record with its bytes from at on xor'ed with the n bytes of x. */
-static int meta_xor(const char *dir, size_t at, const uint8_t *x, size_t n)
+/* The meta record with its bytes from at on xor'ed with the n bytes of x; with seal, its check
+ * made again (as the kvtier writing such a record would), else left stale. */
+static int meta_xor(const char *dir, size_t at, const uint8_t *x, size_t n, bool seal)
 {
     struct dindex ix = {0};
     MDB_txn *txn;
@@ -152,20 +154,23 @@ static int meta_xor(const char *dir, size_t at, const uint8_t *x, size_t n)
         memcpy(buf, v.mv_data, v.mv_size);
         for (size_t i = 0; i < n; i++)
             buf[at + i] ^= x[i];
+        if (seal)
+            meta_seal(buf, v.mv_size);
         v.mv_data = buf;
         rc = index_err(mdb_put(txn, ix.meta, &k, &v, 0));
     }
     return end(&ix, txn, rc);
 }
 
-/* The version field (bytes 8-11, little-endian) set to version. */
+/* The version field (bytes 8-11, little-endian) set to version, in a record whose check holds:
+ * what a kvtier of that format wrote. */
 static int set_version(const char *dir, uint32_t version)
 {
     uint8_t x[4];
 
     for (int i = 0; i < 4; i++)
         x[i] = (uint8_t)(version >> (8 * i)) ^ (uint8_t)(DSTORE_FORMAT_VERSION >> (8 * i));
-    return meta_xor(dir, 8, x, 4);
+    return meta_xor(dir, 8, x, 4, true);
 }
 
 static int open_as_found(const char *dir, struct dstore **s)
@@ -381,7 +386,7 @@ int main(int argc, char **argv)
         return grow(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
                     strtoull(argv[5], NULL, 10));
     if (!strcmp(cmd, "metajunk") && argc == 3)
-        return meta_xor(argv[2], 40, (const uint8_t[]){0x5a}, 1);
+        return meta_xor(argv[2], 40, (const uint8_t[]){0x5a}, 1, false);
     if (!strcmp(cmd, "version") && argc == 4)
         return set_version(argv[2], (uint32_t)strtoul(argv[3], NULL, 10));
     if (argc < 4 || parse_key(argv[3], key)) {

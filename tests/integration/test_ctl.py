@@ -767,8 +767,8 @@ LMDB_PAGE = 4096
 
 
 def damage_index(d, how):
-    """Damage d's index one way: LMDB's file (its meta pages, its B-tree), or the meta record
-    inside a sound file, or the whole index gone."""
+    """Damage d's index one way: LMDB's file (its meta pages, its B-tree), the meta record or
+    a database's name inside a sound file, or the whole index gone."""
     path = os.path.join(d, "index", "data.mdb")
     size = os.path.getsize(path)
     pages = size // LMDB_PAGE
@@ -793,6 +793,12 @@ def damage_index(d, how):
             f.truncate(pages // 2 * LMDB_PAGE)
         elif how == "cut mid-page":
             f.truncate(pages // 2 * LMDB_PAGE - 100)
+        elif how in ("meta magic", "db name"):  # every copy, the live one and freed ones
+            old = b"KVTIERDS" if how == "meta magic" else b"pages"
+            data = f.read()
+            check(old in data, f"{old!r} in {path}")
+            f.seek(0)
+            f.write(data.replace(old, bytes([old[0] ^ 1]) + old[1:]))
     if how == "meta record":
         fixture("metajunk", d)
     elif how == "lost":
@@ -806,6 +812,8 @@ DAMAGES = {"meta pages": "its LMDB structure failed the check kvtier runs on it"
            "cut": "its LMDB structure failed the check kvtier runs on it",
            "cut mid-page": r"\d+ bytes: not whole LMDB pages, cut short",
            "meta record": "its meta record fails its checks",
+           "meta magic": "its meta record fails its checks",
+           "db name": "kvtier's databases or its meta record are missing from it",
            "lost": "it is missing"}
 
 
@@ -885,7 +893,8 @@ def _():
             r"rebuilt from the slabs with {n} pages\n$")
     for how, args in (("meta pages", ("gc",)), ("garbled", ("evict", "--to", "1T")),
                       ("zeroed", ("verify", "--repair")), ("cut", ("import", src, "--all")),
-                      ("meta record", ("evict", "--to", "1T"))):
+                      ("meta record", ("evict", "--to", "1T")), ("meta magic", ("gc",)),
+                      ("db name", ("evict", "--to", "1T"))):
         d = copy_of(src, "heal-" + how.replace(" ", "-"))
         damage_index(d, how)
         r = ctl(args[0], d, *args[1:], "--json")

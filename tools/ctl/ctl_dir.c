@@ -55,44 +55,54 @@ bool ctl_retry(int rc, int *tries)
 
 /* ---- why a dir could not be opened ---- */
 
-/* KVT_EFORMAT says "not ours, or another format": tell which from the meta record itself. name
- * is dir as messages show it. */
+/* KVT_EFORMAT says "not ours, or another format": tell which from the index as the store's
+ * open judged it (index_verdict). Only an intact meta record names a format; a damaged index
+ * is refused as not ours only when no slab there has a head of this format. name is dir as
+ * messages show it. */
 static int format_error(const char *dir, const char *name)
 {
-    char path[4096];
+    enum index_verdict verdict;
     uint32_t version = 0;
-    int rc = dstore_peek_version(dir, &version);
+    int rc = dstore_examine_index(dir, &verdict, &version);
 
-    snprintf(path, sizeof(path), "%s/index/data.mdb", dir);
-    if (rc == 0 && version > DSTORE_FORMAT_VERSION)
+    if (rc == KVT_EFORMAT)
+        return ctl_fail("%s: not a kvtier data dir (it has no index/data.mdb)", name);
+    if (rc)
+        return ctl_fail("%s: %s/index/data.mdb could not be read: %s", name, name,
+                        kvt_strerror(rc));
+    if (verdict == INDEX_OTHER && version > DSTORE_FORMAT_VERSION)
         return ctl_fail("%s: data format version %u is newer than this kvtier-ctl reads (%u); "
                         "use the kvtier that wrote it",
                         name, version, DSTORE_FORMAT_VERSION);
-    if (rc == 0 && version == 1)
+    if (verdict == INDEX_OTHER && version == 1)
         return ctl_fail("%s: data format version 1, written by kvtier before 0.2, which this "
                         "version (format %u) does not read; the dir is a cache: remove it and "
                         "the engine starts a new one (or read it with the kvtier that wrote it)",
                         name, DSTORE_FORMAT_VERSION);
-    if (rc == KVT_ECORRUPT)
+    if (verdict == INDEX_OTHER)
+        return ctl_fail("%s: data format version %u, which this kvtier-ctl (format %u) does "
+                        "not read",
+                        name, version, DSTORE_FORMAT_VERSION);
+    if (verdict == INDEX_UNSOUND || verdict == INDEX_BAD_RECORD)
         return ctl_fail("%s: %s/index/data.mdb is damaged, and no slab file there has a head of "
                         "data format %u to rebuild it from: not a usable data dir; it is a "
                         "cache: remove it",
                         name, name, DSTORE_FORMAT_VERSION);
-    if (rc == 0)
+    if (verdict == INDEX_OURS)
         return ctl_fail("%s: not a usable kvtier data dir (format %u, but slabs/ is missing or "
-                        "the index lacks a database)",
-                        name, version);
-    if (access(path, F_OK) == 0)
-        return ctl_fail("%s: %s/index/data.mdb is not a kvtier index (damaged, or another "
-                        "program's LMDB environment)",
-                        name, name);
-    return ctl_fail("%s: not a kvtier data dir (it has no index/data.mdb)", name);
+                        "holds slabs of another format)",
+                        name, DSTORE_FORMAT_VERSION);
+    return ctl_fail("%s: %s/index/data.mdb is not a kvtier index (another program's LMDB "
+                    "environment, or one that lost kvtier's databases), and no slab file there "
+                    "has a head of data format %u to rebuild it from",
+                    name, name, DSTORE_FORMAT_VERSION);
 }
 
 /* What is wrong with dir's index, which the store found damaged (KVT_ECORRUPT), as its file
  * shows it, into buf. */
 static void damage_detail(const char *dir, char *buf, size_t len)
 {
+    enum index_verdict verdict = INDEX_UNSOUND;
     char path[4096];
     struct stat st;
     uint32_t version;
@@ -104,10 +114,12 @@ static void damage_detail(const char *dir, char *buf, size_t len)
         snprintf(buf, len, "it is not a regular file");
     else if (st.st_size < 2 * LMDB_PAGE || st.st_size % LMDB_PAGE)
         snprintf(buf, len, "%lld bytes: not whole LMDB pages, cut short", (long long)st.st_size);
-    else if (dstore_peek_version(dir, &version) == 0)
-        snprintf(buf, len, "its meta record fails its checks");
-    else
+    else if (dstore_examine_index(dir, &verdict, &version) || verdict == INDEX_UNSOUND)
         snprintf(buf, len, "its LMDB structure failed the check kvtier runs on it");
+    else if (verdict == INDEX_UNNAMED)
+        snprintf(buf, len, "kvtier's databases or its meta record are missing from it");
+    else
+        snprintf(buf, len, "its meta record fails its checks");
 }
 
 static int damage_error(const char *dir, const char *name)

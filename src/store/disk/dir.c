@@ -373,13 +373,19 @@ static int check_meta(struct dstore *s, const struct dmeta *m)
     return 0;
 }
 
-/* The index cannot be trusted: the dir is ours and damaged when a slab says so, else it is
- * nobody's we know. */
-static int index_lost(struct dstore *s)
+/* The index failed a check of ours (the walk, its databases, its meta record's own check):
+ * it proves nothing, so the slabs tell. A slab head of this format (and fingerprint, unless
+ * the dir is taken as found) says the dir is ours and the index damaged: a reader reports it
+ * (KVT_ECORRUPT), the writer sets the index aside and rebuilds it (0). Without one the dir is
+ * nobody's we know, or another format's, and is left as it is. */
+static int index_damaged(struct dstore *s)
 {
-    struct slab_head h;
+    struct dmeta m;
+    int rc = meta_from_slabs(s, &m);
 
-    return slabs_first_head(s->dirfd, &h) ? KVT_EFORMAT : KVT_ECORRUPT;
+    if (rc)
+        return rc;
+    return s->ro ? KVT_ECORRUPT : index_rebuild(s);
 }
 
 /* Open the index at path with its map for the open (a reader takes the writer's; a writer
@@ -407,19 +413,14 @@ int index_prepare(struct dstore *s)
         return -ENOMEM;
     file = index_file_bytes(path);
     path[strlen(path) - strlen("/data.mdb")] = '\0';
-    if (!s->created && (rc = index_trust(s->dirfd, path, &s->index_walked))) {
-        if (rc == KVT_ECORRUPT)
-            rc = index_lost(s);
-        /* A reader reports it; the writer sets it aside and recovers from the slabs. */
-        if (rc != KVT_ECORRUPT || s->ro || (rc = index_rebuild(s)))
-            goto free_path;
-    }
+    if (!s->created && (rc = index_trust(s->dirfd, path, &s->index_walked)) &&
+        (rc != KVT_ECORRUPT || (rc = index_damaged(s))))
+        goto free_path;
     rc = index_open_meta(s, path, file, &m);
-    /* The walk reads the meta record but cannot judge its bytes: one failing its own check
-     * (a bit flipped in it) is damage like any other, for the writer of a dir a slab says is
-     * ours. */
-    if (rc == KVT_ECORRUPT && !s->ro && !s->created && index_lost(s) == KVT_ECORRUPT &&
-        !(rc = index_rebuild(s)))
+    /* The walk reads every record but cannot judge their bytes: our databases or the meta
+     * record missing, or the record failing its own check (a bit flipped in its magic or
+     * version included) is damage like any other. Only an intact record says another format. */
+    if (rc == KVT_ECORRUPT && !s->created && !(rc = index_damaged(s)))
         rc = index_open_meta(s, path, file, &m);
     if (rc || (rc = check_meta(s, &m)))
         goto free_path;

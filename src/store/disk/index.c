@@ -161,6 +161,19 @@ int slot_decode(const MDB_val *k, const MDB_val *v, struct slot_entry *e)
 
 /* ---- meta ---- */
 
+#define META_HEAD_BYTES 12 /* the magic and the version: where every format's record starts */
+#define META_CHECK_BYTES 8 /* the check every format's record ends with */
+
+static uint64_t meta_check(const uint8_t *rec, size_t len)
+{
+    return XXH3_64bits_withSeed(rec, len - META_CHECK_BYTES, CHECK_SEED);
+}
+
+void meta_seal(uint8_t *rec, size_t len)
+{
+    put64(rec + len - META_CHECK_BYTES, meta_check(rec, len));
+}
+
 static void meta_encode(const struct dmeta *m, uint8_t *out)
 {
     memset(out, 0, META_BYTES);
@@ -172,18 +185,30 @@ static void meta_encode(const struct dmeta *m, uint8_t *out)
     put32(out + 24, m->slab_slots);
     memcpy(out + 32, m->fingerprint, DSTORE_FINGERPRINT_BYTES);
     put64(out + 64, m->created);
-    put64(out + 72, XXH3_64bits_withSeed(out, 72, CHECK_SEED));
+    meta_seal(out, META_BYTES);
 }
 
-/* Magic and version first: a newer format may lay out the rest differently. */
+/* The check first: a bit flipped in the magic or the version must not pass for a format this
+ * build cannot read, which would leave a damaged index of ours unrepaired. Only then the magic
+ * and the version, since a newer format may lay out the rest differently. */
+static enum index_verdict meta_verdict(const uint8_t *v, size_t len, uint32_t *version)
+{
+    *version = len >= META_HEAD_BYTES ? get32(v + 8) : 0;
+    if (len < META_HEAD_BYTES + META_CHECK_BYTES ||
+        get64(v + len - META_CHECK_BYTES) != meta_check(v, len))
+        return INDEX_BAD_RECORD;
+    if (memcmp(v, META_MAGIC, 8) != 0)
+        return INDEX_FOREIGN;
+    return *version == DSTORE_FORMAT_VERSION ? INDEX_OURS : INDEX_OTHER;
+}
+
 static int meta_decode(const uint8_t *v, size_t len, struct dmeta *m)
 {
-    if (len < 12 || memcmp(v, META_MAGIC, 8) != 0)
+    enum index_verdict verdict = meta_verdict(v, len, &m->version);
+
+    if (verdict == INDEX_FOREIGN || verdict == INDEX_OTHER)
         return KVT_EFORMAT;
-    m->version = get32(v + 8);
-    if (m->version != DSTORE_FORMAT_VERSION)
-        return KVT_EFORMAT;
-    if (len != META_BYTES || get64(v + 72) != XXH3_64bits_withSeed(v, 72, CHECK_SEED))
+    if (verdict != INDEX_OURS || len != META_BYTES)
         return KVT_ECORRUPT;
     m->page_bytes = get32(v + 12);
     m->page_tokens = get32(v + 16);
@@ -271,38 +296,79 @@ out:
     return index_err(rc);
 }
 
-/* The databases exist in every environment we created; a missing one means a foreign env. */
-static int open_dbs(struct dindex *ix)
+/* The meta record in txn, its database opened into ix: 0, MDB_NOTFOUND when the database or
+ * the record is missing, or another LMDB code. */
+static int meta_get(struct dindex *ix, MDB_txn *txn, MDB_val *v)
 {
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn);
+    MDB_val k = {sizeof(META_KEY) - 1, (void *)META_KEY};
+    int rc = mdb_dbi_open(txn, "meta", 0, &ix->meta);
 
-    if (rc)
-        return index_err(rc);
-    rc = mdb_dbi_open(txn, "meta", 0, &ix->meta);
-    if (!rc)
-        rc = mdb_dbi_open(txn, "pages", 0, &ix->pages);
-    if (!rc)
-        rc = mdb_dbi_open(txn, "slots", MDB_INTEGERKEY, &ix->slots);
-    if (rc) {
-        mdb_txn_abort(txn);
-        return rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ? KVT_EFORMAT : index_err(rc);
-    }
-    /* Handles opened in a read transaction stay valid after it commits. */
-    return index_err(mdb_txn_commit(txn));
+    if (rc == MDB_INCOMPATIBLE)
+        return MDB_NOTFOUND;
+    return rc ? rc : mdb_get(txn, ix->meta, &k, v);
 }
 
-int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize)
+/* What the index holds (index_verdict), its databases opened into ix in txn: 0, or an LMDB
+ * code. The record is judged before the other databases are looked for: an index of another
+ * format need not have them. */
+static int judge(struct dindex *ix, MDB_txn *txn, enum index_verdict *verdict, uint32_t *version)
 {
+    MDB_val v;
+    int rc = meta_get(ix, txn, &v);
+
+    *verdict = INDEX_UNNAMED;
+    *version = 0;
+    if (rc)
+        return rc == MDB_NOTFOUND ? 0 : rc;
+    if ((*verdict = meta_verdict(v.mv_data, v.mv_size, version)) != INDEX_OURS)
+        return 0;
+    rc = mdb_dbi_open(txn, "pages", 0, &ix->pages);
+    if (!rc)
+        rc = mdb_dbi_open(txn, "slots", MDB_INTEGERKEY, &ix->slots);
+    if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
+        *verdict = INDEX_UNNAMED;
+    return rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ? 0 : rc;
+}
+
+/* Open the environment and judge it; ix stays open unless this fails. */
+static int open_judged(struct dindex *ix, const char *path, bool readonly, size_t mapsize,
+                       enum index_verdict *verdict, uint32_t *version)
+{
+    MDB_txn *txn;
     int dead, rc = env_open(&ix->env, path, readonly ? MDB_RDONLY : 0, mapsize);
 
     if (rc)
         return rc;
     mdb_reader_check(ix->env, &dead); /* slots of readers that died (a killed engine) */
-    if ((rc = open_dbs(ix))) {
-        mdb_env_close(ix->env);
-        ix->env = NULL;
+    if (!(rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn))) {
+        if ((rc = judge(ix, txn, verdict, version)))
+            mdb_txn_abort(txn);
+        else /* handles opened in a read transaction stay valid after it commits */
+            rc = mdb_txn_commit(txn);
     }
+    if (rc)
+        index_close(ix);
+    return index_err(rc);
+}
+
+int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize)
+{
+    enum index_verdict verdict;
+    uint32_t version;
+    int rc = open_judged(ix, path, readonly, mapsize, &verdict, &version);
+
+    if (rc || verdict == INDEX_OURS)
+        return rc;
+    index_close(ix);
+    return verdict == INDEX_FOREIGN || verdict == INDEX_OTHER ? KVT_EFORMAT : KVT_ECORRUPT;
+}
+
+int index_examine(const char *path, enum index_verdict *verdict, uint32_t *version)
+{
+    struct dindex ix = {0};
+    int rc = open_judged(&ix, path, true, 0, verdict, version);
+
+    index_close(&ix);
     return rc;
 }
 
@@ -343,8 +409,7 @@ void index_close(struct dindex *ix)
     ix->env = NULL;
 }
 
-/* The meta record's raw bytes, handed to fn inside one read transaction. */
-static int with_meta(struct dindex *ix, int (*fn)(const MDB_val *v, void *arg), void *arg)
+int index_read_meta(struct dindex *ix, struct dmeta *m)
 {
     MDB_txn *txn;
     MDB_val k = {sizeof(META_KEY) - 1, (void *)META_KEY}, v;
@@ -353,37 +418,39 @@ static int with_meta(struct dindex *ix, int (*fn)(const MDB_val *v, void *arg), 
     if (rc)
         return index_err(rc);
     rc = mdb_get(txn, ix->meta, &k, &v);
-    if (rc == MDB_NOTFOUND)
-        rc = KVT_EFORMAT;
-    else if (rc)
-        rc = index_err(rc);
-    else
-        rc = fn(&v, arg);
+    rc = rc == MDB_NOTFOUND ? KVT_ECORRUPT
+         : rc               ? index_err(rc)
+                            : meta_decode(v.mv_data, v.mv_size, m);
     mdb_txn_abort(txn);
     return rc;
 }
 
-static int decode_meta(const MDB_val *v, void *m)
-{
-    return meta_decode(v->mv_data, v->mv_size, m);
-}
-
-int index_read_meta(struct dindex *ix, struct dmeta *m)
-{
-    return with_meta(ix, decode_meta, m);
-}
-
-static int decode_version(const MDB_val *v, void *version)
+static int decode_version(const MDB_val *v, uint32_t *version)
 {
     if (v->mv_size < 8 || memcmp(v->mv_data, META_MAGIC, 8) != 0)
         return KVT_EFORMAT;
-    if (v->mv_size < 12)
+    if (v->mv_size < META_HEAD_BYTES)
         return KVT_ECORRUPT;
-    *(uint32_t *)version = get32((const uint8_t *)v->mv_data + 8);
+    *version = get32((const uint8_t *)v->mv_data + 8);
     return 0;
 }
 
-int index_peek_version(struct dindex *ix, uint32_t *version)
+int index_peek_version(const char *path, uint32_t *version)
 {
-    return with_meta(ix, decode_version, version);
+    struct dindex ix = {0};
+    MDB_txn *txn;
+    MDB_val v;
+    int rc = env_open(&ix.env, path, MDB_RDONLY, 0);
+
+    if (rc)
+        return rc;
+    if ((rc = mdb_txn_begin(ix.env, NULL, MDB_RDONLY, &txn))) {
+        index_close(&ix);
+        return index_err(rc);
+    }
+    rc = meta_get(&ix, txn, &v);
+    rc = rc == MDB_NOTFOUND ? KVT_EFORMAT : rc ? index_err(rc) : decode_version(&v, version);
+    mdb_txn_abort(txn);
+    index_close(&ix);
+    return rc;
 }

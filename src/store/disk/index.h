@@ -6,6 +6,8 @@
  * "meta", one record under the key "format" (80 bytes, little-endian):
  *   0 magic "KVTIERDS" | 8 format version | 12 page_bytes | 16 page_tokens | 20 slot_bytes |
  *   24 slab_slots | 28 zero | 32 fingerprint[32] | 64 created ns | 72 XXH3-64 of bytes 0..71
+ * Every format's record starts with the magic and its version and ends with such a check
+ * (index_verdict).
  *
  * "pages", key = 32-byte page hash, value (128 + 4 * ntokens bytes, little-endian):
  *   0 record version | 4 slab | 8 slot | 12 length | 16 XXH3-128 of the page (canonical) |
@@ -66,10 +68,36 @@ int index_err(int mdb_rc);
 /* Create an environment at path (a new, empty dir) holding only the meta record. */
 int index_create(const char *path, const struct dmeta *m, size_t mapsize);
 
+/* What an index holds, as its open judges it. Every format's meta record starts with the magic
+ * and the version and ends with its check (8 bytes: XXH3-64, seed "kvtier", of the bytes before
+ * it), so only a record whose check holds can say the index is of another format: one failing
+ * it is damage, whatever its magic and version say. A file kvtier made always has the three
+ * databases and the record, so one missing them is damage too. */
+enum index_verdict {
+    INDEX_UNSOUND,    /* not an LMDB file LMDB may read (it failed the walk, trust.h) */
+    INDEX_UNNAMED,    /* a sound LMDB file without our databases or the meta record */
+    INDEX_BAD_RECORD, /* a meta record failing its check */
+    INDEX_FOREIGN,    /* an intact meta record with another magic */
+    INDEX_OTHER,      /* an intact meta record of ours naming another format version */
+    INDEX_OURS,       /* an intact meta record of this format, and our databases */
+};
+
 /* Open the environment at path and its databases, with a map of mapsize bytes (0: the size
- * the writer recorded). A path that is not an LMDB environment, or one without our
- * databases: KVT_EFORMAT. Only an index trust.h vouches for may be opened. */
+ * the writer recorded). An index of another format (INDEX_FOREIGN, INDEX_OTHER), or a path
+ * that is not an LMDB environment: KVT_EFORMAT; one without our databases or with a meta
+ * record failing its check: KVT_ECORRUPT. Only an index trust.h vouches for may be opened. */
 int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize);
+
+/* Judge the index at path read-only, as index_open does: 0 and *verdict (never
+ * INDEX_UNSOUND) and *version (the record's version field, 0 when it has none), or what
+ * index_open says of an environment LMDB refuses, or -errno. */
+int index_examine(const char *path, enum index_verdict *verdict, uint32_t *version);
+
+/* The same of the data dir at dir, walked first when trust.h asks for it (INDEX_UNSOUND when
+ * the walk finds it damaged): 0, KVT_EFORMAT when it has no index/data.mdb, or -errno. For
+ * kvtier-ctl's messages; read-only, no lock, and not while this process has the dir open
+ * (LMDB allows one environment of a file per process). */
+int dstore_examine_index(const char *dir, enum index_verdict *verdict, uint32_t *version);
 
 /* A read-only transaction, begun or renewed. The writer in another process may have grown
  * the index past this process's map (MDB_MAP_RESIZED): with remap, which the caller may ask
@@ -87,13 +115,18 @@ uint64_t index_file_bytes(const char *path);
 /* Close; a zeroed dindex is a no-op. */
 void index_close(struct dindex *ix);
 
-/* Read and decode the meta record: KVT_EFORMAT for a foreign or newer one, KVT_ECORRUPT for
- * one that fails its check. */
+/* Read and decode the meta record: KVT_EFORMAT for an intact one of another format,
+ * KVT_ECORRUPT for one that fails its check or is missing. */
 int index_read_meta(struct dindex *ix, struct dmeta *m);
 
-/* The meta record's format version, whatever it is: KVT_EFORMAT when there is no record
- * of ours, KVT_ECORRUPT when it is too short to carry one. */
-int index_peek_version(struct dindex *ix, uint32_t *version);
+/* The format version of the meta record of the index at path (read-only; only "meta" is
+ * needed), whatever it is, unjudged: KVT_EFORMAT when there is no record of ours,
+ * KVT_ECORRUPT when it is too short to carry one. */
+int index_peek_version(const char *path, uint32_t *version);
+
+/* Set the check a meta record of len bytes ends with, as the kvtier writing it does (tests
+ * forge the record of another format with it). */
+void meta_seal(uint8_t *rec, size_t len);
 
 size_t rec_bytes(uint32_t ntokens);
 

@@ -217,16 +217,16 @@ bool dstore_entry_in_bounds(struct dstore *s, const struct dstore_entry *e)
     return ok;
 }
 
-int dstore_peek_version(const char *dir, uint32_t *version)
+/* fn on the index of the data dir at dir once trust.h vouches for it: fn's result;
+ * KVT_EFORMAT when there is no index/data.mdb, KVT_ECORRUPT when the walk finds it damaged,
+ * -errno. */
+static int with_index(const char *dir, int (*fn)(const char *path, void *arg), void *arg)
 {
-    struct dindex ix = {0};
     struct stat st;
     bool walked;
     char *path;
     int dirfd, rc;
 
-    if (!dir || !version)
-        return -EINVAL;
     if ((dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return -errno;
     if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW))
@@ -235,12 +235,51 @@ int dstore_peek_version(const char *dir, uint32_t *version)
         rc = -ENOMEM;
     else {
         sprintf(path, "%s/index", dir);
-        if (!(rc = index_trust(dirfd, path, &walked)) && !(rc = index_open(&ix, path, true, 0))) {
-            rc = index_peek_version(&ix, version);
-            index_close(&ix);
-        }
+        if (!(rc = index_trust(dirfd, path, &walked)))
+            rc = fn(path, arg);
         free(path);
     }
     close(dirfd);
     return rc;
+}
+
+static int peek_at(const char *path, void *version)
+{
+    return index_peek_version(path, version);
+}
+
+int dstore_peek_version(const char *dir, uint32_t *version)
+{
+    if (!dir || !version)
+        return -EINVAL;
+    return with_index(dir, peek_at, version);
+}
+
+struct look {
+    enum index_verdict *verdict;
+    uint32_t *version;
+};
+
+static int examine_at(const char *path, void *arg)
+{
+    struct look *l = arg;
+    int rc = index_examine(path, l->verdict, l->version);
+
+    if (rc != KVT_EFORMAT && rc != KVT_ECORRUPT)
+        return rc;
+    *l->verdict = INDEX_UNSOUND; /* LMDB refused a file the walk passed: unsound all the same */
+    return 0;
+}
+
+int dstore_examine_index(const char *dir, enum index_verdict *verdict, uint32_t *version)
+{
+    struct look l = {verdict, version};
+    int rc;
+
+    if (!dir || !verdict || !version)
+        return -EINVAL;
+    *verdict = INDEX_UNSOUND;
+    *version = 0;
+    rc = with_index(dir, examine_at, &l);
+    return rc == KVT_ECORRUPT ? 0 : rc;
 }

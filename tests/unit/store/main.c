@@ -60,6 +60,8 @@ int main(void)
         T(test_foreign_dir),
         T(test_format_version),
         T(test_meta_damaged),
+        T(test_meta_flipped),
+        T(test_meta_flipped_no_slabs),
         T(test_locked),
         T(test_lock_probe),
         T(test_as_found),

@@ -106,6 +106,8 @@ void test_fingerprint(void **state);
 void test_foreign_dir(void **state);
 void test_format_version(void **state);
 void test_meta_damaged(void **state);
+void test_meta_flipped(void **state);
+void test_meta_flipped_no_slabs(void **state);
 void test_locked(void **state);
 void test_lock_probe(void **state);
 void test_as_found(void **state);
