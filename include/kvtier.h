@@ -336,6 +336,7 @@ struct kvt_stats {
     uint64_t swa_kv_hit_tokens;   /* device KV the matches found */
     uint64_t swa_evicted_tokens;  /* SWA KV freed by the cache while its full KV stayed */
     uint64_t swa_released_tokens; /* SWA KV requests freed as their window moved on */
+    uint64_t swa_revived_tokens;  /* SWA tombstones given a request's fresh SWA KV back */
 };
 
 typedef struct kvt_engine kvt_engine;

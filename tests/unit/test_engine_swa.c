@@ -351,6 +351,42 @@ static void test_evict_frees_both(void **state)
     kvt_close(e);
 }
 
+/* SGLang's RecoverEvictedSWA: a request that recomputes a prefix whose SWA KV the cache
+ * evicted gives its own fresh SWA KV to those tombstones when it caches its key, and the next
+ * request on that prefix is served whole (begin checks the window's bytes). */
+static void test_revive(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_swa(WINDOW, 96);
+    uint32_t a[96];
+    struct run r;
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    tokens_of(a, 96, 1);
+    assert_int_equal(begin(&plain, e, &r, a, 0), 0);
+    assert_int_equal(extend(&plain, e, &r, 64), 0);
+    finish(&plain, e, &r);
+    assert_int_equal(kvt_evict(e, 32, NULL), 0); /* the SWA side is short: a's window goes */
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.cached_tokens, 64);
+    assert_int_equal(st.swa_cached_tokens, 0);
+
+    assert_int_equal(begin(&plain, e, &r, a, 64), 0);
+    assert_int_equal(r.req.protected_len, 0);
+    assert_int_equal(extend(&plain, e, &r, 64), 0);
+    finish(&plain, e, &r);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.swa_revived_tokens, 64);
+    assert_int_equal(st.swa_cached_tokens, 64);
+    check(&plain, e);
+
+    assert_int_equal(begin(&plain, e, &r, a, 64), 0);
+    assert_int_equal(r.req.protected_len, 64);
+    finish(&plain, e, &r);
+    check(&plain, e);
+    kvt_close(e);
+}
+
 static void test_options(void **state)
 {
     (void)state;
@@ -420,6 +456,8 @@ static void test_options(void **state)
 
 #define NPROMPT 5
 
+static uint64_t revived; /* SWA tombstones the randomized runs saw revived */
+
 static void run_random(uint64_t seed, uint32_t window)
 {
     char cfg[64];
@@ -486,6 +524,7 @@ static void run_random(uint64_t seed, uint32_t window)
     REQUIRE(&s, served > 0 && st.match_hit_tokens == served);
     REQUIRE(&s, st.swa_kv_hit_tokens >= st.match_hit_tokens);
     REQUIRE(&s, st.swa_released_tokens > 0 && st.swa_evicted_tokens > 0);
+    revived += st.swa_revived_tokens;
     free(live);
     kvt_close(e);
 }
@@ -504,6 +543,7 @@ static void test_random(void **state)
         for (uint64_t seed = 1; seed <= 4; seed++)
             run_random(seed, windows[w]);
     }
+    assert_true(env || revived > 0);
 }
 
 int main(void)
@@ -513,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_tombstones_and_match),
         cmocka_unit_test(test_swa_pressure),
         cmocka_unit_test(test_evict_frees_both),
+        cmocka_unit_test(test_revive),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_random),
     };
