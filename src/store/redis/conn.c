@@ -5,6 +5,7 @@
  * server costs the ops in its way nothing but their misses.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -55,8 +56,21 @@ static void backoff(struct redis_store *r, int err)
         r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : r->backoff_ms * 2;
 }
 
+/* A SIGPIPE left pending (blocked on this thread) by a write to a closed connection. */
+static void drop_sigpipe(void)
+{
+    struct timespec zero = {0, 0};
+    sigset_t pipe, pending;
+
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
+        sigtimedwait(&pipe, NULL, &zero);
+}
+
 void redis_conn_lost(struct redis_store *r)
 {
+    drop_sigpipe();
     backoff(r, -EIO);
 }
 

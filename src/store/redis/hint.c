@@ -12,7 +12,7 @@ static uint8_t *hint_slot(struct redis_store *r, const uint8_t *key)
 {
     uint64_t h;
 
-    memcpy(&h, key, sizeof(h));                        /* page keys are hashes already */
+    memcpy(&h, key, sizeof(h)); /* page keys are hashes already */
     return r->hint[(h * 0x9e3779b97f4a7c15ull) >> (64 - HINT_BITS)];
 }
 

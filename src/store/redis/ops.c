@@ -7,6 +7,7 @@
 #include "store/redis/redis.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -333,6 +334,21 @@ static int alloc_store(struct redis_store *r, const struct store_redis_options *
     return r->host && r->hint && r->scratch && (r->password || !o->password) ? 0 : -ENOMEM;
 }
 
+/* The I/O thread starts with every signal blocked: the application's signals go to its own
+ * threads, and a write to a connection the server closed fails with EPIPE instead of killing
+ * the process with SIGPIPE (a write's SIGPIPE goes to the thread that wrote). */
+static int start_thread(struct redis_store *r)
+{
+    sigset_t all, old;
+    int rc;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&r->thread, NULL, redis_io_main, r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return -rc;
+}
+
 int store_redis_open(const struct store_redis_options *o, struct kvt_store **out)
 {
     struct redis_store *r;
@@ -349,7 +365,7 @@ int store_redis_open(const struct store_redis_options *o, struct kvt_store **out
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     pthread_cond_init(&r->done, NULL);
-    if ((rc = alloc_store(r, o)) || (rc = -pthread_create(&r->thread, NULL, redis_io_main, r))) {
+    if ((rc = alloc_store(r, o)) || (rc = start_thread(r))) {
         free_store(r);
         return rc;
     }
