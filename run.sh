@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(gcc libc6-dev meson ninja-build pkg-config python3 python3-dev python3-venv libssl-dev
-          liburing-dev liblmdb-dev libcmocka-dev libxxhash-dev fio gdb)
+          liburing-dev liblmdb-dev libcmocka-dev libxxhash-dev fio gdb libhiredis-dev
+          redis-server)
 
 install_missing() {
     local missing=() p
@@ -106,8 +107,8 @@ cmd_test() {
         meson test -C build-asan --suite unit --suite integration --print-errorlogs || rc=1
     # ThreadSanitizer over the tests that run transfer, disk I/O and stats server threads.
     build build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled
-    TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache store store_contract disk_engine pagestore \
-        stats_server --print-errorlogs || rc=1
+    TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache store store_contract store_redis disk_engine \
+        pagestore stats_server --print-errorlogs || rc=1
     summary "$PY_LOG" build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
         build-tsan/meson-logs/testlog.json
     return $rc

@@ -336,6 +336,7 @@ struct kvt_stats {
     uint64_t swa_kv_hit_tokens;   /* device KV the matches found */
     uint64_t swa_evicted_tokens;  /* SWA KV freed by the cache while its full KV stayed */
     uint64_t swa_released_tokens; /* SWA KV requests freed as their window moved on */
+    uint64_t swa_revived_tokens;  /* SWA tombstones given a request's fresh SWA KV back */
 };
 
 typedef struct kvt_engine kvt_engine;
@@ -428,9 +429,9 @@ int kvt_unlock(kvt_engine *e, kvt_node_ref node);
  * with a host copy keep it. With sliding-window layers it makes kvt_available grow by tokens
  * instead: full KV (with its SWA KV) goes where the full side is short of that, SWA KV alone
  * (SWA tombstones, least recently covered first) where only the SWA side is; *evicted counts
- * the full KV. Errors: -EINVAL
- * (e NULL). Blocks: applies finished transfers; when nodes a transfer is filling stand in the way,
- * waits for the transfers in flight (kvt_sync); under write_back it backs leaves up and waits for
+ * the full KV. Errors: -EINVAL (e NULL).
+ * Blocks: applies finished transfers; when nodes a transfer is filling stand in the way, waits
+ * for the transfers in flight (kvt_sync); under write_back it backs leaves up and waits for
  * those backups before they go. */
 int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted);
 

@@ -32,7 +32,7 @@ struct engine_swa {
     struct swa_pool pool;
     uint32_t *full_ids; /* options.swa.full_layers, copied */
     struct swa_row *row;
-    uint64_t kv_hit_tokens, evicted_tokens, released_tokens;
+    uint64_t kv_hit_tokens, evicted_tokens, released_tokens, revived_tokens;
 };
 
 /* ---- options, open, close ---- */
@@ -108,10 +108,22 @@ static void release_swa_pages(void *ctx, const uint32_t *pages, size_t n)
     e->swa->evicted_tokens += n * e->opts.page_size;
 }
 
+/* The tree revives an SWA tombstone from an inserting request's own pages. */
+static int revive_swa(void *ctx, const uint32_t *to, const uint32_t *from, size_t n)
+{
+    kvt_engine *e = ctx;
+    int rc = swa_move_peers(&e->swa->alloc, to, from, n);
+
+    if (rc == 0)
+        e->swa->revived_tokens += n * e->opts.page_size;
+    return rc;
+}
+
 void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg)
 {
     cfg->swa_window = e->opts.swa.window;
     cfg->free_swa_pages = release_swa_pages;
+    cfg->revive_swa = revive_swa;
 }
 
 /* ---- the device allocator ---- */
@@ -390,6 +402,7 @@ void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st)
     st->swa_kv_hit_tokens = s->kv_hit_tokens;
     st->swa_evicted_tokens = s->evicted_tokens;
     st->swa_released_tokens = s->released_tokens;
+    st->swa_revived_tokens = s->revived_tokens;
 }
 
 /* The pair allocator's own invariants, and the tree's count of pages holding SWA KV equal to

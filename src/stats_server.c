@@ -133,6 +133,7 @@ static const struct stat_field fields[] = {
       "device KV matches found; match_hit_tokens is the part a live window backs"),
     C(swa_evicted_tokens, "sliding-window KV the cache freed while its full KV stayed"),
     C(swa_released_tokens, "sliding-window KV requests freed as their window moved on"),
+    C(swa_revived_tokens, "SWA tombstones given a request's fresh sliding-window KV back"),
 };
 #undef G
 #undef C

@@ -307,6 +307,26 @@ void swa_release_cached(struct swa_alloc *a, const uint32_t *pages, size_t n)
     slot_release_cached(&a->full, pages, n);
 }
 
+int swa_move_peers(struct swa_alloc *a, const uint32_t *to, const uint32_t *from, size_t n)
+{
+    uint32_t np = a->full.npages;
+
+    for (size_t i = 0; i < n; i++)
+        if (to[i] == 0 || to[i] > np || from[i] == 0 || from[i] > np || a->peer[to[i]] ||
+            !a->peer[from[i]] || a->full.state[to[i]] != PAGE_CACHED ||
+            a->full.state[from[i]] != PAGE_USED)
+            return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int32_t *dst = a->map + (size_t)to[i] * a->page_size;
+        int32_t *src = a->map + (size_t)from[i] * a->page_size;
+        memcpy(dst, src, a->page_size * sizeof(*dst));
+        memset(src, 0, a->page_size * sizeof(*src));
+        a->peer[to[i]] = a->peer[from[i]];
+        a->peer[from[i]] = 0;
+    }
+    return 0;
+}
+
 int swa_page_live(const struct swa_alloc *a, uint32_t p)
 {
     return p <= a->full.npages && a->peer[p] != 0;

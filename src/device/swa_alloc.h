@@ -86,6 +86,11 @@ void swa_release_cached(struct swa_alloc *a, const uint32_t *pages, size_t n);
 /* The cache drops the SWA part of these full pages (an SWA tombstone): their peers go, the
  * full pages stay. Pages without a peer are skipped. */
 void swa_release_swa(struct swa_alloc *a, const uint32_t *pages, size_t n);
+/* RecoverEvictedSWA's move: the SWA peers of full pages `from` (the caller's: USED, each with
+ * a peer) go to full pages `to` (the cache's: CACHED, none with a peer), slot for slot, as the
+ * same tokens' SWA KV. -EINVAL changes nothing. */
+int swa_move_peers(struct swa_alloc *a, const uint32_t *to, const uint32_t *from, size_t n);
+
 /* Whether full page p has an SWA peer. */
 int swa_page_live(const struct swa_alloc *a, uint32_t p);
 

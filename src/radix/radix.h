@@ -80,6 +80,10 @@ struct rdx_config {
     uint32_t swa_window;
     rdx_free_pages_fn free_swa_pages; /* called with the device (full) pages whose SWA part
                                        * the tree frees: the caller frees their SWA peers */
+    /* Optional (SGLang's RecoverEvictedSWA): give the node pages `to`, SWA tombstones, the
+     * SWA KV of the inserting request's pages `from` for the same tokens (the caller moves
+     * their SWA peers): 0 when done, else the node stays a tombstone. */
+    int (*revive_swa)(void *ctx, const uint32_t *to, const uint32_t *from, size_t n);
 };
 
 struct rdx_sizes {
@@ -304,7 +308,9 @@ int rdx_match_swa(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages
  * at most key->len) it freed already as its window moved on (swa_window_evict_to): the pages
  * the tree takes before swa_from come as SWA tombstones, not handed to free_swa_pages. A node
  * straddling swa_from splits there; when that split cannot be made, its SWA part goes whole
- * (the part past swa_from through free_swa_pages) and the insert still stands. */
+ * (the part past swa_from through free_swa_pages) and the insert still stands. With
+ * cfg.revive_swa, the nodes of the part the tree had already that are SWA tombstones lying
+ * wholly at or past swa_from take the SWA KV of the request's own pages for them. */
 int rdx_insert_swa(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
                    int32_t priority, uint64_t swa_from, size_t *prefix_pages, kvt_node_ref *last);
 

@@ -134,6 +134,24 @@ static void clip_inserted(struct rdx_tree *t, uint32_t idx, size_t end, size_t p
     }
 }
 
+/* SGLang's RecoverEvictedSWA: the nodes ending at or above idx (ending at page end) within
+ * the part the tree had (below page prefix) and wholly at or past page from, that are SWA
+ * tombstones, take the SWA KV of the request's own pages for the same tokens, which the
+ * caller moves onto theirs (it refuses pages that are not the request's: where the request
+ * reads the cache's own pages there is nothing to give). */
+static void revive_inserted(struct rdx_tree *t, uint32_t idx, size_t end, const uint32_t *pages,
+                            size_t prefix, size_t from)
+{
+    for (; idx != ROOT && end > from; idx = node_at(t, idx)->parent) {
+        struct rdx_node *n = node_at(t, idx);
+        size_t start = end - n->npages;
+        if (end <= prefix && start >= from && !t->swa[idx].live && n->pages &&
+            t->cfg.revive_swa(t->cfg.ctx, n->pages, pages + start, n->npages) == 0)
+            gain_swa(t, idx);
+        end = start;
+    }
+}
+
 int rdx_insert_swa(struct rdx_tree *t, const struct kvt_key *key, const uint32_t *pages,
                    int32_t priority, uint64_t swa_from, size_t *prefix_pages, kvt_node_ref *last)
 {
@@ -146,7 +164,10 @@ int rdx_insert_swa(struct rdx_tree *t, const struct kvt_key *key, const uint32_t
     if ((rc = rdx_insert_ref(t, key, pages, priority, prefix_pages, last)) ||
         (rc = resolve(t, *last, &idx)))
         return rc;
-    clip_inserted(t, idx, key->len / t->cfg.page_size, *prefix_pages, swa_from / t->cfg.page_size);
+    size_t np = key->len / t->cfg.page_size, from = swa_from / t->cfg.page_size;
+    clip_inserted(t, idx, np, *prefix_pages, from);
+    if (t->cfg.revive_swa && *prefix_pages > from)
+        revive_inserted(t, idx, np, pages, *prefix_pages, from);
     return 0;
 }
 

@@ -6,7 +6,9 @@
  * when it closes the engine cleanly and exits 0.
  *
  * usage: live_engine --socket PATH [--dir DIR] [--namespaces N] [--requests N]
- *                    [--pause-us U]
+ *                    [--pause-us U] [--hybrid mamba|swa]
+ *   --hybrid K     a hybrid model on the device alone: 2 recurrent layers (mamba) or a
+ *                  32-token window on layer 0 (swa); no host or disk tier
  *   --requests N   serve N requests, then only poll until signalled (default: no limit)
  *   --pause-us U   sleep U microseconds after each request (default 1000), so the figures
  *                  move at a pace a test can watch
@@ -43,7 +45,7 @@ static void on_signal(int sig)
 }
 
 struct config {
-    const char *socket, *dir;
+    const char *socket, *dir, *hybrid;
     uint32_t namespaces;
     uint64_t requests;
     long pause_us;
@@ -99,6 +101,20 @@ static int open_engine(const struct config *c, kvt_engine **e)
     o.disk_dir = c->dir;
     o.disk_bytes = c->dir ? DISK_BYTES : 0;
     o.stats_socket = c->socket;
+    static const uint32_t full_layer = 1;
+    if (c->hybrid) { /* the device alone: hybrid engines refuse a tier below */
+        o.host_tokens = 0;
+        o.disk_dir = NULL;
+        o.disk_bytes = 0;
+        if (!strcmp(c->hybrid, "mamba"))
+            o.mamba = (struct kvt_mamba){.layers = 2,
+                                         .conv_bytes = 64,
+                                         .ssm_bytes = 256,
+                                         .chunk = 64,
+                                         .track_interval = 256};
+        else
+            o.swa = (struct kvt_swa){.window = 32, .nfull = 1, .full_layers = &full_layer};
+    }
     int rc = kvt_open(&o, e);
     return rc ? fail("kvt_open", rc) : 0;
 }
@@ -198,6 +214,8 @@ static int parse(int argc, char **argv, struct config *c)
             c->requests = strtoull(v, NULL, 10);
         else if (!strcmp(o, "--pause-us"))
             c->pause_us = strtol(v, NULL, 10);
+        else if (!strcmp(o, "--hybrid") && (!strcmp(v, "mamba") || !strcmp(v, "swa")))
+            c->hybrid = v;
         else
             return 2;
     }
@@ -213,7 +231,7 @@ int main(int argc, char **argv)
 
     if (parse(argc, argv, &c)) {
         fprintf(stderr, "usage: live_engine --socket PATH [--dir DIR] [--namespaces N] "
-                        "[--requests N] [--pause-us U]\n");
+                        "[--requests N] [--pause-us U] [--hybrid mamba|swa]\n");
         return 2;
     }
     sigaction(SIGTERM, &sa, NULL);

@@ -271,7 +271,8 @@ def copy_of(d, name):
 class Engine:
     """live_engine in the background, with a stats socket and perhaps a data dir."""
 
-    def __init__(self, name, disk_dir=None, namespaces=3, requests=None, pause_us=1000):
+    def __init__(self, name, disk_dir=None, namespaces=3, requests=None, pause_us=1000,
+                 hybrid=None):
         self.sock = os.path.join(TMP, f"{name}.sock")
         args = [LIVE, "--socket", self.sock, "--namespaces", str(namespaces), "--pause-us",
                 str(pause_us)]
@@ -279,6 +280,8 @@ class Engine:
             args += ["--dir", disk_dir]
         if requests:
             args += ["--requests", str(requests)]
+        if hybrid:
+            args += ["--hybrid", hybrid]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.wait_line("ready")
         if requests:
@@ -1464,6 +1467,31 @@ def stats_fields():
         if m:
             names |= {n.strip() for n in m.group(1).split(",")}
     return names - {"size"}
+
+
+@case("live: stat --live shows a hybrid engine's states and sliding-window KV")
+def _():
+    for kind, want in (("mamba", r"states +(\d+) slots, (\d+) free"),
+                       ("swa", r"window +(\d+) SWA slots, (\d+) free")):
+        eng = Engine(f"live-{kind}", hybrid=kind, requests=40, pause_us=0)
+        try:
+            t = ok("stat", "--live", eng.sock).out
+            m = re.search(want, t)
+            check(m, f"{kind}: stat --live lacks {want!r}:\n{t}")
+            s = ok_json("stat", "--live", eng.sock)["stats"]
+            if kind == "mamba":
+                # 4 slots per request slot; no request runs now, and without checkpoints
+                # (live_engine records none) none is cached.
+                eq((int(m.group(1)), int(m.group(2))), (16, 16), "state slots, free")
+                eq(s["mamba_cached_states"], 0, "checkpoints")
+            else:
+                eq(int(m.group(1)), s["swa_tokens"], "SWA slots")
+                check(s["swa_tokens"] < s["device_tokens"], "SWA pool smaller than the full")
+                check(s["swa_kv_hit_tokens"] >= s["match_hit_tokens"] > 0, f"hits: {s}")
+            check("states" not in t if kind == "swa" else "window " not in t,
+                  f"{kind}: only its own line:\n{t}")
+        finally:
+            eq(eng.stop(), 0, "live_engine exit status")
 
 
 @case("live: stat --live, --json, metrics and top against a running engine; figures move")

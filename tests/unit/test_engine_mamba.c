@@ -20,7 +20,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "harness.h"
-#include "rng.h"
+#include "prefix_kv.h"
 
 #define HARNESS_RUN(s) (s)
 
@@ -60,35 +60,11 @@ static kvt_engine *open_mamba(uint32_t slots)
     return e;
 }
 
-static void check(const struct harness_run *s, kvt_engine *e)
-{
-    char why[256] = "";
-
-    if (engine_check(e, why, sizeof(why)))
-        FAIL(s, "engine_check: %s", why);
-}
-
 /* ---- what a model would compute: KV of a token and the state after a prefix ---- */
-
-/* A hash of tokens[0..n): the stand-in for everything the forward computed from them. */
-static uint64_t prefix_hash(const uint32_t *tokens, size_t n)
-{
-    uint64_t h = 0x6d616d6261ull;
-
-    for (size_t i = 0; i < n; i++)
-        h = rng_mix(h ^ tokens[i]);
-    return h;
-}
-
-static void fill(uint8_t *buf, size_t n, uint64_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (uint8_t)rng_mix(seed + i);
-}
 
 static void state_bytes(const uint32_t *tokens, size_t len, uint32_t layer, int part, uint8_t *buf)
 {
-    fill(buf, part ? SSM : CONV, prefix_hash(tokens, len) * 31 + layer * 2 + (uint64_t)part);
+    prefix_fill(buf, part ? SSM : CONV, prefix_hash(tokens, len) * 31 + layer * 2 + (uint64_t)part);
 }
 
 /* Write the state after tokens[0..len) into slot. */
@@ -118,36 +94,12 @@ static int state_is(kvt_engine *e, int32_t slot, const uint32_t *tokens, size_t 
     return 1;
 }
 
-static void kv_row(const uint32_t *tokens, size_t i, uint32_t layer, int v, uint8_t *row)
-{
-    fill(row, ROW, prefix_hash(tokens, i + 1) * 7 + layer * 2 + (uint64_t)v);
-}
-
-static void write_kv(kvt_engine *e, const int32_t *slots, const uint32_t *tokens, size_t from,
-                     size_t to)
-{
-    uint8_t k[ROW], v[ROW];
-
-    for (size_t i = from; i < to; i++)
-        for (uint32_t l = 0; l < KV_LAYERS; l++) {
-            kv_row(tokens, i, l, 0, k);
-            kv_row(tokens, i, l, 1, v);
-            assert_int_equal(kvt_kv_write(e, l, slots + i, 1, k, v), 0);
-        }
-}
-
+/* Every KV layer's rows of tokens [0, n). */
 static int kv_is(kvt_engine *e, const int32_t *slots, const uint32_t *tokens, size_t n)
 {
-    uint8_t k[ROW], v[ROW], wk[ROW], wv[ROW];
-
-    for (size_t i = 0; i < n; i++)
-        for (uint32_t l = 0; l < KV_LAYERS; l++) {
-            assert_int_equal(kvt_kv_read(e, l, slots + i, 1, k, v), 0);
-            kv_row(tokens, i, l, 0, wk);
-            kv_row(tokens, i, l, 1, wv);
-            if (memcmp(k, wk, ROW) || memcmp(v, wv, ROW))
-                return 0;
-        }
+    for (uint32_t l = 0; l < KV_LAYERS; l++)
+        if (!prefix_kv_is(e, l, ROW, slots, tokens, 0, n))
+            return 0;
     return 1;
 }
 
@@ -195,7 +147,7 @@ static void extend(const struct harness_run *s, kvt_engine *e, struct run *r, si
     last = r->len ? row[r->len - 1] : -1;
     EXPECT_RC(s, kvt_alloc_extend(e, 1, &pl, &sl, &last, row + r->len, to - r->len), 0);
     EXPECT_RC(s, kvt_req_write(e, &r->req, r->len, row + r->len, to - r->len), 0);
-    write_kv(e, row, r->tokens, r->len, to);
+    assert_int_equal(prefix_kv_write(e, KV_LAYERS, ROW, row, r->tokens, r->len, to), 0);
     write_state(e, r->m.slot, r->tokens, to);
     r->len = to;
 }
@@ -232,7 +184,7 @@ static void cache_with_states(kvt_engine *e, const uint32_t *tokens, size_t n, c
     }
     extend(&plain, e, &r, n);
     finish(&plain, e, &r, n);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
 }
 
 static void tokens_of(uint32_t *t, size_t n, uint32_t base)
@@ -273,7 +225,7 @@ static void test_hit_230_reuses_192(void **state)
     assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
     assert_int_equal(m.device_len, 192);
     finish(&plain, e, &r, r.len);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -309,7 +261,7 @@ static void test_hit_280_reuses_256_else_192(void **state)
     assert_int_equal(kvt_stats(e, &st), 0);
     assert_int_equal(st.mamba_cached_states, 1);
     finish(&plain, e, &r, r.len);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -340,7 +292,7 @@ static void test_abc_branching(void **state)
     track(&plain, e, &r);
     extend(&plain, e, &r, 300);
     finish(&plain, e, &r, 300); /* caches up to its checkpoint at 192, no further */
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
 
     /* b's checkpoint at 192 lies on every prefix sharing its first 192 tokens. */
     branch_of(c, a, 320, 200);
@@ -353,7 +305,7 @@ static void test_abc_branching(void **state)
     assert_int_equal(begin(&plain, e, &r, a, 150), 0);
     assert_int_equal(r.req.protected_len, 128);
     finish(&plain, e, &r, r.len);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -407,7 +359,7 @@ static void test_track_rules(void **state)
     assert_int_equal(kvt_mamba_buffer(e, 2, 1, &ptr, &bytes), 0);
     assert_int_equal(bytes, SSM);
     assert_int_equal(kvt_mamba_buffer(e, 3, 1, &ptr, &bytes), -EINVAL);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -442,7 +394,7 @@ static void test_slot_pressure(void **state)
     assert_int_equal(st.mamba_evicted_states, 2);
     assert_int_equal(st.mamba_free_slots, 0);
     assert_int_equal(r2.req.protected_len, 128); /* matched before the room was made */
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
 
     size_t reqs = kvt_req_available(e);
     assert_int_equal(kvt_req_begin(e, &(struct kvt_key){.tokens = a, .len = 100}, &r3.req),
@@ -452,14 +404,14 @@ static void test_slot_pressure(void **state)
     assert_int_equal(st.mamba_cached_states, 1);
     finish(&plain, e, &r1, r1.len);
     finish(&plain, e, &r2, r2.len);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
 
     size_t evicted;
     assert_int_equal(kvt_evict(e, 4096, &evicted), 0);
     assert_int_equal(kvt_stats(e, &st), 0);
     assert_int_equal(st.mamba_cached_states, 0);
     assert_int_equal(st.mamba_free_slots, 5);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -604,13 +556,13 @@ static void run_random(uint64_t seed)
             s.op = "evict";
             kvt_evict(e, (rng_next(&rng) % 8) * PS, NULL);
         }
-        check(&s, e);
+        CHECK_ENGINE(&s, e);
     }
     while (nlive > 0) {
         nlive--;
         finish(&s, e, &live[nlive], live[nlive].len);
     }
-    check(&s, e);
+    CHECK_ENGINE(&s, e);
     struct kvt_stats st = {.size = sizeof(st)};
     EXPECT_RC(&s, kvt_stats(e, &st), 0);
     REQUIRE(&s, served > 0 && st.match_hit_tokens == served);

@@ -20,7 +20,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "harness.h"
-#include "rng.h"
+#include "prefix_kv.h"
 
 #define HARNESS_RUN(s) (s)
 
@@ -60,60 +60,16 @@ static kvt_engine *open_swa(uint32_t window, uint64_t swa_tokens)
     return e;
 }
 
-static void check(const struct harness_run *s, kvt_engine *e)
-{
-    char why[256] = "";
-
-    if (engine_check(e, why, sizeof(why)))
-        FAIL(s, "engine_check: %s", why);
-}
-
-/* ---- KV as a model would write it: a function of the prefix up to the token ---- */
-
-static uint64_t prefix_hash(const uint32_t *t, size_t n)
-{
-    uint64_t h = 0x737761ull;
-
-    for (size_t i = 0; i < n; i++)
-        h = rng_mix(h ^ t[i]);
-    return h;
-}
-
-static void kv_row(const uint32_t *t, size_t i, uint32_t layer, int v, uint8_t *row)
-{
-    uint64_t seed = prefix_hash(t, i + 1) * 7 + layer * 2 + (uint64_t)v;
-
-    for (size_t j = 0; j < ROW; j++)
-        row[j] = (uint8_t)rng_mix(seed + j);
-}
-
-static void write_kv(kvt_engine *e, const int32_t *slots, const uint32_t *t, size_t from, size_t to)
-{
-    uint8_t k[ROW], v[ROW];
-
-    for (size_t i = from; i < to; i++)
-        for (uint32_t l = 0; l < LAYERS; l++) {
-            kv_row(t, i, l, 0, k);
-            kv_row(t, i, l, 1, v);
-            assert_int_equal(kvt_kv_write(e, l, slots + i, 1, k, v), 0);
-        }
-}
-
 /* Whether the rows of tokens [from, to) of layer hold their KV. */
 static int layer_is(kvt_engine *e, uint32_t l, const int32_t *slots, const uint32_t *t, size_t from,
                     size_t to)
 {
-    uint8_t k[ROW], v[ROW], wk[ROW], wv[ROW];
+    return prefix_kv_is(e, l, ROW, slots, t, from, to);
+}
 
-    for (size_t i = from; i < to; i++) {
-        if (kvt_kv_read(e, l, slots + i, 1, k, v))
-            return 0;
-        kv_row(t, i, l, 0, wk);
-        kv_row(t, i, l, 1, wv);
-        if (memcmp(k, wk, ROW) || memcmp(v, wv, ROW))
-            return 0;
-    }
-    return 1;
+static void write_kv(kvt_engine *e, const int32_t *slots, const uint32_t *t, size_t from, size_t to)
+{
+    assert_int_equal(prefix_kv_write(e, LAYERS, ROW, slots, t, from, to), 0);
 }
 
 /* ---- a request as a serving engine runs it ---- */
@@ -221,7 +177,7 @@ static void test_kv_through_the_map(void **state)
     assert_int_equal(rb0, ROW);
     assert_int_equal(kvt_kv_buffer(e, LAYERS, 0, &p0, &rb0), -EINVAL);
     finish(&plain, e, &r);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -240,7 +196,7 @@ static void test_tombstones_and_match(void **state)
     assert_int_equal(extend(&plain, e, &r, 64), 0);
     assert_int_equal(kvt_req_swa_slide(e, &r.req, 64), 0);
     finish(&plain, e, &r);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
 
     struct kvt_stats st = {.size = sizeof(st)};
     assert_int_equal(kvt_stats(e, &st), 0);
@@ -268,7 +224,7 @@ static void test_tombstones_and_match(void **state)
     finish(&plain, e, &r);
     assert_int_equal(kvt_stats(e, &st), 0);
     assert_true(st.swa_kv_hit_tokens > st.match_hit_tokens);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -297,7 +253,7 @@ static void test_swa_pressure(void **state)
     assert_int_equal(kvt_stats(e, &st), 0);
     assert_true(st.swa_evicted_tokens >= 48);
     assert_int_equal(st.cached_tokens, 64); /* full KV stays */
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
 
     /* 16 SWA slots left free at most, and r2 locks nothing cached: a's SWA KV is all that
      * can go; asking for more than that and the free is -ENOMEM with nothing evicted. */
@@ -313,7 +269,7 @@ static void test_swa_pressure(void **state)
     assert_int_equal(begin(&plain, e, &r1, a, 64), 0);
     assert_true(r1.req.protected_len < 64);
     finish(&plain, e, &r1);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -343,11 +299,47 @@ static void test_evict_frees_both(void **state)
     assert_int_equal(kvt_stats(e, &st), 0);
     assert_int_equal(st.cached_tokens, 64);
     assert_int_equal(st.swa_cached_tokens, 32);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
     assert_int_equal(kvt_evict(e, 512, &evicted), 0);
     assert_int_equal(evicted, 64);
     assert_int_equal(kvt_available(e), 96);
-    check(&plain, e);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
+/* SGLang's RecoverEvictedSWA: a request that recomputes a prefix whose SWA KV the cache
+ * evicted gives its own fresh SWA KV to those tombstones when it caches its key, and the next
+ * request on that prefix is served whole (begin checks the window's bytes). */
+static void test_revive(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_swa(WINDOW, 96);
+    uint32_t a[96];
+    struct run r;
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    tokens_of(a, 96, 1);
+    assert_int_equal(begin(&plain, e, &r, a, 0), 0);
+    assert_int_equal(extend(&plain, e, &r, 64), 0);
+    finish(&plain, e, &r);
+    assert_int_equal(kvt_evict(e, 32, NULL), 0); /* the SWA side is short: a's window goes */
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.cached_tokens, 64);
+    assert_int_equal(st.swa_cached_tokens, 0);
+
+    assert_int_equal(begin(&plain, e, &r, a, 64), 0);
+    assert_int_equal(r.req.protected_len, 0);
+    assert_int_equal(extend(&plain, e, &r, 64), 0);
+    finish(&plain, e, &r);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.swa_revived_tokens, 64);
+    assert_int_equal(st.swa_cached_tokens, 64);
+    CHECK_ENGINE(&plain, e);
+
+    assert_int_equal(begin(&plain, e, &r, a, 64), 0);
+    assert_int_equal(r.req.protected_len, 64);
+    finish(&plain, e, &r);
+    CHECK_ENGINE(&plain, e);
     kvt_close(e);
 }
 
@@ -420,6 +412,8 @@ static void test_options(void **state)
 
 #define NPROMPT 5
 
+static uint64_t revived; /* SWA tombstones the randomized runs saw revived */
+
 static void run_random(uint64_t seed, uint32_t window)
 {
     char cfg[64];
@@ -474,18 +468,19 @@ static void run_random(uint64_t seed, uint32_t window)
             s.op = "evict";
             kvt_evict(e, (rng_next(&rng) % 8) * PS, NULL);
         }
-        check(&s, e);
+        CHECK_ENGINE(&s, e);
     }
     while (nlive > 0) {
         nlive--;
         finish(&s, e, &live[nlive]);
     }
-    check(&s, e);
+    CHECK_ENGINE(&s, e);
     struct kvt_stats st = {.size = sizeof(st)};
     EXPECT_RC(&s, kvt_stats(e, &st), 0);
     REQUIRE(&s, served > 0 && st.match_hit_tokens == served);
     REQUIRE(&s, st.swa_kv_hit_tokens >= st.match_hit_tokens);
     REQUIRE(&s, st.swa_released_tokens > 0 && st.swa_evicted_tokens > 0);
+    revived += st.swa_revived_tokens;
     free(live);
     kvt_close(e);
 }
@@ -504,6 +499,7 @@ static void test_random(void **state)
         for (uint64_t seed = 1; seed <= 4; seed++)
             run_random(seed, windows[w]);
     }
+    assert_true(env || revived > 0);
 }
 
 int main(void)
@@ -513,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_tombstones_and_match),
         cmocka_unit_test(test_swa_pressure),
         cmocka_unit_test(test_evict_frees_both),
+        cmocka_unit_test(test_revive),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_random),
     };

@@ -1118,9 +1118,10 @@ static void print_window(const struct bench *b)
                 kvt_cell_bytes(&cfg->g));
     printf(" without the window)\n");
     printf("  window-backed %" PRIu64 " of %" PRIu64 " tokens of KV found (%.1f%% lost where "
-           "the window's KV was freed); released %" PRIu64 ", evicted %" PRIu64 "\n",
+           "the window's KV was freed); released %" PRIu64 ", evicted %" PRIu64 ", revived %" PRIu64
+           "\n",
            served, kv, kv ? pct(kv - served, kv) : 0.0, b->st.swa_released_tokens,
-           b->st.swa_evicted_tokens);
+           b->st.swa_evicted_tokens, b->st.swa_revived_tokens);
 }
 
 static void print_text(const struct bench *b)
@@ -1242,10 +1243,10 @@ static void print_json(const struct bench *b)
         printf("\"swa\":{\"window\":%u,\"full_layers\":%u,\"swa_tokens\":%" PRIu64
                ",\"kv_pool_bytes\":%" PRIu64 ",\"kv_hit_tokens\":%" PRIu64
                ",\"window_hit_tokens\":%" PRIu64 ",\"released_tokens\":%" PRIu64
-               ",\"evicted_tokens\":%" PRIu64 "},",
+               ",\"evicted_tokens\":%" PRIu64 ",\"revived_tokens\":%" PRIu64 "},",
                b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
                st->swa_kv_hit_tokens, c->hit_device, st->swa_released_tokens,
-               st->swa_evicted_tokens);
+               st->swa_evicted_tokens, st->swa_revived_tokens);
     print_json_config(b);
     printf("}\n");
 }

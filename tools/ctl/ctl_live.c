@@ -267,6 +267,29 @@ static void tier_row(const char *tier, uint64_t cap, uint64_t used, uint64_t cac
            tier, cap, used, cap - (used < cap ? used : cap), cached, hit, has_evicted ? ev : "-");
 }
 
+/* A hybrid model's recurrent states and sliding-window KV, when it has them. */
+static void live_hybrid_text(const struct live *l)
+{
+    uint64_t ms = get(l, "mamba_slots"), st = get(l, "swa_tokens");
+
+    if (ms)
+        printf("states   %" PRIu64 " slots, %" PRIu64 " free, %" PRIu64
+               " checkpoints cached, %" PRIu64 " evicted for room; %" PRIu64
+               " tokens of KV found, %" PRIu64 " served from a state\n",
+               ms, get(l, "mamba_free_slots"), get(l, "mamba_cached_states"),
+               get(l, "mamba_evicted_states"), get(l, "mamba_kv_hit_tokens"),
+               get(l, "match_hit_tokens"));
+    if (st)
+        printf("window   %" PRIu64 " SWA slots, %" PRIu64 " free, %" PRIu64
+               " cached tokens with SWA KV; %" PRIu64 " tokens of KV found, %" PRIu64
+               " served with a live window; released %" PRIu64 ", evicted %" PRIu64
+               ", revived %" PRIu64 "\n",
+               st, get(l, "swa_free_tokens"), get(l, "swa_cached_tokens"),
+               get(l, "swa_kv_hit_tokens"), get(l, "match_hit_tokens"),
+               get(l, "swa_released_tokens"), get(l, "swa_evicted_tokens"),
+               get(l, "swa_revived_tokens"));
+}
+
 static void live_text(const char *path, const struct live *l)
 {
     static const char *const backends[] = {"auto", "sim", "cuda"};
@@ -295,6 +318,7 @@ static void live_text(const char *path, const struct live *l)
            get(l, "ops_in_flight"), get(l, "disk_ops_in_flight"),
            name_of(get(l, "disk_io"), disk_io, 3));
     printf("errors   %" PRIu64 " disk\n", get(l, "disk_errors"));
+    live_hybrid_text(l);
 }
 
 static void live_json_members(const char *path, const struct live *l)

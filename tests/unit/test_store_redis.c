@@ -1,0 +1,339 @@
+/*
+ * The Redis store (src/store/redis/) against a redis-server of each test's own, where the
+ * contract test cannot go: what a shared, untrusted, mortal server does to it.
+ * - values overwritten with garbage, truncated, with another fingerprint's header, with a
+ *   flipped payload byte, or of another type: each read is KVT_ECORRUPT, never bytes; the
+ *   bad values are deleted, counted, and the pages can be written again;
+ * - FLUSHALL between a write and a read: misses, a leading run of 0, and writes work again;
+ * - the server killed: ops fail (-EIO / -ECONNREFUSED) within the timeouts and leading_run
+ *   answers 0 at once; a new server on the port and the store serves again;
+ * - the server stopped (SIGSTOP): ops fail within the read timeout, nothing hangs;
+ * - a TTL: the page is there, then gone once it expires.
+ * Skipped (exit 77) where redis-server is not installed.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+#include "redis_server.h"
+#include "store/redis/redis.h"
+#include "store/store.h"
+
+#define PAGE_BYTES 4000
+#define PAGES 8
+#define TIMEOUT_MS 300
+
+struct fixture {
+    struct redis_server srv;
+    struct kvt_store *s;
+    struct store_redis_options o;
+    uint8_t keys[PAGES][STORE_KEY_BYTES];
+    uint8_t *bufs; /* PAGES pages */
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static void make_pages(struct fixture *f, uint32_t seed)
+{
+    for (uint32_t i = 0; i < PAGES; i++) {
+        memset(f->keys[i], 0, STORE_KEY_BYTES);
+        memcpy(f->keys[i], &seed, sizeof(seed));
+        memcpy(f->keys[i] + 4, &i, sizeof(i));
+        f->keys[i][31] = 0x5a;
+        for (size_t b = 0; b < PAGE_BYTES; b++)
+            f->bufs[(size_t)i * PAGE_BYTES + b] = (uint8_t)(seed * 31 + i * 7 + b * 13);
+    }
+}
+
+static int open_store(struct fixture *f, uint32_t ttl_s)
+{
+    f->o = (struct store_redis_options){.port = f->srv.port,
+                                        .page_bytes = PAGE_BYTES,
+                                        .page_tokens = 4,
+                                        .connect_timeout_ms = TIMEOUT_MS,
+                                        .read_timeout_ms = TIMEOUT_MS,
+                                        .write_timeout_ms = TIMEOUT_MS,
+                                        .backoff_max_ms = 200,
+                                        .ttl_s = ttl_s};
+    memset(f->o.fingerprint, 0x42, sizeof(f->o.fingerprint));
+    return store_redis_open(&f->o, &f->s);
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    if (!f || !(f->bufs = malloc((size_t)PAGES * PAGE_BYTES)) || redis_server_start(&f->srv, 0) ||
+        open_store(f, 0))
+        return -1;
+    make_pages(f, 1);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    store_close(f->s);
+    redis_server_stop(&f->srv);
+    free(f->bufs);
+    free(f);
+    return 0;
+}
+
+/* Write the n first pages and wait: each page's result into results. */
+static void write_pages(struct fixture *f, size_t n, int *results)
+{
+    struct store_wpage w[PAGES];
+    struct store_done d;
+    uint64_t op = 0;
+
+    for (size_t i = 0; i < n; i++)
+        w[i] = (struct store_wpage){.key = f->keys[i], .buf = f->bufs + i * PAGE_BYTES};
+    assert_int_equal(store_write(f->s, w, n, results, &op), 0);
+    assert_int_equal(store_wait_for(f->s, op, -1, &d), 0);
+}
+
+static void write_all_ok(struct fixture *f)
+{
+    int res[PAGES];
+
+    write_pages(f, PAGES, res);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_int_equal(res[i], 0);
+}
+
+/* Read the n first pages; a page read 0 must be exact, whatever else happened. Returns how
+ * many were read. */
+static size_t read_pages(struct fixture *f, size_t n, int *results)
+{
+    struct store_rpage r[PAGES];
+    struct store_done d;
+    uint8_t *got = malloc((size_t)PAGES * PAGE_BYTES);
+    uint64_t op = 0;
+    size_t ok = 0;
+
+    assert_non_null(got);
+    memset(got, 0xee, (size_t)PAGES * PAGE_BYTES);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (struct store_rpage){f->keys[i], got + i * PAGE_BYTES};
+    assert_int_equal(store_read(f->s, r, n, results, &op, NULL), 0);
+    assert_int_equal(store_wait_for(f->s, op, -1, &d), 0);
+    for (size_t i = 0; i < n; i++)
+        if (results[i] == 0) {
+            assert_memory_equal(got + i * PAGE_BYTES, f->bufs + i * PAGE_BYTES, PAGE_BYTES);
+            ok++;
+        }
+    assert_int_equal(d.ok, ok);
+    free(got);
+    return ok;
+}
+
+/* Put value (len bytes) under page i's server key, as any client could. */
+static void put_raw(struct fixture *f, size_t i, const void *value, size_t len)
+{
+    char name[STORE_REDIS_KEY_CHARS + 1];
+    const char *argv[] = {"SET", name, value};
+    size_t lens[] = {3, STORE_REDIS_KEY_CHARS, len};
+
+    store_redis_key(f->o.fingerprint, f->keys[i], name);
+    assert_int_equal(redis_server_cmd(&f->srv, 3, argv, lens), 0);
+}
+
+static long long key_cmd(struct fixture *f, const char *cmd, size_t i)
+{
+    char name[STORE_REDIS_KEY_CHARS + 1];
+    const char *argv[] = {cmd, name};
+
+    store_redis_key(f->o.fingerprint, f->keys[i], name);
+    return redis_server_cmd(&f->srv, 2, argv, NULL);
+}
+
+static void test_damaged_values(void **state)
+{
+    struct fixture *f = *state;
+    size_t len = STORE_REDIS_HEAD_BYTES + PAGE_BYTES, run = 0;
+    uint8_t *v = malloc(len), other[STORE_REDIS_FP_BYTES];
+    struct store_redis_counters c;
+    int res[PAGES];
+
+    assert_non_null(v);
+    write_all_ok(f);
+    put_raw(f, 1, "garbage", 7);
+    store_redis_value(f->o.fingerprint, f->keys[2], f->bufs + 2 * PAGE_BYTES, PAGE_BYTES, v);
+    put_raw(f, 2, v, len - 1); /* truncated */
+    memset(other, 0x43, sizeof(other));
+    store_redis_value(other, f->keys[3], f->bufs + 3 * PAGE_BYTES, PAGE_BYTES, v);
+    put_raw(f, 3, v, len); /* another fingerprint's page, under ours */
+    store_redis_value(f->o.fingerprint, f->keys[5], f->bufs + 5 * PAGE_BYTES, PAGE_BYTES, v);
+    put_raw(f, 4, v, len); /* page 5's value under page 4's key */
+    store_redis_value(f->o.fingerprint, f->keys[6], f->bufs + 6 * PAGE_BYTES, PAGE_BYTES, v);
+    v[len - 1] ^= 1;
+    put_raw(f, 6, v, len); /* a flipped payload bit */
+    assert_int_equal(key_cmd(f, "DEL", 7), 1);
+    const char *sadd[] = {"SADD", NULL, "member"};
+    char name[STORE_REDIS_KEY_CHARS + 1];
+    store_redis_key(f->o.fingerprint, f->keys[7], name);
+    sadd[1] = name;
+    assert_int_equal(redis_server_cmd(&f->srv, 3, sadd, NULL), 1); /* another type */
+
+    assert_int_equal(read_pages(f, PAGES, res), 2);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[5], 0);
+    for (size_t i = 1; i < PAGES; i++)
+        if (i != 5)
+            assert_int_equal(res[i], KVT_ECORRUPT);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_int_equal(c.corrupt, 6);
+    for (size_t i = 1; i < PAGES; i++) /* the bad values are gone */
+        assert_int_equal(key_cmd(f, "EXISTS", i), i == 5);
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], PAGES, &run), 0);
+    assert_int_equal(run, 1);
+    write_all_ok(f); /* written again, and now read exact */
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+    struct store_stats st;
+    store_stats(f->s, &st);
+    assert_true(st.errors >= 6);
+    free(v);
+}
+
+static void test_flushall(void **state)
+{
+    struct fixture *f = *state;
+    const char *flush[] = {"FLUSHALL"};
+    size_t run = 0;
+    int res[PAGES];
+
+    write_all_ok(f);
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], PAGES, &run), 0);
+    assert_int_equal(run, PAGES);
+    assert_int_equal(redis_server_cmd(&f->srv, 1, flush, NULL), 0);
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], PAGES, &run), 0);
+    assert_int_equal(run, 0);
+    assert_int_equal(read_pages(f, PAGES, res), 0);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_int_equal(res[i], -ENOENT);
+    write_all_ok(f);
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+}
+
+/* An op's wait, timed: it must end within the timeouts whatever the server does. */
+static uint64_t timed_read(struct fixture *f, int *res)
+{
+    uint64_t t0 = now_ms();
+
+    assert_int_equal(read_pages(f, PAGES, res), 0);
+    return now_ms() - t0;
+}
+
+static void test_server_killed(void **state)
+{
+    struct fixture *f = *state;
+    struct store_redis_counters c;
+    uint16_t port = f->srv.port;
+    uint64_t t0, ms;
+    size_t run = 1, got = 0;
+    int res[PAGES];
+
+    write_all_ok(f);
+    redis_server_stop(&f->srv);
+    ms = timed_read(f, res);
+    assert_true(ms < 3 * TIMEOUT_MS);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] == -EIO || res[i] == -ECONNREFUSED);
+    write_pages(f, PAGES, res);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] == -EIO || res[i] == -ECONNREFUSED);
+    t0 = now_ms();
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], PAGES, &run), 0);
+    assert_int_equal(run, 0);
+    assert_true(now_ms() - t0 < 2 * TIMEOUT_MS);
+    /* A new, empty server where the old one was: the store comes back to it. */
+    assert_int_equal(redis_server_start(&f->srv, port), 0);
+    for (t0 = now_ms(); now_ms() - t0 < 5000 && got < PAGES; usleep(50000)) {
+        write_pages(f, PAGES, res);
+        got = read_pages(f, PAGES, res);
+    }
+    assert_int_equal(got, PAGES);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_true(c.connects >= 2);
+    assert_int_equal(c.connected, 1);
+    assert_true(c.failed >= 2 * PAGES);
+}
+
+static void test_server_stopped(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t ms;
+    size_t run = 1;
+    int res[PAGES];
+
+    write_all_ok(f);
+    assert_int_equal(kill(f->srv.pid, SIGSTOP), 0);
+    ms = timed_read(f, res);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] == -EIO || res[i] == -ECONNREFUSED);
+    uint64_t t0 = now_ms();
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], PAGES, &run), 0);
+    assert_int_equal(run, 0);
+    assert_true(now_ms() - t0 < 3 * TIMEOUT_MS);
+    assert_int_equal(kill(f->srv.pid, SIGCONT), 0);
+    assert_true(ms < 4 * TIMEOUT_MS);
+    for (t0 = now_ms(); now_ms() - t0 < 5000 && read_pages(f, PAGES, res) < PAGES;)
+        usleep(50000);
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+}
+
+static void test_ttl(void **state)
+{
+    struct fixture *f = *state;
+    long long ttl;
+    int res[PAGES];
+
+    store_close(f->s);
+    f->s = NULL;
+    assert_int_equal(open_store(f, 1), 0);
+    write_all_ok(f);
+    ttl = key_cmd(f, "TTL", 0);
+    assert_true(ttl >= 0 && ttl <= 1);
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+    usleep(2100 * 1000);
+    assert_int_equal(read_pages(f, PAGES, res), 0);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_int_equal(res[i], -ENOENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_damaged_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flushall, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
+    };
+
+    if (!redis_server_installed()) {
+        printf("test_store_redis: SKIPPED: redis-server is not installed\n");
+        return 77;
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
