@@ -382,6 +382,20 @@ static int index_lost(struct dstore *s)
     return slabs_first_head(s->dirfd, &h) ? KVT_EFORMAT : KVT_ECORRUPT;
 }
 
+/* A relaxed writer's commits are not flushed, so a power cut may tear the tree on disk while
+ * a clean stamp of an earlier close still matches what reached the disk of it (its meta pages
+ * and times): the stamp goes, durably, before the first such commit, and the open after a
+ * power cut walks the index. */
+static int writer_sync_mode(struct dstore *s)
+{
+    bool relaxed = s->o.sync == DSTORE_SYNC_RELAXED;
+    int rc;
+
+    if (relaxed && (rc = index_stamp_revoke(s->dirfd)))
+        return rc;
+    return index_set_sync(&s->ix, relaxed);
+}
+
 int index_prepare(struct dstore *s)
 {
     struct dmeta m;
@@ -412,7 +426,8 @@ int index_prepare(struct dstore *s)
         return rc;
     if ((rc = index_read_meta(&s->ix, &m)) || (rc = check_meta(s, &m)))
         return rc;
-    if (!s->ro && (rc = index_set_mapsize(&s->ix, map_bytes(s, file))))
+    if (!s->ro &&
+        ((rc = index_set_mapsize(&s->ix, map_bytes(s, file))) || (rc = writer_sync_mode(s))))
         return rc;
     if ((rc = index_read_begin(&s->ix, &s->rtxn, s->ro)))
         return rc;
