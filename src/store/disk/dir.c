@@ -396,6 +396,36 @@ static int writer_sync_mode(struct dstore *s)
     return index_set_sync(&s->ix, relaxed);
 }
 
+/* The index opened and its meta record read; -ENOENT (the index closed) when it lacks our
+ * databases or the record. */
+static int open_index(struct dstore *s, const char *path, uint64_t file, struct dmeta *m)
+{
+    int rc = index_open(&s->ix, path, s->ro,
+                        s->ro            ? 0
+                        : s->o.map_bytes ? s->o.map_bytes
+                                         : GIB + 4 * file);
+
+    if (!rc && (rc = index_read_meta(&s->ix, m)) == -ENOENT)
+        index_close(&s->ix);
+    return rc;
+}
+
+/* An index the walk let through may still lack our databases or meta record: a power cut in
+ * relaxed mode can leave a main tree whose root is another tree's page with as many entries,
+ * whole in itself. In a dir whose slabs are ours that is damage, recovered like any other;
+ * elsewhere it is someone else's environment. */
+static int open_or_recover(struct dstore *s, const char *path, uint64_t file, struct dmeta *m)
+{
+    int rc = open_index(s, path, file, m);
+
+    if (rc != -ENOENT)
+        return rc;
+    if ((rc = index_lost(s)) != KVT_ECORRUPT || s->ro || (rc = index_rebuild(s)))
+        return rc;
+    rc = open_index(s, path, file, m);
+    return rc == -ENOENT ? KVT_ECORRUPT : rc;
+}
+
 int index_prepare(struct dstore *s)
 {
     struct dmeta m;
@@ -417,14 +447,9 @@ int index_prepare(struct dstore *s)
             return rc;
         }
     }
-    rc = index_open(&s->ix, path, s->ro,
-                    s->ro            ? 0
-                    : s->o.map_bytes ? s->o.map_bytes
-                                     : GIB + 4 * file);
+    rc = open_or_recover(s, path, file, &m);
     free(path);
-    if (rc)
-        return rc;
-    if ((rc = index_read_meta(&s->ix, &m)) || (rc = check_meta(s, &m)))
+    if (rc || (rc = check_meta(s, &m)))
         return rc;
     if (!s->ro &&
         ((rc = index_set_mapsize(&s->ix, map_bytes(s, file))) || (rc = writer_sync_mode(s))))

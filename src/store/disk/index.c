@@ -290,7 +290,7 @@ static int open_dbs(struct dindex *ix)
         rc = mdb_dbi_open(txn, "slots", MDB_INTEGERKEY, &ix->slots);
     if (rc) {
         mdb_txn_abort(txn);
-        return rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ? KVT_EFORMAT : index_err(rc);
+        return rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ? -ENOENT : index_err(rc);
     }
     /* Handles opened in a read transaction stay valid after it commits. */
     return index_err(mdb_txn_commit(txn));
@@ -370,7 +370,7 @@ static int with_meta(struct dindex *ix, int (*fn)(const MDB_val *v, void *arg), 
         return index_err(rc);
     rc = mdb_get(txn, ix->meta, &k, &v);
     if (rc == MDB_NOTFOUND)
-        rc = KVT_EFORMAT;
+        rc = -ENOENT;
     else if (rc)
         rc = index_err(rc);
     else
@@ -401,5 +401,7 @@ static int decode_version(const MDB_val *v, void *version)
 
 int index_peek_version(struct dindex *ix, uint32_t *version)
 {
-    return with_meta(ix, decode_version, version);
+    int rc = with_meta(ix, decode_version, version);
+
+    return rc == -ENOENT ? KVT_EFORMAT : rc;
 }

@@ -56,6 +56,7 @@ int main(void)
         T(test_uring_refused),
         T(test_restart),
         T(test_lost_index),
+        T(test_hollow_index),
         T(test_fingerprint),
         T(test_foreign_dir),
         T(test_format_version),

@@ -103,6 +103,7 @@ void test_uring_refused(void **state);
 /* persistence.c */
 void test_restart(void **state);
 void test_lost_index(void **state);
+void test_hollow_index(void **state);
 void test_fingerprint(void **state);
 void test_foreign_dir(void **state);
 void test_format_version(void **state);
