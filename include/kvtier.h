@@ -299,7 +299,7 @@ struct kvt_stats {
     uint64_t disk_cached_tokens;  /* tokens the index holds */
     uint64_t disk_hit_tokens;     /* tokens found on disk past the host part of a match */
     uint64_t disk_read_tokens;    /* tokens read disk -> host, checked */
-    uint64_t disk_written_tokens; /* tokens written host -> disk, durable */
+    uint64_t disk_written_tokens; /* tokens written host -> disk, committed (disk_sync) */
     uint64_t disk_errors;         /* failed checksums, bad records, I/O errors, full disk */
     uint64_t disk_read_bytes, disk_written_bytes;
     uint64_t disk_ops_in_flight; /* disk reads and writes not yet applied by kvt_poll */
