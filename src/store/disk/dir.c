@@ -382,8 +382,23 @@ static int index_lost(struct dstore *s)
     return slabs_first_head(s->dirfd, &h) ? KVT_EFORMAT : KVT_ECORRUPT;
 }
 
+/* A relaxed writer's commits are not flushed, so a power cut may tear the tree on disk while
+ * a clean stamp of an earlier close still matches what reached the disk of it (its meta pages
+ * and times): the stamp goes, durably, before the first such commit, and the open after a
+ * power cut walks the index. */
+static int writer_sync_mode(struct dstore *s)
+{
+    bool relaxed = s->o.sync == DSTORE_SYNC_RELAXED;
+    int rc;
+
+    if (relaxed && (rc = index_stamp_revoke(s->dirfd)))
+        return rc;
+    return index_set_sync(&s->ix, relaxed);
+}
+
 /* Open the index at path with its map for the open (a reader takes the writer's; a writer
- * sizes it once the capacity is known) and read its meta record; closed again on failure. */
+ * sizes it once the capacity is known) and read its meta record; closed again on failure:
+ * -ENOENT when it lacks our databases or the record. */
 static int index_open_meta(struct dstore *s, const char *path, uint64_t file, struct dmeta *m)
 {
     int rc = index_open(&s->ix, path, s->ro,
@@ -394,6 +409,27 @@ static int index_open_meta(struct dstore *s, const char *path, uint64_t file, st
     if (!rc && (rc = index_read_meta(&s->ix, m)))
         index_close(&s->ix);
     return rc;
+}
+
+/* The walk reads the meta record but cannot judge its bytes, and lets through an index that
+ * lacks our databases or record (a power cut in relaxed mode can leave a main tree whose root
+ * is another tree's page with as many entries, whole in itself). In a dir whose slabs are
+ * ours either is damage, and its writer recovers from the slabs; a reader reports it; a dir
+ * no slab says is ours is someone else's environment. */
+static int open_or_recover(struct dstore *s, const char *path, uint64_t file, struct dmeta *m)
+{
+    int rc = index_open_meta(s, path, file, m), lost;
+
+    if (rc != -ENOENT && rc != KVT_ECORRUPT)
+        return rc;
+    if ((lost = index_lost(s)) != KVT_ECORRUPT)
+        return rc == -ENOENT ? lost : rc;
+    if (s->ro || s->created)
+        return KVT_ECORRUPT;
+    if ((rc = index_rebuild(s)))
+        return rc;
+    rc = index_open_meta(s, path, file, m);
+    return rc == -ENOENT ? KVT_ECORRUPT : rc;
 }
 
 int index_prepare(struct dstore *s)
@@ -414,16 +450,11 @@ int index_prepare(struct dstore *s)
         if (rc != KVT_ECORRUPT || s->ro || (rc = index_rebuild(s)))
             goto free_path;
     }
-    rc = index_open_meta(s, path, file, &m);
-    /* The walk reads the meta record but cannot judge its bytes: one failing its own check
-     * (a bit flipped in it) is damage like any other, for the writer of a dir a slab says is
-     * ours. */
-    if (rc == KVT_ECORRUPT && !s->ro && !s->created && index_lost(s) == KVT_ECORRUPT &&
-        !(rc = index_rebuild(s)))
-        rc = index_open_meta(s, path, file, &m);
+    rc = open_or_recover(s, path, file, &m);
     if (rc || (rc = check_meta(s, &m)))
         goto free_path;
-    if (!s->ro && (rc = index_set_mapsize(&s->ix, map_bytes(s, file))))
+    if (!s->ro &&
+        ((rc = index_set_mapsize(&s->ix, map_bytes(s, file))) || (rc = writer_sync_mode(s))))
         goto free_path;
     if ((rc = index_read_begin(&s->ix, &s->rtxn, s->ro)))
         goto free_path;

@@ -3,9 +3,13 @@
  *
  * LMDB flags: MDB_NOTLS, so a read transaction is tied to its handle rather than a thread
  * (the owner and the committer each keep their own); MDB_NORDAHEAD, since lookups are random
- * and read-ahead would only evict useful pages. Commits are fully synchronous (no NOSYNC, no
- * NOMETASYNC): a committed record is durable, and a committed deletion is durable before
- * the freed slot can be overwritten.
+ * and read-ahead would only evict useful pages. An index is created with fully synchronous
+ * commits; a writer then commits with MDB_NOMETASYNC (durable mode: each commit flushes the
+ * file once, and its meta page reaches the disk with the next commit's flush or
+ * index_flush, so a power cut may undo the last commit and never breaks the tree) or
+ * MDB_NOSYNC (relaxed mode: nothing is flushed but by index_flush, and a power cut may leave
+ * a tree the open's walk (trust.c) finds damaged). Which commits must be durable before the
+ * store goes on is the store's business (records.c).
  */
 #include "index.h"
 #include "le.h"
@@ -286,7 +290,7 @@ static int open_dbs(struct dindex *ix)
         rc = mdb_dbi_open(txn, "slots", MDB_INTEGERKEY, &ix->slots);
     if (rc) {
         mdb_txn_abort(txn);
-        return rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ? KVT_EFORMAT : index_err(rc);
+        return rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ? -ENOENT : index_err(rc);
     }
     /* Handles opened in a read transaction stay valid after it commits. */
     return index_err(mdb_txn_commit(txn));
@@ -329,6 +333,18 @@ int index_set_mapsize(struct dindex *ix, size_t bytes)
     return index_err(mdb_env_set_mapsize(ix->env, bytes));
 }
 
+int index_set_sync(struct dindex *ix, bool relaxed)
+{
+    unsigned on = relaxed ? MDB_NOSYNC : MDB_NOMETASYNC;
+
+    return index_err(mdb_env_set_flags(ix->env, on, 1));
+}
+
+int index_flush(struct dindex *ix)
+{
+    return index_err(mdb_env_sync(ix->env, 1));
+}
+
 uint64_t index_file_bytes(const char *path)
 {
     struct stat st;
@@ -354,7 +370,7 @@ static int with_meta(struct dindex *ix, int (*fn)(const MDB_val *v, void *arg), 
         return index_err(rc);
     rc = mdb_get(txn, ix->meta, &k, &v);
     if (rc == MDB_NOTFOUND)
-        rc = KVT_EFORMAT;
+        rc = -ENOENT;
     else if (rc)
         rc = index_err(rc);
     else
@@ -385,5 +401,7 @@ static int decode_version(const MDB_val *v, void *version)
 
 int index_peek_version(struct dindex *ix, uint32_t *version)
 {
-    return with_meta(ix, decode_version, version);
+    int rc = with_meta(ix, decode_version, version);
+
+    return rc == -ENOENT ? KVT_EFORMAT : rc;
 }

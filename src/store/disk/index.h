@@ -67,8 +67,9 @@ int index_err(int mdb_rc);
 int index_create(const char *path, const struct dmeta *m, size_t mapsize);
 
 /* Open the environment at path and its databases, with a map of mapsize bytes (0: the size
- * the writer recorded). A path that is not an LMDB environment, or one without our
- * databases: KVT_EFORMAT. Only an index trust.h vouches for may be opened. */
+ * the writer recorded). A path that is not an LMDB environment: KVT_EFORMAT; one without our
+ * databases: -ENOENT (someone else's environment, or ours damaged: the caller tells which).
+ * Only an index trust.h vouches for may be opened. */
 int index_open(struct dindex *ix, const char *path, bool readonly, size_t mapsize);
 
 /* A read-only transaction, begun or renewed. The writer in another process may have grown
@@ -81,6 +82,13 @@ int index_read_renew(struct dindex *ix, MDB_txn *txn, bool remap);
 /* Grow the map (no transaction of the environment may be live in the process). */
 int index_set_mapsize(struct dindex *ix, size_t bytes);
 
+/* A writer's commits from now on: MDB_NOMETASYNC (relaxed false: one flush per commit, the
+ * meta page durable with the next) or MDB_NOSYNC (relaxed: no flush). */
+int index_set_sync(struct dindex *ix, bool relaxed);
+
+/* Flush the file, meta pages included: every commit so far is durable once it returns 0. */
+int index_flush(struct dindex *ix);
+
 /* Bytes of the file at path; 0 when it cannot be seen. */
 uint64_t index_file_bytes(const char *path);
 
@@ -88,7 +96,7 @@ uint64_t index_file_bytes(const char *path);
 void index_close(struct dindex *ix);
 
 /* Read and decode the meta record: KVT_EFORMAT for a foreign or newer one, KVT_ECORRUPT for
- * one that fails its check. */
+ * one that fails its check, -ENOENT when there is none. */
 int index_read_meta(struct dindex *ix, struct dmeta *m);
 
 /* The meta record's format version, whatever it is: KVT_EFORMAT when there is no record

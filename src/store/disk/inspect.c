@@ -239,6 +239,8 @@ int dstore_peek_version(const char *dir, uint32_t *version)
             rc = index_peek_version(&ix, version);
             index_close(&ix);
         }
+        if (rc == -ENOENT)
+            rc = KVT_EFORMAT; /* no databases of ours: not judged here */
         free(path);
     }
     close(dirfd);
