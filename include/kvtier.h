@@ -112,6 +112,18 @@ enum kvt_disk_io {
     KVT_DISK_IO_PSYNC = 2, /* pread/pwrite threads */
 };
 
+/* When the disk tier's writes reach the disk (kvt_options.disk_sync; docs/design.md says what
+ * a crash or a power cut costs in each). Every page read from disk is checked against its
+ * checksum either way, so neither mode ever serves bytes other than the page's. */
+enum kvt_disk_sync {
+    /* Each write batch is fdatasync'ed before its index records commit: a power cut loses the
+     * pages in flight and at most the last commit's. */
+    KVT_DISK_SYNC_DURABLE = 0,
+    /* No sync per batch: the data and the index are flushed every disk_sync_ms or
+     * disk_sync_bytes; a power cut may lose what was written since the last flush. */
+    KVT_DISK_SYNC_RELAXED = 1,
+};
+
 struct kvt_geometry {
     uint32_t attention;        /* enum kvt_attention */
     uint32_t layers;           /* number of layers held by this engine (this TP rank) */
@@ -228,6 +240,12 @@ struct kvt_options {
      * target model's KV (which depends on tokens up to i only) and the draft's at the same
      * slots. 0 (default): plain keys. */
     uint32_t key_bigram;
+    uint32_t disk_sync; /* enum kvt_disk_sync: KVT_DISK_SYNC_DURABLE (0, default) or
+                           KVT_DISK_SYNC_RELAXED */
+    /* Relaxed mode: a flush once the oldest unflushed write is disk_sync_ms old (0: 1000) or
+     * disk_sync_bytes of pages wait (0: 256 MiB), whichever comes first. (Since 0.4.) */
+    uint32_t disk_sync_ms;
+    uint64_t disk_sync_bytes;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -309,7 +327,7 @@ struct kvt_stats {
     uint64_t disk_cached_tokens;  /* tokens the index holds */
     uint64_t disk_hit_tokens;     /* tokens found on disk past the host part of a match */
     uint64_t disk_read_tokens;    /* tokens read disk -> host, checked */
-    uint64_t disk_written_tokens; /* tokens written host -> disk, durable */
+    uint64_t disk_written_tokens; /* tokens written host -> disk, committed (disk_sync) */
     uint64_t disk_errors;         /* failed checksums, bad records, I/O errors, full disk */
     uint64_t disk_read_bytes, disk_written_bytes;
     uint64_t disk_ops_in_flight; /* disk reads and writes not yet applied by kvt_poll */

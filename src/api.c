@@ -92,10 +92,13 @@ static const struct {
     OPTION(mamba),
     OPTION(swa),
     OPTION(key_bigram),
+    OPTION(disk_sync),
+    OPTION(disk_sync_ms),
+    OPTION(disk_sync_bytes),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, key_bigram) -
-                       sizeof(uint32_t) <
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, disk_sync_bytes) -
+                       sizeof(uint64_t) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
@@ -274,6 +277,10 @@ static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store
     if (so->slab_bytes > so->disk_bytes)
         so->slab_bytes = so->disk_bytes; /* no slab file larger than the whole tier */
     so->io = io[e->opts.disk_io];
+    so->sync =
+        e->opts.disk_sync == KVT_DISK_SYNC_RELAXED ? DSTORE_SYNC_RELAXED : DSTORE_SYNC_DURABLE;
+    so->sync_ms = e->opts.disk_sync_ms;
+    so->sync_bytes = e->opts.disk_sync_bytes;
     so->register_base = hp->base;
     so->register_bytes = hp->bytes;
     return store_disk_open(so, out);

@@ -464,7 +464,7 @@ int store_tier_check_options(const struct kvt_options *o, bool has_host, size_t 
 {
     if (!has_host || !o->hash_pages || o->host_layout != KVT_HOST_PAGE_FIRST ||
         o->disk_io > KVT_DISK_IO_PSYNC || o->disk_write_policy > KVT_DISK_WRITE_ON_EVICT ||
-        o->prefetch_policy > KVT_PREFETCH_TIMEOUT)
+        o->prefetch_policy > KVT_PREFETCH_TIMEOUT || o->disk_sync > KVT_DISK_SYNC_RELAXED)
         return -EINVAL;
     /* A page is one store I/O: its bytes, with a disk page's head, fit a 32-bit length. */
     return page_bytes > UINT32_MAX / 2 ? -EINVAL : 0;

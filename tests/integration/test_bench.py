@@ -417,6 +417,21 @@ def _():
               f"stderr names the option and what to do{r.where()}")
 
 
+@case("disk tier: --disk-sync relaxed writes a dir that a durable run serves from, verified")
+def _():
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "data")
+        args = ("--synthetic", "mixed", "--requests", 150, "--device-tokens", 32768,
+                "--host-tokens", 65536, "--disk-tokens", 1 << 20, "--dir", d)
+        first = run_ok(*args, "--disk-sync", "relaxed")
+        check(first["bytes"]["host_to_disk"] > 0, "the relaxed run wrote to disk")
+        second = run_ok(*args, "--disk-sync", "durable")
+        check(second["tokens_hit"]["disk"] > 0, "the durable run read what the relaxed one wrote")
+        eq(second["disk_errors"], 0, "disk_errors")
+        r = bench(*args, "--disk-sync", "lazy")
+        eq(r.rc, 2, f"exit status of a bad --disk-sync{r.where()}")
+
+
 DISK = ("--trace", None, "--host-tokens", 65536, "--disk-tokens", 4096, "--dir")
 
 

@@ -50,6 +50,7 @@ static const char *const policy_names[] = {"lru", "lfu", "fifo", "mru", "filo"};
 static const char *const backend_names[] = {"auto", "sim", "cuda"};
 static const char *const write_policy_names[] = {"write_through", "write_through_selective",
                                                  "write_back"};
+static const char *const disk_sync_names[] = {"durable", "relaxed"}; /* enum kvt_disk_sync */
 
 struct config {
     const char *trace, *synthetic, *dir;
@@ -68,6 +69,7 @@ struct config {
     uint64_t corrupt_after; /* test seam: damage a cached page after this request (1-based) */
     bool json;
     bool serial; /* kvt_options.sim_serial */
+    uint32_t disk_sync;
 };
 
 /* ---- counters and state ---- */
@@ -947,6 +949,7 @@ static int open_engine(struct bench *b)
     if (cfg->disk_tokens) {
         o.disk_dir = cfg->dir;
         o.disk_bytes = disk_bytes(cfg);
+        o.disk_sync = cfg->disk_sync;
     }
     int rc = kvt_open(&o, &b->e);
     if (rc)
@@ -1148,7 +1151,8 @@ static void print_text(const struct bench *b)
     if (cfg->disk_tokens) {
         printf("; disk %" PRIu64 " tokens in %s (", b->st.disk_tokens, cfg->dir);
         print_bytes(b->st.disk_tokens * cell);
-        printf(", %s)\n", b->st.disk_io == KVT_DISK_IO_URING ? "io_uring" : "pread/pwrite");
+        printf(", %s, %s)\n", b->st.disk_io == KVT_DISK_IO_URING ? "io_uring" : "pread/pwrite",
+               disk_sync_names[cfg->disk_sync]);
     } else {
         printf("; disk none\n");
     }
@@ -1412,6 +1416,10 @@ static const struct cli_option options[] = {
      .help = "the disk tier's data dir: created if missing (its parent\n"
              "must exist), reused if it holds pages of the same geometry\n"
              "and page size; refused while another process has it open"},
+    {"--disk-sync", CLI_NAME, OFF(disk_sync), CLI_NAMES(disk_sync_names), .arg = "S",
+     .help = "durable (default: each write batch synced) or relaxed\n"
+             "(synced every second or 256 MiB; a power cut may lose\n"
+             "the pages since, never serve wrong bytes)"},
     {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
      .help = "auto, sim or cuda (default auto)"},
     {"--evict-policy", CLI_NAME, OFF(policy), CLI_NAMES(policy_names), .arg = "P",

@@ -1,13 +1,14 @@
 /*
  * Write batches, run by the committer (commit.c). A run of write ops queued back to back forms
  * one batch (up to max_batch pages): one round of I/O, one fdatasync per slab touched, one
- * index transaction.
+ * index transaction (one flush of the index file).
  *
- * A batch: drop pages already stored, evict if the free slots fall short (and commit that
- * before any slot is reused), reserve slots, write, fdatasync, commit the records together
- * with pending access times, then publish: slots become USED and the ops complete. A page
- * that fails anywhere gets its slot back and no record. A batch with no record to write (its
- * pages all stored already) commits nothing.
+ * A batch: drop pages already stored, evict if the free slots fall short (and make that
+ * durable before any slot is reused), reserve slots, write, fdatasync, commit the records
+ * together with pending access times, then publish: slots become USED and the ops complete. A
+ * page that fails anywhere gets its slot back and no record. A batch with no record to write
+ * (its pages all stored already) commits nothing. In relaxed mode there is no fdatasync: the
+ * slabs written wait for the next flush (flush.c), and the commit flushes nothing.
  *
  * The bytes go to the engine before their checksums are taken: the committer hashes the
  * batch while the I/O is in flight instead of before it (XXH3 over a 512 MiB batch is tens of
@@ -309,6 +310,19 @@ static void sync_slabs(struct dstore *s, struct batch *b)
             b->io[i]->res = b->slab_rc[batch_slab(b, slab_of(s, b->io[i]->slot))];
 }
 
+/* Durable mode: the bytes on the disk before the records that name them commit. Relaxed
+ * mode: they wait for a flush; the read's checksum covers a power cut before it. */
+static void sync_or_note(struct dstore *s, struct batch *b)
+{
+    if (s->o.sync == DSTORE_SYNC_DURABLE) {
+        sync_slabs(s, b);
+        return;
+    }
+    for (size_t i = 0; i < b->nio; i++)
+        if (!b->io[i]->res)
+            flush_note(s, slab_of(s, b->io[i]->slot), s->slot_bytes);
+}
+
 static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, uint64_t now,
                       uint8_t *buf)
 {
@@ -464,7 +478,7 @@ void batch_run(struct dstore *s, struct djob *jobs)
         reserve(s, &b);
         unpin_stored(s, &b);
         write_pages(s, &b, now);
-        sync_slabs(s, &b);
+        sync_or_note(s, &b);
         settle(s, &b, commit_pages(s, &b, now), now, jobs);
     }
     batch_free(&b);

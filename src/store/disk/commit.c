@@ -64,7 +64,7 @@ static int run_delete(struct dstore *s, struct djob *j)
     if (rc)
         mdb_txn_abort(txn);
     else
-        rc = txn_commit(s, txn);
+        rc = txn_commit_freeing(s, txn);
     release_all(s, gs, seen, !rc);
     if (!rc) {
         pthread_mutex_lock(&s->lock);
@@ -100,7 +100,7 @@ static void run_drop(struct dstore *s, struct djob *j)
     if (rc)
         mdb_txn_abort(txn);
     else
-        rc = txn_commit(s, txn);
+        rc = txn_commit_freeing(s, txn);
 out:
     pthread_mutex_lock(&s->lock);
     s->st.dropped += !rc && !del;
@@ -188,7 +188,7 @@ static void run_jobs(struct dstore *s, struct djob *jobs)
     case JOB_FLUSH:
         while (flush_access(s))
             ;
-        job_done(s, jobs, 0);
+        job_done(s, jobs, flush_all(s));
         break;
     case JOB_BARRIER:
         job_done(s, jobs, 0);
@@ -196,12 +196,15 @@ static void run_jobs(struct dstore *s, struct djob *jobs)
     }
 }
 
-/* Under the lock: sleep until a job or stop comes, or access times fall due (touch_locked
- * signals when the first one waits, so a sleep without a deadline ends then). */
+/* Under the lock: sleep until a job or stop comes, or access times or a flush fall due
+ * (touch_locked signals when the first access time waits, so a sleep without a deadline ends
+ * then; a flush falls due only after a write batch, on this thread). */
 static void wait_for_work_locked(struct dstore *s)
 {
     for (;;) {
-        uint64_t due = access_due_locked(s), now = mono_ns();
+        uint64_t due = access_due_locked(s), flush = flush_due_locked(s), now = mono_ns();
+
+        due = flush < due ? flush : due;
         struct timespec until = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
 
         if (s->jhead || s->stop || due <= now)
@@ -211,6 +214,16 @@ static void wait_for_work_locked(struct dstore *s)
         else
             pthread_cond_timedwait(&s->job_cv, &s->lock, &until);
     }
+}
+
+static bool access_is_due(struct dstore *s)
+{
+    bool due;
+
+    pthread_mutex_lock(&s->lock);
+    due = access_due_locked(s) <= mono_ns();
+    pthread_mutex_unlock(&s->lock);
+    return due;
 }
 
 static void *committer_main(void *arg)
@@ -234,11 +247,13 @@ static void *committer_main(void *arg)
             run_jobs(s, jobs);
         else if (stop)
             break;
-        else
+        else if (access_is_due(s))
             flush_access(s); /* one transaction, then jobs queued meanwhile come first */
+        flush_if_due(s);
     }
     while (flush_access(s))
         ;
+    flush_slabs(s); /* relaxed mode; close flushes the index */
     return NULL;
 }
 

@@ -388,6 +388,20 @@ static int index_damaged(struct dstore *s)
     return s->ro ? KVT_ECORRUPT : index_rebuild(s);
 }
 
+/* A relaxed writer's commits are not flushed, so a power cut may tear the tree on disk while
+ * a clean stamp of an earlier close still matches what reached the disk of it (its meta pages
+ * and times): the stamp goes, durably, before the first such commit, and the open after a
+ * power cut walks the index. */
+static int writer_sync_mode(struct dstore *s)
+{
+    bool relaxed = s->o.sync == DSTORE_SYNC_RELAXED;
+    int rc;
+
+    if (relaxed && (rc = index_stamp_revoke(s->dirfd)))
+        return rc;
+    return index_set_sync(&s->ix, relaxed);
+}
+
 /* Open the index at path with its map for the open (a reader takes the writer's; a writer
  * sizes it once the capacity is known) and read its meta record; closed again on failure. */
 static int index_open_meta(struct dstore *s, const char *path, uint64_t file, struct dmeta *m)
@@ -399,6 +413,20 @@ static int index_open_meta(struct dstore *s, const char *path, uint64_t file, st
 
     if (!rc && (rc = index_read_meta(&s->ix, m)))
         index_close(&s->ix);
+    return rc;
+}
+
+/* The walk reads every record but cannot judge their bytes, and lets through an index that
+ * lacks our databases or meta record (a power cut in relaxed mode can leave a main tree whose
+ * root is another tree's page with as many entries, whole in itself). That, or a record
+ * failing its own check (a bit flipped in its magic or version included), is damage like any
+ * other (index_damaged): only an intact record says another format. */
+static int open_or_recover(struct dstore *s, const char *path, uint64_t file, struct dmeta *m)
+{
+    int rc = index_open_meta(s, path, file, m);
+
+    if (rc == KVT_ECORRUPT && !s->created && !(rc = index_damaged(s)))
+        rc = index_open_meta(s, path, file, m);
     return rc;
 }
 
@@ -416,15 +444,11 @@ int index_prepare(struct dstore *s)
     if (!s->created && (rc = index_trust(s->dirfd, path, &s->index_walked)) &&
         (rc != KVT_ECORRUPT || (rc = index_damaged(s))))
         goto free_path;
-    rc = index_open_meta(s, path, file, &m);
-    /* The walk reads every record but cannot judge their bytes: our databases or the meta
-     * record missing, or the record failing its own check (a bit flipped in its magic or
-     * version included) is damage like any other. Only an intact record says another format. */
-    if (rc == KVT_ECORRUPT && !s->created && !(rc = index_damaged(s)))
-        rc = index_open_meta(s, path, file, &m);
+    rc = open_or_recover(s, path, file, &m);
     if (rc || (rc = check_meta(s, &m)))
         goto free_path;
-    if (!s->ro && (rc = index_set_mapsize(&s->ix, map_bytes(s, file))))
+    if (!s->ro &&
+        ((rc = index_set_mapsize(&s->ix, map_bytes(s, file))) || (rc = writer_sync_mode(s))))
         goto free_path;
     if ((rc = index_read_begin(&s->ix, &s->rtxn, s->ro)))
         goto free_path;

@@ -3,9 +3,13 @@
  *
  * LMDB flags: MDB_NOTLS, so a read transaction is tied to its handle rather than a thread
  * (the owner and the committer each keep their own); MDB_NORDAHEAD, since lookups are random
- * and read-ahead would only evict useful pages. Commits are fully synchronous (no NOSYNC, no
- * NOMETASYNC): a committed record is durable, and a committed deletion is durable before
- * the freed slot can be overwritten.
+ * and read-ahead would only evict useful pages. An index is created with fully synchronous
+ * commits; a writer then commits with MDB_NOMETASYNC (durable mode: each commit flushes the
+ * file once, and its meta page reaches the disk with the next commit's flush or
+ * index_flush, so a power cut may undo the last commit and never breaks the tree) or
+ * MDB_NOSYNC (relaxed mode: nothing is flushed but by index_flush, and a power cut may leave
+ * a tree the open's walk (trust.c) finds damaged). Which commits must be durable before the
+ * store goes on is the store's business (records.c).
  */
 #include "index.h"
 #include "le.h"
@@ -393,6 +397,18 @@ int index_read_renew(struct dindex *ix, MDB_txn *txn, bool remap)
 int index_set_mapsize(struct dindex *ix, size_t bytes)
 {
     return index_err(mdb_env_set_mapsize(ix->env, bytes));
+}
+
+int index_set_sync(struct dindex *ix, bool relaxed)
+{
+    unsigned on = relaxed ? MDB_NOSYNC : MDB_NOMETASYNC;
+
+    return index_err(mdb_env_set_flags(ix->env, on, 1));
+}
+
+int index_flush(struct dindex *ix)
+{
+    return index_err(mdb_env_sync(ix->env, 1));
 }
 
 uint64_t index_file_bytes(const char *path)

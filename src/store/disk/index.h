@@ -109,6 +109,13 @@ int index_read_renew(struct dindex *ix, MDB_txn *txn, bool remap);
 /* Grow the map (no transaction of the environment may be live in the process). */
 int index_set_mapsize(struct dindex *ix, size_t bytes);
 
+/* A writer's commits from now on: MDB_NOMETASYNC (relaxed false: one flush per commit, the
+ * meta page durable with the next) or MDB_NOSYNC (relaxed: no flush). */
+int index_set_sync(struct dindex *ix, bool relaxed);
+
+/* Flush the file, meta pages included: every commit so far is durable once it returns 0. */
+int index_flush(struct dindex *ix);
+
 /* Bytes of the file at path; 0 when it cannot be seen. */
 uint64_t index_file_bytes(const char *path);
 

@@ -148,10 +148,11 @@ static int forget_victims(struct dstore *s, const uint32_t *v, size_t n)
         mdb_txn_abort(txn);
         return rc;
     }
-    return txn_commit(s, txn);
+    return txn_commit_freeing(s, txn);
 }
 
-/* Delete up to want LRU records in one durable commit; only then are their slots free. */
+/* Delete up to want LRU records in one commit (durable in durable mode); only then are their
+ * slots free. */
 int evict_oldest(struct dstore *s, size_t want, size_t *evicted)
 {
     uint32_t *v = malloc((want ? want : 1) * sizeof(*v));

@@ -231,6 +231,11 @@ void rebuild(struct dstore *s)
         dropped = drop_all(s, &d);
     if (!rc && dropped == d.n)
         slabs_trim(s); /* nothing names a slot past the capacity now */
+    /* The free slots are taken from the index as this process sees it, which may hold the
+     * unflushed last commit of a process that was killed, and the drops just made: in
+     * durable mode that is made durable before any of those slots is written again. */
+    if (!rc && s->o.sync == DSTORE_SYNC_DURABLE)
+        rc = flush_index(s);
     free(d.v);
     nfree = build_free(s);
     build_lists(s, s->nslots - nfree);

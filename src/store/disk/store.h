@@ -12,11 +12,15 @@
  *   lock              flock'ed by the one process that may write
  *
  * Write order: reserve a slot, write the page and its head, fdatasync the slab (once per
- * batch), then commit the index records (one LMDB transaction per batch, synchronous). An
- * index record therefore never names bytes that were not written; a crash loses at most pages
- * in flight. Slots freed by eviction are reused only after the transaction deleting their
- * records has committed. Reads cost no index write and no sync: their access times are
- * written with a later commit (options: access_period_ms).
+ * batch), then commit the index records (one LMDB transaction per batch: one flush of the
+ * index, its meta page made durable by the next commit's flush). An index record therefore
+ * never names bytes that were not written; a power cut loses at most pages in flight and the
+ * last commit. Slots freed by eviction are reused only after the transaction deleting their
+ * records is durable. Reads cost no index write and no sync: their access times are written
+ * with a later commit (options: access_period_ms). In relaxed mode (options: sync) nothing is
+ * synced per batch: the slabs and the index are flushed every sync_ms or sync_bytes, and after
+ * a power cut a record may name bytes that never landed; the checksum below makes it a miss.
+ * docs/design.md says what a crash costs in each mode.
  *
  * Reads verify an XXH3-128 checksum of the page; a mismatch is a miss, counts an error and
  * drops the record. Records, lengths and slot numbers read from disk are bounds-checked:
@@ -73,17 +77,30 @@ enum dstore_flags {
     DSTORE_RECOVER = 1u << 3,
 };
 
+/* When the written bytes and records reach the disk. */
+enum dstore_sync {
+    /* Each write batch: the slabs' fdatasync before the records commit (one index flush);
+     * deletions are durable before their slots are written again. */
+    DSTORE_SYNC_DURABLE = 0,
+    /* No sync per batch: the slabs and the index are flushed every sync_ms or sync_bytes
+     * (whichever comes first), by dstore_flush and at close. */
+    DSTORE_SYNC_RELAXED = 1,
+};
+#define DSTORE_SYNC_MS 1000              /* sync_ms's default */
+#define DSTORE_SYNC_BYTES (256ull << 20) /* sync_bytes's default */
+
 /* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
- * GROW, which concern a whole slab; both are 0 for REBUILD and COMMIT). */
+ * GROW, which concern a whole slab; both are 0 for REBUILD, COMMIT and FLUSH). */
 enum dstore_fault_point {
     DSTORE_FAULT_READ = 0,    /* before a page read */
     DSTORE_FAULT_WRITE = 1,   /* before a page write */
-    DSTORE_FAULT_SYNC = 2,    /* before the fdatasync of a slab in a write batch */
+    DSTORE_FAULT_SYNC = 2,    /* before the fdatasync of a slab (a write batch, a flush) */
     DSTORE_FAULT_GROW = 3,    /* before a slab file is created or extended */
     DSTORE_FAULT_REBUILD = 4, /* before the rebuild at open reads the slot table */
     DSTORE_FAULT_COMMIT = 5,  /* before the committer commits an index transaction */
+    DSTORE_FAULT_FLUSH = 6,   /* before the index is flushed on its own (index_flush) */
 };
-#define DSTORE_FAULT_POINTS 6
+#define DSTORE_FAULT_POINTS 7
 
 /* Test seam: inject returns 0 to go on, or a -errno the operation then fails with as if the
  * system had returned it. Called from the store's internal threads, concurrently. */
@@ -124,6 +141,11 @@ struct dstore_options {
      * commits; ones that wait this long for one get a commit of their own. 0: 30 s. A crash
      * loses those not committed yet, never a page or a record. */
     uint32_t access_period_ms;
+    uint32_t sync; /* enum dstore_sync; default DURABLE */
+    /* Relaxed mode: a flush of the slabs and the index once the oldest unflushed write is
+     * this old (0: DSTORE_SYNC_MS), or once this many page bytes wait (0: DSTORE_SYNC_BYTES). */
+    uint32_t sync_ms;
+    uint64_t sync_bytes;
 };
 
 /* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay
@@ -273,7 +295,8 @@ int dstore_delete(struct dstore *s, const uint8_t *keys, size_t n, size_t *delet
 int dstore_evict(struct dstore *s, size_t max_pages, size_t *evicted);
 
 /* Wait until every job queued so far has been applied and access times are persisted (a
- * synchronous commit when any wait). */
+ * commit when any wait), then make all of it durable: the index flushed and, in relaxed
+ * mode, the slabs written since the last flush. */
 int dstore_flush(struct dstore *s);
 
 /* Wait until every job queued so far has been applied: the drops of records that reads found

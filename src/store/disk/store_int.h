@@ -59,6 +59,7 @@ struct dslab {
     int dfd;        /* O_DIRECT descriptor, -1 when none */
     int bfd;        /* buffered descriptor, -1 until needed */
     uint32_t valid; /* slots the file backs now (its size / slot_bytes, capped) */
+    bool unflushed; /* the committer's: written since the last flush (relaxed mode) */
 };
 
 /* One page of an op: a copy of the caller's description and the I/O that moves it. */
@@ -191,6 +192,10 @@ struct dstore {
     int broken;     /* locked: the rebuild's failure; writes fail with it */
     uint64_t clock; /* locked: the last time stamp handed out */
 
+    /* the committer's, relaxed mode: page bytes written since the last flush, and since when
+     * (mono_ns(); 0: nothing waits) */
+    uint64_t unflushed_bytes, unflushed_since;
+
     struct touched *touched; /* the committer's: DIRTY_MAX access times being persisted */
     uint8_t *recbuf;         /* the committer's: one encoded record */
 
@@ -244,6 +249,11 @@ int txn_begin(struct dstore *s, MDB_txn **txn);
 int txn_commit(struct dstore *s, MDB_txn *txn);
 /* Count a failed index write: the disk full, or anything else LMDB said. */
 void count_index_error(struct dstore *s, int rc);
+/* Flush the index: every commit so far durable (a failure is counted). */
+int flush_index(struct dstore *s);
+/* txn_commit for a transaction that deletes records: in durable mode the index is flushed
+ * too, so the slots it frees may be written again once it returns 0. */
+int txn_commit_freeing(struct dstore *s, MDB_txn *txn);
 
 /* Which of key's records to delete: the one naming a slot, the one with a digest, any. */
 struct rec_match {
@@ -348,6 +358,19 @@ bool flush_access(struct dstore *s);
 uint64_t access_due_locked(const struct dstore *s);
 /* Evict up to want of the oldest unpinned pages in one transaction; *evicted: how many. */
 int evict_oldest(struct dstore *s, size_t want, size_t *evicted);
+
+/* ---- flush.c: relaxed mode's flushes (the committer) ---- */
+
+/* A write batch put bytes pages into slab without syncing it: they wait for a flush. */
+void flush_note(struct dstore *s, uint32_t slab, uint64_t bytes);
+/* Under the lock: the mono_ns() time the next flush falls due; UINT64_MAX when none waits. */
+uint64_t flush_due_locked(const struct dstore *s);
+/* fdatasync the slabs written since the last flush; 0 or the first failure (counted). */
+int flush_slabs(struct dstore *s);
+/* flush_slabs, then the index: everything committed so far is durable when it returns 0. */
+int flush_all(struct dstore *s);
+/* flush_all when sync_ms or sync_bytes says it is time. */
+void flush_if_due(struct dstore *s);
 
 /* ---- batch.c ---- */
 

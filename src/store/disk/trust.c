@@ -145,6 +145,22 @@ void index_stamp_remove(int dirfd)
     unlinkat(dirfd, STAMP_NAME, 0);
 }
 
+int index_stamp_revoke(int dirfd)
+{
+    int fd, rc = 0;
+
+    if (unlinkat(dirfd, STAMP_NAME, 0) && errno != ENOENT)
+        return -errno;
+    /* Even when there was none now: an earlier removal may not have reached the disk. */
+    fd = openat(dirfd, "index", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd))
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
 /* ---- the walk, in the child ---- */
 
 /* Every byte of a record is read; every key is found again by a search from the root, which

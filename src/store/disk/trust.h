@@ -26,4 +26,8 @@ void index_stamp_clean(int dirfd);
 /* Remove the stamp (the index is about to be rebuilt or replaced). */
 void index_stamp_remove(int dirfd);
 
+/* Remove the stamp and make its absence durable (a writer about to commit without flushing):
+ * 0 or -errno. */
+int index_stamp_revoke(int dirfd);
+
 #endif

@@ -13,6 +13,9 @@
  *   byte-exact, the engine check clean, and no disk error seen. Some rounds start from a fresh
  *   dir and kill the child at any moment from the fork, so a creation is cut short too.
  *   KVT_CRASH_ROUNDS=<n> sets the number of rounds (default 200).
+ * - test_crash_relaxed: the same with the disk tier in relaxed mode (kvt_options.disk_sync):
+ *   the child flushes every few ms, the parent reopens in relaxed or durable mode by turns.
+ *   A SIGKILL is no power cut: every page served is byte-exact and no disk error is seen.
  * - test_faults: the engine's store is swapped for one opened on the same dir with the fault
  *   seam (struct dstore_options.faults), failing writes (-ENOSPC, -EIO), reads (-EIO), slab
  *   syncs (-EIO) or slab growth (-ENOSPC), always or at random: the device and host keep
@@ -121,6 +124,7 @@ struct disk_check check_disk(kvt_engine *e, struct recs *r);
 
 /* crash.c */
 void test_crash(void **state);
+void test_crash_relaxed(void **state);
 
 /* faults.c */
 void swap_store(kvt_engine *e, const struct dstore_faults *f);

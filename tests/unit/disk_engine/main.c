@@ -10,6 +10,7 @@ int main(void)
         cmocka_unit_test(test_chain_store),
         cmocka_unit_test(test_store_geometry),
         cmocka_unit_test(test_crash),
+        cmocka_unit_test(test_crash_relaxed),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

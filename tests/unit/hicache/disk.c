@@ -155,6 +155,9 @@ void test_disk_bad_options(void **state)
     disk_options(&o, dir);
     o.disk_io = KVT_DISK_IO_PSYNC + 1;
     OPEN_FAILS(-EINVAL);
+    disk_options(&o, dir);
+    o.disk_sync = KVT_DISK_SYNC_RELAXED + 1;
+    OPEN_FAILS(-EINVAL);
     /* A dir that holds something else is not taken over. */
     char junk[96];
     snprintf(junk, sizeof(junk), "%s/notes.txt", dir);

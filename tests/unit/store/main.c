@@ -56,6 +56,7 @@ int main(void)
         T(test_uring_refused),
         T(test_restart),
         T(test_lost_index),
+        T(test_hollow_index),
         T(test_fingerprint),
         T(test_foreign_dir),
         T(test_format_version),
@@ -81,10 +82,17 @@ int main(void)
         T(test_pinned_slot),
         T(test_wait_timeout),
         T(test_crash),
+        T(test_crash_relaxed),
+        T(test_durable_flushes),
+        T(test_relaxed_flushes),
+        T(test_flush_fails_no_reuse),
+        T(test_power_cut_relaxed),
+        T(test_power_cut_durable),
         T(test_reads_cost_no_flush),
         T(test_access_order_after_close),
         T(test_access_period),
         T(test_access_crash),
+        T(test_access_crash_relaxed),
     };
     int failed = 0;
 

@@ -1,7 +1,8 @@
 /*
  * The disk tier's block store: round trips, persistence, refusals, corruption, injected
- * faults, capacity and LRU eviction, crash consistency under SIGKILL, and access times
- * written lazily.
+ * faults, capacity and LRU eviction, crash consistency under SIGKILL and a simulated power
+ * cut (durable and relaxed modes), the flushes each mode makes, and access times written
+ * lazily.
  *
  * Every test runs twice: with io_uring (skipped, saying why, where the kernel refuses it)
  * and with the psync engine forced. Page bytes are a function of the page's key, so any
@@ -102,6 +103,7 @@ void test_uring_refused(void **state);
 /* persistence.c */
 void test_restart(void **state);
 void test_lost_index(void **state);
+void test_hollow_index(void **state);
 void test_fingerprint(void **state);
 void test_foreign_dir(void **state);
 void test_format_version(void **state);
@@ -136,11 +138,22 @@ void test_wait_timeout(void **state);
 
 /* crash.c */
 void test_crash(void **state);
+void test_crash_relaxed(void **state);
+
+/* sync.c */
+void test_durable_flushes(void **state);
+void test_relaxed_flushes(void **state);
+void test_flush_fails_no_reuse(void **state);
+
+/* powercut.c */
+void test_power_cut_relaxed(void **state);
+void test_power_cut_durable(void **state);
 
 /* access.c */
 void test_reads_cost_no_flush(void **state);
 void test_access_order_after_close(void **state);
 void test_access_period(void **state);
 void test_access_crash(void **state);
+void test_access_crash_relaxed(void **state);
 
 #endif

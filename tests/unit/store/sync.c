@@ -1,0 +1,171 @@
+#include "store_test.h"
+
+/* ---- the flushes each sync mode makes ---- */
+
+/* The fault seam as a counter: slab fdatasyncs, index commits, index flushes of their own; and
+ * an error to give the index flushes when armed. */
+struct tally {
+    atomic_uint syncs, commits, flushes;
+    _Atomic int flush_err;
+};
+
+static int count(void *arg, enum dstore_fault_point pt, uint32_t slab, uint32_t slot)
+{
+    struct tally *t = arg;
+
+    (void)slab;
+    (void)slot;
+    if (pt == DSTORE_FAULT_SYNC)
+        atomic_fetch_add(&t->syncs, 1);
+    else if (pt == DSTORE_FAULT_COMMIT)
+        atomic_fetch_add(&t->commits, 1);
+    else if (pt == DSTORE_FAULT_FLUSH)
+        atomic_fetch_add(&t->flushes, 1);
+    return pt == DSTORE_FAULT_FLUSH ? atomic_load(&t->flush_err) : 0;
+}
+
+struct counts {
+    unsigned syncs, commits, flushes;
+};
+
+static struct counts counts_of(struct tally *t)
+{
+    return (struct counts){atomic_load(&t->syncs), atomic_load(&t->commits),
+                           atomic_load(&t->flushes)};
+}
+
+/* Slabs of 16 slots: a batch of 8 fresh pages falls in one slab. */
+static void open_counted(struct fx *f, struct dstore_faults *faults, uint32_t sync)
+{
+    f->o.faults = faults;
+    f->o.sync = sync;
+    f->o.disk_bytes = 16ull * SLOT;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+}
+
+/* Durable: a batch is one slab fdatasync and one commit (whose own flush is LMDB's, inside
+ * it); an eviction, a delete and dstore_flush each flush the index once more. */
+void test_durable_flushes(void **state)
+{
+    struct fx *f = *state;
+    struct tally t = {0};
+    struct dstore_faults faults = {count, &t};
+    struct counts c0, c;
+    uint8_t key[KEY];
+
+    open_counted(f, &faults, DSTORE_SYNC_DURABLE);
+    c0 = counts_of(&t);
+    for (uint64_t id = 1; id <= 16; id += 8)
+        put_range(f, id, 8);
+    c = counts_of(&t);
+    assert_int_equal(c.syncs - c0.syncs, 2);
+    assert_int_equal(c.commits - c0.commits, 2);
+    assert_int_equal(c.flushes - c0.flushes, 0);
+    put_range(f, 17, 8); /* the store is full: an eviction first, flushed before reuse */
+    c0 = c;
+    c = counts_of(&t);
+    assert_int_equal(c.syncs - c0.syncs, 1);
+    assert_int_equal(c.commits - c0.commits, 2);
+    assert_int_equal(c.flushes - c0.flushes, 1);
+    make_key(17, key);
+    assert_int_equal(dstore_delete(f->s, key, 1, NULL), 0);
+    assert_int_equal(dstore_flush(f->s), 0);
+    c0 = c;
+    c = counts_of(&t);
+    assert_int_equal(c.flushes - c0.flushes, 2);
+    assert_int_equal(c.syncs - c0.syncs, 0);
+    check_all(f, 1, 24);
+    fx_close(f);
+    f->o.faults = NULL;
+}
+
+/* Relaxed: no slab fdatasync and no index flush per batch, not even with an eviction; the slabs
+ * written and the index go together at a flush: dstore_flush, sync_bytes, sync_ms, close. */
+void test_relaxed_flushes(void **state)
+{
+    struct fx *f = *state;
+    struct tally t = {0};
+    struct dstore_faults faults = {count, &t};
+    struct counts c0, c;
+
+    f->o.sync_ms = 3600000;
+    f->o.sync_bytes = UINT64_MAX;
+    open_counted(f, &faults, DSTORE_SYNC_RELAXED);
+    c0 = counts_of(&t);
+    for (uint64_t id = 1; id <= 24; id += 8) /* the last batch evicts */
+        put_range(f, id, 8);
+    assert_int_equal(dstore_drain(f->s), 0);
+    c = counts_of(&t);
+    assert_int_equal(c.syncs - c0.syncs, 0);
+    assert_int_equal(c.flushes - c0.flushes, 0);
+    assert_int_equal(dstore_flush(f->s), 0);
+    c0 = c;
+    c = counts_of(&t);
+    assert_int_equal(c.syncs - c0.syncs, 1); /* slab 0 only: 16 slots */
+    assert_int_equal(c.flushes - c0.flushes, 1);
+    check_all(f, 1, 24);
+
+    /* sync_bytes: two batches of 8 pages make a flush */
+    fx_close(f);
+    f->o.sync_bytes = 16ull * SLOT;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    c0 = counts_of(&t);
+    put_range(f, 30, 8);
+    assert_int_equal(dstore_drain(f->s), 0);
+    assert_int_equal(counts_of(&t).flushes, c0.flushes);
+    put_range(f, 40, 8);
+    assert_int_equal(dstore_drain(f->s), 0);
+    assert_int_equal(counts_of(&t).flushes, c0.flushes + 1);
+
+    /* sync_ms: an idle committer wakes for it */
+    fx_close(f);
+    f->o.sync_bytes = UINT64_MAX;
+    f->o.sync_ms = 20;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    c0 = counts_of(&t);
+    put_range(f, 50, 8);
+    for (int i = 0; i < 500 && counts_of(&t).flushes == c0.flushes; i++)
+        usleep(10000);
+    c = counts_of(&t);
+    assert_int_equal(c.flushes, c0.flushes + 1);
+    assert_int_equal(c.syncs, c0.syncs + 1);
+
+    /* close: the slabs written since the last flush */
+    put_range(f, 60, 8);
+    c0 = counts_of(&t);
+    fx_close(f);
+    assert_true(counts_of(&t).syncs >= c0.syncs + 1);
+    f->o.faults = NULL;
+    fx_open(f);
+    check_all(f, 1, 70);
+}
+
+/* Durable: an eviction whose flush fails frees no slot (the batch that needed it finds no room),
+ * nothing wrong is served, and once flushes work again the slots come back. */
+void test_flush_fails_no_reuse(void **state)
+{
+    struct fx *f = *state;
+    struct tally t = {0};
+    struct dstore_faults faults = {count, &t};
+    uint64_t ids[8] = {17, 18, 19, 20, 21, 22, 23, 24};
+    char why[128];
+
+    open_counted(f, &faults, DSTORE_SYNC_DURABLE);
+    put_range(f, 1, 8);
+    put_range(f, 9, 8);
+    atomic_store(&t.flush_err, -EIO);
+    put_ids(f, ids, 8, -ENOSPC);
+    assert_true(stats_of(f).err_sync >= 1);
+    check_all(f, 1, 24);
+    atomic_store(&t.flush_err, 0);
+    put_range(f, 17, 8);
+    check_all(f, 1, 24);
+    for (uint64_t id = 17; id <= 24; id++)
+        assert_int_equal(get_id(f, id), 0);
+    assert_int_equal(slots_check(f->s, why, sizeof(why)), 0);
+    fx_close(f);
+    f->o.faults = NULL;
+}
