@@ -17,6 +17,7 @@
 #define R_CALL_BOUND_MS (2 * R_TIMEOUT_MS + R_EXISTS_MS + 250)
 #define R_CANDIDATES 256 /* keys of a family tried for one the store holds past the host */
 #define R_SHARED_REQS 80
+#define R_SHARED_HOST_TOKENS (4 * FAULT_HOST_TOKENS)
 #define R_STALL_MS 2500 /* how long requests run against a stopped server */
 #define R_BACK_MS 5000  /* the most the store takes to serve again once the server is back */
 #define R_PAGE_BYTES (LAYERS * 2 * PS * ROW)
@@ -39,9 +40,9 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void remote_opts(struct kvt_options *o, uint32_t policy)
+static void remote_opts(struct kvt_options *o, uint32_t policy, uint64_t host_tokens)
 {
-    disk_opts(o, NULL, FAULT_HOST_TOKENS, 0);
+    disk_opts(o, NULL, host_tokens, 0);
     o->disk_write_policy = policy;
 }
 
@@ -51,7 +52,7 @@ static void engine_fingerprint(uint8_t fp[STORE_REDIS_FP_BYTES])
     struct kvt_options o;
     kvt_engine *e = NULL;
 
-    remote_opts(&o, KVT_DISK_WRITE_THROUGH);
+    remote_opts(&o, KVT_DISK_WRITE_THROUGH, FAULT_HOST_TOKENS);
     EXPECT_RC(g_ctx, kvt_open(&o, &e), 0);
     kvt_fingerprint(e, fp);
     kvt_close(e);
@@ -94,23 +95,27 @@ static struct remote *remote_or_skip(void **state, const char *test)
     return *state;
 }
 
-static kvt_engine *open_on_redis(const struct remote *rm, uint32_t policy)
+/* An engine over a Redis store on rm's server. host_tokens 0: FAULT_HOST_TOKENS, a host small
+ * enough to evict. short_timeouts: R_TIMEOUT_MS and the like, for a server made to fail;
+ * else the store's defaults (seconds), so that a loaded machine's slow reply is no error. */
+static kvt_engine *open_on_redis(const struct remote *rm, uint32_t policy, uint64_t host_tokens,
+                                 bool short_timeouts)
 {
     struct kvt_options o;
     struct kvt_store *s = NULL;
     kvt_engine *e = NULL;
 
-    remote_opts(&o, policy);
+    remote_opts(&o, policy, host_tokens ? host_tokens : FAULT_HOST_TOKENS);
     struct store_redis_options ro = {
         .port = rm->port,
         .page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS),
         .page_tokens = PS,
-        .connect_timeout_ms = R_TIMEOUT_MS,
-        .read_timeout_ms = R_TIMEOUT_MS,
-        .write_timeout_ms = R_TIMEOUT_MS,
-        .exists_timeout_ms = R_EXISTS_MS,
-        .backoff_max_ms = R_BACKOFF_MS,
     };
+    if (short_timeouts) {
+        ro.connect_timeout_ms = ro.read_timeout_ms = ro.write_timeout_ms = R_TIMEOUT_MS;
+        ro.exists_timeout_ms = R_EXISTS_MS;
+        ro.backoff_max_ms = R_BACKOFF_MS;
+    }
     memcpy(ro.fingerprint, rm->fp, sizeof(ro.fingerprint));
     REQUIRE(g_ctx, ro.page_bytes == R_PAGE_BYTES);
     EXPECT_RC(g_ctx, store_redis_open(&ro, &s), 0);
@@ -257,11 +262,14 @@ static void read_bad(const struct remote *rm, kvt_engine *e, uint64_t fam, uint6
 
 /* ---- test_redis_shared ---- */
 
-/* Every key of n drawn from fam by seed: what the store holds of it (the engine's own tiers
- * hold none of it) must be all of it. */
-static void expect_all_stored(kvt_engine *e, uint64_t fam, uint64_t seed, int n)
+/* Every key of n drawn from fam by seed, as engine e (which holds none of it) matches it: all
+ * of it in the store, when the engine that wrote them gave up no host backup for want of
+ * room (skipped, its backup_skipped_tokens; a page never backed up is never written). */
+static void expect_all_stored(kvt_engine *e, const char *who, uint64_t fam, uint64_t seed, int n,
+                              uint64_t skipped, uint64_t writer_errors)
 {
     uint64_t rng = seed;
+    int partial = 0;
 
     for (int i = 0; i < n; i++) {
         struct seq q;
@@ -269,10 +277,17 @@ static void expect_all_stored(kvt_engine *e, uint64_t fam, uint64_t seed, int n)
         gen_seq(fam, &rng, &q);
         struct kvt_key k = seq_key(&q, q.len);
         EXPECT_RC(g_ctx, kvt_match(e, &k, NULL, &m), 0);
-        if (m.device_len || m.host_len || m.disk_len != q.len / PS * PS)
-            FAIL(g_ctx, "key %d of %zu tokens: device %zu, host %zu, store %zu", i, q.len,
-                 m.device_len, m.host_len, m.disk_len);
+        REQUIRE(g_ctx, m.device_len == 0 && m.host_len == 0);
+        partial += m.disk_len != q.len / PS * PS;
+        if (m.disk_len != q.len / PS * PS && !skipped)
+            FAIL(g_ctx,
+                 "%s: key %d of %zu tokens: %zu of it in the store (writer's errors %" PRIu64 ")",
+                 who, i, q.len, m.disk_len, writer_errors);
     }
+    if (partial)
+        printf("test_disk_engine: redis shared: %s: %d keys of %d partly stored (the writer "
+               "skipped %" PRIu64 " tokens' backups)\n",
+               who, partial, n, skipped);
 }
 
 /* Engine b, holding nothing of fam, runs the keys another engine ran (fam by seed): the run
@@ -309,14 +324,16 @@ void test_redis_shared(void **state)
 
     snprintf(g_ctx, sizeof(g_ctx), "redis shared seed=%" PRIu64 " (KVT_SEED reruns it)", seed);
     printf("test_disk_engine: %s\n", g_ctx);
-    kvt_engine *a = open_on_redis(rm, KVT_DISK_WRITE_THROUGH);
+    /* A's host is large, so it rarely has to skip a backup (and so a write). */
+    kvt_engine *a = open_on_redis(rm, KVT_DISK_WRITE_THROUGH, R_SHARED_HOST_TOKENS, false);
     run_family(a, fam1, seed, R_SHARED_REQS, 1, 1, &ta);
     EXPECT_RC(g_ctx, kvt_sync(a), 0);
+    uint64_t skipped = stats(a).backup_skipped_tokens, errors = stats(a).disk_errors;
     REQUIRE(g_ctx, stats(a).disk_written_tokens > 0 && dbsize(rm) > 0);
 
-    kvt_engine *b = open_on_redis(rm, KVT_DISK_WRITE_ON_EVICT);
-    expect_all_stored(b, fam1, seed, R_SHARED_REQS);
-    served_from_store(b, fam1, seed, R_SHARED_REQS, true);
+    kvt_engine *b = open_on_redis(rm, KVT_DISK_WRITE_ON_EVICT, 0, false);
+    expect_all_stored(b, "B", fam1, seed, R_SHARED_REQS, skipped, errors);
+    served_from_store(b, fam1, seed, R_SHARED_REQS, !skipped);
     run_family(b, fam2, seed ^ 1, R_SHARED_REQS, 1, 1, &tb); /* B's own keys, written on evict */
     EXPECT_RC(g_ctx, kvt_sync(b), 0);
     REQUIRE(g_ctx, stats(b).disk_written_tokens > 0);
@@ -325,9 +342,9 @@ void test_redis_shared(void **state)
     kvt_close(a);
     kvt_close(b);
 
-    kvt_engine *c = open_on_redis(rm, KVT_DISK_WRITE_THROUGH);
-    expect_all_stored(c, fam1, seed, R_SHARED_REQS);
-    served_from_store(c, fam1, seed, R_SHARED_REQS / 2, true);
+    kvt_engine *c = open_on_redis(rm, KVT_DISK_WRITE_THROUGH, 0, false);
+    expect_all_stored(c, "C", fam1, seed, R_SHARED_REQS, skipped, errors);
+    served_from_store(c, fam1, seed, R_SHARED_REQS / 2, !skipped);
     REQUIRE(g_ctx, stats(c).disk_errors == 0);
     kvt_close(c);
 }
@@ -448,6 +465,21 @@ static void server_killed(struct remote *rm, kvt_engine *e, uint64_t fam, uint64
     REQUIRE(g_ctx, counters(e).connected == 1);
 }
 
+/* Another engine on the stopped server, fresh: a few requests (their writes queue behind the
+ * stalled exchange), then kvt_close, whose store runs what is queued first: how long the
+ * close took, in ms. */
+static uint64_t closed_on_stopped(const struct remote *rm, uint64_t fam, uint64_t seed)
+{
+    kvt_engine *o = open_on_redis(rm, KVT_DISK_WRITE_THROUGH, 0, true);
+    struct tally t = {0};
+    uint64_t t0;
+
+    run_family(o, fam, seed ^ 9, 10, 0, 1, &t);
+    t0 = now_ms();
+    kvt_close(o);
+    return now_ms() - t0;
+}
+
 /* The server stopped (SIGSTOP) mid-run: ops fail within the store's timeouts, no engine call
  * blocks longer than they allow, the device and host serve; SIGCONT and the store serves
  * again. */
@@ -465,16 +497,17 @@ static void server_stopped(struct remote *rm, kvt_engine *e, uint64_t fam, uint6
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
     sync_ms = now_ms() - t0;
     struct store_redis_counters c = counters(e);
-    uint64_t slowest_ms = g_slowest_call_us / 1000;
+    uint64_t slowest_ms = g_slowest_call_us / 1000, close_ms = closed_on_stopped(rm, fam, seed);
     REQUIRE(g_ctx, kill(rm->srv.pid, SIGCONT) == 0);
     printf("test_disk_engine: redis stopped: %" PRIu64 " requests, slowest call %" PRIu64
-           " ms, sync %" PRIu64 " ms (bound %d ms), %" PRIu64 " pages failed\n",
-           t.reqs, slowest_ms, sync_ms, R_CALL_BOUND_MS, c.failed);
-    if (slowest_ms > R_CALL_BOUND_MS || sync_ms > R_CALL_BOUND_MS)
+           " ms, sync %" PRIu64 " ms, close %" PRIu64 " ms (bound %d ms), %" PRIu64
+           " pages failed\n",
+           t.reqs, slowest_ms, sync_ms, close_ms, R_CALL_BOUND_MS, c.failed);
+    if (slowest_ms > R_CALL_BOUND_MS || sync_ms > R_CALL_BOUND_MS || close_ms > R_CALL_BOUND_MS)
         FAIL(g_ctx,
              "an engine call blocked %" PRIu64 " ms on a stopped server (sync %" PRIu64
-             " ms; the store's timeouts allow %d)",
-             slowest_ms, sync_ms, R_CALL_BOUND_MS);
+             " ms, close %" PRIu64 " ms; the store's timeouts allow %d)",
+             slowest_ms, sync_ms, close_ms, R_CALL_BOUND_MS);
     check(e);
     REQUIRE(g_ctx, t.protected_tokens > 0 && stats(e).disk_errors > errors);
     served_again(e, fam, seed ^ 7, c.hits);
@@ -493,10 +526,12 @@ static void faults_case(struct remote *rm, uint32_t policy, uint64_t seed, uint6
     snprintf(g_ctx, sizeof(g_ctx), "redis faults policy=%u seed=%" PRIu64 " (KVT_SEED=%" PRIu64 ")",
              policy, seed, base);
     flushall(rm);
-    kvt_engine *e = open_on_redis(rm, policy);
+    kvt_engine *e = open_on_redis(rm, policy, 0, true);
     run_family(e, fam, seed, 150, 0, 1, &t);
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
-    REQUIRE(g_ctx, t.disk_tokens > 0 && stats(e).disk_errors == 0);
+    /* Errors are not ruled out here: a reply slower than the short timeouts on a loaded
+     * machine is one. */
+    REQUIRE(g_ctx, t.disk_tokens > 0);
     for (int k = 0; k < BAD_KINDS; k++)
         read_bad(rm, e, fam, seed ^ (uint64_t)(40 + k), (enum bad_kind)k);
     run_under_chaos(rm, e, fam, seed ^ 2);
@@ -538,7 +573,7 @@ void test_redis_evicting(void **state)
     /* Room for some hundreds of pages: the unique keys below are thousands. */
     snprintf(max, sizeof(max), "%lld", used + (256 << 10));
     REQUIRE(g_ctx, server_cmd(rm, 4, cfg, NULL) == 0);
-    kvt_engine *e = open_on_redis(rm, KVT_DISK_WRITE_THROUGH);
+    kvt_engine *e = open_on_redis(rm, KVT_DISK_WRITE_THROUGH, 0, false);
     for (uint32_t i = 0; i < 300; i++) {
         struct seq q;
         seq_make(&q, i % N_NS, MAX_TOK, i);
