@@ -10,6 +10,10 @@
 #include "store/disk/ops.h"
 #include "store/disk/store.h"
 #include "store/store_tier.h"
+#include "store/chain.h"
+#ifdef KVT_HAVE_REDIS
+#include "store/redis/redis.h"
+#endif
 
 #include <errno.h>
 #include <limits.h>
@@ -95,10 +99,13 @@ static const struct {
     OPTION(disk_sync),
     OPTION(disk_sync_ms),
     OPTION(disk_sync_bytes),
+    OPTION(remote),
+    OPTION(remote_timeout_ms),
+    OPTION(remote_ttl_s),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, disk_sync_bytes) -
-                       sizeof(uint64_t) <
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, remote_ttl_s) -
+                       sizeof(uint32_t) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
@@ -288,16 +295,95 @@ static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store
 
 /* Below the host: the store given (e->store), or the disk store the options name, or none.
  * Until the store tier owns it, the store is the engine's to close. */
+/* "redis://[:PASSWORD@]HOST[:PORT]" into host, port and password (NUL-terminated copies in
+ * buf): 0 or -EINVAL. */
+static int parse_remote(const char *url, char *buf, size_t len, struct store_redis_options *ro)
+{
+    static const char scheme[] = "redis://";
+    char *at, *colon, *end;
+
+    if (strncmp(url, scheme, strlen(scheme)) || strlen(url) >= len)
+        return -EINVAL;
+    strcpy(buf, url + strlen(scheme));
+    if ((at = strrchr(buf, '@'))) {
+        if (buf[0] != ':')
+            return -EINVAL; /* no ACL user yet: ":password@" */
+        *at = '\0';
+        ro->password = buf + 1;
+        buf = at + 1;
+    }
+    if ((colon = strrchr(buf, ':'))) {
+        *colon = '\0';
+        unsigned long port = strtoul(colon + 1, &end, 10);
+        if (!colon[1] || *end || port == 0 || port > 65535)
+            return -EINVAL;
+        ro->port = (uint16_t)port;
+    }
+    if (!*buf || strchr(buf, '/'))
+        return -EINVAL;
+    ro->host = buf;
+    return 0;
+}
+
+/* The remote store the options name, for pages of the host pool's size. */
+static int open_remote(kvt_engine *e, const struct host_pool *hp, struct kvt_store **out)
+{
+#ifdef KVT_HAVE_REDIS
+    char buf[1024];
+    struct store_redis_options ro = {.page_bytes = (uint32_t)hp->page_bytes,
+                                     .page_tokens = e->opts.page_size,
+                                     .connect_timeout_ms = e->opts.remote_timeout_ms,
+                                     .read_timeout_ms = e->opts.remote_timeout_ms,
+                                     .write_timeout_ms = e->opts.remote_timeout_ms,
+                                     .ttl_s = e->opts.remote_ttl_s};
+    int rc = parse_remote(e->opts.remote, buf, sizeof(buf), &ro);
+
+    if (rc)
+        return rc;
+    if (!ro.connect_timeout_ms)
+        ro.connect_timeout_ms = ro.read_timeout_ms = ro.write_timeout_ms = 1000;
+    memcpy(ro.fingerprint, e->fingerprint, STORE_REDIS_FP_BYTES);
+    return store_redis_open(&ro, out); /* it copies host and password */
+#else
+    (void)e;
+    (void)hp;
+    (void)out;
+    return KVT_ENOBACKEND;
+#endif
+}
+
+/* The stores the options name, nearest first: the disk store, the remote store, or a chain of
+ * both. */
+static int open_stores(kvt_engine *e, const struct host_pool *hp, struct kvt_store **out)
+{
+    struct kvt_store *s[2] = {NULL, NULL};
+    int rc = 0, n = 0;
+
+    if (e->opts.disk_dir && (rc = open_disk(e, hp, &s[n])) == 0)
+        n++;
+    if (rc == 0 && e->opts.remote && (rc = open_remote(e, hp, &s[n])) == 0)
+        n++;
+    if (rc == 0 && n == 2 && (rc = store_chain_open(s, 2, out)) == 0)
+        return 0; /* the chain owns both */
+    if (rc == 0) {
+        *out = s[0];
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        store_close(s[i]);
+    return rc;
+}
+
 static int open_store_tier(kvt_engine *e)
 {
     struct tier *host = e->below;
     const struct host_pool *hp = host ? host_tier_pool(host) : NULL;
     int rc;
 
-    if (!e->store && !e->opts.disk_dir)
+    if (!e->store && !e->opts.disk_dir && !e->opts.remote)
         return 0;
     if ((rc = store_tier_check_options(&e->opts, host != NULL, hp ? hp->page_bytes : 0)) ||
-        (!e->store && (rc = open_disk(e, hp, &e->store))))
+        (!e->store && (rc = open_stores(e, hp, &e->store))))
         return rc;
     if (e->store->page_bytes != hp->page_bytes || e->store->page_tokens != e->opts.page_size)
         return -EINVAL; /* a store given for pages of another size */

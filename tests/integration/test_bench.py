@@ -27,6 +27,8 @@ import os
 import random
 import re
 import resource
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -980,6 +982,64 @@ def _():
                        r"recurrent and sliding-window"),
                       (["--geometry", WINDOWED, "--host-tokens", "65536"], r"--host-tokens"),
                       (["--geometry", "tiny,swa_window=32,full_every=1"], r"--geometry")):
+        r = bench(*args)
+        eq(r.rc, 2, f"exit status{r.where()}")
+        check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
+
+
+# 4d. A shared remote tier (Redis)
+
+
+def redis_server():
+    """A redis-server of our own on a free loopback port: (process, url); Skip without one."""
+    exe = shutil.which("redis-server")
+    if not exe:
+        raise Skip("redis-server is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = tempfile.mkdtemp(dir=TMP)
+    p = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", d], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return p, f"redis://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise Failure("redis-server did not come up")
+
+
+@case("remote: a second process is served from the Redis tier what the first wrote")
+def _():
+    p, url = redis_server()
+    try:
+        args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536, "--remote", url)
+        first = run_ok(*args)
+        second = run_ok(*args)
+        eq(first["config"]["remote"], url, "config.remote")
+        check(second["tokens_hit"]["disk"] > first["tokens_hit"]["disk"],
+              f"the remote serves the second: {first['tokens_hit']} -> {second['tokens_hit']}")
+        eq(second["disk_errors"], 0, "disk errors")
+        p.kill()
+        p.wait()
+        # The server is gone: the engine serves from its own tiers and counts the failures.
+        dead = run_ok(*args)
+        eq(dead["tokens_hit"]["disk"], 0, "nothing from a dead remote")
+        check(dead["tokens_hit"]["device"] > 0, "the device still serves")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+@case("remote: usage errors name the option")
+def _():
+    for args, pat in ((["--remote", "redis://127.0.0.1:1"], r"--remote needs a host tier"),
+                      (["--host-tokens", "65536", "--remote", "http://x"], r"--remote needs a redis")):
         r = bench(*args)
         eq(r.rc, 2, f"exit status{r.where()}")
         check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")

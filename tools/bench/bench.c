@@ -53,7 +53,7 @@ static const char *const write_policy_names[] = {"write_through", "write_through
 static const char *const disk_sync_names[] = {"durable", "relaxed"}; /* enum kvt_disk_sync */
 
 struct config {
-    const char *trace, *synthetic, *dir;
+    const char *trace, *synthetic, *dir, *remote;
     uint64_t requests; /* 0: the whole trace */
     const char *geometry_arg;
     struct kvt_geometry g;
@@ -951,6 +951,7 @@ static int open_engine(struct bench *b)
         o.disk_bytes = disk_bytes(cfg);
         o.disk_sync = cfg->disk_sync;
     }
+    o.remote = cfg->remote;
     int rc = kvt_open(&o, &b->e);
     if (rc)
         return open_error(cfg, rc);
@@ -1156,6 +1157,8 @@ static void print_text(const struct bench *b)
     } else {
         printf("; disk none\n");
     }
+    if (cfg->remote)
+        printf("                remote %s (its hits count as disk hits below)\n", cfg->remote);
     uint64_t served = c->hit_device + c->hit_host + c->hit_disk;
     printf("  input tokens  %" PRIu64 "\n", c->tokens_total);
     printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host %" PRIu64
@@ -1212,6 +1215,10 @@ static void print_json_config(const struct bench *b)
            kvt_cell_bytes(&cfg->g), cfg->page_size, cfg->device_tokens, cfg->host_tokens,
            cfg->disk_tokens);
     cli_json_string(cfg->dir);
+    if (cfg->remote) {
+        printf(",\"remote\":");
+        cli_json_string(cfg->remote);
+    }
     printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\",\"write_policy\":\"%s\"}",
            backend_in_use(b), policy_names[cfg->policy], write_policy_names[cfg->write_policy]);
 }
@@ -1416,6 +1423,11 @@ static const struct cli_option options[] = {
      .help = "the disk tier's data dir: created if missing (its parent\n"
              "must exist), reused if it holds pages of the same geometry\n"
              "and page size; refused while another process has it open"},
+    {"--remote", CLI_STRING, OFF(remote), .arg = "URL",
+     .help = "a shared remote tier, redis://[:PASSWORD@]HOST[:PORT] of a\n"
+             "standalone Redis or Valkey server, below the disk tier\n"
+             "(or the host tier); needs --host-tokens. Its hits are\n"
+             "counted with the disk tier's"},
     {"--disk-sync", CLI_NAME, OFF(disk_sync), CLI_NAMES(disk_sync_names), .arg = "S",
      .help = "durable (default: each write batch synced) or relaxed\n"
              "(synced every second or 256 MiB; a power cut may lose\n"
@@ -1491,6 +1503,11 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--host-tokens must be larger than --device-tokens", NULL);
     if (cfg->disk_tokens && !cfg->host_tokens)
         return cli_bad_usage(PROG, "--disk-tokens needs a host tier (--host-tokens)", NULL);
+    if (cfg->remote && !cfg->host_tokens)
+        return cli_bad_usage(PROG, "--remote needs a host tier (--host-tokens)", NULL);
+    if (cfg->remote && strncmp(cfg->remote, "redis://", 8) != 0)
+        return cli_bad_usage(PROG, "--remote needs a redis://[:PASSWORD@]HOST[:PORT] URL",
+                             cfg->remote);
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
     if (cfg->mamba_slots && !cfg->mamba.layers)

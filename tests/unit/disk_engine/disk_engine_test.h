@@ -25,6 +25,12 @@
  *   host copies were evicted, are never served: the request computes them (or takes the
  *   leading pages that are intact), errors are counted, the engine goes on, and after a
  *   restart the pages written again are served from disk.
+ * - test_redis_shared, test_redis_faults, test_redis_evicting (redis.c, where hiredis is; skipped
+ *   where redis-server is not installed): the engine over the Redis store on a redis-server of
+ *   the test's own: engines sharing it serve what the others wrote; values overwritten with
+ *   bad ones, FLUSHALL, the server killed and restarted, stopped and continued, and at its
+ *   maxmemory evicting, with every page served checked and no engine call blocked past the
+ *   store's timeouts.
  *
  * KVT_SEED=<n> reruns a sequence (the kill times of test_crash excepted); the seed is printed.
  */
@@ -102,6 +108,9 @@ struct tally {
 };
 
 extern char g_ctx[192]; /* what runs now: the seed, the round; printed with a failure */
+/* The longest one engine call of run_req took, in microseconds (a test of a stalled store
+ * resets it and bounds it by the store's timeouts). */
+extern uint64_t g_slowest_call_us;
 
 /* helpers.c */
 uint32_t below(uint64_t *s, uint32_t n);
@@ -140,5 +149,15 @@ void test_store_geometry(void **state);
 /* damage.c */
 void test_sync_waits_for_drops(void **state);
 void test_checksum_running(void **state);
+
+#ifdef KVT_HAVE_REDIS
+/* redis.c: setup starts a redis-server (none where it is not installed: the tests say they
+ * are skipped), teardown kills it */
+int redis_setup(void **state);
+int redis_teardown(void **state);
+void test_redis_shared(void **state);
+void test_redis_faults(void **state);
+void test_redis_evicting(void **state);
+#endif
 
 #endif

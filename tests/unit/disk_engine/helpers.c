@@ -135,6 +135,27 @@ uint64_t base_seed(void)
 
 /* ---- requests ---- */
 
+uint64_t g_slowest_call_us; /* see disk_engine_test.h */
+
+static uint64_t clock_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* rc of an engine call begun at t0 (its arguments are evaluated before this runs), noting
+ * how long it took. */
+static int timed(uint64_t t0, int rc)
+{
+    uint64_t us = clock_us() - t0;
+
+    if (us > g_slowest_call_us)
+        g_slowest_call_us = us;
+    return rc;
+}
+
 /* Wait for every layer of the request's load and check its first n rows. */
 static void verify(kvt_engine *e, const struct seq *q, const struct kvt_req *r, size_t n)
 {
@@ -145,7 +166,8 @@ static void verify(kvt_engine *e, const struct seq *q, const struct kvt_req *r, 
         return;
     EXPECT_RC(g_ctx, kvt_req_read(e, r, 0, n, slots), 0);
     for (uint32_t l = 0; l < LAYERS; l++) {
-        EXPECT_RC(g_ctx, kvt_load_wait_layer(e, r->load_op, l, NULL), 0);
+        uint64_t t0 = clock_us();
+        EXPECT_RC(g_ctx, timed(t0, kvt_load_wait_layer(e, r->load_op, l, NULL)), 0);
         long bad = check_layer(e, q, 0, n, slots, l);
         if (bad != -1)
             FAIL(g_ctx,
@@ -167,7 +189,8 @@ static void extend(kvt_engine *e, const struct seq *q, const struct kvt_req *r, 
         return;
     if (from)
         EXPECT_RC(g_ctx, kvt_req_read(e, r, from - 1, 1, &last), 0);
-    EXPECT_RC(g_ctx, kvt_alloc_extend(e, 1, &pl, &sl, &last, out, to - from), 0);
+    uint64_t t0 = clock_us();
+    EXPECT_RC(g_ctx, timed(t0, kvt_alloc_extend(e, 1, &pl, &sl, &last, out, to - from)), 0);
     EXPECT_RC(g_ctx, compute_rows(e, q, from, to - from, out), 0);
     EXPECT_RC(g_ctx, kvt_req_write(e, r, from, out, to - from), 0);
 }
@@ -181,15 +204,17 @@ struct kvt_req run_req(kvt_engine *e, const struct seq *q, size_t prompt, int in
     struct kvt_key key = seq_key(q, prompt);
     struct kvt_match mm;
     struct kvt_req r, got;
+    uint64_t t0 = clock_us();
 
     if (!m)
         m = &mm;
     *m = (struct kvt_match){0};
     if (prompt) /* an empty key matches nothing (kvt_match refuses it) */
-        EXPECT_RC(g_ctx, kvt_match(e, &key, NULL, m), 0);
+        EXPECT_RC(g_ctx, timed(t0, kvt_match(e, &key, NULL, m)), 0);
     REQUIRE(g_ctx, m->device_len % PS == 0 && m->host_len % PS == 0 && m->disk_len % PS == 0);
     REQUIRE(g_ctx, m->device_len + m->host_len + m->disk_len <= prompt / PS * PS);
-    EXPECT_RC(g_ctx, kvt_req_begin(e, &key, &r), 0);
+    t0 = clock_us();
+    EXPECT_RC(g_ctx, timed(t0, kvt_req_begin(e, &key, &r)), 0);
     REQUIRE(g_ctx, r.pool_idx >= 0);
     REQUIRE(g_ctx, r.protected_len % PS == 0 && r.protected_len <= prompt / PS * PS);
     REQUIRE(g_ctx, r.protected_len >= m->device_len);
@@ -200,8 +225,10 @@ struct kvt_req run_req(kvt_engine *e, const struct seq *q, size_t prompt, int in
     extend(e, q, &r, r.protected_len, q->len);
     verify(e, q, &r, q->len);
     key = seq_key(q, q->len);
-    EXPECT_RC(g_ctx, kvt_req_cache_finished(e, &r, &key, 0, insert), 0);
-    EXPECT_RC(g_ctx, kvt_poll(e, 0, NULL), 0);
+    t0 = clock_us();
+    EXPECT_RC(g_ctx, timed(t0, kvt_req_cache_finished(e, &r, &key, 0, insert)), 0);
+    t0 = clock_us();
+    EXPECT_RC(g_ctx, timed(t0, kvt_poll(e, 0, NULL)), 0);
     return got;
 }
 

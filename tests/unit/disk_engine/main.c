@@ -11,6 +11,11 @@ int main(void)
         cmocka_unit_test(test_store_geometry),
         cmocka_unit_test(test_crash),
         cmocka_unit_test(test_crash_relaxed),
+#ifdef KVT_HAVE_REDIS
+        cmocka_unit_test_setup_teardown(test_redis_shared, redis_setup, redis_teardown),
+        cmocka_unit_test_setup_teardown(test_redis_faults, redis_setup, redis_teardown),
+        cmocka_unit_test_setup_teardown(test_redis_evicting, redis_setup, redis_teardown),
+#endif
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,6 +42,7 @@ void test_backend_choice(void **state);
 void test_strerror(void **state);
 void test_version(void **state);
 void test_fingerprint(void **state);
+void test_remote_url(void **state);
 
 /* requests.c */
 void test_insert_ownership(void **state);

@@ -21,6 +21,7 @@ int main(void)
         cmocka_unit_test(test_finished_frees_row),
         cmocka_unit_test(test_stale_request),
         cmocka_unit_test(test_older_caller),
+        cmocka_unit_test(test_remote_url),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_newer_caller),
     };

@@ -255,3 +255,36 @@ void test_fingerprint(void **state)
     kvt_close(e);
     assert_memory_not_equal(a, c, 32);
 }
+
+/* options.remote: a URL that is not redis://[:PASSWORD@]HOST[:PORT] is -EINVAL; a good one
+ * opens without a server (it connects on the first op) where this build has the Redis store,
+ * else KVT_ENOBACKEND; it needs the host tier. */
+void test_remote_url(void **state)
+{
+    static const char *const bad[] = {"http://h:1",  "redis://",        "redis://h:0",
+                                      "redis://h:x", "redis://h:70000", "redis://u:pw@h:1",
+                                      "redis://h/0", "redis://:pw@"};
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        base_options(&o);
+        o.host_ratio = 2.0;
+        o.remote = bad[i];
+        if (kvt_open(&o, &e) != -EINVAL)
+            fail_msg("remote %s was not refused", bad[i]);
+    }
+    base_options(&o);
+    o.remote = "redis://127.0.0.1:1"; /* no host tier */
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    o.host_ratio = 2.0;
+    o.remote = "redis://:secret@127.0.0.1:1";
+    int rc = kvt_open(&o, &e);
+#ifdef KVT_HAVE_REDIS
+    assert_int_equal(rc, 0);
+    kvt_close(e);
+#else
+    assert_int_equal(rc, KVT_ENOBACKEND);
+#endif
+}
