@@ -295,36 +295,6 @@ static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store
 
 /* Below the host: the store given (e->store), or the disk store the options name, or none.
  * Until the store tier owns it, the store is the engine's to close. */
-/* "redis://[:PASSWORD@]HOST[:PORT]" into host, port and password (NUL-terminated copies in
- * buf): 0 or -EINVAL. */
-static int parse_remote(const char *url, char *buf, size_t len, struct store_redis_options *ro)
-{
-    static const char scheme[] = "redis://";
-    char *at, *colon, *end;
-
-    if (strncmp(url, scheme, strlen(scheme)) || strlen(url) >= len)
-        return -EINVAL;
-    strcpy(buf, url + strlen(scheme));
-    if ((at = strrchr(buf, '@'))) {
-        if (buf[0] != ':')
-            return -EINVAL; /* no ACL user yet: ":password@" */
-        *at = '\0';
-        ro->password = buf + 1;
-        buf = at + 1;
-    }
-    if ((colon = strrchr(buf, ':'))) {
-        *colon = '\0';
-        unsigned long port = strtoul(colon + 1, &end, 10);
-        if (!colon[1] || *end || port == 0 || port > 65535)
-            return -EINVAL;
-        ro->port = (uint16_t)port;
-    }
-    if (!*buf || strchr(buf, '/'))
-        return -EINVAL;
-    ro->host = buf;
-    return 0;
-}
-
 /* The remote store the options name, for pages of the host pool's size. */
 static int open_remote(kvt_engine *e, const struct host_pool *hp, struct kvt_store **out)
 {
@@ -336,7 +306,7 @@ static int open_remote(kvt_engine *e, const struct host_pool *hp, struct kvt_sto
                                      .read_timeout_ms = e->opts.remote_timeout_ms,
                                      .write_timeout_ms = e->opts.remote_timeout_ms,
                                      .ttl_s = e->opts.remote_ttl_s};
-    int rc = parse_remote(e->opts.remote, buf, sizeof(buf), &ro);
+    int rc = store_redis_parse_url(e->opts.remote, buf, sizeof(buf), &ro);
 
     if (rc)
         return rc;

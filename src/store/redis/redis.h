@@ -63,4 +63,15 @@ void store_redis_key(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[S
 void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[STORE_KEY_BYTES],
                        const void *page, uint32_t page_bytes, uint8_t *out);
 
+/* "redis://[:PASSWORD@]HOST[:PORT]" (options.remote) into o's host, port and password, which
+ * point into buf (len bytes, valid while buf is); o's other fields are left alone. 0 or
+ * -EINVAL. */
+int store_redis_parse_url(const char *url, char *buf, size_t len, struct store_redis_options *o);
+
+/* 0 when v (len bytes) is key's page of fingerprint fp, page_bytes long, whole and
+ * unchanged (every header field and the checksum); else KVT_ECORRUPT. */
+int store_redis_value_check(const uint8_t fp[STORE_REDIS_FP_BYTES],
+                            const uint8_t key[STORE_KEY_BYTES], uint32_t page_bytes,
+                            const uint8_t *v, size_t len);
+
 #endif

@@ -69,15 +69,22 @@ void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key
     memcpy(out + STORE_REDIS_HEAD_BYTES, page, page_bytes);
 }
 
-int redis_value_check(const struct redis_store *r, const uint8_t *key, const uint8_t *v, size_t len)
+int store_redis_value_check(const uint8_t fp[STORE_REDIS_FP_BYTES],
+                            const uint8_t key[STORE_KEY_BYTES], uint32_t page_bytes,
+                            const uint8_t *v, size_t len)
 {
     XXH128_canonical_t sum;
-    uint32_t pb = r->base.page_bytes;
+    uint32_t pb = page_bytes;
 
     if (len != STORE_REDIS_HEAD_BYTES + (size_t)pb || memcmp(v, MAGIC, 8) ||
-        get_le(v + 8, 4) != FORMAT || memcmp(v + 16, r->o.fingerprint, STORE_REDIS_FP_BYTES) ||
+        get_le(v + 8, 4) != FORMAT || memcmp(v + 16, fp, STORE_REDIS_FP_BYTES) ||
         memcmp(v + 48, key, STORE_KEY_BYTES) || get_le(v + 80, 8) != pb)
         return KVT_ECORRUPT;
     XXH128_canonicalFromHash(&sum, XXH3_128bits(v + STORE_REDIS_HEAD_BYTES, pb));
     return memcmp(v + 88, sum.digest, sizeof(sum.digest)) ? KVT_ECORRUPT : 0;
+}
+
+int redis_value_check(const struct redis_store *r, const uint8_t *key, const uint8_t *v, size_t len)
+{
+    return store_redis_value_check(r->o.fingerprint, key, r->base.page_bytes, v, len);
 }
