@@ -217,6 +217,20 @@ static const struct command commands[] = {
      "  --interval SECONDS    time between refreshes (default 1; fractions allowed)\n"
      "  --count N             stop after N refreshes (default: until interrupted)\n"
      "  --json                one JSON object per refresh, one per line\n"},
+    {"remote", cmd_remote, 2, 2, "--json ", "remote stat URL | remote verify URL",
+     "The Redis/Valkey tier (options.remote) on its server, URL as options.remote takes it:\n"
+     "redis://[:PASSWORD@]HOST[:PORT]. Every kvt:* key is found with SCAN; nothing is\n"
+     "written to the server. Keys evicted or expired during the scan are not counted.\n\n"
+     "stat: pages and bytes per fingerprint (the engine's KV identity; several models\n"
+     "may share a server), and the server's used memory, maxmemory and its policy.\n\n"
+     "verify: read every page and check its header (magic, format, fingerprint and page\n"
+     "key matching the key's name, length) and its XXH3-128 checksum; count good and bad\n"
+     "pages per fingerprint and name the first bad keys. A kvt:* key not named as a page\n"
+     "is bad too. An engine treats a bad value as a miss and deletes it when it reads it.\n"
+     "\n" JSON_HELP
+     "\nExit status: 0 ok (verify: nothing bad), 1 bad pages found (verify) or an error\n"
+     "(server down), 2 on bad usage (a bad URL), or where kvtier-ctl was built without\n"
+     "hiredis.\n"},
     {"metrics", cmd_metrics, 1, 1, "--json ", "metrics SOCKET",
      "The engine's figures in Prometheus text format, as its stats socket serves them\n"
      "(kvtier_<field> lines with # HELP and # TYPE).\n\n"
@@ -257,6 +271,11 @@ static void usage(FILE *f)
             "  stat --live SOCKET    per tier occupancy, hits, bytes moved, ops in flight, errors\n"
             "  top SOCKET            the same, refreshed, with rates\n"
             "  metrics SOCKET        Prometheus text format\n"
+            "\n"
+            "On the Redis tier's server (options.remote, redis://[:PASSWORD@]HOST[:PORT]):\n"
+            "  remote stat URL       pages and bytes per fingerprint, the server's memory\n"
+            "  remote verify URL     read every page and check its header and checksum;\n"
+            "                        exit 1 when any is bad\n"
             "\n"
             "Every command takes --json (JSON on stdout) and --help. HASH is a page hash in hex\n"
             "or a unique prefix of one (at least 4 digits).\n"
@@ -472,6 +491,8 @@ static int check_args(const struct command *c, const struct ctl_args *a)
         return rc;
     if (c->run == cmd_stat && !a->live == !a->npos)
         return bad(c, "give a data dir or --live SOCKET (one of them)", NULL);
+    if (c->run == cmd_remote && strcmp(a->pos[0], "stat") && strcmp(a->pos[0], "verify"))
+        return bad(c, "expected stat or verify", a->pos[0]);
     if (c->run == cmd_evict && !a->to_set)
         return bad(c, "--to SIZE is required", NULL);
     if ((c->run == cmd_export || c->run == cmd_import) && !a->all && !a->nns && !a->nprefix)

@@ -7,6 +7,7 @@
  *   ctl_check.c   verify, gc, evict
  *   ctl_copy.c    export, import
  *   ctl_live.c    stat --live, top, metrics (a running engine's stats socket)
+ *   ctl_remote.c  remote stat, remote verify (the Redis tier's server; needs hiredis)
  */
 #ifndef KVT_TOOLS_CTL_H
 #define KVT_TOOLS_CTL_H
@@ -26,7 +27,8 @@
 /* ---- the command line ---- */
 
 struct ctl_args {
-    const char *pos[2]; /* positional arguments: DIR or SOCKET, then HASH or another DIR */
+    const char *pos[2]; /* positional arguments: DIR or SOCKET, then HASH or another DIR;
+                         * remote: stat or verify, then URL */
     int npos;
     bool json, dot, repair, reverse, all, dry_run, detached;
     const char *live;               /* stat --live SOCKET */
@@ -180,5 +182,7 @@ int cmd_import(const struct ctl_args *a);
 int cmd_stat_live(const struct ctl_args *a);
 int cmd_top(const struct ctl_args *a);
 int cmd_metrics(const struct ctl_args *a);
+/* remote stat URL, remote verify URL (pos[0] says which); 2 where hiredis was not found. */
+int cmd_remote(const struct ctl_args *a);
 
 #endif
