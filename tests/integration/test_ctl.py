@@ -1647,6 +1647,125 @@ def _():
     eq(json.loads(out)["ok"], True, "JSON with a terminal on stderr")
 
 
+# ---- the Redis tier (remote stat, remote verify) ----
+
+_redis = {}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resp(port, *args):
+    """One command to the server in RESP; its reply's first line (enough for SET, DBSIZE)."""
+    msg = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(msg)
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return reply.decode().strip()
+
+
+def redis_url():
+    """The URL of a redis-server of the test's own, filled by kvtier-bench once; Skip where
+    redis-server or ctl's remote commands are missing."""
+    if "url" in _redis:
+        return _redis["url"]
+    server = shutil.which("redis-server")
+    if not server:
+        raise harness.Skip("no redis-server")
+    r = ctl("remote", "stat", "redis://127.0.0.1:1")
+    if r.rc == 2 and "not built in" in r.err:
+        raise harness.Skip("kvtier-ctl built without hiredis")
+    port, d = free_port(), os.path.join(TMP, "redis")
+    os.makedirs(d, exist_ok=True)
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
+                             "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _redis["proc"] = proc
+    for _ in range(100):
+        try:
+            if resp(port, b"PING") == "+PONG":
+                break
+        except OSError:
+            time.sleep(0.05)
+    url = f"redis://127.0.0.1:{port}"
+    b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic", "mixed",
+                        "--requests", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=120)
+    check(b.returncode == 0, f"kvtier-bench --remote failed: {b.stderr[-400:]!r}")
+    _redis["port"], _redis["url"] = port, url
+    return url
+
+
+def stop_redis():
+    proc = _redis.pop("proc", None)
+    if proc:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@case("remote stat: one fingerprint, its pages the server's keys; text and --json")
+def _():
+    url = redis_url()
+    dbsize = int(resp(_redis["port"], b"DBSIZE")[1:])
+    check(dbsize > 0, "kvtier-bench --remote stored no page")
+    j = ok_json("remote", "stat", url)
+    eq(len(j["fingerprints"]), 1, f"fingerprints in {j}")
+    eq(j["fingerprints"][0]["pages"], dbsize, "pages against DBSIZE")
+    eq(j["pages"], dbsize, "pages in total")
+    check(j["bytes"] > dbsize * 104, f"bytes: {j['bytes']}")
+    check(j["used_memory"] > 0 and j["maxmemory_policy"], f"INFO memory fields: {j}")
+    t = ok("remote", "stat", url).out
+    check(j["fingerprints"][0]["fingerprint"] in t and str(dbsize) in t, f"text: {t!r}")
+
+
+@case("remote verify: good pages exit 0; a garbage value exits 1 and is named")
+def _():
+    url = redis_url()
+    j = ok_json("remote", "verify", url)
+    eq((j["bad"], j["ok"]), (0, True), f"verify of a clean server: {j}")
+    check(j["good"] > 0, f"good pages: {j}")
+    fp = ok_json("remote", "stat", url)["fingerprints"][0]["fingerprint"]
+    names = []
+    with socket.create_connection(("127.0.0.1", _redis["port"]), timeout=10) as s:
+        s.sendall(b"*4\r\n$4\r\nSCAN\r\n$1\r\n0\r\n$5\r\nMATCH\r\n$5\r\nkvt:*\r\n")
+        reply = b""
+        while not names and (chunk := s.recv(1 << 16)):
+            reply += chunk
+            names = re.findall(rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}", reply)
+    check(names, "no kvt:* key to damage")
+    key = names[0]
+    check(key.decode().startswith(f"kvt:{fp}:"), f"key {key!r} of fingerprint {fp}")
+    eq(resp(_redis["port"], b"SET", key, b"garbage"), "+OK", "SET garbage")
+    r = ctl("remote", "verify", url)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check(key.decode() in r.out, f"the bad key named{r.where()}")
+    j = ctl("remote", "verify", url, "--json").json()
+    eq((j["bad"], j["ok"], j["bad_keys"]), (1, False, [key.decode()]), "verify --json")
+    eq(j["fingerprints"][0]["bad"], 1, "bad pages of the fingerprint")
+
+
+@case("remote: a bad URL exits 2 naming it; a dead port exits 1")
+def _():
+    r = ctl("remote", "stat", "redis://127.0.0.1:1")
+    if r.rc == 2 and "not built in" in r.err:
+        raise harness.Skip("kvtier-ctl built without hiredis")
+    for url in ("http://127.0.0.1:6379", "redis://", "redis://host:99999", "redis://u:p@host"):
+        fails(2, re.escape(f"bad URL '{url}'"), "remote", "verify", url)
+    port = free_port()
+    for sub in ("stat", "verify"):
+        fails(1, f"cannot connect to 127.0.0.1:{port}: ", "remote", sub,
+              f"redis://127.0.0.1:{port}")
+    fails(2, "expected stat or verify", "remote", "list", "redis://127.0.0.1:1")
+
+
 # ---- driver ----
 
 def main():
@@ -1658,7 +1777,10 @@ def main():
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvtier-ctl-test-") as tmp:
         TMP = tmp
-        failed, _ = harness.run_cases(os.environ.get("CTL_CASE"))  # names holding CTL_CASE
+        try:
+            failed, _ = harness.run_cases(os.environ.get("CTL_CASE"))  # names holding CTL_CASE
+        finally:
+            stop_redis()
     return harness.summary(failed, t0)
 
 
