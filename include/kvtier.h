@@ -253,8 +253,8 @@ struct kvt_options {
      * (disk_write_policy); reads come from the nearest tier holding them. Every value read is
      * checked (a failing one is a miss, never served), and a server that is down, slow or
      * emptied costs only hits: ops fail within remote_timeout_ms and the engine serves on.
-     * NULL (default): none. A URL that is not of that form is -EINVAL; a build without
-     * hiredis gives KVT_ENOBACKEND. */
+     * NULL (default): none. A URL that is not of that form is -EINVAL; in a build without
+     * hiredis any remote is KVT_ENOBACKEND. */
     const char *remote;
     uint32_t remote_timeout_ms; /* connect, read and write timeouts; 0: 1000 */
     uint32_t remote_ttl_s;      /* seconds a page lives on the server; 0: until it evicts it */

@@ -267,12 +267,18 @@ void test_remote_url(void **state)
     struct kvt_options o;
     kvt_engine *e = NULL;
 
+#ifdef KVT_HAVE_REDIS
+    const int refused = -EINVAL;
+#else
+    const int refused = KVT_ENOBACKEND; /* any remote, before its URL is looked at */
+#endif
+
     (void)state;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         base_options(&o);
         o.host_ratio = 2.0;
         o.remote = bad[i];
-        if (kvt_open(&o, &e) != -EINVAL)
+        if (kvt_open(&o, &e) != refused)
             fail_msg("remote %s was not refused", bad[i]);
     }
     base_options(&o);
