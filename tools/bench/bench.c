@@ -836,6 +836,12 @@ static int open_error(const struct config *cfg, int rc)
                 PROG, cfg->host_tokens, cfg->device_tokens, cfg->page_size);
         return -1;
     case KVT_ENOBACKEND:
+        if (cfg->remote) {
+            fprintf(stderr, "%s: --remote: not built in (kvtier was built without hiredis)\n",
+                    PROG);
+            return -1;
+        }
+        /* fall through */
     case KVT_EBACKEND:
         fprintf(stderr, "%s: --backend %s: %s%s\n", PROG, backend_names[cfg->backend],
                 kvt_strerror(rc), rc == KVT_ENOBACKEND ? ": use --backend sim" : "");
