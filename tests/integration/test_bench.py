@@ -1018,10 +1018,12 @@ def _():
     p, url = redis_server()
     try:
         args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536, "--remote", url)
-        r = bench(*args)
+        r = bench(*args, "--json")
         if r.rc == 1 and "--remote: not built in" in r.err:
             raise Skip("kvtier-bench was built without hiredis")
-        first = run_ok(*args)
+        eq(r.rc, 0, f"exit status{r.where()}")
+        first = r.json()
+        eq(first["verify"]["mismatches"], 0, "mismatches")
         second = run_ok(*args)
         eq(first["config"]["remote"], url, "config.remote")
         check(second["tokens_hit"]["disk"] > first["tokens_hit"]["disk"],
