@@ -1,6 +1,7 @@
 """What the integration scripts share: checks that raise Failure, a program run and its
 report, the case registry, and the runner that prints one line a case (PASS, FAIL, SKIP, or
-XFAIL and XPASS for a case marked with a known bug) and a summary.
+XFAIL and XPASS for a case marked with a known bug) and a summary; and a redis-server of a
+test's own for the remote tier's cases.
 
 A case raises Skip to say why it cannot run here. KVT_STRICT=1 in the environment makes an
 XFAIL count as a failure.
@@ -8,6 +9,8 @@ XFAIL count as a failure.
 import json
 import math
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -108,6 +111,32 @@ def program_arg(script, what):
 # ---- the cases ----
 
 CASES = []
+
+
+def start_redis(tmp):
+    """A redis-server of our own on a free loopback port, its data dir in tmp, no
+    persistence: (process, port) once it accepts connections; Skip without one."""
+    exe = shutil.which("redis-server")
+    if not exe:
+        raise Skip("redis-server is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = os.path.join(tmp, f"redis-{port}")
+    os.makedirs(d, exist_ok=True)
+    p = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", d], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return p, port
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    p.wait()
+    raise Failure("redis-server did not come up")
 
 
 def case(name, known_bug=None):

@@ -27,8 +27,6 @@ import os
 import random
 import re
 import resource
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -922,9 +920,7 @@ def _():
                       (["--geometry", HYBRID, "--mamba-slots", "1"], r"--mamba-slots"),
                       (["--mamba-slots", "8"], r"--mamba-slots needs a hybrid"),
                       (["--geometry", HYBRID, "--host-tokens", "65536"], r"--host-tokens")):
-        r = bench(*args)
-        eq(r.rc, 2, f"exit status{r.where()}")
-        check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
+        usage_case(args, pat)()
 
 
 # 4c. Hybrid models: sliding-window layers
@@ -982,35 +978,16 @@ def _():
                        r"recurrent and sliding-window"),
                       (["--geometry", WINDOWED, "--host-tokens", "65536"], r"--host-tokens"),
                       (["--geometry", "tiny,swa_window=32,full_every=1"], r"--geometry")):
-        r = bench(*args)
-        eq(r.rc, 2, f"exit status{r.where()}")
-        check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
+        usage_case(args, pat)()
 
 
 # 4d. A shared remote tier (Redis)
 
 
 def redis_server():
-    """A redis-server of our own on a free loopback port: (process, url); Skip without one."""
-    exe = shutil.which("redis-server")
-    if not exe:
-        raise Skip("redis-server is not installed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    d = tempfile.mkdtemp(dir=TMP)
-    p = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no", "--dir", d], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return p, f"redis://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    p.kill()
-    raise Failure("redis-server did not come up")
+    """A redis-server of our own: (process, url); Skip without one."""
+    p, port = harness.start_redis(TMP)
+    return p, f"redis://127.0.0.1:{port}"
 
 
 @case("remote: a second process is served from the Redis tier what the first wrote")
@@ -1045,9 +1022,7 @@ def _():
 def _():
     for args, pat in ((["--remote", "redis://127.0.0.1:1"], r"--remote needs a host tier"),
                       (["--host-tokens", "65536", "--remote", "http://x"], r"--remote needs a redis")):
-        r = bench(*args)
-        eq(r.rc, 2, f"exit status{r.where()}")
-        check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
+        usage_case(args, pat)()
 
 
 # 5. Usage errors

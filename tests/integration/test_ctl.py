@@ -1677,24 +1677,10 @@ def redis_url():
     redis-server or ctl's remote commands are missing."""
     if "url" in _redis:
         return _redis["url"]
-    server = shutil.which("redis-server")
-    if not server:
-        raise harness.Skip("no redis-server")
     r = ctl("remote", "stat", "redis://127.0.0.1:1")
     if r.rc == 2 and "not built in" in r.err:
         raise harness.Skip("kvtier-ctl built without hiredis")
-    port, d = free_port(), os.path.join(TMP, "redis")
-    os.makedirs(d, exist_ok=True)
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
-                             "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _redis["proc"] = proc
-    for _ in range(100):
-        try:
-            if resp(port, b"PING") == "+PONG":
-                break
-        except OSError:
-            time.sleep(0.05)
+    _redis["proc"], port = harness.start_redis(TMP)
     url = f"redis://127.0.0.1:{port}"
     b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic", "mixed",
                         "--requests", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
