@@ -283,20 +283,27 @@ class Engine:
         if hybrid:
             args += ["--hybrid", hybrid]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.pending = b""
         self.wait_line("ready")
         if requests:
             self.wait_line(f"served {requests}")
 
     def wait_line(self, want, timeout=20):
+        # Lines are split here from raw reads of the pipe: a buffered readline may take two
+        # lines that came at once and leave the second where select() cannot see it.
         deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
-            if ready:
-                line = self.proc.stdout.readline().decode().strip()
-                if line == want:
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                if line.decode().strip() == want:
                     return
-                if not line and self.proc.poll() is not None:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk and self.proc.poll() is not None:
                     break
+                self.pending += chunk
         self.stop()
         raise Failure(f"live_engine never printed {want!r}: {self.proc.stderr.read()[-400:]!r}")
 
