@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 4
+#define KVT_VERSION_MINOR 5
 #define KVT_VERSION_PATCH 0
 
 /* kvtier-specific error codes, below the errno range. */
@@ -224,8 +224,9 @@ struct kvt_options {
      * a run does the same thing every time (tests, recorded baselines); 0 (default): worker
      * threads emulate the streams, and what lands when varies as on a GPU. cuda ignores it. */
     uint32_t sim_serial;
-    /* Recurrent layers of a hybrid model (since 0.4); layers 0: none. Not yet with a host
-     * tier (-EINVAL): states do not leave the device. */
+    /* Recurrent layers of a hybrid model (since 0.4); layers 0: none. With a host tier (since
+     * 0.5) checkpoints are saved beside their nodes' host copies (mamba_host_states); not yet
+     * with a disk or remote tier (-EINVAL): states do not go below the host. */
     struct kvt_mamba mamba;
     /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. Not yet with a
      * host tier or with recurrent layers (-EINVAL). */
@@ -258,6 +259,11 @@ struct kvt_options {
     const char *remote;
     uint32_t remote_timeout_ms; /* connect, read and write timeouts; 0: 1000 */
     uint32_t remote_ttl_s;      /* seconds a page lives on the server; 0: until it evicts it */
+    /* Host copies of recurrent states (options.mamba with a host tier; since 0.5): a
+     * checkpoint whose node keeps its host copy when the state leaves the device is saved
+     * beside it and comes back with the node's KV. 0: mamba.slots times the host pool's pages
+     * per device page. Each takes the state's bytes of host memory once used. */
+    uint32_t mamba_host_states;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -367,6 +373,11 @@ struct kvt_stats {
     uint64_t swa_evicted_tokens;  /* SWA KV freed by the cache while its full KV stayed */
     uint64_t swa_released_tokens; /* SWA KV requests freed as their window moved on */
     uint64_t swa_revived_tokens;  /* SWA tombstones given a request's fresh SWA KV back */
+    /* Host copies of recurrent states (all 0 without them; since 0.5). */
+    uint64_t mamba_host_slots;      /* how many the host may keep (options.mamba_host_states) */
+    uint64_t mamba_host_states;     /* of them, held */
+    uint64_t mamba_saved_states;    /* states copied to the host as they left the device */
+    uint64_t mamba_restored_states; /* host copies brought back onto the device */
 };
 
 typedef struct kvt_engine kvt_engine;

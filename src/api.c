@@ -102,9 +102,10 @@ static const struct {
     OPTION(remote),
     OPTION(remote_timeout_ms),
     OPTION(remote_ttl_s),
+    OPTION(mamba_host_states),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, remote_ttl_s) -
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, mamba_host_states) -
                        sizeof(uint32_t) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
@@ -246,9 +247,12 @@ static int open_tree(kvt_engine *e)
         .ctx = e,
     };
 
+    int rc;
+
     memcpy(cfg.fingerprint, e->fingerprint, KVT_HASH_LEN);
-    if (e->mamba)
-        engine_mamba_tree_config(e, &cfg);
+    if (e->mamba &&
+        (rc = engine_mamba_tree_config(e, &cfg, e->below ? host_tier_pool(e->below)->npages : 0)))
+        return rc;
     if (e->swa)
         engine_swa_tree_config(e, &cfg);
     return rdx_create(&cfg, &e->tree);

@@ -25,7 +25,7 @@ static void count_one(struct page_count *pc, uint32_t page)
 }
 
 struct owners {
-    struct page_count dev, host, mamba;
+    struct page_count dev, host, mamba, mhost;
 };
 
 static void count_device_page(void *ctx, uint32_t page)
@@ -41,6 +41,11 @@ static void count_host_page(void *ctx, uint32_t page)
 static void count_state_slot(void *ctx, uint32_t slot)
 {
     count_one(&((struct owners *)ctx)->mamba, slot);
+}
+
+static void count_host_state(void *ctx, uint32_t hslot)
+{
+    count_one(&((struct owners *)ctx)->mhost, hslot);
 }
 
 static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why, size_t len)
@@ -87,25 +92,29 @@ static uint32_t below_tree_pages(const kvt_engine *e)
 int engine_check(const kvt_engine *e, char *why, size_t why_len)
 {
     uint32_t nbelow = below_tree_pages(e);
-    uint32_t nstates = engine_mamba_slots(e);
+    uint32_t nstates = engine_mamba_slots(e), nhost = engine_mamba_host_slots(e);
     const struct slot_alloc *a = engine_slots_c(e);
     struct owners o = {.dev = {.lo = 1, .hi = a->npages},
                        .host = {.lo = 0, .hi = nbelow ? nbelow - 1 : 0},
-                       .mamba = {.lo = 1, .hi = nstates}};
+                       .mamba = {.lo = 1, .hi = nstates},
+                       .mhost = {.lo = 1, .hi = nhost}};
     struct rdx_page_visitor v = {.device = count_device_page, .ctx = &o};
     int rc = -ENOMEM;
 
     o.dev.count = calloc(a->npages + 1, 1);
     o.host.count = calloc(nbelow ? nbelow : 1, 1);
     o.mamba.count = calloc((size_t)nstates + 1, 1);
-    if (!o.dev.count || !o.host.count || !o.mamba.count)
+    o.mhost.count = calloc((size_t)nhost + 1, 1);
+    if (!o.dev.count || !o.host.count || !o.mamba.count || !o.mhost.count)
         goto out;
     if (nbelow)
         v.host = count_host_page;
     if (nstates)
         v.mamba = count_state_slot;
+    if (nhost)
+        v.mamba_host = count_host_state;
     rc = rdx_check(e->tree, &v, why, why_len);
-    if (rc == 0 && (o.dev.bad || o.host.bad || o.mamba.bad)) {
+    if (rc == 0 && (o.dev.bad || o.host.bad || o.mamba.bad || o.mhost.bad)) {
         snprintf(why, why_len, "a page is held by two nodes or is out of range");
         rc = -EUCLEAN;
     }
@@ -118,12 +127,13 @@ int engine_check(const kvt_engine *e, char *why, size_t why_len)
     if (rc == 0 && nbelow)
         rc = e->below->ops->check(e->below, o.host.count, why, why_len);
     if (rc == 0 && nstates)
-        rc = engine_mamba_check(e, o.mamba.count, why, why_len);
+        rc = engine_mamba_check(e, o.mamba.count, o.mhost.count, why, why_len);
     if (rc == 0 && e->swa)
         rc = engine_swa_check(e, why, why_len);
 out:
     free(o.dev.count);
     free(o.host.count);
     free(o.mamba.count);
+    free(o.mhost.count);
     return rc;
 }

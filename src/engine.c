@@ -448,11 +448,13 @@ int kvt_req_begin(kvt_engine *e, const struct kvt_key *key, struct kvt_req *req)
     if (e->mamba || e->swa) {
         rc = e->mamba ? engine_mamba_begin(e, idx, key, row, req)
                       : engine_swa_begin(e, idx, key, row, req);
-        if (rc)
+        if (rc) {
             req_pool_free(&e->reqs, idx);
-        else
-            e->reqs.filled[idx] = (uint32_t)req->protected_len;
-        return rc;
+            return rc;
+        }
+        e->reqs.filled[idx] = (uint32_t)req->protected_len;
+        req->load_op = load_to_wait(e, req->load_op); /* a state's KV may be landing */
+        return 0;
     }
     /* The match writes its slots straight into the request's row. */
     struct below_part bp;

@@ -128,7 +128,9 @@ void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st);
 /* Options check, then the state pool and request map; the tree's settings for states. */
 int engine_mamba_check_options(const struct kvt_options *o);
 int engine_mamba_open(kvt_engine *e);
-void engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg);
+/* The tree's state settings; with host_pages (the host tier's pool) the host copies of
+ * states are made room for. */
+int engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg, uint64_t host_pages);
 void engine_mamba_close(kvt_engine *e);
 
 /* kvt_match and the match of kvt_req_begin: the device prefix cut to its deepest state. The
@@ -156,7 +158,12 @@ int engine_mamba_cached(kvt_engine *e, int32_t idx, kvt_node_ref node, int finis
 uint32_t engine_mamba_slots(const kvt_engine *e);
 
 /* Every state slot has the one owner its state says (held[s]: the tree's nodes naming s). */
-int engine_mamba_check(const kvt_engine *e, const uint8_t *held, char *why, size_t why_len);
+/* Each state slot and host copy of a state has the one owner its state says: held[s] and
+ * hheld[h] count the tree's nodes naming them. */
+int engine_mamba_check(const kvt_engine *e, const uint8_t *held, const uint8_t *hheld, char *why,
+                       size_t why_len);
+/* How many host copies of states the engine may keep (0: none). */
+uint32_t engine_mamba_host_slots(const kvt_engine *e);
 void engine_mamba_stats(const kvt_engine *e, struct kvt_stats *st);
 
 /* kvt_open with the store below the host given (NULL: the one the options name): the test

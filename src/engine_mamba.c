@@ -5,8 +5,13 @@
  * that state into the request's own slot (copy on write); the request records a checkpoint
  * in its track slot (kvt_req_mamba_track) and hands it to the tree when it caches its key up
  * to that position. The pieces are the device layer's (mamba_pool, mamba_req, mamba_ckpt)
- * and the tree's (radix_mamba.c); this file only joins them. States stay on the device: an
- * engine with a host tier is refused until they travel.
+ * and the tree's (radix_mamba.c); this file only joins them.
+ *
+ * With a host tier, a checkpoint whose node keeps a host copy when the state leaves the device
+ * is saved beside it, in host memory this file keeps (save_state); a request whose deepest
+ * state is such a copy has the node's KV loaded back through the tier below and the state
+ * copied back into a device slot (restore) before it matches as on the device alone. States
+ * do not go to disk yet: an engine with a store below the host is refused.
  */
 #include "device/mamba_ckpt.h"
 #include "device/mamba_pool.h"
@@ -33,6 +38,12 @@ struct engine_mamba {
     uint64_t grid, decode_grid;
     struct mamba_row *row; /* per request row */
     uint64_t kv_hit_tokens, evicted_states;
+    /* Host copies of states, slots 1..hcap: buffers of slot_bytes made on first use and kept
+     * (so memory grows with the copies held, up to hcap), and a stack of the free slots. */
+    uint32_t hcap, hnfree;
+    uint8_t **hbuf;
+    uint32_t *hfree;
+    uint64_t slot_bytes, saved, restored;
 };
 
 /* ---- open / close ---- */
@@ -48,8 +59,8 @@ int engine_mamba_check_options(const struct kvt_options *o)
     if (mamba_geometry_check(&g) || mamba_ckpt_rules_check(&r) || m->slots == 1 ||
         m->slots > INT32_MAX - 1)
         return -EINVAL;
-    /* States do not leave the device yet: a host or disk tier would hold KV no state backs. */
-    if (o->host_tokens || o->host_bytes || o->host_ratio != 0 || o->disk_dir)
+    /* States do not go below the host yet: a store would hold KV no state backs. */
+    if (o->disk_dir || o->remote)
         return -EINVAL;
     return 0;
 }
@@ -88,11 +99,75 @@ static void release_states(void *ctx, const uint32_t *slots, size_t n)
     (void)mamba_pool_release(&e->mamba->pool, (const int32_t *)slots, n);
 }
 
-void engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg)
+/* The tree saves the state of a node that keeps its host copy: a host slot holding a copy
+ * of device slot `slot`, or 0 (none free, no memory, a failed copy: the state is lost). */
+static uint32_t save_state(void *ctx, uint32_t slot)
 {
+    struct engine_mamba *m = ((kvt_engine *)ctx)->mamba;
+    const struct mamba_geometry *g = &m->pool.geo;
+    uint32_t h;
+
+    if (m->hnfree == 0)
+        return 0;
+    h = m->hfree[m->hnfree - 1];
+    if (!m->hbuf[h] && !(m->hbuf[h] = malloc(m->slot_bytes)))
+        return 0;
+    uint8_t *p = m->hbuf[h];
+    for (uint32_t l = 0; l < g->layers; l++) {
+        if (mamba_pool_read(&m->pool, (int32_t)slot, l, MAMBA_CONV, p) ||
+            mamba_pool_read(&m->pool, (int32_t)slot, l, MAMBA_SSM, p + g->conv_bytes))
+            return 0;
+        p += g->conv_bytes + g->ssm_bytes;
+    }
+    m->hnfree--;
+    m->saved++;
+    return h;
+}
+
+static void release_host_states(void *ctx, const uint32_t *hslots, size_t n)
+{
+    struct engine_mamba *m = ((kvt_engine *)ctx)->mamba;
+
+    for (size_t i = 0; i < n; i++)
+        m->hfree[m->hnfree++] = hslots[i];
+}
+
+/* Room for host copies of states: options.mamba_host_states, or by default as many per state
+ * slot as the host pool has pages per device page (none without a host tier). */
+static int open_host_states(kvt_engine *e, uint64_t host_pages)
+{
+    struct engine_mamba *m = e->mamba;
+    uint64_t dev_pages = engine_slots_c(e)->npages, cap = e->opts.mamba_host_states;
+
+    if (host_pages == 0)
+        return 0;
+    if (cap == 0)
+        cap = (uint64_t)m->pool.nslots * host_pages / (dev_pages ? dev_pages : 1);
+    if (cap > UINT32_MAX - 1)
+        cap = UINT32_MAX - 1;
+    m->hcap = (uint32_t)cap;
+    m->slot_bytes = mamba_slot_bytes(&m->pool.geo);
+    m->hbuf = calloc(cap + 1, sizeof(*m->hbuf));
+    m->hfree = malloc((cap + 1) * sizeof(*m->hfree));
+    if (!m->hbuf || !m->hfree)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < m->hcap; i++)
+        m->hfree[i] = m->hcap - i; /* slot 1 on top */
+    m->hnfree = m->hcap;
+    return 0;
+}
+
+int engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg, uint64_t host_pages)
+{
+    int rc = open_host_states(e, host_pages);
+
     cfg->mamba = 1;
     cfg->mamba_grid = (uint32_t)e->mamba->grid;
     cfg->free_mamba = release_states;
+    cfg->mamba_host_states = e->mamba->hcap;
+    cfg->save_mamba = save_state;
+    cfg->free_host_mamba = release_host_states;
+    return rc;
 }
 
 void engine_mamba_close(kvt_engine *e)
@@ -103,6 +178,10 @@ void engine_mamba_close(kvt_engine *e)
         return;
     mamba_req_finish(&m->reqs);
     mamba_pool_finish(&m->pool);
+    for (uint32_t i = 0; m->hbuf && i <= m->hcap; i++)
+        free(m->hbuf[i]);
+    free(m->hbuf);
+    free(m->hfree);
     free(m->row);
     free(m);
     e->mamba = NULL;
@@ -132,6 +211,15 @@ int engine_mamba_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots,
     if (slots)
         engine_pages_to_slots(e, e->pages, h.state_tokens / e->opts.page_size, slots);
     *m = (struct kvt_match){.device_len = h.state_tokens, .last_node = h.state_last};
+    /* A deeper state the host keeps (with the KV it continues) is what a begin would add. */
+    struct rdx_hit hit;
+    kvt_node_ref x;
+    uint32_t slot, hslot;
+    uint64_t tokens;
+    if (e->below && e->mamba->hcap && rdx_match_tiers(e->tree, key, NULL, NULL, &hit) == 0 &&
+        rdx_mamba_find(e->tree, hit.host_last, &x, &slot, &hslot, &tokens) == 0 && hslot && !slot &&
+        tokens > h.state_tokens)
+        m->host_len = tokens - h.state_tokens;
     return 0;
 }
 
@@ -174,14 +262,95 @@ static int take_slots(kvt_engine *e, int32_t idx, uint32_t state_slot)
     return rc;
 }
 
+/* ---- host copies of states coming back ---- */
+
+/* Node x (locked, its KV on the device) gets a device state copied from its host slot. */
+static int copy_in(kvt_engine *e, kvt_node_ref x, uint32_t hslot)
+{
+    struct engine_mamba *m = e->mamba;
+    const struct mamba_geometry *g = &m->pool.geo;
+    const uint8_t *p = m->hbuf[hslot];
+    int32_t s;
+    int rc;
+
+    if ((rc = engine_mamba_room(e, 1)) || (rc = mamba_pool_alloc(&m->pool, 1, &s)))
+        return rc;
+    for (uint32_t l = 0; l < g->layers && rc == 0; l++, p += g->conv_bytes + g->ssm_bytes)
+        if (!(rc = mamba_pool_write(&m->pool, s, l, MAMBA_CONV, p)))
+            rc = mamba_pool_write(&m->pool, s, l, MAMBA_SSM, p + g->conv_bytes);
+    if (rc || (rc = mamba_pool_claim(&m->pool, &s, 1))) {
+        mamba_pool_free(&m->pool, &s, 1);
+        return rc;
+    }
+    if ((rc = rdx_mamba_attach(e->tree, x, (uint32_t)s))) {
+        mamba_pool_release(&m->pool, &s, 1);
+        return rc;
+    }
+    m->restored++;
+    return 0;
+}
+
+/* When the deepest state the tree knows for key is a host copy, bring it onto the device with
+ * the KV it continues (loaded back through the tier below, into row), so that the match after
+ * this finds it there. Best effort: a load the tier declines, a copy the room made for it
+ * evicted, or no room for a state leaves the device as it was, and the match serves less.
+ * *op gets the highest load filling the device prefix, *dev the tokens the device held before
+ * a load (what the match serves past them came from the host), UINT64_MAX without one. */
+static void restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint64_t *op,
+                    uint64_t *dev)
+{
+    uint32_t ps = e->opts.page_size, slot, hslot;
+    struct rdx_hit hit;
+    kvt_node_ref x, y;
+    uint64_t tokens, t2;
+
+    *op = 0;
+    *dev = UINT64_MAX; /* nothing loaded */
+    if (!e->below || e->mamba->hcap == 0 ||
+        rdx_match_tiers(e->tree, key, e->pages, e->below_pages, &hit) ||
+        rdx_mamba_find(e->tree, hit.host_last, &x, &slot, &hslot, &tokens))
+        return;
+    *op = hit.pending;
+    struct rdx_hit part = hit;
+    part.host_pages = tokens / ps > hit.dev_pages ? tokens / ps - hit.dev_pages : 0;
+    part.host_last = part.host_pages ? x : hit.dev_last;
+    if (slot || !hslot) { /* the deepest state is on the device, or there is none */
+        part.host_pages = 0;
+        tier_matched(e->below, &part, 0);
+        return;
+    }
+    /* A lock on x keeps its KV and its host copy of the state through the room made below;
+     * the tier's load moves the lock from the device prefix to x. */
+    uint64_t load = 0;
+    rdx_lock(e->tree, part.host_pages ? part.dev_last : x);
+    if (part.host_pages &&
+        e->below->ops->load(e->below, &part, e->below_pages, row + hit.dev_pages * ps, &load)) {
+        rdx_unlock(e->tree, part.dev_last);
+        part.host_pages = 0;
+        tier_matched(e->below, &part, 0);
+        return;
+    }
+    tier_matched(e->below, &part, 0);
+    if (load) {
+        *op = load; /* loads finish in order */
+        *dev = (uint64_t)hit.dev_pages * ps;
+    }
+    /* The load's room may have taken x's copy of the state (x was not locked yet). */
+    if (rdx_mamba_find(e->tree, x, &y, &slot, &hslot, &t2) == 0 && y == x && hslot && !slot)
+        (void)copy_in(e, x, hslot);
+    rdx_unlock(e->tree, x);
+}
+
 int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int32_t *row,
                        struct kvt_req *req)
 {
     struct engine_mamba *m = e->mamba;
     struct rdx_mamba_hit h;
-    int rc = rdx_match_mamba(e->tree, key, e->pages, &h);
+    uint64_t load_op, dev;
+    int rc;
 
-    if (rc)
+    restore(e, key, row, &load_op, &dev);
+    if ((rc = rdx_match_mamba(e->tree, key, e->pages, &h)))
         return rc;
     /* The state lock keeps the checkpoint from the eviction that makes room for its copy;
      * the request then holds the KV alone, as any other request does. */
@@ -200,7 +369,11 @@ int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, in
     *req = (struct kvt_req){.pool_idx = idx,
                             .protected_len = h.state_tokens,
                             .last_node = h.state_last,
+                            .loaded_len = h.state_tokens > dev ? h.state_tokens - dev : 0,
+                            .load_op = load_op,
                             .gen = req_pool_gen(&e->reqs, idx)};
+    if (e->below)
+        e->below->ops->hit(e->below, h.state_last);
     return 0;
 }
 
@@ -339,6 +512,10 @@ void engine_mamba_stats(const kvt_engine *e, struct kvt_stats *st)
     st->mamba_kv_hit_tokens = m->kv_hit_tokens;
     st->mamba_evicted_states = m->evicted_states;
     st->mamba_pool_bytes = mamba_pool_bytes(&m->pool);
+    st->mamba_host_slots = m->hcap;
+    st->mamba_host_states = s.mamba_host_states;
+    st->mamba_saved_states = m->saved;
+    st->mamba_restored_states = m->restored;
 }
 
 uint32_t engine_mamba_slots(const kvt_engine *e)
@@ -346,9 +523,36 @@ uint32_t engine_mamba_slots(const kvt_engine *e)
     return e->mamba ? e->mamba->pool.nslots : 0;
 }
 
+uint32_t engine_mamba_host_slots(const kvt_engine *e)
+{
+    return e->mamba ? e->mamba->hcap : 0;
+}
+
+/* A host copy is held by one node or is on the free stack, once. */
+static int check_host_states(const struct engine_mamba *m, const uint8_t *hheld, char *why,
+                             size_t len)
+{
+    uint8_t *free_ = calloc((size_t)m->hcap + 1, 1);
+    int rc = 0;
+
+    if (!free_)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < m->hnfree && rc == 0; i++)
+        if (m->hfree[i] == 0 || m->hfree[i] > m->hcap || free_[m->hfree[i]]++)
+            rc = -EUCLEAN;
+    for (uint32_t h = 1; h <= m->hcap && rc == 0; h++)
+        if (hheld[h] + free_[h] != 1)
+            rc = -EUCLEAN;
+    if (rc)
+        snprintf(why, len, "a host copy of a state is held and free, twice, or lost");
+    free(free_);
+    return rc;
+}
+
 /* Each slot has one owner that agrees with its state: the tree (held[s] counts its nodes
  * naming s) for a checkpoint, one live request for a used slot, nobody for a free one. */
-int engine_mamba_check(const kvt_engine *e, const uint8_t *held, char *why, size_t len)
+int engine_mamba_check(const kvt_engine *e, const uint8_t *held, const uint8_t *hheld, char *why,
+                       size_t len)
 {
     const struct engine_mamba *m = e->mamba;
     uint8_t *reqs = calloc(m->pool.nslots + 1, 1);
@@ -388,5 +592,5 @@ int engine_mamba_check(const kvt_engine *e, const uint8_t *held, char *why, size
                  mamba_pool_available(&m->pool));
         return -EUCLEAN;
     }
-    return 0;
+    return check_host_states(m, hheld, why, len);
 }

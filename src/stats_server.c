@@ -134,6 +134,10 @@ static const struct stat_field fields[] = {
     C(swa_evicted_tokens, "sliding-window KV the cache freed while its full KV stayed"),
     C(swa_released_tokens, "sliding-window KV requests freed as their window moved on"),
     C(swa_revived_tokens, "SWA tombstones given a request's fresh sliding-window KV back"),
+    G(mamba_host_slots, "host copies of Mamba states the host may keep"),
+    G(mamba_host_states, "host copies of Mamba states held"),
+    C(mamba_saved_states, "Mamba states copied to the host as they left the device"),
+    C(mamba_restored_states, "host copies of Mamba states brought back onto the device"),
 };
 #undef G
 #undef C

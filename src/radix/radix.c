@@ -171,6 +171,7 @@ void free_host_copy(struct rdx_tree *t, uint32_t idx)
 {
     struct rdx_node *n = node_at(t, idx);
 
+    drop_host_state(t, idx); /* a saved state needs the KV it continues as well */
     if (t->cfg.free_host_pages)
         t->cfg.free_host_pages(t->cfg.ctx, n->host, n->npages);
     t->sz.host_pages -= n->npages;
@@ -183,10 +184,11 @@ void delete_leaf(struct rdx_tree *t, uint32_t idx)
     struct rdx_node *n = node_at(t, idx);
     uint32_t parent = n->parent;
 
-    if (n->on_device)
-        free_device_copy(t, idx);
+    /* The host copy first: a state saved beside it now would go with it. */
     if (n->on_host)
         free_host_copy(t, idx);
+    if (n->on_device)
+        free_device_copy(t, idx);
     update_leaf(t, idx); /* in no list now */
     edge_del(t, idx);
     t->sz.nodes--;
@@ -622,7 +624,7 @@ int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out)
         return -ENOMEM;
     t->cfg = *cfg;
     t->leaf_head[0] = t->leaf_head[1] = NONE;
-    t->mamba_head = t->swa_head = NONE;
+    t->mamba_head = t->mamba_host_head = t->swa_head = NONE;
     if (cfg->hash_pages && (rc = page_hasher_init(&t->hasher)))
         goto fail;
     rc = -ENOMEM;

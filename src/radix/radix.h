@@ -75,6 +75,14 @@ struct rdx_config {
     int mamba;
     uint32_t mamba_grid;          /* tokens: where a request may checkpoint (mamba_ckpt_grid) */
     rdx_free_pages_fn free_mamba; /* called with the slots of the states the tree drops */
+    /* With a host tier: a node that keeps a host copy when its state goes (its device copy
+     * evicted, or the state alone) keeps the state too, copied by save_mamba into a host
+     * slot (non-zero; 0: not saved), at most mamba_host_states of them (the least recently
+     * used on an unlocked node makes room). free_host_mamba gets the host slots back when
+     * their node loses its host copy. */
+    uint32_t mamba_host_states;
+    uint32_t (*save_mamba)(void *ctx, uint32_t slot);
+    rdx_free_pages_fn free_host_mamba;
     /* Sliding-window layers (radix_swa.c): a node's device pages may hold SWA KV beside their
      * full-attention KV, and lose it alone. The window in tokens; 0 turns it all off. */
     uint32_t swa_window;
@@ -91,12 +99,13 @@ struct rdx_sizes {
     uint64_t host_pages;   /* host pages, backups in flight included */
     uint64_t evictable_pages;
     uint64_t protected_pages;
-    uint64_t nodes;           /* root excluded */
-    uint64_t bytes;           /* heap bytes of the tree's metadata */
-    uint64_t mamba_states;    /* nodes holding a Mamba state */
-    uint64_t mamba_evictable; /* of them, those no lock holds */
-    uint64_t swa_pages;       /* device pages still holding SWA KV */
-    uint64_t swa_evictable;   /* of them, those on nodes no SWA lock holds */
+    uint64_t nodes;             /* root excluded */
+    uint64_t bytes;             /* heap bytes of the tree's metadata */
+    uint64_t mamba_states;      /* nodes holding a Mamba state */
+    uint64_t mamba_evictable;   /* of them, those no lock holds */
+    uint64_t mamba_host_states; /* nodes holding a host copy of a state */
+    uint64_t swa_pages;         /* device pages still holding SWA KV */
+    uint64_t swa_evictable;     /* of them, those on nodes no SWA lock holds */
 };
 
 int rdx_create(const struct rdx_config *cfg, struct rdx_tree **out);
@@ -236,9 +245,12 @@ int rdx_hit_count(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *hits);
  * tombstone: its KV leads to deeper states, but a request cannot start from it without
  * recomputing from the deepest state above. A split leaves the upper node a tombstone (the
  * state belongs to the end of the whole node). States live only on nodes with a device copy:
- * when that copy goes, its state goes through free_mamba. A state has its own lock count,
- * never above the node's own KV locks, and its own eviction list, so that rdx_mamba_evict can
- * free states while their KV stays. Every call here is -EINVAL on a tree without cfg.mamba. */
+ * when that copy goes, its state goes through free_mamba, saved first beside the node's host
+ * copy when it has one (cfg.save_mamba); a host copy of a state goes with the node's host
+ * copy, and comes back to the device by rdx_mamba_attach once the node's KV has. A state has its
+ * own lock count, never above the node's own KV locks, and its own eviction list, so that
+ * rdx_mamba_evict can free states while their KV stays. Every call here is -EINVAL on a tree
+ * without cfg.mamba. */
 
 /* Give node ref (current, not the root) the state in slot (non-zero); the tree owns the slot
  * until it hands it to free_mamba. -EEXIST when the node holds a state already: the caller
@@ -273,6 +285,12 @@ int rdx_mamba_unlock(struct rdx_tree *t, kvt_node_ref ref);
 /* Free the states of up to n nodes whose state is unlocked, least recently used first; their
  * KV stays, as tombstones. Returns how many states went. */
 size_t rdx_mamba_evict(struct rdx_tree *t, size_t n);
+
+/* The deepest node from ref up (ref included; ref as for rdx_hit_count) holding a state on
+ * the device or a copy of one on the host: *node (the root when none), its device slot and
+ * host slot (0: none of that copy) and the tokens up to its end. */
+int rdx_mamba_find(const struct rdx_tree *t, kvt_node_ref ref, kvt_node_ref *node, uint32_t *slot,
+                   uint32_t *hslot, uint64_t *tokens);
 
 /* Node ref's state slot (0: none) and state locks; ref as for rdx_hit_count. */
 int rdx_mamba_state(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *slot, uint32_t *locks);
@@ -342,7 +360,8 @@ struct rdx_page_visitor {
     void (*device)(void *ctx, uint32_t page);
     void (*host)(void *ctx, uint32_t page);
     void *ctx;
-    void (*mamba)(void *ctx, uint32_t slot); /* the slot of every Mamba state; may be NULL */
+    void (*mamba)(void *ctx, uint32_t slot);       /* the slot of every Mamba state; may be NULL */
+    void (*mamba_host)(void *ctx, uint32_t hslot); /* every host copy of one; may be NULL */
 };
 
 /* Check every invariant of the tree (sizes, eviction lists, edges, lock refs, hash chains,
@@ -358,10 +377,9 @@ int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *
 /* The tree as text, one node a line, children in token order:
  * "<indent>[t0,t1,...] pages=[p0,...] lock=N", with pages=- when
  * the node has no device copy, host=[h0,...] before lock when it has a host copy, and " disk" after
- * that when it is on disk, and with cfg.mamba " mamba=S" (and " mlock=N" when locked) for a
- * node holding a state, with cfg.swa_window " swa-" for an SWA tombstone on the device (and
- * " slock=N" when SWA-locked). Returns the
- * length it needed. */
+ * that when it is on disk, and with cfg.mamba " mamba=S" (and " mlock=N" when locked, " hmamba=H"
+ * with a host copy) for a node holding a state, with cfg.swa_window " swa-" for an SWA tombstone on
+ * the device (and " slock=N" when SWA-locked). Returns the length it needed. */
 size_t rdx_dump(const struct rdx_tree *t, char *buf, size_t cap);
 
 /* The hashes of the pages of the node ref names, for tests: copies up to max hashes. */

@@ -149,7 +149,7 @@ static int cmp_slot(const void *a, const void *b)
 /* One node's state: only on a device copy, locks within its own KV locks (full >= mamba),
  * on the list of unlocked states exactly when it is one. Its slot goes to slots[]. */
 static int check_state(struct checker *c, uint32_t idx, uint32_t *slots, size_t *nslots,
-                       const struct rdx_page_visitor *v)
+                       uint32_t *hslots, size_t *nhslots, const struct rdx_page_visitor *v)
 {
     const struct rdx_tree *t = c->t;
     const struct mamba_state *m = &t->mamba[idx];
@@ -163,10 +163,16 @@ static int check_state(struct checker *c, uint32_t idx, uint32_t *slots, size_t 
         return fail(c, idx, "more Mamba locks than the node's own KV locks");
     if (in_state_list(t, idx) != (m->slot && !m->locks))
         return fail(c, idx, "Mamba state list membership is wrong");
+    if (m->hslot && (idx == ROOT || !n->on_host))
+        return fail(c, idx, "a host copy of a Mamba state without a host copy of its KV");
     if (m->slot)
         slots[(*nslots)++] = m->slot;
     if (m->slot && v && v->mamba)
         v->mamba(v->ctx, m->slot);
+    if (m->hslot)
+        hslots[(*nhslots)++] = m->hslot;
+    if (m->hslot && v && v->mamba_host)
+        v->mamba_host(v->ctx, m->hslot);
     c->sz.mamba_evictable += m->slot && !m->locks;
     return 0;
 }
@@ -175,19 +181,29 @@ static int check_state(struct checker *c, uint32_t idx, uint32_t *slots, size_t 
 static int check_states(struct checker *c, const struct rdx_page_visitor *v)
 {
     const struct rdx_tree *t = c->t;
-    uint32_t *slots = calloc(t->cap, sizeof(*slots));
-    size_t n = 0, listed = 0;
+    uint32_t *slots = calloc(2 * (size_t)t->cap, sizeof(*slots)), *hslots = slots + t->cap;
+    size_t n = 0, nh = 0, listed = 0;
     int rc = 0;
 
     if (!slots)
         return -ENOMEM;
     for (uint32_t i = 0; i < t->cap && rc == 0; i++)
         if (t->nodes[i])
-            rc = check_state(c, i, slots, &n, v);
+            rc = check_state(c, i, slots, &n, hslots, &nh, v);
     qsort(slots, n, sizeof(*slots), cmp_slot);
+    qsort(hslots, nh, sizeof(*hslots), cmp_slot);
     for (size_t i = 1; i < n && rc == 0; i++)
         if (slots[i] == slots[i - 1])
             rc = fail(c, ROOT, "a Mamba slot is held by two nodes");
+    for (size_t i = 1; i < nh && rc == 0; i++)
+        if (hslots[i] == hslots[i - 1])
+            rc = fail(c, ROOT, "a host copy of a Mamba state is held by two nodes");
+    for (uint32_t i = t->mamba_host_head; rc == 0 && i != NONE; i = t->mamba[i].hnext)
+        if (++listed > t->sz.mamba_host_states || !t->mamba[i].hslot)
+            rc = fail(c, i, "the list of host copies of states is wrong");
+    if (rc == 0 && (listed != nh || nh != t->sz.mamba_host_states || nh > t->cfg.mamba_host_states))
+        rc = fail(c, ROOT, "host copies of states differ from their count or limit");
+    listed = 0;
     for (uint32_t i = t->mamba_head; rc == 0 && i != NONE; i = t->mamba[i].next)
         if (++listed > t->sz.mamba_evictable)
             rc = fail(c, i, "Mamba state list is longer than its count");
@@ -353,6 +369,8 @@ static void dump_node(const struct rdx_tree *t, struct dumper *d, uint32_t idx, 
             emit(d, " mamba=%u", t->mamba[idx].slot);
         if (t->mamba && t->mamba[idx].locks)
             emit(d, " mlock=%u", t->mamba[idx].locks);
+        if (t->mamba && t->mamba[idx].hslot)
+            emit(d, " hmamba=%u", t->mamba[idx].hslot);
         if (t->swa && n->on_device && !t->swa[idx].live)
             emit(d, " swa-");
         if (t->swa && t->swa[idx].locks)

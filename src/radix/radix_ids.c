@@ -139,7 +139,8 @@ uint32_t take_id(struct rdx_tree *t, struct rdx_node *n)
 
     t->nodes[idx] = n;
     if (t->mamba)
-        t->mamba[idx] = (struct mamba_state){.prev = NONE, .next = NONE};
+        t->mamba[idx] =
+            (struct mamba_state){.prev = NONE, .next = NONE, .hprev = NONE, .hnext = NONE};
     if (t->swa)
         t->swa[idx] = (struct swa_part){.prev = NONE, .next = NONE};
     n->born = t->gens[idx];

@@ -68,9 +68,11 @@ struct rdx_node {
 /* A node's Mamba state (cfg.mamba), in a table beside the node table, by node index, so that
  * a tree without states pays nothing per node. */
 struct mamba_state {
-    uint32_t slot;       /* the pool's checkpoint slot; 0: none */
-    uint32_t locks;      /* state locks: part of the node's own_ref */
-    uint32_t prev, next; /* the list of unlocked states; NONE at the ends */
+    uint32_t slot;         /* the pool's checkpoint slot; 0: none */
+    uint32_t locks;        /* state locks: part of the node's own_ref */
+    uint32_t prev, next;   /* the list of unlocked states; NONE at the ends */
+    uint32_t hslot;        /* a copy of the state on the host (cfg.save_mamba); 0: none */
+    uint32_t hprev, hnext; /* the list of host copies; NONE at the ends */
 };
 
 /* A node's SWA part (cfg.swa_window), in a table beside the node table like the Mamba one. */
@@ -109,6 +111,7 @@ struct rdx_tree {
 
     struct mamba_state *mamba; /* by node index, as long as the id table; NULL without states */
     uint32_t mamba_head;       /* the list of unlocked states (its length: sz.mamba_evictable) */
+    uint32_t mamba_host_head;  /* the list of host copies of states (sz.mamba_host_states) */
 
     struct swa_part *swa; /* by node index, as long as the id table; NULL without a window */
     uint32_t swa_head;    /* the list of unlocked nodes with SWA KV */
@@ -233,8 +236,12 @@ void account_device(struct rdx_tree *t, const struct rdx_node *n, int sign);
 bool in_state_list(const struct rdx_tree *t, uint32_t idx);
 /* Put node idx on, or take it off, the list of unlocked states as its state now says. */
 void update_state(struct rdx_tree *t, uint32_t idx);
-/* Give node idx's state (if any) back through free_mamba: the node is a tombstone. */
+/* Give node idx's state (if any) back through free_mamba: the node is a tombstone. When the
+ * node keeps a host copy, the state is first saved beside it (cfg.save_mamba), making room
+ * among the host copies of states when they are at cfg.mamba_host_states. */
 void drop_state(struct rdx_tree *t, uint32_t idx);
+/* Give node idx's host copy of its state (if any) back through free_host_mamba. */
+void drop_host_state(struct rdx_tree *t, uint32_t idx);
 /* Whether node idx is on the list of unlocked nodes with SWA KV. */
 bool in_swa_list(const struct rdx_tree *t, uint32_t idx);
 /* Put node idx on, or take it off, that list as its SWA part now says. */

@@ -131,12 +131,78 @@ void update_state(struct rdx_tree *t, uint32_t idx)
         state_list_remove(t, idx);
 }
 
+/* ---- host copies of states: a list of them all, oldest access found by a walk ---- */
+
+static void host_state_add(struct rdx_tree *t, uint32_t idx, uint32_t hslot)
+{
+    struct mamba_state *m = &t->mamba[idx];
+
+    m->hslot = hslot;
+    m->hprev = NONE;
+    m->hnext = t->mamba_host_head;
+    if (t->mamba_host_head != NONE)
+        t->mamba[t->mamba_host_head].hprev = idx;
+    t->mamba_host_head = idx;
+    t->sz.mamba_host_states++;
+}
+
+void drop_host_state(struct rdx_tree *t, uint32_t idx)
+{
+    struct mamba_state *m = t->mamba ? &t->mamba[idx] : NULL;
+
+    if (!m || m->hslot == 0)
+        return;
+    if (t->cfg.free_host_mamba)
+        t->cfg.free_host_mamba(t->cfg.ctx, &m->hslot, 1);
+    if (m->hprev != NONE)
+        t->mamba[m->hprev].hnext = m->hnext;
+    else
+        t->mamba_host_head = m->hnext;
+    if (m->hnext != NONE)
+        t->mamba[m->hnext].hprev = m->hprev;
+    m->hslot = 0;
+    m->hprev = m->hnext = NONE;
+    t->sz.mamba_host_states--;
+}
+
+/* Room for one more host copy of a state: the least recently used copy on a node no lock
+ * holds goes (a request restoring a copy holds its node). The walk is over the copies, at
+ * most cfg.mamba_host_states, and runs only when a state is saved into a full set. */
+static bool host_state_room(struct rdx_tree *t)
+{
+    uint32_t victim = NONE;
+
+    if (t->sz.mamba_host_states < t->cfg.mamba_host_states)
+        return true;
+    for (uint32_t i = t->mamba_host_head; i != NONE; i = t->mamba[i].hnext)
+        if (node_at(t, i)->lock_ref == 0 &&
+            (victim == NONE || node_at(t, i)->last_access < node_at(t, victim)->last_access))
+            victim = i;
+    if (victim == NONE)
+        return false;
+    drop_host_state(t, victim);
+    return true;
+}
+
+/* Keep a copy of node idx's state on the host, beside its host copy. */
+static void save_state(struct rdx_tree *t, uint32_t idx)
+{
+    struct mamba_state *m = &t->mamba[idx];
+    uint32_t hslot;
+
+    if (!node_at(t, idx)->on_host || m->hslot || !t->cfg.save_mamba || !host_state_room(t))
+        return;
+    if ((hslot = t->cfg.save_mamba(t->cfg.ctx, m->slot)))
+        host_state_add(t, idx, hslot);
+}
+
 void drop_state(struct rdx_tree *t, uint32_t idx)
 {
     struct mamba_state *m = t->mamba ? &t->mamba[idx] : NULL;
 
     if (!m || m->slot == 0)
         return;
+    save_state(t, idx);
     if (t->cfg.free_mamba)
         t->cfg.free_mamba(t->cfg.ctx, &m->slot, 1);
     m->slot = 0; /* unlocked: its locks would hold the KV whose loss drops it */

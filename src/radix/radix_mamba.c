@@ -56,6 +56,25 @@ int rdx_mamba_attach(struct rdx_tree *t, kvt_node_ref ref, uint32_t slot)
     return 0;
 }
 
+int rdx_mamba_find(const struct rdx_tree *t, kvt_node_ref ref, kvt_node_ref *node, uint32_t *slot,
+                   uint32_t *hslot, uint64_t *tokens)
+{
+    uint32_t idx;
+    int rc;
+
+    if (!mamba_on(t) || !node || !slot || !hslot || !tokens)
+        return -EINVAL;
+    if ((rc = resolve(t, ref, &idx)))
+        return rc;
+    while (idx != ROOT && t->mamba[idx].slot == 0 && t->mamba[idx].hslot == 0)
+        idx = node_at(t, idx)->parent;
+    *node = make_ref(t, idx);
+    *slot = t->mamba[idx].slot;
+    *hslot = t->mamba[idx].hslot;
+    *tokens = depth_tokens(t, idx);
+    return 0;
+}
+
 /* SGLang's branching point: where the request, whose state starts at state_tokens, should
  * checkpoint so that the next one on this prefix gets a state as deep as the KV allows. */
 static uint64_t branch_tokens(const struct rdx_tree *t, uint64_t kv_tokens, uint64_t state_tokens)

@@ -7,8 +7,8 @@
  *
  * usage: live_engine --socket PATH [--dir DIR] [--namespaces N] [--requests N]
  *                    [--pause-us U] [--hybrid mamba|swa]
- *   --hybrid K     a hybrid model on the device alone: 2 recurrent layers (mamba) or a
- *                  32-token window on layer 0 (swa); no host or disk tier
+ *   --hybrid K     a hybrid model: 2 recurrent layers (mamba; with the host tier) or a
+ *                  32-token window on layer 0 (swa; the device alone); no disk tier
  *   --requests N   serve N requests, then only poll until signalled (default: no limit)
  *   --pause-us U   sleep U microseconds after each request (default 1000), so the figures
  *                  move at a pace a test can watch
@@ -102,8 +102,8 @@ static int open_engine(const struct config *c, kvt_engine **e)
     o.disk_bytes = c->dir ? DISK_BYTES : 0;
     o.stats_socket = c->socket;
     static const uint32_t full_layer = 1;
-    if (c->hybrid) { /* the device alone: hybrid engines refuse a tier below */
-        o.host_tokens = 0;
+    if (c->hybrid) { /* no disk (hybrid engines refuse one); no host tier with windows */
+        o.host_tokens = strcmp(c->hybrid, "mamba") ? 0 : HOST_TOKENS;
         o.disk_dir = NULL;
         o.disk_bytes = 0;
         if (!strcmp(c->hybrid, "mamba"))

@@ -914,12 +914,41 @@ def _():
     check(m["states_checked"] > 0, "states checked")
 
 
+@case("hybrid: a checkpoint the device evicted comes back from the host, state checked")
+def _():
+    # A's KV and state at 960 leave a 2048-token device for B and C; the state is saved
+    # beside A's host copy, and the fourth request gets both back from the host.
+    rows = [(1024, 1, [1, 2]), (1024, 1, [3, 4]), (1024, 1, [5, 6]), (1024, 1, [1, 2])]
+    j = run_ok("--trace", trace(rows), "--geometry", HYBRID, "--device-tokens", 2048,
+               "--host-tokens", 65536)
+    eq((j["tokens_hit"]["device"], j["tokens_hit"]["host"]), (0, 960), "tokens_hit device, host")
+    m = j["mamba"]
+    eq((m["state_hit_tokens"], m["states_checked"], m["saved_states"], m["restored_states"]),
+       (960, 1, 2, 1), "mamba state hit, states checked, saved, restored")
+    eq(j["verify"]["pages_checked"], 60, "verify.pages_checked")
+
+
+@case("hybrid: the qwen3-next-80b-a3b preset with a host tier, 0 mismatches")
+def _():
+    # Rows shrunk (hits depend on tokens and pool sizes, not row bytes).
+    j = run_ok("--geometry", "qwen3-next-80b-a3b,head_dim=16,conv_bytes=64,ssm_bytes=256",
+               "--synthetic", "mixed", "--requests", 100, "--device-tokens", 32768,
+               "--host-tokens", 262144)
+    m = j["mamba"]
+    hit = j["tokens_hit"]
+    check(hit["host"] > 0 and m["restored_states"] > 0, f"served from the host: {hit} {m}")
+    eq(hit["device"] + hit["host"], m["state_hit_tokens"], "state-backed hit")
+    check(m["states_checked"] > 0, "states checked")
+
+
 @case("hybrid: usage errors name the option")
 def _():
+    d = os.path.join(TMP, "hybrid-disk")
     for args, pat in ((["--geometry", "tiny,mamba_layers=2"], r"--geometry"),
                       (["--geometry", HYBRID, "--mamba-slots", "1"], r"--mamba-slots"),
                       (["--mamba-slots", "8"], r"--mamba-slots needs a hybrid"),
-                      (["--geometry", HYBRID, "--host-tokens", "65536"], r"--host-tokens")):
+                      (["--geometry", HYBRID, "--host-tokens", "65536", "--disk-tokens",
+                        "1048576", "--dir", d], r"--disk-tokens")):
         usage_case(args, pat)()
 
 

@@ -1491,6 +1491,12 @@ def _():
                 # (live_engine records none) none is cached.
                 eq((int(m.group(1)), int(m.group(2))), (16, 16), "state slots, free")
                 eq(s["mamba_cached_states"], 0, "checkpoints")
+                # With a host tier, room for host copies of states, none made yet.
+                h = re.search(r"on the host: (\d+) of (\d+) copies held", t)
+                check(h, f"stat --live lacks the host copies of states:\n{t}")
+                eq((int(h.group(1)), int(h.group(2))),
+                   (0, s["mamba_host_slots"]), "host copies held, room")
+                check(s["mamba_host_slots"] > 0, f"room for host copies: {s}")
             else:
                 eq(int(m.group(1)), s["swa_tokens"], "SWA slots")
                 check(s["swa_tokens"] < s["device_tokens"], "SWA pool smaller than the full")

@@ -2,9 +2,12 @@
  * seed examples as requests (230 tokens reuse 192; 280 reuse 256, or 192 once that checkpoint
  * is gone; the A/B/C tree where a request sharing 200 tokens gets A's state at 128 and
  * branches at 192), copy on write at match, checkpoints handed over mid-request and at finish,
- * state eviction under slot pressure and with the KV, options, and a randomized run whose
- * every served KV row and state byte is checked, with the engine's invariant check (each state
- * slot owned once, as its state says) after every step. */
+ * state eviction under slot pressure and with the KV, options, states saved beside their
+ * host copies and restored (round trip, a state evicted alone, the host copies' LRU and their
+ * eviction with the KV, the copy being restored kept from the room made for it), and a
+ * randomized run, on the device alone and with a small host tier, whose every served KV row
+ * and state byte is checked, with the engine's invariant check (each state slot and host copy
+ * owned once, as its state says) after every step. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -122,6 +125,9 @@ static int begin(const struct harness_run *s, kvt_engine *e, struct run *r, cons
 
     if (rc)
         return rc;
+    /* Part of the prefix may be landing from the host, layer by layer. */
+    for (uint32_t l = 0; l < KV_LAYERS; l++)
+        EXPECT_RC(s, kvt_load_wait_layer(e, r->req.load_op, l, NULL), 0);
     EXPECT_RC(s, kvt_req_mamba(e, &r->req, &r->m), 0);
     r->tokens = tokens;
     r->len = r->req.protected_len;
@@ -217,6 +223,7 @@ static void test_hit_230_reuses_192(void **state)
     branch_of(b, a, 320, 230);
     assert_int_equal(begin(&plain, e, &r, b, 300), 0);
     assert_int_equal(r.req.protected_len, 192);
+    assert_int_equal(r.req.loaded_len, 0);
     assert_int_equal(r.m.kv_len, 224);   /* 230 in whole pages */
     assert_int_equal(r.m.branch_len, 0); /* 224 rounds down to 192: nothing past the state */
 
@@ -439,7 +446,8 @@ static void test_options(void **state)
     o.mamba.ssm_bytes = 0;
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
     mamba_options(&o, 0);
-    o.host_ratio = 2.0; /* states do not leave the device yet */
+    o.host_ratio = 2.0; /* states do not go below the host yet */
+    o.disk_dir = "/nonexistent/kvtier-mamba";
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
     assert_null(e);
 
@@ -488,6 +496,229 @@ static void test_options(void **state)
     kvt_close(e);
 }
 
+/* ---- through the host tier ---- */
+
+static kvt_engine *open_mamba_host_tokens(uint32_t slots, uint32_t host_states, uint32_t policy,
+                                          uint64_t device_tokens, uint64_t host_tokens)
+{
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    mamba_options(&o, slots);
+    if (device_tokens)
+        o.device_tokens = device_tokens;
+    if (host_tokens)
+        o.host_tokens = host_tokens;
+    else
+        o.host_ratio = 2.0;
+    o.write_policy = policy;
+    o.mamba_host_states = host_states;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    return e;
+}
+
+static kvt_engine *open_mamba_host(uint32_t slots, uint32_t host_states, uint32_t policy)
+{
+    return open_mamba_host_tokens(slots, host_states, policy, 0, 0);
+}
+
+static void stats_of(kvt_engine *e, struct kvt_stats *st)
+{
+    *st = (struct kvt_stats){.size = sizeof(*st)};
+    assert_int_equal(kvt_stats(e, st), 0);
+}
+
+/* A checkpoint whose KV the device evicts is saved beside the host copy; a later request on
+ * its prefix gets the KV loaded back and the state copied back, byte for byte. */
+static void test_host_round_trip(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba_host(0, 0, KVT_WRITE_THROUGH);
+    uint32_t a[320], b[320];
+    const size_t ck[] = {128, 192};
+    struct kvt_stats st;
+    struct run r;
+    size_t evicted = 0;
+
+    tokens_of(a, 320, 1);
+    cache_with_states(e, a, 320, ck, 2);
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_host_slots, 16 * 2); /* 16 state slots, twice the pages */
+    assert_int_equal(st.mamba_saved_states, 0);
+    assert_int_equal(kvt_sync(e), 0); /* the backups land */
+    assert_int_equal(kvt_evict(e, 2048, &evicted), 0);
+    assert_int_equal(evicted, 192); /* the cache holds the key up to its last checkpoint */
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_cached_states, 0);
+    assert_int_equal(st.mamba_host_states, 2);
+    assert_int_equal(st.mamba_saved_states, 2);
+    CHECK_ENGINE(&plain, e);
+
+    struct kvt_match m;
+    struct kvt_key key = {.tokens = a, .len = 230};
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len, 0);
+    assert_int_equal(m.host_len, 192);
+
+    branch_of(b, a, 320, 230);
+    assert_int_equal(begin(&plain, e, &r, b, 300), 0); /* checks KV rows and state bytes */
+    assert_int_equal(r.req.protected_len, 192);
+    assert_int_equal(r.req.loaded_len, 192);
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_restored_states, 1);
+    assert_int_equal(st.mamba_cached_states, 1);
+    assert_int_equal(st.loaded_tokens, 192);
+    CHECK_ENGINE(&plain, e);
+    /* The state it runs in is its own: writing it leaves the cache's copies as they were. */
+    extend(&plain, e, &r, 256);
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+
+    /* The state alone evicted from a node on both tiers is saved too, and comes back. */
+    assert_int_equal(begin(&plain, e, &r, a, 320), 0);
+    assert_int_equal(r.req.protected_len, 192);
+    finish(&plain, e, &r, r.len);
+    assert_int_equal(kvt_sync(e), 0);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
+/* A state evicted alone (slot pressure) from a node the host holds is saved, and a request
+ * restores it even though the node's KV never left the device. */
+static void test_host_state_evicted_alone(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba_host(4, 0, KVT_WRITE_THROUGH);
+    uint32_t a[320], c[320];
+    const size_t ck[] = {128};
+    struct kvt_stats st;
+    struct run r, q;
+
+    tokens_of(a, 320, 1);
+    tokens_of(c, 320, 5000);
+    cache_with_states(e, a, 256, ck, 1);
+    assert_int_equal(kvt_sync(e), 0);
+    /* Two running requests need all 4 slots: a's checkpoint is evicted for them. */
+    assert_int_equal(begin(&plain, e, &r, c, 64), 0);
+    assert_int_equal(begin(&plain, e, &q, c, 64), 0);
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_evicted_states, 1);
+    assert_int_equal(st.mamba_saved_states, 1);
+    assert_int_equal(st.mamba_cached_states, 0);
+    finish(&plain, e, &q, 0);
+    finish(&plain, e, &r, 0);
+    CHECK_ENGINE(&plain, e);
+    assert_int_equal(begin(&plain, e, &r, a, 200), 0);
+    assert_int_equal(r.req.protected_len, 128);
+    assert_int_equal(r.req.loaded_len, 0);
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_restored_states, 1);
+    assert_int_equal(st.loaded_tokens, 0); /* the KV was on the device */
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
+/* With room for two host copies, the third state saved pushes out the least recently used. */
+static void test_host_states_lru(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba_host(0, 2, KVT_WRITE_THROUGH);
+    uint32_t p[3][256];
+    const size_t ck[] = {128};
+    struct kvt_stats st;
+    struct run r;
+
+    for (uint32_t i = 0; i < 3; i++) {
+        tokens_of(p[i], 256, 1 + 7000 * i);
+        cache_with_states(e, p[i], 256, ck, 1);
+    }
+    assert_int_equal(kvt_sync(e), 0);
+    assert_int_equal(kvt_evict(e, 2048, NULL), 0); /* in the order they were used */
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_saved_states, 3);
+    assert_int_equal(st.mamba_host_states, 2);
+    CHECK_ENGINE(&plain, e);
+    assert_int_equal(begin(&plain, e, &r, p[0], 200), 0);
+    assert_int_equal(r.req.protected_len, 0);
+    finish(&plain, e, &r, 0);
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(begin(&plain, e, &r, p[i], 200), 0);
+        assert_int_equal(r.req.protected_len, 128);
+        finish(&plain, e, &r, r.len);
+    }
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
+/* A node the host evicts takes the host copy of its state along. */
+static void test_host_eviction_drops_states(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba_host_tokens(0, 0, KVT_WRITE_THROUGH, 1024, 1024 + 256);
+    uint32_t p[8][320];
+    const size_t ck[] = {256};
+    struct kvt_stats st;
+    struct run r;
+
+    for (uint32_t i = 0; i < 8; i++) {
+        tokens_of(p[i], 320, 1 + 1000 * i);
+        cache_with_states(e, p[i], 320, ck, 1);
+        assert_int_equal(kvt_sync(e), 0);
+        assert_int_equal(kvt_evict(e, 1024, NULL), 0);
+        CHECK_ENGINE(&plain, e);
+    }
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_saved_states, 8);
+    assert_int_equal(st.host_evicted_tokens, 3 * 256); /* 5 of the 8 fit */
+    assert_int_equal(st.mamba_host_states, 5);
+    assert_int_equal(begin(&plain, e, &r, p[0], 300), 0);
+    assert_int_equal(r.req.protected_len, 0);
+    finish(&plain, e, &r, 0);
+    assert_int_equal(begin(&plain, e, &r, p[7], 300), 0);
+    assert_int_equal(r.req.protected_len, 256);
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
+/* The copy being restored is not the one pushed out to save another: here making a device
+ * slot for it evicts b's state, whose saving finds the host copies full with the one being
+ * restored. (Taking it would put b's bytes under a's prefix.) */
+static void test_host_restore_keeps_its_copy(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba_host(4, 1, KVT_WRITE_THROUGH);
+    uint32_t a[256], b[256], c[256], d[256];
+    const size_t ck[] = {128};
+    struct kvt_stats st;
+    struct run r, q;
+
+    tokens_of(a, 256, 1);
+    tokens_of(b, 256, 7000);
+    tokens_of(c, 256, 14000);
+    tokens_of(d, 256, 21000);
+    cache_with_states(e, a, 256, ck, 1);
+    assert_int_equal(kvt_sync(e), 0);
+    assert_int_equal(kvt_evict(e, 2048, NULL), 0); /* a's state saved: the one host copy */
+    cache_with_states(e, b, 256, ck, 1);
+    cache_with_states(e, c, 256, ck, 1);
+    assert_int_equal(kvt_sync(e), 0);
+    assert_int_equal(begin(&plain, e, &r, d, 0), 0); /* every state slot taken now */
+    assert_int_equal(kvt_req_begin(e, &(struct kvt_key){.tokens = a, .len = 200}, &q.req),
+                     -ENOMEM); /* a restored, then no two slots for the request */
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_restored_states, 1);
+    assert_int_equal(st.mamba_host_states, 1);
+    CHECK_ENGINE(&plain, e);
+    finish(&plain, e, &r, 0);
+    assert_int_equal(begin(&plain, e, &q, a, 200), 0); /* checks the state's bytes */
+    assert_int_equal(q.req.protected_len, 128);
+    finish(&plain, e, &q, q.len);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
 /* ---- randomized ---- */
 
 #define NPROMPT 6
@@ -495,14 +726,19 @@ static void test_options(void **state)
 /* Requests over a few shared prompts with random cut points: every served prefix's KV rows
  * and state bytes are checked, checkpoints are taken mid-prefill, at the end and in decode,
  * slots are scarce and KV is evicted at random; engine_check after every step. */
-static void run_random(uint64_t seed)
+static void run_random(uint64_t seed, int host)
 {
+    /* With a host tier: write-through or write-back by turns, and room for few host copies
+     * of states so that they are pushed out too. */
+    uint32_t policy = seed % 2 ? KVT_WRITE_THROUGH : KVT_WRITE_BACK;
     char cfg[64];
-    snprintf(cfg, sizeof(cfg), "slots=7");
+    snprintf(cfg, sizeof(cfg), host ? "slots=7 host policy=%u host_states=5" : "slots=7", policy);
     struct harness_run s = {.prog = "test_engine_mamba", .config = cfg, .seed = seed};
     uint64_t rng = seed;
     uint32_t prompts[NPROMPT][CTX];
-    kvt_engine *e = open_mamba(7);
+    /* Host pages little more than the device's, fewer than the prompts: host copies are
+     * evicted too. */
+    kvt_engine *e = host ? open_mamba_host_tokens(7, 5, policy, 1536, 1536 + 64) : open_mamba(7);
     struct run live[3];
     int nlive = 0;
     uint64_t served = 0;
@@ -568,6 +804,9 @@ static void run_random(uint64_t seed)
     REQUIRE(&s, served > 0 && st.match_hit_tokens == served);
     REQUIRE(&s, st.mamba_kv_hit_tokens >= st.match_hit_tokens);
     REQUIRE(&s, st.mamba_evicted_states > 0);
+    if (host)
+        REQUIRE(&s, st.mamba_saved_states > 0 && st.mamba_restored_states > 0 &&
+                        st.host_evicted_tokens > 0);
     kvt_close(e);
 }
 
@@ -577,11 +816,13 @@ static void test_random(void **state)
     const char *env = getenv("KVT_SEED");
 
     if (env) {
-        run_random(strtoull(env, NULL, 0));
+        run_random(strtoull(env, NULL, 0), getenv("KVT_HOST") != NULL);
         return;
     }
-    for (uint64_t seed = 1; seed <= 8; seed++)
-        run_random(seed);
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        run_random(seed, 0);
+        run_random(seed, 1);
+    }
 }
 
 int main(void)
@@ -593,6 +834,11 @@ int main(void)
         cmocka_unit_test(test_track_rules),
         cmocka_unit_test(test_slot_pressure),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_host_round_trip),
+        cmocka_unit_test(test_host_state_evicted_alone),
+        cmocka_unit_test(test_host_states_lru),
+        cmocka_unit_test(test_host_restore_keeps_its_copy),
+        cmocka_unit_test(test_host_eviction_drops_states),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1097,7 +1097,7 @@ static void print_hybrid(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
     const struct counters *c = &b->c;
-    uint64_t kv = b->st.mamba_kv_hit_tokens, state = c->hit_device;
+    uint64_t kv = b->st.mamba_kv_hit_tokens, state = c->hit_device + c->hit_host + c->hit_disk;
 
     printf("  recurrent     %u layers, ", cfg->mamba.layers);
     print_bytes(cfg->mamba.layers * (cfg->mamba.conv_bytes + cfg->mamba.ssm_bytes));
@@ -1105,6 +1105,11 @@ static void print_hybrid(const struct bench *b)
     print_bytes(b->st.mamba_pool_bytes);
     printf("); %" PRIu64 " checkpoints taken, %" PRIu64 " evicted for room\n", c->checkpoints,
            b->st.mamba_evicted_states);
+    if (b->st.mamba_host_slots)
+        printf("  on the host   %" PRIu64 " states saved beside their KV, %" PRIu64
+               " restored, %" PRIu64 " of %" PRIu64 " kept at the end\n",
+               b->st.mamba_saved_states, b->st.mamba_restored_states, b->st.mamba_host_states,
+               b->st.mamba_host_slots);
     printf("  state-backed  %" PRIu64 " of %" PRIu64 " tokens of KV found (%.1f%% lost to "
            "checkpoint alignment and tombstones)\n",
            state, kv, kv ? pct(kv - state, kv) : 0.0);
@@ -1253,9 +1258,13 @@ static void print_json(const struct bench *b)
     if (hybrid(b))
         printf("\"mamba\":{\"layers\":%u,\"slots\":%" PRIu64 ",\"kv_hit_tokens\":%" PRIu64
                ",\"state_hit_tokens\":%" PRIu64 ",\"checkpoints\":%" PRIu64
-               ",\"evicted_states\":%" PRIu64 ",\"states_checked\":%" PRIu64 "},",
-               b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens, c->hit_device,
-               c->checkpoints, st->mamba_evicted_states, c->states_checked);
+               ",\"evicted_states\":%" PRIu64 ",\"states_checked\":%" PRIu64
+               ",\"host_slots\":%" PRIu64 ",\"saved_states\":%" PRIu64
+               ",\"restored_states\":%" PRIu64 "},",
+               b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens,
+               c->hit_device + c->hit_host + c->hit_disk, c->checkpoints, st->mamba_evicted_states,
+               c->states_checked, st->mamba_host_slots, st->mamba_saved_states,
+               st->mamba_restored_states);
     if (b->cfg->swa_window)
         printf("\"swa\":{\"window\":%u,\"full_layers\":%u,\"swa_tokens\":%" PRIu64
                ",\"kv_pool_bytes\":%" PRIu64 ",\"kv_hit_tokens\":%" PRIu64
@@ -1526,10 +1535,17 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--geometry: recurrent and sliding-window layers together are "
                              "not supported yet",
                              NULL);
-    if ((cfg->mamba.layers || cfg->swa_window) && cfg->host_tokens)
+    if (cfg->swa_window && cfg->host_tokens)
         return cli_bad_usage(PROG,
-                             "--host-tokens: a hybrid model's states and sliding-window KV do not "
-                             "leave the device yet, so it runs without a host or disk tier",
+                             "--host-tokens: sliding-window KV does not leave the device yet, so "
+                             "a model with sliding-window layers runs without a host or disk tier",
+                             NULL);
+    if (cfg->mamba.layers && (cfg->disk_tokens || cfg->remote))
+        return cli_bad_usage(PROG,
+                             cfg->disk_tokens ? "--disk-tokens: recurrent states do not go below "
+                                                "the host tier yet"
+                                              : "--remote: recurrent states do not go below the "
+                                                "host tier yet",
                              NULL);
     return check_sizes(cfg);
 }

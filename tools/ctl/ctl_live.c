@@ -279,6 +279,11 @@ static void live_hybrid_text(const struct live *l)
                ms, get(l, "mamba_free_slots"), get(l, "mamba_cached_states"),
                get(l, "mamba_evicted_states"), get(l, "mamba_kv_hit_tokens"),
                get(l, "match_hit_tokens"));
+    if (ms && get(l, "mamba_host_slots"))
+        printf("         on the host: %" PRIu64 " of %" PRIu64 " copies held; %" PRIu64
+               " saved as they left the device, %" PRIu64 " restored\n",
+               get(l, "mamba_host_states"), get(l, "mamba_host_slots"),
+               get(l, "mamba_saved_states"), get(l, "mamba_restored_states"));
     if (st)
         printf("window   %" PRIu64 " SWA slots, %" PRIu64 " free, %" PRIu64
                " cached tokens with SWA KV; %" PRIu64 " tokens of KV found, %" PRIu64
