@@ -225,11 +225,12 @@ struct kvt_options {
      * threads emulate the streams, and what lands when varies as on a GPU. cuda ignores it. */
     uint32_t sim_serial;
     /* Recurrent layers of a hybrid model (since 0.4); layers 0: none. With a host tier (since
-     * 0.5) checkpoints are saved beside their nodes' host copies (mamba_host_states); not yet
-     * with a disk or remote tier (-EINVAL): states do not go below the host. */
+     * 0.5) checkpoints are saved beside their nodes' host copies (mamba_host_states); with a
+     * disk or remote store each is written there when cached, by the hash of the page it
+     * follows, and read back with its KV by a match that runs past the tree. */
     struct kvt_mamba mamba;
     /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. Not yet with a
-     * host tier or with recurrent layers (-EINVAL). */
+     * host tier or with recurrent layers (-EINVAL): windows do not leave the device. */
     struct kvt_swa swa;
     /* 1: EAGLE bigram keys (since 0.4), SGLang's convert_to_bigram_key. A speculative
      * decoder's draft model writes the KV of position i from tokens i and i + 1, so a cached
@@ -378,6 +379,8 @@ struct kvt_stats {
     uint64_t mamba_host_states;     /* of them, held */
     uint64_t mamba_saved_states;    /* states copied to the host as they left the device */
     uint64_t mamba_restored_states; /* host copies brought back onto the device */
+    uint64_t mamba_stored_states;   /* checkpoints written to the store below (disk, remote) */
+    uint64_t mamba_fetched_states;  /* states read back from it with their KV */
 };
 
 typedef struct kvt_engine kvt_engine;

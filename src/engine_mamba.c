@@ -44,7 +44,15 @@ struct engine_mamba {
     uint8_t **hbuf;
     uint32_t *hfree;
     uint64_t slot_bytes, saved, restored;
+    /* With a store below: states kept there by the page hash they follow (written when a
+     * checkpoint is cached, read back under a match that runs past the tree). */
+    uint8_t (*hashes)[KVT_HASH_LEN]; /* a key's page hashes past the tree */
+    void *stage;                     /* one state, on its way down */
+    uint64_t stored, fetched;
 };
+
+/* Positions past the tree probed for a state kept below, deepest first, per match. */
+#define STATE_PROBES 64
 
 /* ---- open / close ---- */
 
@@ -59,9 +67,6 @@ int engine_mamba_check_options(const struct kvt_options *o)
     if (mamba_geometry_check(&g) || mamba_ckpt_rules_check(&r) || m->slots == 1 ||
         m->slots > INT32_MAX - 1)
         return -EINVAL;
-    /* States do not go below the host yet: a store would hold KV no state backs. */
-    if (o->disk_dir || o->remote)
-        return -EINVAL;
     return 0;
 }
 
@@ -73,8 +78,6 @@ int engine_mamba_open(kvt_engine *e)
     struct engine_mamba *m;
     int rc;
 
-    if (e->store)
-        return -EINVAL; /* a store below the device: see engine_mamba_check_options */
     if (slots > INT32_MAX - 1)
         slots = INT32_MAX - 1;
     if (!(m = e->mamba = calloc(1, sizeof(*m))))
@@ -99,12 +102,23 @@ static void release_states(void *ctx, const uint32_t *slots, size_t n)
     (void)mamba_pool_release(&e->mamba->pool, (const int32_t *)slots, n);
 }
 
+/* The whole state in slot, every layer's conv then SSM part, into buf (slot_bytes). */
+static int read_state(const struct engine_mamba *m, uint32_t slot, uint8_t *buf)
+{
+    const struct mamba_geometry *g = &m->pool.geo;
+    int rc = 0;
+
+    for (uint32_t l = 0; l < g->layers && rc == 0; l++, buf += g->conv_bytes + g->ssm_bytes)
+        if (!(rc = mamba_pool_read(&m->pool, (int32_t)slot, l, MAMBA_CONV, buf)))
+            rc = mamba_pool_read(&m->pool, (int32_t)slot, l, MAMBA_SSM, buf + g->conv_bytes);
+    return rc;
+}
+
 /* The tree saves the state of a node that keeps its host copy: a host slot holding a copy
  * of device slot `slot`, or 0 (none free, no memory, a failed copy: the state is lost). */
 static uint32_t save_state(void *ctx, uint32_t slot)
 {
     struct engine_mamba *m = ((kvt_engine *)ctx)->mamba;
-    const struct mamba_geometry *g = &m->pool.geo;
     uint32_t h;
 
     if (m->hnfree == 0)
@@ -112,13 +126,8 @@ static uint32_t save_state(void *ctx, uint32_t slot)
     h = m->hfree[m->hnfree - 1];
     if (!m->hbuf[h] && !(m->hbuf[h] = malloc(m->slot_bytes)))
         return 0;
-    uint8_t *p = m->hbuf[h];
-    for (uint32_t l = 0; l < g->layers; l++) {
-        if (mamba_pool_read(&m->pool, (int32_t)slot, l, MAMBA_CONV, p) ||
-            mamba_pool_read(&m->pool, (int32_t)slot, l, MAMBA_SSM, p + g->conv_bytes))
-            return 0;
-        p += g->conv_bytes + g->ssm_bytes;
-    }
+    if (read_state(m, slot, m->hbuf[h]))
+        return 0;
     m->hnfree--;
     m->saved++;
     return h;
@@ -154,7 +163,11 @@ static int open_host_states(kvt_engine *e, uint64_t host_pages)
     for (uint32_t i = 0; i < m->hcap; i++)
         m->hfree[i] = m->hcap - i; /* slot 1 on top */
     m->hnfree = m->hcap;
-    return 0;
+    if (!e->store)
+        return 0;
+    m->hashes = malloc(((size_t)e->opts.max_context / e->opts.page_size + 1) * sizeof(*m->hashes));
+    m->stage = malloc(m->slot_bytes);
+    return m->hashes && m->stage ? 0 : -ENOMEM;
 }
 
 int engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg, uint64_t host_pages)
@@ -182,6 +195,8 @@ void engine_mamba_close(kvt_engine *e)
         free(m->hbuf[i]);
     free(m->hbuf);
     free(m->hfree);
+    free(m->hashes);
+    free(m->stage);
     free(m->row);
     free(m);
     e->mamba = NULL;
@@ -290,6 +305,70 @@ static int copy_in(kvt_engine *e, kvt_node_ref x, uint32_t hslot)
     return 0;
 }
 
+/* The deepest position past the tree (on the checkpoint grid, at most STATE_PROBES tried)
+ * where the store below keeps a state for key that reads back whole into buf: pages past
+ * the tree, or 0. A state that fails its checks is a miss; the next one up is tried. */
+static size_t read_below(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit,
+                         size_t n, uint8_t *buf)
+{
+    struct engine_mamba *m = e->mamba;
+    size_t first = hit->dev_pages + hit->host_pages, tries = 0;
+    uint32_t ps = e->opts.page_size;
+
+    if (rdx_key_hashes(e->tree, key, hit->host_last, first, n, m->hashes))
+        return 0;
+    for (size_t j = n; j > 0 && tries < STATE_PROBES; j--) {
+        if ((first + j) * ps % m->grid)
+            continue;
+        tries++;
+        if (tier_has_state(e->below, m->hashes[j - 1], m->slot_bytes) &&
+            tier_get_state(e->below, m->hashes[j - 1], buf, m->slot_bytes) == 0)
+            return j;
+    }
+    return 0;
+}
+
+/* A state the store below keeps deeper than anything the tree holds for key comes up as a
+ * host copy on the node ending it, its KV filled into the host tier as a match past the tree
+ * fills it (waiting as prefetch_policy says). *disk gets the tokens filled. */
+static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk)
+{
+    static const int wait_ms[] = {
+        [KVT_PREFETCH_WAIT_COMPLETE] = -1, [KVT_PREFETCH_BEST_EFFORT] = 0};
+    struct engine_mamba *m = e->mamba;
+    uint32_t policy = e->opts.prefetch_policy, h;
+    struct rdx_hit hit, now;
+    size_t n, p = 0, first;
+
+    *disk = 0;
+    if (!m->stage || rdx_match_tiers(e->tree, key, NULL, NULL, &hit) ||
+        !(n = tier_find(e->below, key, &hit)) || rdx_mamba_host_room(e->tree) || m->hnfree == 0)
+        return;
+    h = m->hfree[m->hnfree - 1];
+    if ((!m->hbuf[h] && !(m->hbuf[h] = malloc(m->slot_bytes))) ||
+        !(p = read_below(e, key, &hit, n, m->hbuf[h])))
+        return;
+    m->hnfree--;
+    first = hit.dev_pages + hit.host_pages;
+    /* find named the pages to the store tier for the fetch; reading states did not change
+     * that. */
+    if (e->below->ops->fetch(e->below, key, &hit, p, NULL) && !e->below->ops->fetching(e->below)) {
+        m->hfree[m->hnfree++] = h;
+        return;
+    }
+    e->below->ops->wait_fetches(e->below, policy == KVT_PREFETCH_TIMEOUT
+                                              ? (int)e->opts.prefetch_timeout_ms
+                                              : wait_ms[policy]);
+    if (rdx_match_tiers(e->tree, key, NULL, NULL, &now) || now.host_pages == 0 ||
+        now.dev_pages + now.host_pages != first + p ||
+        rdx_mamba_attach_host(e->tree, now.host_last, h)) {
+        m->hfree[m->hnfree++] = h; /* not landed (yet), or shorter: the state waits below */
+        return;
+    }
+    m->fetched++;
+    *disk = (uint64_t)p * e->opts.page_size;
+}
+
 /* When the deepest state the tree knows for key is a host copy, bring it onto the device with
  * the KV it continues (loaded back through the tier below, into row), so that the match after
  * this finds it there. Best effort: a load the tier declines, a copy the room made for it
@@ -297,17 +376,20 @@ static int copy_in(kvt_engine *e, kvt_node_ref x, uint32_t hslot)
  * *op gets the highest load filling the device prefix, *dev the tokens the device held before
  * a load (what the match serves past them came from the host), UINT64_MAX without one. */
 static void restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint64_t *op,
-                    uint64_t *dev)
+                    uint64_t *dev, uint64_t *disk)
 {
     uint32_t ps = e->opts.page_size, slot, hslot;
     struct rdx_hit hit;
     kvt_node_ref x, y;
     uint64_t tokens, t2;
 
-    *op = 0;
+    *op = *disk = 0;
     *dev = UINT64_MAX; /* nothing loaded */
-    if (!e->below || e->mamba->hcap == 0 ||
-        rdx_match_tiers(e->tree, key, e->pages, e->below_pages, &hit) ||
+    if (!e->below || e->mamba->hcap == 0)
+        return;
+    fetch_state(e, key, disk);
+    size_t found = *disk / ps;
+    if (rdx_match_tiers(e->tree, key, e->pages, e->below_pages, &hit) ||
         rdx_mamba_find(e->tree, hit.host_last, &x, &slot, &hslot, &tokens))
         return;
     *op = hit.pending;
@@ -317,6 +399,7 @@ static void restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint
     if (slot || !hslot) { /* the deepest state is on the device, or there is none */
         part.host_pages = 0;
         tier_matched(e->below, &part, 0);
+        *disk = 0;
         return;
     }
     /* A lock on x keeps its KV and its host copy of the state through the room made below;
@@ -328,9 +411,10 @@ static void restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint
         rdx_unlock(e->tree, part.dev_last);
         part.host_pages = 0;
         tier_matched(e->below, &part, 0);
+        *disk = 0;
         return;
     }
-    tier_matched(e->below, &part, 0);
+    tier_matched(e->below, &part, found);
     if (load) {
         *op = load; /* loads finish in order */
         *dev = (uint64_t)hit.dev_pages * ps;
@@ -346,10 +430,10 @@ int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, in
 {
     struct engine_mamba *m = e->mamba;
     struct rdx_mamba_hit h;
-    uint64_t load_op, dev;
+    uint64_t load_op, dev, disk;
     int rc;
 
-    restore(e, key, row, &load_op, &dev);
+    restore(e, key, row, &load_op, &dev, &disk);
     if ((rc = rdx_match_mamba(e->tree, key, e->pages, &h)))
         return rc;
     /* The state lock keeps the checkpoint from the eviction that makes room for its copy;
@@ -370,6 +454,7 @@ int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, in
                             .protected_len = h.state_tokens,
                             .last_node = h.state_last,
                             .loaded_len = h.state_tokens > dev ? h.state_tokens - dev : 0,
+                            .disk_len = h.state_tokens > dev ? disk : 0,
                             .load_op = load_op,
                             .gen = req_pool_gen(&e->reqs, idx)};
     if (e->below)
@@ -387,11 +472,26 @@ size_t engine_mamba_cache_len(const kvt_engine *e, int32_t idx, size_t protected
     return t > protected_len && t <= key_len ? (size_t)t : protected_len;
 }
 
+/* A checkpoint the cache takes goes to the store below too (as its pages do, by write
+ * policy): under the hash of the page it follows, so that a match past the tree finds it. */
+static void store_state(kvt_engine *e, kvt_node_ref node, int32_t slot)
+{
+    struct engine_mamba *m = e->mamba;
+    uint8_t hash[KVT_HASH_LEN];
+
+    if (m->stage && rdx_mamba_end_hash(e->tree, node, hash) == 0 &&
+        read_state(m, (uint32_t)slot, m->stage) == 0 &&
+        tier_put_state(e->below, hash, m->stage, m->slot_bytes))
+        m->stored++;
+}
+
 /* The tree takes slot as node's state, or the node has one already and the slot goes. */
 static int give_state(kvt_engine *e, kvt_node_ref node, int32_t slot)
 {
     int rc = rdx_mamba_attach(e->tree, node, (uint32_t)slot);
 
+    if (rc == 0)
+        store_state(e, node, slot);
     if (rc == -EEXIST)
         rc = mamba_pool_release(&e->mamba->pool, &slot, 1);
     return rc ? -EUCLEAN : 0;
@@ -516,6 +616,8 @@ void engine_mamba_stats(const kvt_engine *e, struct kvt_stats *st)
     st->mamba_host_states = s.mamba_host_states;
     st->mamba_saved_states = m->saved;
     st->mamba_restored_states = m->restored;
+    st->mamba_stored_states = m->stored;
+    st->mamba_fetched_states = m->fetched;
 }
 
 uint32_t engine_mamba_slots(const kvt_engine *e)

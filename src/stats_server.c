@@ -138,6 +138,8 @@ static const struct stat_field fields[] = {
     G(mamba_host_states, "host copies of Mamba states held"),
     C(mamba_saved_states, "Mamba states copied to the host as they left the device"),
     C(mamba_restored_states, "host copies of Mamba states brought back onto the device"),
+    C(mamba_stored_states, "Mamba checkpoints written to the store below (disk, remote)"),
+    C(mamba_fetched_states, "Mamba states read back from the store below with their KV"),
 };
 #undef G
 #undef C

@@ -4,6 +4,8 @@
  */
 #include "tier.h"
 
+#include <errno.h>
+
 size_t tier_evict_storing(struct tier *below, struct rdx_tree *tree, tier_evict_fn fn, size_t pages)
 {
     kvt_node_ref defer[TIER_STORE_BATCH];
@@ -42,6 +44,29 @@ void tier_matched(struct tier *t, const struct rdx_hit *hit, size_t found)
 {
     if (t)
         t->ops->matched(t, hit, found);
+}
+
+/* The tier of t's chain that keeps states: one whose ops have them. */
+static struct tier *state_keeper(struct tier *t)
+{
+    while (t && !t->ops->put_state)
+        t = t->below;
+    return t;
+}
+
+int tier_put_state(struct tier *t, const uint8_t *hash, const void *buf, size_t bytes)
+{
+    return (t = state_keeper(t)) ? t->ops->put_state(t, hash, buf, bytes) : 0;
+}
+
+bool tier_has_state(struct tier *t, const uint8_t *hash, size_t bytes)
+{
+    return (t = state_keeper(t)) && t->ops->has_state(t, hash, bytes);
+}
+
+int tier_get_state(struct tier *t, const uint8_t *hash, void *buf, size_t bytes)
+{
+    return (t = state_keeper(t)) ? t->ops->get_state(t, hash, buf, bytes) : -ENOENT;
 }
 
 bool tier_wants_evicted(const struct tier *t)

@@ -92,6 +92,16 @@ struct tier_ops {
     /* Whether this tier takes a copy of what the tier above evicts (store, then evict). */
     bool (*wants_evicted)(const struct tier *t);
 
+    /* ---- recurrent states (options.mamba): a state is kept by the page hash of the page
+     * it follows, split into pages of the store; only a store tier keeps them ---- */
+    /* Start writing a copy of the state at buf (bytes, copied before this returns) under
+     * hash: 1 when a write was started. */
+    int (*put_state)(struct tier *t, const uint8_t *hash, const void *buf, size_t bytes);
+    /* Whether a state of that many bytes is kept under hash. */
+    bool (*has_state)(struct tier *t, const uint8_t *hash, size_t bytes);
+    /* Read it into buf, waiting: 0, or a miss (-ENOENT, KVT_ECORRUPT, -EIO: nothing served). */
+    int (*get_state)(struct tier *t, const uint8_t *hash, void *buf, size_t bytes);
+
     /* ---- completions ---- */
     /* Apply at most max finished ops, here then below; how many. */
     size_t (*poll)(struct tier *t, size_t max);
@@ -145,6 +155,11 @@ void tier_matched(struct tier *t, const struct rdx_hit *hit, size_t found);
 bool tier_wants_evicted(const struct tier *t);
 int tier_failed(const struct tier *t);
 void tier_stats(const struct tier *t, struct kvt_stats *st);
+/* The first tier of t's chain that keeps states does it; without one, 0, false and
+ * -ENOENT. */
+int tier_put_state(struct tier *t, const uint8_t *hash, const void *buf, size_t bytes);
+bool tier_has_state(struct tier *t, const uint8_t *hash, size_t bytes);
+int tier_get_state(struct tier *t, const uint8_t *hash, void *buf, size_t bytes);
 /* Stop t and every tier below it (top first: a transfer lands before its pages are written
  * down); close them (top first: nothing is in flight any more). */
 void tier_stop_chain(struct tier *t);

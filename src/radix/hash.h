@@ -24,6 +24,11 @@ void page_hasher_finish(struct page_hasher *h);
 int page_hasher_digest2(struct page_hasher *h, const void *a, size_t alen, const void *b,
                         size_t blen, uint8_t out[KVT_HASH_LEN]);
 
+/* The pages of recurrent states kept below (store/store_tier.c) have the namespace root
+ * SHA256(KVT_STATE_TAG), and keys SHA256(the hash of the page the state follows ||
+ * KVT_STATE_TAG || state bytes as u64 || page index as u32, little-endian). */
+#define KVT_STATE_TAG "kvtier/state/1"
+
 /* Root of a namespace: SHA256("kvtier/1" || fingerprint || namespace bytes). */
 int page_hash_root(struct page_hasher *h, const uint8_t fingerprint[KVT_HASH_LEN], const void *ns,
                    size_t ns_len, uint8_t out[KVT_HASH_LEN]);

@@ -292,6 +292,20 @@ size_t rdx_mamba_evict(struct rdx_tree *t, size_t n);
 int rdx_mamba_find(const struct rdx_tree *t, kvt_node_ref ref, kvt_node_ref *node, uint32_t *slot,
                    uint32_t *hslot, uint64_t *tokens);
 
+/* A host copy of a state read from below (the disk tier) for node ref (current, on the host,
+ * without one): the tree owns hslot until it hands it to free_host_mamba. -EEXIST when the
+ * node has a copy (the caller keeps its slot), -ENOSPC when the copies are at
+ * cfg.mamba_host_states (make room first with rdx_mamba_host_room). */
+int rdx_mamba_attach_host(struct rdx_tree *t, kvt_node_ref ref, uint32_t hslot);
+
+/* Room for one more host copy of a state: 0, dropping the least recently used copy on a node
+ * no lock holds when they are at cfg.mamba_host_states, or -ENOSPC. */
+int rdx_mamba_host_room(struct rdx_tree *t);
+
+/* The hash of the last page of node ref: the key a state at its end is kept under below.
+ * -EINVAL without page hashes. */
+int rdx_mamba_end_hash(const struct rdx_tree *t, kvt_node_ref ref, uint8_t out[KVT_HASH_LEN]);
+
 /* Node ref's state slot (0: none) and state locks; ref as for rdx_hit_count. */
 int rdx_mamba_state(const struct rdx_tree *t, kvt_node_ref ref, uint32_t *slot, uint32_t *locks);
 

@@ -242,6 +242,11 @@ void update_state(struct rdx_tree *t, uint32_t idx);
 void drop_state(struct rdx_tree *t, uint32_t idx);
 /* Give node idx's host copy of its state (if any) back through free_host_mamba. */
 void drop_host_state(struct rdx_tree *t, uint32_t idx);
+/* Node idx (on the host, with no host copy of a state) takes host slot hslot. */
+void host_state_add(struct rdx_tree *t, uint32_t idx, uint32_t hslot);
+/* Room for one more host copy of a state, dropping the least recently used on an unlocked
+ * node when the copies are at cfg.mamba_host_states: false when none can go. */
+bool host_state_room(struct rdx_tree *t);
 /* Whether node idx is on the list of unlocked nodes with SWA KV. */
 bool in_swa_list(const struct rdx_tree *t, uint32_t idx);
 /* Put node idx on, or take it off, that list as its SWA part now says. */

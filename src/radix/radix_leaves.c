@@ -133,7 +133,7 @@ void update_state(struct rdx_tree *t, uint32_t idx)
 
 /* ---- host copies of states: a list of them all, oldest access found by a walk ---- */
 
-static void host_state_add(struct rdx_tree *t, uint32_t idx, uint32_t hslot)
+void host_state_add(struct rdx_tree *t, uint32_t idx, uint32_t hslot)
 {
     struct mamba_state *m = &t->mamba[idx];
 
@@ -168,7 +168,7 @@ void drop_host_state(struct rdx_tree *t, uint32_t idx)
 /* Room for one more host copy of a state: the least recently used copy on a node no lock
  * holds goes (a request restoring a copy holds its node). The walk is over the copies, at
  * most cfg.mamba_host_states, and runs only when a state is saved into a full set. */
-static bool host_state_room(struct rdx_tree *t)
+bool host_state_room(struct rdx_tree *t)
 {
     uint32_t victim = NONE;
 

@@ -13,6 +13,7 @@
 #include "radix_int.h"
 
 #include <errno.h>
+#include <string.h>
 
 static bool mamba_on(const struct rdx_tree *t)
 {
@@ -72,6 +73,49 @@ int rdx_mamba_find(const struct rdx_tree *t, kvt_node_ref ref, kvt_node_ref *nod
     *slot = t->mamba[idx].slot;
     *hslot = t->mamba[idx].hslot;
     *tokens = depth_tokens(t, idx);
+    return 0;
+}
+
+int rdx_mamba_host_room(struct rdx_tree *t)
+{
+    if (!mamba_on(t))
+        return -EINVAL;
+    return host_state_room(t) ? 0 : -ENOSPC;
+}
+
+int rdx_mamba_attach_host(struct rdx_tree *t, kvt_node_ref ref, uint32_t hslot)
+{
+    uint32_t idx;
+    int rc;
+
+    if (!mamba_on(t) || hslot == 0)
+        return -EINVAL;
+    /* A host-only node has no current ref (rdx_match_tiers names it by the tree's). */
+    if ((rc = resolve(t, ref, &idx)))
+        return rc;
+    if (idx == ROOT || !node_at(t, idx)->on_host)
+        return -EINVAL;
+    if (t->mamba[idx].hslot)
+        return -EEXIST;
+    if (t->sz.mamba_host_states >= t->cfg.mamba_host_states)
+        return -ENOSPC;
+    host_state_add(t, idx, hslot);
+    return 0;
+}
+
+int rdx_mamba_end_hash(const struct rdx_tree *t, kvt_node_ref ref, uint8_t out[KVT_HASH_LEN])
+{
+    uint32_t idx;
+    int rc;
+
+    if (!mamba_on(t) || !t->cfg.hash_pages)
+        return -EINVAL;
+    if ((rc = resolve(t, ref, &idx)))
+        return rc;
+    if (idx == ROOT)
+        return -EINVAL;
+    const struct rdx_node *n = node_at(t, idx);
+    memcpy(out, n->hash[n->npages - 1], KVT_HASH_LEN);
     return 0;
 }
 

@@ -17,15 +17,23 @@
 #include <string.h>
 #include <time.h>
 
-/* A store op in flight: a fill (read into a new host-only leaf) or a write of a chain. */
+/* A store op in flight: a fill (read into a new host-only leaf), a write of a chain, or a
+ * write of a recurrent state from a staging copy (OP_STATE: no node, no tag). */
 struct store_op {
     uint64_t id;  /* the store's op id */
     uint64_t tag; /* the tree's mark: RDX_OP_DISK | a sequence number */
     kvt_node_ref node;
-    uint32_t kind; /* enum store_op_kind */
+    uint32_t kind; /* enum store_op_kind, or OP_STATE */
     size_t n;
     int *results; /* n, written by the store */
+    void *stage;  /* OP_STATE: the bytes being written, freed when it completes */
 };
+
+#define OP_STATE 2u
+
+/* A state's pages are named apart from any page of KV (radix/hash.h, KVT_STATE_TAG); their
+ * namespace root tells kvtier-ctl what they are. */
+#define STATE_TAG KVT_STATE_TAG
 
 struct store_tier {
     struct tier base;
@@ -37,6 +45,8 @@ struct store_tier {
     uint64_t seq; /* the last tree tag handed out (RDX_OP_DISK | seq) */
     /* Scratch, one entry per page of the longest key. */
     uint8_t (*hashes)[KVT_HASH_LEN];
+    struct page_hasher hasher; /* state keys */
+    uint8_t state_ns[KVT_HASH_LEN];
     uint32_t *fill_host;
     struct rdx_disk_page *dpages;
     struct store_wpage *wpages;
@@ -104,7 +114,9 @@ static void apply(struct store_tier *s, struct store_op *op)
 {
     uint32_t ps = s->opts->page_size;
 
-    if (op->kind == STORE_OP_READ) {
+    if (op->kind == OP_STATE) {
+        free(op->stage); /* a state not stored whole is a miss when read: nothing to undo */
+    } else if (op->kind == STORE_OP_READ) {
         size_t ok = leading_ok(op->results, op->n);
         rdx_fill_done(tree_of(s), op->node, op->tag, ok);
         s->count.read += ok * ps;
@@ -242,7 +254,7 @@ static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, si
         return rc;
     }
     op = &s->ops[s->nops++];
-    *op = (struct store_op){id, tag, leaf, STORE_OP_READ, n, results};
+    *op = (struct store_op){id, tag, leaf, STORE_OP_READ, n, results, NULL};
     return 0;
 }
 
@@ -312,7 +324,7 @@ static int write_chain(struct store_tier *s, kvt_node_ref node)
         free(results);
         return 0;
     }
-    s->ops[s->nops++] = (struct store_op){id, tag, node, STORE_OP_WRITE, n, results};
+    s->ops[s->nops++] = (struct store_op){id, tag, node, STORE_OP_WRITE, n, results, NULL};
     return 1;
 }
 
@@ -330,6 +342,122 @@ static void store_tier_copied_above(struct tier *t, kvt_node_ref node)
 static bool store_tier_wants_evicted(const struct tier *t)
 {
     return st_of(t)->opts->disk_write_policy == KVT_DISK_WRITE_ON_EVICT;
+}
+
+/* ---- recurrent states ---- */
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The n page keys of a state of `bytes` kept under hash. */
+static int state_keys(struct store_tier *s, const uint8_t *hash, size_t bytes, size_t n,
+                      uint8_t (*keys)[KVT_HASH_LEN])
+{
+    uint8_t b[KVT_HASH_LEN + sizeof(STATE_TAG) - 1 + 12];
+    size_t tag = sizeof(STATE_TAG) - 1;
+
+    memcpy(b, hash, KVT_HASH_LEN);
+    memcpy(b + KVT_HASH_LEN, STATE_TAG, tag);
+    put_le(b + KVT_HASH_LEN + tag, bytes, 8);
+    for (size_t i = 0; i < n; i++) {
+        put_le(b + KVT_HASH_LEN + tag + 8, i, 4);
+        if (page_hasher_digest2(&s->hasher, b, sizeof(b), NULL, 0, keys[i]))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Keys and a page-aligned staging buffer for a state of `bytes`: its page count, or 0. */
+static size_t state_begin(struct store_tier *s, const uint8_t *hash, size_t bytes,
+                          uint8_t (**keys)[KVT_HASH_LEN], void **stage)
+{
+    size_t pb = s->store->page_bytes, n = bytes ? (bytes + pb - 1) / pb : 0;
+
+    *keys = NULL;
+    *stage = NULL;
+    if (n == 0 || !(*keys = malloc(n * sizeof(**keys))) || state_keys(s, hash, bytes, n, *keys) ||
+        posix_memalign(stage, 4096, n * pb)) {
+        free(*keys);
+        *keys = NULL;
+        *stage = NULL;
+        return 0;
+    }
+    return n;
+}
+
+static int store_tier_put_state(struct tier *t, const uint8_t *hash, const void *buf, size_t bytes)
+{
+    struct store_tier *s = st_of(t);
+    size_t pb = s->store->page_bytes;
+    uint8_t(*keys)[KVT_HASH_LEN];
+    void *stage;
+    size_t n = state_begin(s, hash, bytes, &keys, &stage);
+    struct store_wpage *w = n ? malloc(n * sizeof(*w)) : NULL;
+    int *results = n ? malloc(n * sizeof(int)) : NULL;
+    uint64_t id;
+    int rc = w && results && !ops_reserve(s) ? 0 : -ENOMEM;
+
+    if (rc == 0) {
+        memcpy(stage, buf, bytes);
+        memset((uint8_t *)stage + bytes, 0, n * pb - bytes);
+        for (size_t i = 0; i < n; i++)
+            w[i] =
+                (struct store_wpage){keys[i], hash, s->state_ns, NULL, (uint8_t *)stage + i * pb};
+        rc = store_write(s->store, w, n, results, &id);
+    }
+    free(keys);
+    free(w);
+    if (rc) {
+        free(results);
+        free(stage);
+        return 0;
+    }
+    s->ops[s->nops++] = (struct store_op){id, 0, 0, OP_STATE, n, results, stage};
+    return 1;
+}
+
+static bool store_tier_has_state(struct tier *t, const uint8_t *hash, size_t bytes)
+{
+    struct store_tier *s = st_of(t);
+    uint8_t(*keys)[KVT_HASH_LEN];
+    void *stage;
+    size_t n = state_begin(s, hash, bytes, &keys, &stage), run = 0;
+
+    if (n && store_leading_run(s->store, (const uint8_t *)keys, n, &run))
+        run = 0;
+    free(keys);
+    free(stage);
+    return n && run == n;
+}
+
+static int store_tier_get_state(struct tier *t, const uint8_t *hash, void *buf, size_t bytes)
+{
+    struct store_tier *s = st_of(t);
+    uint8_t(*keys)[KVT_HASH_LEN];
+    void *stage;
+    size_t n = state_begin(s, hash, bytes, &keys, &stage), pb = s->store->page_bytes;
+    struct store_rpage *r = n ? malloc(n * sizeof(*r)) : NULL;
+    int *results = n ? malloc(n * sizeof(int)) : NULL;
+    struct store_done d;
+    uint64_t id;
+    int rc = r && results ? 0 : -ENOMEM;
+
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        r[i] = (struct store_rpage){keys[i], (uint8_t *)stage + i * pb};
+    if (rc == 0 && (rc = store_read(s->store, r, n, results, &id, NULL)) == 0 &&
+        (rc = store_wait_for(s->store, id, -1, &d)) == 0)
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = results[i];
+    if (rc == 0)
+        memcpy(buf, stage, bytes);
+    free(keys);
+    free(r);
+    free(results);
+    free(stage);
+    return rc;
 }
 
 /* The engine's copies (inserted, hit) reach a store from the host tier, not straight down. */
@@ -414,8 +542,11 @@ static void store_tier_close(struct tier *t)
 
     if (s->store)
         store_tier_stop(t);
-    for (size_t i = 0; i < s->nops; i++)
+    for (size_t i = 0; i < s->nops; i++) {
         free(s->ops[i].results);
+        free(s->ops[i].stage);
+    }
+    page_hasher_finish(&s->hasher);
     free(s->ops);
     free(s->hashes);
     free(s->fill_host);
@@ -440,6 +571,9 @@ static const struct tier_ops store_tier_ops = {
     .copied_above = store_tier_copied_above,
     .store = store_tier_store,
     .wants_evicted = store_tier_wants_evicted,
+    .put_state = store_tier_put_state,
+    .has_state = store_tier_has_state,
+    .get_state = store_tier_get_state,
     .poll = store_tier_poll,
     .sync = store_tier_sync,
     .busy = store_tier_busy,
@@ -494,7 +628,10 @@ int store_tier_open(const struct store_tier_config *c, struct kvt_store *store, 
     s->opts = c->opts;
     s->tree = c->tree;
     s->store = store;
-    if ((rc = alloc_scratch(s, c->scratch_pages))) {
+    if ((rc = page_hasher_init(&s->hasher)) == 0)
+        rc =
+            page_hasher_digest2(&s->hasher, STATE_TAG, sizeof(STATE_TAG) - 1, NULL, 0, s->state_ns);
+    if (rc || (rc = alloc_scratch(s, c->scratch_pages))) {
         store_tier_close(&s->base);
         return rc;
     }

@@ -431,6 +431,26 @@ def _():
         check(want in t, f"stat text lacks {want!r}:\n{t}")
 
 
+@case("a dir with recurrent states: their own row, hung from the KV they follow, verify OK")
+def _():
+    d = os.path.join(TMP, "hybrid")
+    r = subprocess.run([BENCH, "--geometry", "tiny,mamba_layers=2,conv_bytes=64,ssm_bytes=256",
+                        "--host-tokens", "65536", "--disk-tokens", "300000", "--dir", d,
+                        "--synthetic", "mixed", "--requests", "40", "--json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
+    stored = json.loads(r.stdout)["mamba"]["stored_states"]
+    j = ok_json("stat", d)
+    states = [n for n in j["namespaces"] if n["states"]]
+    eq(len(states), 1, "one namespace of states")
+    # A state of 2 x (64 + 256) bytes is one page; a state cached twice is stored once.
+    check(0 < states[0]["pages"] <= stored, f"state pages {states[0]} for {stored} written")
+    eq((states[0]["detached"], j["problems"]["total"]), (0, 0), "detached states, problems")
+    check(re.search(r"states +%d " % states[0]["pages"], ok("stat", d).out), "stat text row")
+    v = ok_json("verify", d)
+    eq((v["problems"], v["detached"]), (0, 0), "verify: problems, detached")
+
+
 @case("stat, ls and tree on live_engine's dir: three namespaces, named by their bytes")
 def _():
     d = live_dir()

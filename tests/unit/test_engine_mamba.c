@@ -15,12 +15,16 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvtier.h"
 #include "engine.h"
+#include "store/disk/layout.h"
+#include "store/disk/ops.h"
 #include "engine_fixture.h"
 #include "harness.h"
 #include "prefix_kv.h"
@@ -445,11 +449,6 @@ static void test_options(void **state)
     mamba_options(&o, 0);
     o.mamba.ssm_bytes = 0;
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
-    mamba_options(&o, 0);
-    o.host_ratio = 2.0; /* states do not go below the host yet */
-    o.disk_dir = "/nonexistent/kvtier-mamba";
-    assert_int_equal(kvt_open(&o, &e), -EINVAL);
-    assert_null(e);
 
     /* The defaults: 4 slots per request, FLA's chunk, SGLang's interval. */
     mamba_options(&o, 0);
@@ -682,6 +681,126 @@ static void test_host_eviction_drops_states(void **state)
     kvt_close(e);
 }
 
+/* ---- damage on disk: the pages of the state that follows the KV page holding tokens ---- */
+
+struct state_damage {
+    const uint32_t *tokens; /* the KV page's */
+    uint8_t key[32];        /* its key, once found */
+    int found, done;
+    const char *dir;
+    uint32_t slot_bytes;
+};
+
+static int find_page(void *arg, const struct dstore_entry *en)
+{
+    struct state_damage *d = arg;
+
+    if (!en->status && en->ntokens == PS && !memcmp(en->tokens, d->tokens, PS * 4)) {
+        memcpy(d->key, en->key, 32);
+        d->found++;
+    }
+    return 0;
+}
+
+/* A state's pages name the page they follow as their parent; flip bytes of their payload. */
+static int flip_state(void *arg, const struct dstore_entry *en)
+{
+    struct state_damage *d = arg;
+    char path[512];
+    uint8_t b[16];
+
+    if (en->status || memcmp(en->parent, d->key, 32) || en->ntokens != PS ||
+        !memcmp(en->tokens, d->tokens + PS, PS * 4))
+        return 0; /* not a state page of that parent (a KV page's next has tokens) */
+    snprintf(path, sizeof(path), "%s/slabs/%04u.slab", d->dir, en->slab);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    off_t off = (off_t)(SLAB_HEAD_BYTES + (uint64_t)en->slot * d->slot_bytes + 100);
+    assert_int_equal(pread(fd, b, sizeof(b), off), sizeof(b));
+    for (size_t i = 0; i < sizeof(b); i++)
+        b[i] ^= 0xa5;
+    assert_int_equal(pwrite(fd, b, sizeof(b), off), sizeof(b));
+    close(fd);
+    d->done++;
+    return 0;
+}
+
+/* Damage the state kept after the page of tokens[0..PS); how many states were hit. */
+static int damage_state(kvt_engine *e, const char *dir, const uint32_t *tokens)
+{
+    struct dstore *ds = store_disk_dstore(e->store);
+    struct state_damage d = {.tokens = tokens, .dir = dir};
+    struct dstore_stats st;
+
+    dstore_stats(ds, &st);
+    d.slot_bytes = st.slot_bytes;
+    assert_int_equal(dstore_iterate(ds, find_page, &d), 0);
+    assert_int_equal(d.found, 1);
+    assert_int_equal(dstore_iterate(ds, flip_state, &d), 0);
+    return d.done > 0;
+}
+
+/* With a disk tier, checkpoints are written with their pages: a restarted engine (an empty
+ * tree) serves a prefix from disk up to its deepest checkpoint there, with that state. */
+static void test_disk_restart(void **state)
+{
+    (void)state;
+    char dir[256];
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+    uint32_t a[320], b[320];
+    const size_t ck[] = {128, 192};
+    struct kvt_stats st;
+    struct run r;
+
+    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "mamba-disk"), 0);
+    mamba_options(&o, 0);
+    o.host_ratio = 2.0;
+    o.disk_dir = dir;
+    o.disk_bytes = 8 << 20;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    tokens_of(a, 320, 1);
+    cache_with_states(e, a, 320, ck, 2);
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_stored_states, 2);
+    assert_int_equal(kvt_sync(e), 0);
+    kvt_close(e);
+
+    assert_int_equal(kvt_open(&o, &e), 0);
+    branch_of(b, a, 320, 230);
+    struct kvt_match m;
+    struct kvt_key key = {.tokens = b, .len = 300};
+    assert_int_equal(kvt_match(e, &key, NULL, &m), 0);
+    assert_int_equal(m.device_len, 0);
+    assert_int_equal(m.disk_len, 0);                   /* KV found is not served without a state */
+    assert_int_equal(begin(&plain, e, &r, b, 300), 0); /* checks KV rows and state bytes */
+    assert_int_equal(r.req.protected_len, 192);
+    assert_int_equal(r.req.loaded_len, 192);
+    assert_int_equal(r.req.disk_len, 192);
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_fetched_states, 1);
+    assert_int_equal(st.mamba_restored_states, 1);
+    assert_int_equal(st.disk_read_tokens, 192);
+    extend(&plain, e, &r, 256);
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+    assert_int_equal(kvt_sync(e), 0);
+    kvt_close(e);
+
+    /* A state whose bytes were damaged on disk is a miss, never served: a fresh engine gets
+     * the next state down that reads back whole, at 128. */
+    assert_int_equal(kvt_open(&o, &e), 0);
+    assert_int_equal(damage_state(e, dir, a + 176), 1);
+    assert_int_equal(begin(&plain, e, &r, a, 300), 0);
+    assert_int_equal(r.req.protected_len, 128);
+    stats_of(e, &st);
+    assert_true(st.disk_errors > 0);
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+    fixture_remove_tree(dir);
+}
+
 /* The copy being restored is not the one pushed out to save another: here making a device
  * slot for it evicts b's state, whose saving finds the host copies full with the one being
  * restored. (Taking it would put b's bytes under a's prefix.) */
@@ -726,22 +845,50 @@ static void test_host_restore_keeps_its_copy(void **state)
 /* Requests over a few shared prompts with random cut points: every served prefix's KV rows
  * and state bytes are checked, checkpoints are taken mid-prefill, at the end and in decode,
  * slots are scarce and KV is evicted at random; engine_check after every step. */
-static void run_random(uint64_t seed, int host)
+enum random_tiers { DEVICE_ONLY, WITH_HOST, WITH_DISK };
+
+/* With a host tier: write-through or write-back by turns, host pages little more than the
+ * device's and fewer than the prompts (host copies are evicted too), room for few host copies
+ * of states so that they are pushed out too; with a disk tier under that, in dir. */
+static kvt_engine *open_random(enum random_tiers tiers, uint32_t policy, const char *dir)
 {
-    /* With a host tier: write-through or write-back by turns, and room for few host copies
-     * of states so that they are pushed out too. */
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    if (tiers == DEVICE_ONLY)
+        return open_mamba(7);
+    mamba_options(&o, 7);
+    o.device_tokens = 1536;
+    o.host_tokens = 1536 + 64;
+    o.write_policy = policy;
+    o.mamba_host_states = 5;
+    if (tiers == WITH_DISK) {
+        o.disk_dir = dir;
+        o.disk_bytes = 4 << 20;
+    }
+    assert_int_equal(kvt_open(&o, &e), 0);
+    return e;
+}
+
+static void run_random(uint64_t seed, enum random_tiers tiers)
+{
+    static const char *name[] = {"device", "host", "host+disk, reopened thrice"};
     uint32_t policy = seed % 2 ? KVT_WRITE_THROUGH : KVT_WRITE_BACK;
-    char cfg[64];
-    snprintf(cfg, sizeof(cfg), host ? "slots=7 host policy=%u host_states=5" : "slots=7", policy);
+    char cfg[96], dir[256] = "";
+    snprintf(cfg, sizeof(cfg), "slots=7 %s policy=%u host_states=5", name[tiers], policy);
     struct harness_run s = {.prog = "test_engine_mamba", .config = cfg, .seed = seed};
     uint64_t rng = seed;
     uint32_t prompts[NPROMPT][CTX];
-    /* Host pages little more than the device's, fewer than the prompts: host copies are
-     * evicted too. */
-    kvt_engine *e = host ? open_mamba_host_tokens(7, 5, policy, 1536, 1536 + 64) : open_mamba(7);
+    if (tiers == WITH_DISK)
+        assert_int_equal(fixture_data_dir(dir, sizeof(dir), "mamba-random"), 0);
+    kvt_engine *e = open_random(tiers, policy, dir);
     struct run live[3];
     int nlive = 0;
     uint64_t served = 0;
+    struct kvt_stats st = {.size = sizeof(st)};
+    struct {
+        uint64_t saved, restored, stored, fetched;
+    } sum = {0}; /* over the engines a reopening run had */
 
     for (int p = 0; p < NPROMPT; p++) {
         tokens_of(prompts[p], CTX, 1);
@@ -750,7 +897,23 @@ static void run_random(uint64_t seed, int host)
     }
     for (s.step = 0; s.step < 600; s.step++) {
         uint64_t op = rng_next(&rng) % 10;
-        if (op < 3 && nlive < 3) {
+        if (tiers == WITH_DISK && s.step % 150 == 149 && s.step < 500) {
+            s.op = "reopen";
+            while (nlive > 0) {
+                nlive--;
+                finish(&s, e, &live[nlive], live[nlive].len);
+            }
+            EXPECT_RC(&s, kvt_sync(e), 0);
+            EXPECT_RC(&s, kvt_stats(e, &st), 0);
+            REQUIRE(&s, st.match_hit_tokens == served);
+            sum.saved += st.mamba_saved_states;
+            sum.restored += st.mamba_restored_states;
+            sum.stored += st.mamba_stored_states;
+            sum.fetched += st.mamba_fetched_states;
+            served = 0;
+            kvt_close(e);
+            e = open_random(tiers, policy, dir);
+        } else if (op < 3 && nlive < 3) {
             s.op = "begin";
             const uint32_t *t = prompts[rng_next(&rng) % NPROMPT];
             size_t n = 1 + rng_next(&rng) % 480;
@@ -799,15 +962,21 @@ static void run_random(uint64_t seed, int host)
         finish(&s, e, &live[nlive], live[nlive].len);
     }
     CHECK_ENGINE(&s, e);
-    struct kvt_stats st = {.size = sizeof(st)};
     EXPECT_RC(&s, kvt_stats(e, &st), 0);
     REQUIRE(&s, served > 0 && st.match_hit_tokens == served);
     REQUIRE(&s, st.mamba_kv_hit_tokens >= st.match_hit_tokens);
     REQUIRE(&s, st.mamba_evicted_states > 0);
-    if (host)
-        REQUIRE(&s, st.mamba_saved_states > 0 && st.mamba_restored_states > 0 &&
-                        st.host_evicted_tokens > 0);
+    if (tiers != DEVICE_ONLY)
+        REQUIRE(&s, sum.saved + st.mamba_saved_states > 0 &&
+                        sum.restored + st.mamba_restored_states > 0);
+    if (tiers == WITH_HOST) /* engines that live 150 steps may never fill the host */
+        REQUIRE(&s, st.host_evicted_tokens > 0);
+    if (tiers == WITH_DISK)
+        REQUIRE(&s, sum.stored + st.mamba_stored_states > 0 &&
+                        sum.fetched + st.mamba_fetched_states > 0);
     kvt_close(e);
+    if (tiers == WITH_DISK)
+        fixture_remove_tree(dir);
 }
 
 static void test_random(void **state)
@@ -816,12 +985,16 @@ static void test_random(void **state)
     const char *env = getenv("KVT_SEED");
 
     if (env) {
-        run_random(strtoull(env, NULL, 0), getenv("KVT_HOST") != NULL);
+        const char *t = getenv("KVT_TIERS"); /* device, host or disk */
+        run_random(strtoull(env, NULL, 0), !t || !strcmp(t, "device") ? DEVICE_ONLY
+                                           : !strcmp(t, "host")       ? WITH_HOST
+                                                                      : WITH_DISK);
         return;
     }
     for (uint64_t seed = 1; seed <= 8; seed++) {
-        run_random(seed, 0);
-        run_random(seed, 1);
+        run_random(seed, DEVICE_ONLY);
+        run_random(seed, WITH_HOST);
+        run_random(seed, WITH_DISK);
     }
 }
 
@@ -839,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_host_states_lru),
         cmocka_unit_test(test_host_restore_keeps_its_copy),
         cmocka_unit_test(test_host_eviction_drops_states),
+        cmocka_unit_test(test_disk_restart),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

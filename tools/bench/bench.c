@@ -1110,6 +1110,10 @@ static void print_hybrid(const struct bench *b)
                " restored, %" PRIu64 " of %" PRIu64 " kept at the end\n",
                b->st.mamba_saved_states, b->st.mamba_restored_states, b->st.mamba_host_states,
                b->st.mamba_host_slots);
+    if (cfg->disk_tokens || cfg->remote)
+        printf("  below         %" PRIu64 " checkpoints written with their pages, %" PRIu64
+               " read back with their KV\n",
+               b->st.mamba_stored_states, b->st.mamba_fetched_states);
     printf("  state-backed  %" PRIu64 " of %" PRIu64 " tokens of KV found (%.1f%% lost to "
            "checkpoint alignment and tombstones)\n",
            state, kv, kv ? pct(kv - state, kv) : 0.0);
@@ -1260,11 +1264,12 @@ static void print_json(const struct bench *b)
                ",\"state_hit_tokens\":%" PRIu64 ",\"checkpoints\":%" PRIu64
                ",\"evicted_states\":%" PRIu64 ",\"states_checked\":%" PRIu64
                ",\"host_slots\":%" PRIu64 ",\"saved_states\":%" PRIu64
-               ",\"restored_states\":%" PRIu64 "},",
+               ",\"restored_states\":%" PRIu64 ",\"stored_states\":%" PRIu64
+               ",\"fetched_states\":%" PRIu64 "},",
                b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens,
                c->hit_device + c->hit_host + c->hit_disk, c->checkpoints, st->mamba_evicted_states,
                c->states_checked, st->mamba_host_slots, st->mamba_saved_states,
-               st->mamba_restored_states);
+               st->mamba_restored_states, st->mamba_stored_states, st->mamba_fetched_states);
     if (b->cfg->swa_window)
         printf("\"swa\":{\"window\":%u,\"full_layers\":%u,\"swa_tokens\":%" PRIu64
                ",\"kv_pool_bytes\":%" PRIu64 ",\"kv_hit_tokens\":%" PRIu64
@@ -1539,13 +1544,6 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG,
                              "--host-tokens: sliding-window KV does not leave the device yet, so "
                              "a model with sliding-window layers runs without a host or disk tier",
-                             NULL);
-    if (cfg->mamba.layers && (cfg->disk_tokens || cfg->remote))
-        return cli_bad_usage(PROG,
-                             cfg->disk_tokens ? "--disk-tokens: recurrent states do not go below "
-                                                "the host tier yet"
-                                              : "--remote: recurrent states do not go below the "
-                                                "host tier yet",
                              NULL);
     return check_sizes(cfg);
 }

@@ -111,6 +111,7 @@ struct page {
 struct ns_info {
     uint8_t root[HASH_BYTES];
     bool is_default;
+    bool is_states; /* the pages of recurrent states (KVT_STATE_TAG) */
     uint32_t first; /* first of its first pages (linked by next), NO_PAGE when none */
     uint64_t pages, good, detached; /* good: served now */
     uint64_t oldest, newest;        /* created */
@@ -124,6 +125,7 @@ struct ctl_index {
     struct ns_info *ns;
     uint32_t nns;
     uint8_t default_root[HASH_BYTES];
+    uint8_t states_root[HASH_BYTES];
     uint64_t bad_keys;     /* records whose key is not 32 bytes: listed apart, never dropped */
     uint64_t slot_entries; /* the slot table's size */
     bool quiet_dir;        /* no writer held the dir while it was read: slot_entries agrees */

@@ -73,6 +73,7 @@ static uint32_t ns_of(struct loader *l, const uint8_t *root)
     memset(&v[ix->nns], 0, sizeof(*v));
     memcpy(v[ix->nns].root, root, HASH_BYTES);
     v[ix->nns].is_default = !memcmp(root, ix->default_root, HASH_BYTES);
+    v[ix->nns].is_states = !memcmp(root, ix->states_root, HASH_BYTES);
     v[ix->nns].first = NO_PAGE;
     return ix->nns++;
 }
@@ -112,12 +113,13 @@ static bool caller_keys(const uint8_t *ns_root)
 }
 
 /* Whether the record's key is SHA256(parent || tokens), as the engine names pages, or a
- * caller's own key. */
+ * caller's own key, or a page of a recurrent state (whose key depends on the state's size,
+ * which no record holds: its bytes are checked when read, as every page's are). */
 static bool key_checks_out(struct loader *l, const struct dstore_entry *e)
 {
     uint8_t h[HASH_BYTES];
 
-    if (caller_keys(e->ns))
+    if (caller_keys(e->ns) || !memcmp(e->ns, l->ix->states_root, HASH_BYTES))
         return true;
     return !page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h) &&
            !memcmp(h, e->key, HASH_BYTES);
@@ -191,7 +193,8 @@ static void link_pages(struct ctl_index *ix)
             p->next = ix->ns[p->ns].first;
             ix->ns[p->ns].first = i;
         } else if (p->key_ok && (up = bsearch(p->parent, ix->p, ix->n, sizeof(*up), cmp_key)) &&
-                   up->ns == p->ns) {
+                   (up->ns == p->ns || ix->ns[p->ns].is_states)) {
+            /* A state's pages hang from the page of KV they follow. */
             p->up = (uint32_t)(up - ix->p);
             p->next = up->child;
             up->child = i;
@@ -307,6 +310,9 @@ int index_load(struct dstore *s, struct ctl_index *ix)
         return rc;
     rc = page_hash_root(&l.h, ix->info.fingerprint, NULL, 0, ix->default_root);
     if (!rc)
+        rc = page_hasher_digest2(&l.h, KVT_STATE_TAG, sizeof(KVT_STATE_TAG) - 1, NULL, 0,
+                                 ix->states_root);
+    if (!rc)
         rc = dstore_iterate(s, on_entry, &l);
     if (!rc)
         rc = ns_sort(&l);
@@ -355,6 +361,8 @@ const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf)
         return strcpy(buf, "?");
     if (ix->ns[ns].is_default)
         return strcpy(buf, "default");
+    if (ix->ns[ns].is_states)
+        return strcpy(buf, "states");
     if (caller_keys(ix->ns[ns].root))
         return strcpy(buf, "caller-keys");
     ctl_hex(ix->ns[ns].root, HASH_BYTES, hex);
