@@ -947,6 +947,28 @@ def _():
        "states read from disk, checked, state-backed hit")
 
 
+@case("hybrid: a second process gets KV and states from the Redis tier")
+def _():
+    rows = [(1024, 1, [1, 2]), (1024, 1, [3, 4]), (1024, 1, [5, 6]), (1024, 1, [1, 2])]
+    p, url = redis_server()
+    try:
+        args = ("--trace", trace(rows), "--geometry", HYBRID, "--device-tokens", 2048,
+                "--host-tokens", 65536, "--remote", url)
+        r = bench(*args, "--json")
+        if r.rc == 1 and "--remote: not built in" in r.err:
+            raise Skip("kvtier-bench was built without hiredis")
+        eq(r.rc, 0, f"exit status{r.where()}")
+        eq(r.json()["mamba"]["stored_states"], 3, "checkpoints written")
+        j = run_ok(*args)
+        eq((j["tokens_hit"]["host"], j["tokens_hit"]["disk"]), (960, 2880),
+           "tokens_hit host, remote")
+        eq((j["mamba"]["fetched_states"], j["mamba"]["states_checked"]), (3, 4),
+           "states read from the remote, checked")
+    finally:
+        p.kill()
+        p.wait()
+
+
 @case("hybrid: the qwen3-next-80b-a3b preset with a host tier, 0 mismatches")
 def _():
     # Rows shrunk (hits depend on tokens and pool sizes, not row bytes).
