@@ -263,7 +263,9 @@ struct kvt_options {
     /* Host copies of recurrent states (options.mamba with a host tier; since 0.5): a
      * checkpoint whose node keeps its host copy when the state leaves the device is saved
      * beside it and comes back with the node's KV. 0: mamba.slots times the host pool's pages
-     * per device page. Each takes the state's bytes of host memory once used. */
+     * per device page, at most what half the memory available at open holds. Each takes the
+     * state's bytes of host memory once used; more than the memory available is refused
+     * (KVT_EHOSTRAM). */
     uint32_t mamba_host_states;
 };
 

@@ -251,7 +251,8 @@ static int open_tree(kvt_engine *e)
 
     memcpy(cfg.fingerprint, e->fingerprint, KVT_HASH_LEN);
     if (e->mamba &&
-        (rc = engine_mamba_tree_config(e, &cfg, e->below ? host_tier_pool(e->below)->npages : 0)))
+        (rc = engine_mamba_tree_config(e, &cfg, e->below ? host_tier_pool(e->below)->npages : 0,
+                                       e->below ? host_memory_available() : 0)))
         return rc;
     if (e->swa)
         engine_swa_tree_config(e, &cfg);

@@ -129,8 +129,9 @@ void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st);
 int engine_mamba_check_options(const struct kvt_options *o);
 int engine_mamba_open(kvt_engine *e);
 /* The tree's state settings; with host_pages (the host tier's pool) the host copies of
- * states are made room for. */
-int engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg, uint64_t host_pages);
+ * states are made room for, within avail bytes of memory (0: unknown). */
+int engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg, uint64_t host_pages,
+                             uint64_t avail);
 void engine_mamba_close(kvt_engine *e);
 
 /* kvt_match and the match of kvt_req_begin: the device prefix cut to its deepest state. The

@@ -142,20 +142,27 @@ static void release_host_states(void *ctx, const uint32_t *hslots, size_t n)
 }
 
 /* Room for host copies of states: options.mamba_host_states, or by default as many per state
- * slot as the host pool has pages per device page (none without a host tier). */
-static int open_host_states(kvt_engine *e, uint64_t host_pages)
+ * slot as the host pool has pages per device page (none without a host tier), at most what
+ * half of the memory available (avail bytes; 0: unknown) holds. Copies are allocated as they
+ * are made, so an explicit number the memory cannot hold is refused now, not met later. */
+static int open_host_states(kvt_engine *e, uint64_t host_pages, uint64_t avail)
 {
     struct engine_mamba *m = e->mamba;
     uint64_t dev_pages = engine_slots_c(e)->npages, cap = e->opts.mamba_host_states;
 
     if (host_pages == 0)
         return 0;
-    if (cap == 0)
+    m->slot_bytes = mamba_slot_bytes(&m->pool.geo);
+    if (cap && avail && cap > avail / m->slot_bytes)
+        return KVT_EHOSTRAM;
+    if (cap == 0) {
         cap = (uint64_t)m->pool.nslots * host_pages / (dev_pages ? dev_pages : 1);
+        if (avail && cap > avail / 2 / m->slot_bytes)
+            cap = avail / 2 / m->slot_bytes;
+    }
     if (cap > UINT32_MAX - 1)
         cap = UINT32_MAX - 1;
     m->hcap = (uint32_t)cap;
-    m->slot_bytes = mamba_slot_bytes(&m->pool.geo);
     m->hbuf = calloc(cap + 1, sizeof(*m->hbuf));
     m->hfree = malloc((cap + 1) * sizeof(*m->hfree));
     if (!m->hbuf || !m->hfree)
@@ -170,9 +177,10 @@ static int open_host_states(kvt_engine *e, uint64_t host_pages)
     return m->hashes && m->stage ? 0 : -ENOMEM;
 }
 
-int engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg, uint64_t host_pages)
+int engine_mamba_tree_config(kvt_engine *e, struct rdx_config *cfg, uint64_t host_pages,
+                             uint64_t avail)
 {
-    int rc = open_host_states(e, host_pages);
+    int rc = open_host_states(e, host_pages, avail);
 
     cfg->mamba = 1;
     cfg->mamba_grid = (uint32_t)e->mamba->grid;

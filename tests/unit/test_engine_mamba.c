@@ -449,6 +449,12 @@ static void test_options(void **state)
     mamba_options(&o, 0);
     o.mamba.ssm_bytes = 0;
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    /* Host copies of states the memory could never hold: refused at open, not met later. */
+    mamba_options(&o, 0);
+    o.host_ratio = 2.0;
+    o.mamba_host_states = UINT32_MAX - 1; /* x 192 bytes: far above this machine's RAM */
+    assert_int_equal(kvt_open(&o, &e), KVT_EHOSTRAM);
+    assert_null(e);
 
     /* The defaults: 4 slots per request, FLA's chunk, SGLang's interval. */
     mamba_options(&o, 0);
