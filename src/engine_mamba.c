@@ -212,14 +212,16 @@ void engine_mamba_close(kvt_engine *e)
 
 /* ---- matching ---- */
 
-static void count_match(kvt_engine *e, const struct kvt_key *key, const struct rdx_mamba_hit *h)
+/* kv: the KV the match found, in tokens (on the device alone, or in every tier). */
+static void count_match(kvt_engine *e, const struct kvt_key *key, const struct rdx_mamba_hit *h,
+                        uint64_t kv)
 {
     uint32_t ps = e->opts.page_size;
 
     e->count.match_calls++;
     e->count.match_query_tokens += key->len / ps * ps;
     e->count.match_hit_tokens += h->state_tokens;
-    e->mamba->kv_hit_tokens += h->kv_pages * ps;
+    e->mamba->kv_hit_tokens += kv;
 }
 
 int engine_mamba_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots,
@@ -230,7 +232,7 @@ int engine_mamba_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots,
 
     if (rc)
         return rc;
-    count_match(e, key, &h);
+    count_match(e, key, &h, h.kv_pages * e->opts.page_size);
     if (slots)
         engine_pages_to_slots(e, e->pages, h.state_tokens / e->opts.page_size, slots);
     *m = (struct kvt_match){.device_len = h.state_tokens, .last_node = h.state_last};
@@ -382,23 +384,26 @@ static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk
  * this finds it there. Best effort: a load the tier declines, a copy the room made for it
  * evicted, or no room for a state leaves the device as it was, and the match serves less.
  * *op gets the highest load filling the device prefix, *dev the tokens the device held before
- * a load (what the match serves past them came from the host), UINT64_MAX without one. */
+ * a load (what the match serves past them came from the host), UINT64_MAX without one; *kv
+ * the KV found in every tier (0 without a tier below). */
 static void restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint64_t *op,
-                    uint64_t *dev, uint64_t *disk)
+                    uint64_t *dev, uint64_t *disk, uint64_t *kv)
 {
     uint32_t ps = e->opts.page_size, slot, hslot;
     struct rdx_hit hit;
     kvt_node_ref x, y;
     uint64_t tokens, t2;
 
-    *op = *disk = 0;
+    *op = *disk = *kv = 0;
     *dev = UINT64_MAX; /* nothing loaded */
     if (!e->below || e->mamba->hcap == 0)
         return;
     fetch_state(e, key, disk);
     size_t found = *disk / ps;
-    if (rdx_match_tiers(e->tree, key, e->pages, e->below_pages, &hit) ||
-        rdx_mamba_find(e->tree, hit.host_last, &x, &slot, &hslot, &tokens))
+    if (rdx_match_tiers(e->tree, key, e->pages, e->below_pages, &hit))
+        return;
+    *kv = (uint64_t)(hit.dev_pages + hit.host_pages + tier_find(e->below, key, &hit)) * ps;
+    if (rdx_mamba_find(e->tree, hit.host_last, &x, &slot, &hslot, &tokens))
         return;
     *op = hit.pending;
     struct rdx_hit part = hit;
@@ -438,10 +443,10 @@ int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, in
 {
     struct engine_mamba *m = e->mamba;
     struct rdx_mamba_hit h;
-    uint64_t load_op, dev, disk;
+    uint64_t load_op, dev, disk, kv;
     int rc;
 
-    restore(e, key, row, &load_op, &dev, &disk);
+    restore(e, key, row, &load_op, &dev, &disk, &kv);
     if ((rc = rdx_match_mamba(e->tree, key, e->pages, &h)))
         return rc;
     /* The state lock keeps the checkpoint from the eviction that makes room for its copy;
@@ -455,9 +460,15 @@ int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, in
         rdx_mamba_unlock(e->tree, h.state_last);
     if (rc)
         return rc;
-    count_match(e, key, &h);
+    /* SGLang's branching point counts the KV found in every tier: a request that shares
+     * part of a node the host or disk holds checkpoints where the sharing ends, so that the
+     * next one finds a state there. */
+    if (kv < h.kv_pages * e->opts.page_size)
+        kv = h.kv_pages * e->opts.page_size;
+    uint64_t branch = kv / m->grid * m->grid;
+    count_match(e, key, &h, kv);
     engine_pages_to_slots(e, e->pages, h.state_tokens / e->opts.page_size, row);
-    m->row[idx] = (struct mamba_row){h.kv_pages * e->opts.page_size, h.branch_tokens, 0};
+    m->row[idx] = (struct mamba_row){kv, branch > h.state_tokens ? branch : 0, 0};
     *req = (struct kvt_req){.pool_idx = idx,
                             .protected_len = h.state_tokens,
                             .last_node = h.state_last,

@@ -588,6 +588,30 @@ static void test_host_round_trip(void **state)
     kvt_close(e);
 }
 
+/* The branching point counts the KV found on the host: a request sharing 300 tokens of a
+ * prefix whose states (128, 320) the host keeps starts from 128 and branches at 256. */
+static void test_host_branch_point(void **state)
+{
+    (void)state;
+    kvt_engine *e = open_mamba_host(0, 0, KVT_WRITE_THROUGH);
+    uint32_t a[400], b[400];
+    const size_t ck[] = {128, 320};
+    struct run r;
+
+    tokens_of(a, 400, 1);
+    cache_with_states(e, a, 400, ck, 2);
+    assert_int_equal(kvt_sync(e), 0);
+    assert_int_equal(kvt_evict(e, 2048, NULL), 0);
+    branch_of(b, a, 400, 300);
+    assert_int_equal(begin(&plain, e, &r, b, 380), 0);
+    assert_int_equal(r.req.protected_len, 128);
+    assert_int_equal(r.m.kv_len, 288);     /* 300 in whole pages, 160 of them on the host */
+    assert_int_equal(r.m.branch_len, 256); /* 288 on the grid of 64 */
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
 /* A state evicted alone (slot pressure) from a node the host holds is saved, and a request
  * restores it even though the node's KV never left the device. */
 static void test_host_state_evicted_alone(void **state)
@@ -1014,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_slot_pressure),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_host_round_trip),
+        cmocka_unit_test(test_host_branch_point),
         cmocka_unit_test(test_host_state_evicted_alone),
         cmocka_unit_test(test_host_states_lru),
         cmocka_unit_test(test_host_restore_keeps_its_copy),
