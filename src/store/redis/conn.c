@@ -131,6 +131,9 @@ static int handshake(struct redis_store *r, struct redis_node *n)
         setsockopt(n->ctx->fd, SOL_SOCKET, SO_SNDTIMEO, &wt, sizeof(wt)))
         return -EIO;
     redisEnableKeepAlive(n->ctx);
+    /* Keep the reply buffer between replies: hiredis frees one above 16 KiB once it is
+     * drained, so each page-sized reply grew a new one by doubling, a copy a step. */
+    n->ctx->reader->maxbuf = 0;
     if (r->password) {
         if (!(rep = command(n, 2, auth)))
             return -EACCES;

@@ -85,6 +85,10 @@ void store_redis_key(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[S
 #define STORE_REDIS_HEAD_BYTES 104
 void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[STORE_KEY_BYTES],
                        const void *page, uint32_t page_bytes, uint8_t *out);
+/* Its header alone (STORE_REDIS_HEAD_BYTES into out), for a value sent from the page itself. */
+void store_redis_value_head(const uint8_t fp[STORE_REDIS_FP_BYTES],
+                            const uint8_t key[STORE_KEY_BYTES], const void *page,
+                            uint32_t page_bytes, uint8_t *out);
 
 /* options.remote into o's seeds, host, port and password, which point into buf (len bytes,
  * valid while buf is); o's other fields are left alone. One URL, "redis://[:PASSWORD@]HOST

@@ -4,7 +4,7 @@
  * batches of one-key commands, split per node, redirects followed), cluster.c (the nodes and
  * the slot map), conn.c (a node's connection and its backoff), slot.c (hash slots), value.c
  * (the value format). The lock guards the queues, the leading-run request, the hint table and
- * the counters; the nodes, their connections, the slot map and the scratch buffers are the
+ * the counters; the nodes, their connections, the slot map and the batch's items are the
  * I/O thread's alone.
  */
 #ifndef KVT_STORE_REDIS_INT_H
@@ -68,7 +68,8 @@ struct redis_item {
 
 enum redis_cmd { CMD_GET, CMD_SET, CMD_EXISTS, CMD_DEL };
 
-#define ITEMS_MAX 256 /* the most items one batch takes */
+#define ITEMS_MAX 256         /* the most items one batch takes */
+#define READ_BYTES (1u << 20) /* the most one read off a socket takes */
 
 #define HINT_BITS 12
 #define HINT_SLOTS (1u << HINT_BITS)
@@ -103,8 +104,8 @@ struct redis_store {
     uint16_t *slot_node;      /* STORE_REDIS_SLOTS entries: the master of each slot */
     bool map_stale;           /* a redirect or a dead node: read the map again */
     uint64_t map_read_ms;     /* when it was last read (or tried) */
-    uint8_t *scratch;         /* one value being built */
     struct redis_item *items; /* ITEMS_MAX */
+    char *rbuf;               /* READ_BYTES: what route.c reads off a socket */
 };
 
 uint64_t redis_now_ms(void);

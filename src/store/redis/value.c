@@ -53,8 +53,9 @@ void store_redis_key(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[S
     out[STORE_REDIS_KEY_CHARS] = '\0';
 }
 
-void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[STORE_KEY_BYTES],
-                       const void *page, uint32_t page_bytes, uint8_t *out)
+void store_redis_value_head(const uint8_t fp[STORE_REDIS_FP_BYTES],
+                            const uint8_t key[STORE_KEY_BYTES], const void *page,
+                            uint32_t page_bytes, uint8_t *out)
 {
     XXH128_canonical_t sum;
 
@@ -66,6 +67,12 @@ void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key
     put_le(out + 80, page_bytes, 8);
     XXH128_canonicalFromHash(&sum, XXH3_128bits(page, page_bytes));
     memcpy(out + 88, sum.digest, sizeof(sum.digest));
+}
+
+void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[STORE_KEY_BYTES],
+                       const void *page, uint32_t page_bytes, uint8_t *out)
+{
+    store_redis_value_head(fp, key, page, page_bytes, out);
     memcpy(out + STORE_REDIS_HEAD_BYTES, page, page_bytes);
 }
 
