@@ -33,8 +33,12 @@ uint16_t redis_node_find(struct redis_store *r, const char *host, size_t host_le
     }
     n = &r->nodes[r->n_nodes];
     *n = (struct redis_node){.port = port, .backoff_ms = BACKOFF_START_MS, .round_err = 1};
-    if (!(n->host = strndup(host, host_len)))
+    n->rb = malloc(RESP_BUF_BYTES);
+    if (!(n->host = strndup(host, host_len)) || !n->rb) {
+        free(n->host);
+        free(n->rb);
         return NODE_NONE;
+    }
     return (uint16_t)r->n_nodes++;
 }
 
@@ -43,6 +47,7 @@ void redis_nodes_free(struct redis_store *r)
     for (size_t i = 0; i < r->n_nodes; i++) {
         redis_conn_close(&r->nodes[i]);
         free(r->nodes[i].host);
+        free(r->nodes[i].rb);
     }
     free(r->nodes);
     r->nodes = NULL;
@@ -190,19 +195,17 @@ int redis_unrouted_err(const struct redis_store *r)
     return !r->mode_known && err ? err : -EIO;
 }
 
-int redis_redirect(struct redis_store *r, const redisReply *rep, uint16_t from, uint16_t *node)
+int redis_redirect(struct redis_store *r, const char *err, uint16_t from, uint16_t *node)
 {
     const char *p, *colon, *host;
     size_t host_len;
     int kind;
     char *end;
 
-    if (rep->type != REDIS_REPLY_ERROR)
-        return 0;
-    kind = !strncmp(rep->str, "MOVED ", 6) ? 1 : !strncmp(rep->str, "ASK ", 4) ? 2 : 0;
+    kind = !strncmp(err, "MOVED ", 6) ? 1 : !strncmp(err, "ASK ", 4) ? 2 : 0;
     if (!kind)
         return 0;
-    unsigned long slot = strtoul(rep->str + (kind == 1 ? 6 : 4), &end, 10);
+    unsigned long slot = strtoul(err + (kind == 1 ? 6 : 4), &end, 10);
     if (*end != ' ' || slot >= STORE_REDIS_SLOTS || !(colon = strrchr(p = end + 1, ':')))
         return 0;
     unsigned long port = strtoul(colon + 1, &end, 10);

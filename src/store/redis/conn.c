@@ -57,6 +57,7 @@ void redis_conn_close(struct redis_node *n)
     if (n->ctx)
         redisFree(n->ctx);
     n->ctx = NULL;
+    n->rb_pos = n->rb_len = 0; /* what was read off it belongs to nothing now */
 }
 
 static void backoff(struct redis_store *r, struct redis_node *n, int err)
@@ -131,9 +132,6 @@ static int handshake(struct redis_store *r, struct redis_node *n)
         setsockopt(n->ctx->fd, SOL_SOCKET, SO_SNDTIMEO, &wt, sizeof(wt)))
         return -EIO;
     redisEnableKeepAlive(n->ctx);
-    /* Keep the reply buffer between replies: hiredis frees one above 16 KiB once it is
-     * drained, so each page-sized reply grew a new one by doubling, a copy a step. */
-    n->ctx->reader->maxbuf = 0;
     if (r->password) {
         if (!(rep = command(n, 2, auth)))
             return -EACCES;

@@ -56,53 +56,52 @@ static size_t chunk_pages(const struct redis_store *r, size_t left)
     return k < left ? k : left;
 }
 
-static int set_result(const redisReply *rep, struct tally *t)
+static int set_result(const struct resp_reply *rep, struct tally *t)
 {
-    if (rep->type == REDIS_REPLY_STATUS)
+    if (rep->type == RESP_STATUS)
         return 0;
-    if (rep->type == REDIS_REPLY_NIL) {
+    if (rep->type == RESP_NIL) {
         t->dups++;
         return 0;
     }
     /* OOM: the server is at maxmemory with a policy that does not evict. */
-    if (rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "OOM", 3))
+    if (rep->type == RESP_ERROR && !strncmp(rep->line, "OOM", 3))
         return -ENOSPC;
     return -EIO;
 }
 
-static int get_result(struct redis_store *r, const uint8_t *key, void *buf, const redisReply *rep,
-                      struct tally *t)
+/* A GET's answer: the page landed and checked (route.c, resp.c), or why not. */
+static int get_result(struct redis_store *r, const struct redis_item *it, struct tally *t)
 {
-    if (rep->type == REDIS_REPLY_NIL) {
+    if (it->rep.type == RESP_NIL) {
         t->misses++;
         return -ENOENT;
     }
     /* A value that is not a string (WRONGTYPE) is as foreign as a bad header. */
-    bool foreign = rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "WRONGTYPE", 9);
-    if (rep->type != REDIS_REPLY_STRING && !foreign)
+    bool foreign = it->rep.type == RESP_ERROR && !strncmp(it->rep.line, "WRONGTYPE", 9);
+    if (it->rep.type != RESP_BULK && !foreign)
         return -EIO;
-    if (foreign || redis_value_check(r, key, (const uint8_t *)rep->str, rep->len)) {
+    if (foreign || it->page_rc) {
         t->corrupt++;
         return KVT_ECORRUPT;
     }
-    memcpy(buf, rep->str + STORE_REDIS_HEAD_BYTES, r->base.page_bytes);
     t->hits++;
     t->bytes += r->base.page_bytes;
     return 0;
 }
 
-/* The result of page i of op from its item; a reply's bytes are checked before they land. */
-static int page_result(struct redis_store *r, struct redis_op *op, size_t i,
-                       const struct redis_item *it, struct tally *t)
+/* The result of a page of op from its item. */
+static int page_result(struct redis_store *r, struct redis_op *op, const struct redis_item *it,
+                       struct tally *t)
 {
     int rc;
 
     if (it->err)
         rc = it->err;
     else if (op->kind == STORE_OP_WRITE)
-        rc = set_result(it->rep, t);
+        rc = set_result(&it->rep, t);
     else
-        rc = get_result(r, it->key, op->bufs[i], it->rep, t);
+        rc = get_result(r, it, t);
     if (op->kind == STORE_OP_WRITE) {
         t->sets++;
         t->bytes += rc == 0 ? r->base.page_bytes : 0;
@@ -119,10 +118,8 @@ static void delete_bad(struct redis_store *r, struct redis_op *op, size_t p, siz
     for (size_t i = p; i < p + k; i++)
         if (op->results[i] == KVT_ECORRUPT)
             r->items[n++] = (struct redis_item){.key = op->keys + i * STORE_KEY_BYTES};
-    if (n) {
+    if (n)
         redis_route_batch(r, CMD_DEL, r->items, n);
-        redis_items_release(r->items, n);
-    }
 }
 
 static void run_chunk(struct redis_store *r, struct redis_op *op, size_t p, size_t k,
@@ -132,17 +129,17 @@ static void run_chunk(struct redis_store *r, struct redis_op *op, size_t p, size
 
     for (size_t i = 0; i < k; i++)
         r->items[i] = (struct redis_item){.key = op->keys + (p + i) * STORE_KEY_BYTES,
-                                          .page = op->bufs[p + i]};
+                                          .page = op->bufs[p + i],
+                                          .dst = op->bufs[p + i]};
     redis_route_batch(r, op->kind == STORE_OP_WRITE ? CMD_SET : CMD_GET, r->items, k);
     for (size_t i = p; i < p + k; i++) {
         const struct redis_item *it = &r->items[i - p];
-        op->results[i] = page_result(r, op, i, it, t);
+        op->results[i] = page_result(r, op, it, t);
         t->failed +=
             op->results[i] != 0 && op->results[i] != -ENOENT && op->results[i] != KVT_ECORRUPT;
         if (!it->err && op->results[i] != -EIO)
             hint(r, it->key, op->results[i] == 0);
     }
-    redis_items_release(r->items, k);
     if (op->kind == STORE_OP_READ && t->corrupt > corrupt)
         delete_bad(r, op, p, k);
 }
@@ -194,13 +191,12 @@ static size_t exists_run(struct redis_store *r, const uint8_t *keys, size_t n)
             r->items[i] = (struct redis_item){.key = keys + (p + i) * STORE_KEY_BYTES};
         redis_route_batch(r, CMD_EXISTS, r->items, k);
         for (size_t i = 0; i < k; i++) {
-            const redisReply *rep = r->items[i].rep;
-            bool present = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+            const struct redis_item *it = &r->items[i];
+            bool present = it->answered && it->rep.type == RESP_INT && it->rep.integer == 1;
             run += present && run == p + i;
-            if (rep) /* a node that did not answer says nothing of its keys */
-                hint(r, r->items[i].key, present);
+            if (it->answered) /* a node that did not answer says nothing of its keys */
+                hint(r, it->key, present);
         }
-        redis_items_release(r->items, k);
     }
     return run;
 }

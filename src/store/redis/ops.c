@@ -274,7 +274,6 @@ static void free_store(struct redis_store *r)
     free(r->ex.keys);
     free(r->hint);
     free(r->items);
-    free(r->rbuf);
     free(r->slot_node);
     free(r->password);
     free(r);
@@ -348,9 +347,8 @@ static int alloc_store(struct redis_store *r, const struct store_redis_options *
     r->password = o->password ? strdup(o->password) : NULL;
     r->hint = calloc(HINT_SLOTS, STORE_KEY_BYTES);
     r->items = calloc(ITEMS_MAX, sizeof(*r->items));
-    r->rbuf = malloc(READ_BYTES);
     r->slot_node = malloc(STORE_REDIS_SLOTS * sizeof(*r->slot_node));
-    if (!r->hint || !r->items || !r->rbuf || !r->slot_node || (!r->password && o->password))
+    if (!r->hint || !r->items || !r->slot_node || (!r->password && o->password))
         return -ENOMEM;
     for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
         r->slot_node[s] = NODE_NONE;

@@ -50,26 +50,42 @@ struct redis_node {
     bool master;          /* holds slots in the map */
     uint64_t capacity;    /* its maxmemory (or machine's memory) in bytes, from its handshake */
     size_t sent;          /* commands pipelined on it and not yet answered (route.c) */
-    int round_err;        /* route.c: this round's connect result, or 1 while not tried */
+    char *rb;             /* RESP_BUF_BYTES: bytes read off its socket, not yet parsed (resp.c) */
+    size_t rb_pos, rb_len;
+    int round_err; /* route.c: this round's connect result, or 1 while not tried */
 };
 
 #define NODE_NONE UINT16_MAX
 
+#define RESP_BUF_BYTES (64u << 10)
+
+enum resp_type { RESP_STATUS, RESP_ERROR, RESP_INT, RESP_NIL, RESP_BULK };
+
+/* A reply as resp.c reads it: its type, its first line (truncated) and number. */
+struct resp_reply {
+    enum resp_type type;
+    long long integer; /* RESP_INT's value, RESP_BULK's length */
+    char line[160];    /* after the type byte: a status's or an error's text */
+};
+
 /* One command of a routed batch (route.c): its key and page, where it goes, what came back. */
 struct redis_item {
     const uint8_t *key;
-    const void *page; /* SET's */
+    const void *page; /* SET's bytes */
+    void *dst;        /* GET's: where the page lands */
     uint16_t slot, node;
-    bool ask;        /* send ASKING first: the slot is being imported there */
-    bool sent;       /* pipelined in this round, its reply not yet read */
-    redisReply *rep; /* the reply, the caller's to free; NULL when err says why */
+    bool ask;      /* send ASKING first: the slot is being imported there */
+    bool sent;     /* pipelined in this round, its reply not yet read */
+    bool answered; /* rep holds its reply; else err says why there is none */
+    struct resp_reply rep;
+    int page_rc; /* a GET answered with a value: 0 (the page landed whole and checked) or
+                    KVT_ECORRUPT */
     int err;
 };
 
 enum redis_cmd { CMD_GET, CMD_SET, CMD_EXISTS, CMD_DEL };
 
-#define ITEMS_MAX 256         /* the most items one batch takes */
-#define READ_BYTES (1u << 20) /* the most one read off a socket takes */
+#define ITEMS_MAX 256 /* the most items one batch takes */
 
 #define HINT_BITS 12
 #define HINT_SLOTS (1u << HINT_BITS)
@@ -105,14 +121,24 @@ struct redis_store {
     bool map_stale;           /* a redirect or a dead node: read the map again */
     uint64_t map_read_ms;     /* when it was last read (or tried) */
     struct redis_item *items; /* ITEMS_MAX */
-    char *rbuf;               /* READ_BYTES: what route.c reads off a socket */
 };
 
 uint64_t redis_now_ms(void);
 
-/* value.c: 0, or KVT_ECORRUPT when v is not key's page of this store's fingerprint. */
-int redis_value_check(const struct redis_store *r, const uint8_t *key, const uint8_t *v,
-                      size_t len);
+/* value.c: 0, or KVT_ECORRUPT when a value's header (its checksum aside) is not key's of this
+ * store, or when the payload does not match the header's checksum. */
+int redis_head_check(const struct redis_store *r, const uint8_t *key, const uint8_t *head);
+int redis_payload_check(const struct redis_store *r, const uint8_t *head, const uint8_t *payload);
+
+/* resp.c, on the I/O thread; -EIO when the connection failed (the caller drops it). */
+/* The next reply's first line; a bulk's bytes are left for redis_resp_page or _skip. */
+int redis_resp_head(struct redis_node *n, struct resp_reply *rep);
+/* Drop a bulk reply's bytes. */
+int redis_resp_skip(struct redis_node *n, const struct resp_reply *rep);
+/* A GET's value into page: 0 when it is key's page, whole and unchanged; KVT_ECORRUPT when
+ * not (the header is checked before the payload lands, the checksum after). */
+int redis_resp_page(struct redis_store *r, struct redis_node *n, const struct resp_reply *rep,
+                    const uint8_t *key, void *page);
 
 /* conn.c, on the I/O thread: 0 with node's ctx usable, or the error pages fail with now. */
 int redis_conn_ensure(struct redis_store *r, struct redis_node *n);
@@ -129,19 +155,17 @@ uint16_t redis_node_find(struct redis_store *r, const char *host, size_t host_le
 void redis_cluster_update(struct redis_store *r);
 /* Where slot's commands go now: NODE_NONE when no node is known for it. */
 uint16_t redis_route(const struct redis_store *r, uint16_t slot);
-/* A MOVED or ASK error reply in rep: 1 (MOVED) or 2 (ASK) with *node its target (the slot
- * map updated on MOVED); 0 when rep is no redirect. from: the node that answered. */
-int redis_redirect(struct redis_store *r, const redisReply *rep, uint16_t from, uint16_t *node);
+/* A MOVED or ASK error (its text in err): 1 (MOVED) or 2 (ASK) with *node its target (the
+ * slot map updated on MOVED); 0 when it is no redirect. from: the node that answered. */
+int redis_redirect(struct redis_store *r, const char *err, uint16_t from, uint16_t *node);
 /* What pages of a slot no node serves fail with. */
 int redis_unrouted_err(const struct redis_store *r);
 void redis_nodes_free(struct redis_store *r);
 
 /* route.c: run items[0..n) as cmd, pipelined per node, redirects followed; each item ends
- * with a reply or an err. The counters of redirects are added under the lock. */
+ * answered or with an err. The counters of redirects are added under the lock. */
 void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_item *items,
                        size_t n);
-/* Free the replies items[0..n) hold. */
-void redis_items_release(struct redis_item *items, size_t n);
 
 /* io.c */
 void *redis_io_main(void *arg);

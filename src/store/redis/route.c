@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include "store/redis/redis_int.h"
 
@@ -148,64 +147,58 @@ static void flush_nodes(struct redis_store *r)
             flush_node(r, &r->nodes[i]);
 }
 
-/* One reply off node's connection; NULL (the connection dropped) when none comes. The bytes
- * are read here, READ_BYTES at a time, and fed to hiredis's parser: its own reads take 16 KiB
- * each, and a page-sized reply cost 16 of them, each a wakeup (reads ran at 0.4 of
- * redis-benchmark's rate, 14 us a read). */
-static redisReply *next_reply(struct redis_store *r, uint16_t node)
+/* The reply's bytes after its first line: a GET's page into it->dst, any other bulk dropped.
+ * 0, or -EIO with the connection to drop. */
+static int read_body(struct redis_store *r, struct redis_node *n, enum redis_cmd cmd,
+                     struct redis_item *it, const struct resp_reply *rep)
 {
-    redisContext *c = r->nodes[node].ctx;
-    redisReply *rep = NULL;
-    ssize_t k;
+    int rc;
 
-    while (c) {
-        if (redisReaderGetReply(c->reader, (void **)&rep) != REDIS_OK)
-            break;
-        if (rep)
-            return rep;
-        if ((k = read(c->fd, r->rbuf, READ_BYTES)) < 0 && errno == EINTR)
-            continue;
-        if (k <= 0 || redisReaderFeed(c->reader, r->rbuf, (size_t)k) != REDIS_OK)
-            break; /* closed, timed out (SO_RCVTIMEO), or not RESP */
-    }
-    if (c)
-        redis_conn_lost(r, &r->nodes[node]);
-    return NULL;
+    if (rep->type != RESP_BULK)
+        return 0;
+    rc = cmd == CMD_GET ? redis_resp_page(r, n, rep, it->key, it->dst) : redis_resp_skip(n, rep);
+    if (rc == -EIO)
+        return -EIO;
+    it->page_rc = rc;
+    return 0;
 }
 
 /* Read it's reply (after its ASKING's); a redirect or TRYAGAIN leaves it for the next round. */
-static void read_item(struct redis_store *r, struct redis_item *it, uint64_t *moved,
-                      uint64_t *asked)
+static void read_item(struct redis_store *r, enum redis_cmd cmd, struct redis_item *it,
+                      uint64_t *moved, uint64_t *asked)
 {
     uint16_t from = it->node, to;
-    redisReply *rep = NULL;
+    struct redis_node *n = &r->nodes[from];
+    struct resp_reply rep;
     int kind;
 
     it->sent = false;
-    if (it->ask && (rep = next_reply(r, from)))
-        freeReplyObject(rep);
-    if ((it->ask && !rep) || !(rep = next_reply(r, from))) {
+    if (!n->ctx) { /* dropped earlier in the round */
         it->err = -EIO;
         return;
     }
-    if ((kind = redis_redirect(r, rep, from, &to))) {
-        freeReplyObject(rep);
-        it->node = to;
+    if ((it->ask && (redis_resp_head(n, &rep) || redis_resp_skip(n, &rep))) ||
+        redis_resp_head(n, &rep) || read_body(r, n, cmd, it, &rep)) {
+        redis_conn_lost(r, n);
+        it->err = -EIO;
+        return;
+    }
+    if (rep.type == RESP_ERROR && (kind = redis_redirect(r, rep.line, from, &to))) {
+        it->node = to; /* n is stale now: the nodes may have moved */
         it->ask = kind == 2;
         *(kind == 1 ? moved : asked) += 1;
         return;
     }
     it->ask = false;
-    if (rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "TRYAGAIN", 8)) {
-        freeReplyObject(rep); /* a key of a multi-key command mid-migration: once more */
-        return;
-    }
+    if (rep.type == RESP_ERROR && !strncmp(rep.line, "TRYAGAIN", 8))
+        return; /* a key of a multi-key command mid-migration: once more */
     it->rep = rep;
+    it->answered = true;
 }
 
 static bool pending(const struct redis_item *it)
 {
-    return !it->rep && !it->err;
+    return !it->answered && !it->err;
 }
 
 void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_item *items,
@@ -221,7 +214,7 @@ void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_i
         store_redis_key(r->o.fingerprint, it->key, name);
         it->slot = store_redis_slot(name, STORE_REDIS_KEY_CHARS);
         it->node = redis_route(r, it->slot);
-        it->rep = NULL, it->err = 0, it->ask = false, it->sent = false;
+        it->answered = false, it->err = 0, it->ask = false, it->sent = false, it->page_rc = 0;
     }
     for (int round = 0; round < MAX_ROUNDS && sent; round++) {
         start_round(r);
@@ -232,7 +225,7 @@ void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_i
         flush_nodes(r);
         for (size_t i = 0; i < n; i++)
             if (items[i].sent && ++sent)
-                read_item(r, &items[i], &moved, &asked);
+                read_item(r, cmd, &items[i], &moved, &asked);
     }
     for (size_t i = 0; i < n; i++)
         if (pending(&items[i]))
@@ -241,13 +234,4 @@ void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_i
     r->c.moved += moved;
     r->c.asked += asked;
     pthread_mutex_unlock(&r->lock);
-}
-
-void redis_items_release(struct redis_item *items, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (items[i].rep)
-            freeReplyObject(items[i].rep);
-        items[i].rep = NULL;
-    }
 }
