@@ -1255,7 +1255,6 @@ static void config_defaults(struct config *cfg)
 {
     *cfg = (struct config){.parent = "/tmp",
                            .fio = "fio",
-                           .redis_benchmark = "redis-benchmark",
                            .bytes = DEFAULT_BYTES,
                            .batch = DEFAULT_BATCH,
                            .reps = DEFAULT_REPS,
@@ -1289,7 +1288,8 @@ static int run_remote(const struct config *cfg)
     uint64_t page = cfg->page_bytes.v[0];
     uint64_t bytes = cfg->bytes == DEFAULT_BYTES ? DEFAULT_REMOTE_BYTES : cfg->bytes;
     struct remote_bench_config rc = {.url = cfg->remote,
-                                     .redis_benchmark = cfg->redis_benchmark,
+                                     .redis_benchmark = cfg->redis_benchmark ? cfg->redis_benchmark
+                                                                             : "redis-benchmark",
                                      .page_bytes = (uint32_t)page,
                                      .pages = cfg->pages_set ? cfg->pages : bytes / page,
                                      .batch = cfg->batch,
@@ -1326,6 +1326,8 @@ int main(int argc, char **argv)
     config_defaults(&cfg);
     if ((rc = cli_parse_args(PROG, options, CLI_COUNT_OF(options), &cfg, argc, argv, usage)))
         return rc < 0 ? 0 : rc;
+    if (cfg.redis_benchmark && !cfg.remote)
+        return cli_bad_usage(PROG, "--redis-benchmark goes with --remote", NULL);
     if (cfg.remote)
         return run_remote(&cfg);
     if (workdir_make(&b.wd, PROG, cfg.parent))
