@@ -1,9 +1,10 @@
 /*
  * The Redis store's insides, shared by its files: ops.c (the contract, on the owner thread), hint.c
  * (keys last seen stored), io.c (the I/O thread: ops and leading runs), route.c (pipelined
- * batches of one-key commands, split per node, redirects followed), cluster.c (the nodes and
- * the slot map), conn.c (a node's connection and its backoff), slot.c (hash slots), value.c
- * (the value format). The lock guards the queues, the leading-run request, the hint table and
+ * batches of one-key commands, split per node, redirects followed), resp.c (their replies,
+ * a GET's page read straight into the host page), cluster.c (the nodes and the slot map),
+ * conn.c (a node's connection and its backoff), slot.c (hash slots), value.c (the value
+ * format). The lock guards the queues, the leading-run request, the hint table and
  * the counters; the nodes, their connections, the slot map and the batch's items are the
  * I/O thread's alone.
  */
