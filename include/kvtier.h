@@ -248,15 +248,19 @@ struct kvt_options {
      * disk_sync_bytes of pages wait (0: 256 MiB), whichever comes first. (Since 0.4.) */
     uint32_t disk_sync_ms;
     uint64_t disk_sync_bytes;
-    /* A shared remote tier (since 0.4; issue 17's first part: one standalone Redis or Valkey
-     * server, no Cluster yet): "redis://[:PASSWORD@]HOST[:PORT]", below the disk tier when
-     * there is one, else right below the host tier (which it needs). Engines on many hosts
-     * share what any of them wrote. Pages go there as they go to the disk tier
-     * (disk_write_policy); reads come from the nearest tier holding them. Every value read is
-     * checked (a failing one is a miss, never served), and a server that is down, slow or
-     * emptied costs only hits: ops fail within remote_timeout_ms and the engine serves on.
-     * NULL (default): none. A URL that is not of that form is -EINVAL; in a build without
-     * hiredis any remote is KVT_ENOBACKEND. */
+    /* A shared remote tier (since 0.4; issue 17): a standalone Redis or Valkey server,
+     * "redis://[:PASSWORD@]HOST[:PORT]", or a Redis Cluster: the URL of any node, or a
+     * comma-separated list of seed URLs, "redis://H1:P1,redis://H2:P2" (at most 16; "redis://"
+     * may be left off after the first; one password for all). Whether it is a cluster is what
+     * the first seed to answer says (CLUSTER SLOTS); pages are then routed by hash slot to
+     * their master, MOVED and ASK followed, and a dead master costs the pages of its slots
+     * only. Below the disk tier when there is one, else right below the host tier (which it
+     * needs). Engines on many hosts share what any of them wrote. Pages go there as they go
+     * to the disk tier (disk_write_policy); reads come from the nearest tier holding them.
+     * Every value read is checked (a failing one is a miss, never served), and a server that
+     * is down, slow or emptied costs only hits: ops fail within remote_timeout_ms and the
+     * engine serves on. NULL (default): none. A URL that is not of that form is -EINVAL; in
+     * a build without hiredis any remote is KVT_ENOBACKEND. */
     const char *remote;
     uint32_t remote_timeout_ms; /* connect, read and write timeouts; 0: 1000 */
     uint32_t remote_ttl_s;      /* seconds a page lives on the server; 0: until it evicts it */

@@ -14,6 +14,8 @@ struct redis_server {
     pid_t pid;
     uint16_t port;
     char dir[128];
+    bool cluster;      /* set before start: a cluster node (nodes.conf in its dir) */
+    uint16_t bus_port; /* a cluster node's bus (cluster-port): a free one too, not port + 10000 */
 };
 
 /* redis-server is on PATH. */
@@ -25,9 +27,21 @@ int redis_server_start(struct redis_server *rs, uint16_t port);
 /* Kill it (SIGKILL: as a crash would), reap it and remove its dir. */
 void redis_server_stop(struct redis_server *rs);
 
+/* Kill it (SIGKILL) and reap it, keeping its dir (a cluster node's nodes.conf) for
+ * redis_server_restart. */
+void redis_server_kill(struct redis_server *rs);
+
+/* Start a killed one again, on its port, in its dir; 0 once it answers PING, or -errno. */
+int redis_server_restart(struct redis_server *rs);
+
 /* Send one command (argv, argc) and return its reply's integer, or -1 on an error reply or
  * none; for FLUSHALL, DEBUG and the like. Values with binary bytes go through lens. */
 long long redis_server_cmd(const struct redis_server *rs, int argc, const char **argv,
                            const size_t *lens);
+
+/* One command's reply as text (a status, a string or an error) into out (len bytes); 0, or -1
+ * when no such reply came. */
+int redis_server_cmd_str(const struct redis_server *rs, int argc, const char **argv, char *out,
+                         size_t len);
 
 #endif

@@ -139,6 +139,64 @@ def start_redis(tmp):
     raise Failure("redis-server did not come up")
 
 
+def _free_ports(n):
+    """n loopback ports the kernel calls free now, all different."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def start_redis_cluster(tmp, masters=3):
+    """A Redis Cluster of our own: masters redis-servers in cluster mode on free loopback
+    ports (their buses on free ports too), data dirs in tmp, no persistence, formed with
+    `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`: (processes, ports)
+    once every node says cluster_state:ok; Skip without redis-server or redis-cli."""
+    exe, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if not exe or not cli:
+        raise Skip("redis-server or redis-cli is not installed")
+    ports = _free_ports(2 * masters)
+    procs = []
+    for port, bus in zip(ports[:masters], ports[masters:]):
+        d = os.path.join(tmp, f"redis-cluster-{port}")
+        os.makedirs(d, exist_ok=True)
+        procs.append(subprocess.Popen(
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", d, "--cluster-enabled", "yes", "--cluster-port", str(bus),
+             "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+             "--cluster-require-full-coverage", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    ports = ports[:masters]
+
+    def stop():
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    def info(port):
+        r = subprocess.run([cli, "-p", str(port), "cluster", "info"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, timeout=10)
+        return r.stdout.decode()
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any("cluster_state" not in info(p) for p in ports):
+        time.sleep(0.05)
+    r = subprocess.run([cli, "--cluster", "create"] + [f"127.0.0.1:{p}" for p in ports] +
+                       ["--cluster-replicas", "0", "--cluster-yes"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    deadline = time.monotonic() + 20
+    while r.returncode == 0 and time.monotonic() < deadline:
+        if all("cluster_state:ok" in info(p) for p in ports):
+            return procs, ports
+        time.sleep(0.1)
+    stop()
+    raise Failure(f"redis cluster did not form: {r.stdout.decode()[-400:]!r}")
+
+
 def case(name, known_bug=None):
     def register(fn):
         CASES.append((name, fn, known_bug))

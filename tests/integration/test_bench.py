@@ -1085,10 +1085,45 @@ def _():
             p.wait()
 
 
+@case("remote: over a 3-master Redis Cluster, a second process is served what the first wrote")
+def _():
+    procs, ports = harness.start_redis_cluster(TMP)
+    url = ",".join(f"redis://127.0.0.1:{p}" for p in ports)
+    try:
+        args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536, "--remote", url)
+        r = bench(*args, "--json")
+        if r.rc == 1 and "--remote: not built in" in r.err:
+            raise Skip("kvtier-bench was built without hiredis")
+        eq(r.rc, 0, f"exit status{r.where()}")
+        first = r.json()
+        eq(first["verify"]["mismatches"], 0, "mismatches")
+        eq(first["config"]["remote"], url, "config.remote")
+        # One seed is enough: it answers as a cluster and names the other masters.
+        second = run_ok(*args[:-1], f"redis://127.0.0.1:{ports[1]}")
+        check(second["tokens_hit"]["disk"] > first["tokens_hit"]["disk"],
+              f"the cluster serves the second: {first['tokens_hit']} -> {second['tokens_hit']}")
+        eq(second["disk_errors"], 0, "disk errors")
+        eq(second["verify"]["mismatches"], 0, "mismatches")
+        procs[2].kill()
+        procs[2].wait()
+        # A master gone: its pages miss, the other two still serve, every byte verified.
+        third = run_ok(*args)
+        eq(third["verify"]["mismatches"], 0, "mismatches with a master down")
+        check(0 < third["tokens_hit"]["disk"] < second["tokens_hit"]["disk"],
+              f"the live masters serve part: {second['tokens_hit']} -> {third['tokens_hit']}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @case("remote: usage errors name the option")
 def _():
     for args, pat in ((["--remote", "redis://127.0.0.1:1"], r"--remote needs a host tier"),
-                      (["--host-tokens", "65536", "--remote", "http://x"], r"--remote needs a redis")):
+                      (["--host-tokens", "65536", "--remote", "http://x"], r"--remote needs a redis"),
+                      (["--host-tokens", "65536", "--remote", "redis://a:1,http://b"],
+                       r"--remote needs a redis")):
         usage_case(args, pat)()
 
 

@@ -1728,6 +1728,9 @@ def stop_redis():
     if proc:
         proc.terminate()
         proc.wait(timeout=30)
+    for proc in _redis.pop("cluster_procs", []):
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 @case("remote stat: one fingerprint, its pages the server's keys; text and --json")
@@ -1771,6 +1774,54 @@ def _():
     eq(j["fingerprints"][0]["bad"], 1, "bad pages of the fingerprint")
 
 
+def redis_cluster_url():
+    """A 3-master cluster of the test's own, filled by kvtier-bench once: (url, ports)."""
+    if "cluster_url" in _redis:
+        return _redis["cluster_url"], _redis["cluster_ports"]
+    redis_url()  # skips where ctl or redis-server lack
+    _redis["cluster_procs"], ports = harness.start_redis_cluster(TMP)
+    url = ",".join(f"redis://127.0.0.1:{p}" for p in ports)
+    b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic", "mixed",
+                        "--requests", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=120)
+    check(b.returncode == 0, f"kvtier-bench --remote (cluster) failed: {b.stderr[-400:]!r}")
+    _redis["cluster_url"], _redis["cluster_ports"] = url, ports
+    return url, ports
+
+
+@case("remote stat and verify over a cluster: every master scanned, a line per node")
+def _():
+    url, ports = redis_cluster_url()
+    sizes = {f"127.0.0.1:{p}": int(resp(p, b"DBSIZE")[1:]) for p in ports}
+    check(all(n > 0 for n in sizes.values()), f"pages on every master: {sizes}")
+    one = f"redis://127.0.0.1:{ports[1]}"  # one node's URL finds the others
+    for u in (url, one):
+        j = ok_json("remote", "stat", u)
+        eq(j["cluster"], True, "cluster")
+        eq({n["server"]: n["pages"] for n in j["nodes"]}, sizes, "pages per node against DBSIZE")
+        eq(j["pages"], sum(sizes.values()), "pages in total")
+        eq(j["fingerprints"][0]["pages"], j["pages"], "one fingerprint")
+    t = ok("remote", "stat", one).out
+    check("cluster:      3 masters" in t and all(s in t for s in sizes), f"text: {t!r}")
+    j = ok_json("remote", "verify", url)
+    eq((j["bad"], j["ok"], j["good"]), (0, True, sum(sizes.values())), f"verify: {j}")
+    # A garbage value on one master: verify names it, and that node's line counts it.
+    with socket.create_connection(("127.0.0.1", ports[2]), timeout=10) as s:
+        s.sendall(b"*4\r\n$4\r\nSCAN\r\n$1\r\n0\r\n$5\r\nMATCH\r\n$5\r\nkvt:*\r\n")
+        reply, names = b"", []
+        while not names and (chunk := s.recv(1 << 16)):
+            reply += chunk
+            names = re.findall(rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}", reply)
+    check(names, "no kvt:* key on the third master")
+    eq(resp(ports[2], b"SET", names[0], b"garbage"), "+OK", "SET garbage")
+    r = ctl("remote", "verify", url, "--json")
+    eq(r.rc, 1, f"exit status{r.where()}")
+    j = r.json()
+    eq((j["bad"], j["bad_keys"]), (1, [names[0].decode()]), "the bad key named")
+    eq({n["server"]: n["bad"] for n in j["nodes"]},
+       {s: int(s.endswith(f":{ports[2]}")) for s in sizes}, "bad pages per node")
+
+
 @case("remote: a bad URL exits 2 naming it; a dead port exits 1")
 def _():
     r = ctl("remote", "stat", "redis://127.0.0.1:1")
@@ -1783,6 +1834,9 @@ def _():
         fails(1, f"cannot connect to 127.0.0.1:{port}: ", "remote", sub,
               f"redis://127.0.0.1:{port}")
     fails(2, "expected stat or verify", "remote", "list", "redis://127.0.0.1:1")
+    dead = f"redis://127.0.0.1:{port}"
+    fails(2, re.escape(f"bad URL '{dead},http://x'"), "remote", "stat", f"{dead},http://x")
+    fails(1, f"cannot connect to 127.0.0.1:{port}: ", "remote", "stat", f"{dead},{dead}")
 
 
 # ---- driver ----

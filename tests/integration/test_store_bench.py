@@ -289,6 +289,8 @@ def _():
 
 
 BAD = [
+    (["--redis-benchmark", "x"], "--redis-benchmark goes with --remote"),
+    (["--remote", "http://x"], "--remote needs a redis:// URL"),
     (["--bogus"], "unknown option"),
     (["--pages"], "needs a value"),
     (["--pages", "abc"], "--pages"),
@@ -332,7 +334,7 @@ def _():
     documented = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", r.out))
     wanted = {"--page-bytes", "--queue-depth", "--bytes", "--pages", "--batch", "--reps",
               "--read-order", "--io", "--disk-sync", "--fio", "--no-fio", "--open-pages",
-              "--open-reps",
+              "--open-reps", "--remote", "--redis-benchmark",
               "--dir", "--keep", "--seed", "--json", "--help"}
     check(wanted <= documented, f"--help lacks {sorted(wanted - documented)}")
     for w in ["--ioengine=io_uring", "--direct=1", "apt-get install fio", "--open-pages 1000000"]:
@@ -351,6 +353,75 @@ def _():
     r = run("--json", "--help", dir_=False)
     eq(r.rc, 0, f"exit status of --json --help{r.where()}")
     check(r.out.startswith("usage:"), f"--json --help should print the help{r.where()}")
+
+
+# ---- --remote: the Redis store against redis-benchmark ----
+
+# Small pages, but enough of them that redis-benchmark's run lasts more than its clock's
+# millisecond.
+REMOTE_SMALL = ["--page-bytes", "4K", "--pages", "4096", "--batch", "256", "--reps", "2"]
+REMOTE_KEYS = {"remote": str, "cluster": bool, "masters": int, "page_bytes": int, "pages": int,
+               "batch": int, "reps": int, "write_pages_s": (int, float),
+               "read_pages_s": (int, float), "redis_benchmark": dict,
+               "ratio_write": (int, float), "ratio_read": (int, float), "note": str}
+
+
+def remote_json(url, *extra):
+    r = run("--remote", url, *REMOTE_SMALL, *extra, "--json")
+    if r.rc == 1 and "not built in" in r.err:
+        raise Skip("kvtier-store-bench was built without hiredis")
+    eq(r.rc, 0, f"exit status{r.where()}")
+    j = r.json()
+    has_types(j, REMOTE_KEYS, "--remote report")
+    eq((j["page_bytes"], j["pages"], j["batch"], j["reps"]), (4096, 4096, 256, 2), "config")
+    positive(j["write_pages_s"], "store writes")
+    positive(j["read_pages_s"], "store reads")
+    return j
+
+
+def check_ratios(j):
+    b = j["redis_benchmark"]
+    positive(b["set_rps"], "redis-benchmark SET")
+    positive(b["get_rps"], "redis-benchmark GET")
+    eq((b["pipeline"], b["clients"]), (16, j["masters"]), "redis-benchmark -P and -c")
+    harness.close(j["ratio_write"], j["write_pages_s"] / b["set_rps"], "ratio_write", rel=1e-2)
+    harness.close(j["ratio_read"], j["read_pages_s"] / b["get_rps"], "ratio_read", rel=1e-2)
+
+
+@case("--remote: a server and a cluster against redis-benchmark, ratios from the figures")
+def _():
+    if not shutil.which("redis-benchmark"):
+        raise Skip("redis-benchmark is not installed")
+    tmp = tempfile.mkdtemp(prefix="test_store_bench_redis.")
+    procs = []
+    try:
+        p, port = harness.start_redis(tmp)
+        procs.append(p)
+        j = remote_json(f"redis://127.0.0.1:{port}")
+        eq((j["cluster"], j["masters"], j["note"]), (False, 1, ""), "standalone")
+        check_ratios(j)
+        cluster, ports = harness.start_redis_cluster(tmp)
+        procs += cluster
+        url = ",".join(f"redis://127.0.0.1:{q}" for q in ports)
+        j = remote_json(url)
+        eq((j["cluster"], j["masters"], j["note"], j["remote"]), (True, 3, "", url), "cluster")
+        check_ratios(j)
+        j = remote_json(url, "--redis-benchmark", os.path.join(tmp, "none"))
+        check("redis-benchmark not found" in j["note"], f"note without it: {j['note']!r}")
+        eq(j["ratio_write"], 0, "no ratio without redis-benchmark")
+        t = run("--remote", url, *REMOTE_SMALL)
+        eq(t.rc, 0, f"text report{t.where()}")
+        check("a Redis Cluster, 3 masters" in t.out and "ratio" in t.out, f"text: {t.out!r}")
+        p.kill()
+        p.wait()
+        r = run("--remote", f"redis://127.0.0.1:{port}", *REMOTE_SMALL)
+        eq(r.rc, 1, f"a dead server{r.where()}")
+    finally:
+        for q in procs:
+            if q.poll() is None:
+                q.kill()
+                q.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- driver ----

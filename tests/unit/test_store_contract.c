@@ -1,8 +1,9 @@
 /*
  * The store contract (src/store/store.h), checked the same way on every backend built in:
  * the in-memory store, the disk block store, a chain of the two, and (where hiredis is) the
- * Redis store over a redis-server the test starts itself. A new backend adds one row
- * to BACKENDS and passes these before the engine ever sees it (docs/tiers.md).
+ * Redis store over a redis-server the test starts itself and over a 3-master Redis Cluster
+ * likewise. A new backend adds one row to BACKENDS and passes these before the engine ever
+ * sees it (docs/tiers.md).
  *
  * Each backend gets a store of CAPACITY pages of PAGE_BYTES, and then:
  * - a chain of pages written in one batch is all there: each page's result 0, the op's
@@ -33,6 +34,7 @@
 #include "store/mem.h"
 #include "store/store.h"
 #ifdef KVT_HAVE_REDIS
+#include "redis_cluster.h"
 #include "redis_server.h"
 #include "store/redis/redis.h"
 #endif
@@ -116,6 +118,38 @@ static int open_redis(char *dir, struct kvt_store **out)
     memset(o.fingerprint, 0x3c, sizeof(o.fingerprint));
     return store_redis_open(&o, out);
 }
+
+/* A 3-master cluster of its own, its seeds through options.remote's parser, emptied at each
+ * open like the standalone server. */
+static struct redis_cluster contract_cluster;
+static bool contract_cluster_up;
+
+static void stop_contract_cluster(void)
+{
+    redis_cluster_stop(&contract_cluster);
+}
+
+static int open_redis_cluster(char *dir, struct kvt_store **out)
+{
+    struct store_redis_options o = {.page_bytes = PAGE_BYTES, .page_tokens = PAGE_TOKENS};
+    char url[256], buf[256];
+    int rc;
+
+    (void)dir;
+    if (!contract_cluster_up) {
+        if ((rc = redis_cluster_start(&contract_cluster)))
+            return rc;
+        contract_cluster_up = true;
+        atexit(stop_contract_cluster);
+    } else if (redis_cluster_flush(&contract_cluster)) {
+        return -EIO;
+    }
+    redis_cluster_url(&contract_cluster, 0, url, sizeof(url));
+    if ((rc = store_redis_parse_url(url, buf, sizeof(buf), &o)))
+        return rc;
+    memset(o.fingerprint, 0x3c, sizeof(o.fingerprint));
+    return store_redis_open(&o, out); /* it copies the seeds */
+}
 #endif
 
 static const struct backend BACKENDS[] = {
@@ -124,6 +158,7 @@ static const struct backend BACKENDS[] = {
     {"chain", open_chain, NULL, NULL},
 #ifdef KVT_HAVE_REDIS
     {"redis", open_redis, redis_server_installed, "redis-server on PATH"},
+    {"redis-cluster", open_redis_cluster, redis_server_installed, "redis-server on PATH"},
 #endif
 };
 

@@ -9,6 +9,13 @@
  *   answers 0 at once; a new server on the port and the store serves again;
  * - the server stopped (SIGSTOP): ops fail within the read timeout, nothing hangs;
  * - a TTL: the page is there, then gone once it expires.
+ * And over a 3-master Redis Cluster of the test's own (redis_cluster.h):
+ * - pages spread over every master, found from any one seed, read exact;
+ * - a slot migrated while the store runs: ASK while its keys move (the map untouched), then
+ *   MOVED once the slot is the new node's (the map updated), every read exact;
+ * - a master killed: its slots' pages fail (counted) and the others are served; restarted,
+ *   it serves again;
+ * - a master stopped (SIGSTOP): its pages fail within the timeouts, the others are served.
  * Skipped (exit 77) where redis-server is not installed.
  */
 #include <stdarg.h>
@@ -26,20 +33,26 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "redis_cluster.h"
 #include "redis_server.h"
 #include "store/redis/redis.h"
 #include "store/store.h"
 
 #define PAGE_BYTES 4000
 #define PAGES 8
+#define CLUSTER_PAGES 48 /* enough that every master holds some */
+#define MAX_PAGES CLUSTER_PAGES
 #define TIMEOUT_MS 300
 
 struct fixture {
     struct redis_server srv;
+    struct redis_cluster cl;
+    bool cluster;
     struct kvt_store *s;
     struct store_redis_options o;
-    uint8_t keys[PAGES][STORE_KEY_BYTES];
-    uint8_t *bufs; /* PAGES pages */
+    char url[256], url_buf[256];
+    uint8_t keys[MAX_PAGES][STORE_KEY_BYTES];
+    uint8_t *bufs; /* MAX_PAGES pages */
 };
 
 static uint64_t now_ms(void)
@@ -52,7 +65,7 @@ static uint64_t now_ms(void)
 
 static void make_pages(struct fixture *f, uint32_t seed)
 {
-    for (uint32_t i = 0; i < PAGES; i++) {
+    for (uint32_t i = 0; i < MAX_PAGES; i++) {
         memset(f->keys[i], 0, STORE_KEY_BYTES);
         memcpy(f->keys[i], &seed, sizeof(seed));
         memcpy(f->keys[i] + 4, &i, sizeof(i));
@@ -62,6 +75,7 @@ static void make_pages(struct fixture *f, uint32_t seed)
     }
 }
 
+/* On a cluster, the seeds come from f->url as options.remote gives them. */
 static int open_store(struct fixture *f, uint32_t ttl_s)
 {
     f->o = (struct store_redis_options){.port = f->srv.port,
@@ -73,6 +87,8 @@ static int open_store(struct fixture *f, uint32_t ttl_s)
                                         .backoff_max_ms = 200,
                                         .ttl_s = ttl_s};
     memset(f->o.fingerprint, 0x42, sizeof(f->o.fingerprint));
+    if (f->cluster && store_redis_parse_url(f->url, f->url_buf, sizeof(f->url_buf), &f->o))
+        return -1;
     return store_redis_open(&f->o, &f->s);
 }
 
@@ -80,8 +96,23 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
 
-    if (!f || !(f->bufs = malloc((size_t)PAGES * PAGE_BYTES)) || redis_server_start(&f->srv, 0) ||
-        open_store(f, 0))
+    if (!f || !(f->bufs = malloc((size_t)MAX_PAGES * PAGE_BYTES)) ||
+        redis_server_start(&f->srv, 0) || open_store(f, 0))
+        return -1;
+    make_pages(f, 1);
+    *state = f;
+    return 0;
+}
+
+static int setup_cluster(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    if (!f || !(f->bufs = malloc((size_t)MAX_PAGES * PAGE_BYTES)) || redis_cluster_start(&f->cl))
+        return -1;
+    f->cluster = true;
+    redis_cluster_url(&f->cl, 0, f->url, sizeof(f->url));
+    if (open_store(f, 0))
         return -1;
     make_pages(f, 1);
     *state = f;
@@ -93,7 +124,10 @@ static int teardown(void **state)
     struct fixture *f = *state;
 
     store_close(f->s);
-    redis_server_stop(&f->srv);
+    if (f->cluster)
+        redis_cluster_stop(&f->cl);
+    else
+        redis_server_stop(&f->srv);
     free(f->bufs);
     free(f);
     return 0;
@@ -102,7 +136,7 @@ static int teardown(void **state)
 /* Write the n first pages and wait: each page's result into results. */
 static void write_pages(struct fixture *f, size_t n, int *results)
 {
-    struct store_wpage w[PAGES];
+    struct store_wpage w[MAX_PAGES];
     struct store_done d;
     uint64_t op = 0;
 
@@ -112,27 +146,32 @@ static void write_pages(struct fixture *f, size_t n, int *results)
     assert_int_equal(store_wait_for(f->s, op, -1, &d), 0);
 }
 
+static void write_n_ok(struct fixture *f, size_t n)
+{
+    int res[MAX_PAGES];
+
+    write_pages(f, n, res);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(res[i], 0);
+}
+
 static void write_all_ok(struct fixture *f)
 {
-    int res[PAGES];
-
-    write_pages(f, PAGES, res);
-    for (size_t i = 0; i < PAGES; i++)
-        assert_int_equal(res[i], 0);
+    write_n_ok(f, PAGES);
 }
 
 /* Read the n first pages; a page read 0 must be exact, whatever else happened. Returns how
  * many were read. */
 static size_t read_pages(struct fixture *f, size_t n, int *results)
 {
-    struct store_rpage r[PAGES];
+    struct store_rpage r[MAX_PAGES];
     struct store_done d;
-    uint8_t *got = malloc((size_t)PAGES * PAGE_BYTES);
+    uint8_t *got = malloc((size_t)MAX_PAGES * PAGE_BYTES);
     uint64_t op = 0;
     size_t ok = 0;
 
     assert_non_null(got);
-    memset(got, 0xee, (size_t)PAGES * PAGE_BYTES);
+    memset(got, 0xee, (size_t)MAX_PAGES * PAGE_BYTES);
     for (size_t i = 0; i < n; i++)
         r[i] = (struct store_rpage){f->keys[i], got + i * PAGE_BYTES};
     assert_int_equal(store_read(f->s, r, n, results, &op, NULL), 0);
@@ -321,6 +360,215 @@ static void test_ttl(void **state)
         assert_int_equal(res[i], -ENOENT);
 }
 
+/* ---- over a cluster ---- */
+
+static unsigned page_slot(const struct fixture *f, size_t i)
+{
+    char name[STORE_REDIS_KEY_CHARS + 1];
+
+    store_redis_key(f->o.fingerprint, f->keys[i], name);
+    return store_redis_slot(name, STORE_REDIS_KEY_CHARS);
+}
+
+/* The master page i lives on, as the cluster was formed. */
+static int page_node(const struct fixture *f, size_t i)
+{
+    return redis_cluster_home(page_slot(f, i));
+}
+
+static long long node_cmd(struct fixture *f, int node, int argc, const char **argv)
+{
+    return redis_server_cmd(&f->cl.node[node], argc, argv, NULL);
+}
+
+static void expect_counters(struct fixture *f, struct store_redis_counters *c)
+{
+    assert_int_equal(store_redis_counters(f->s, c), 0);
+    assert_int_equal(c->cluster, 1);
+}
+
+static void test_cluster_spread(void **state)
+{
+    struct fixture *f = *state;
+    const char *dbsize[] = {"DBSIZE"};
+    struct store_redis_counters c;
+    struct store_stats st;
+    long long total = 0, on;
+    size_t run = 0;
+    int res[MAX_PAGES];
+
+    write_n_ok(f, CLUSTER_PAGES);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    for (int k = 0; k < REDIS_CLUSTER_NODES; k++) {
+        assert_true((on = node_cmd(f, k, 1, dbsize)) > 0); /* every master holds some */
+        total += on;
+    }
+    assert_int_equal(total, CLUSTER_PAGES);
+    expect_counters(f, &c);
+    assert_int_equal(c.masters, REDIS_CLUSTER_NODES);
+    assert_int_equal(c.moved + c.asked, 0);
+    store_stats(f->s, &st);
+    assert_int_equal(st.pages, CLUSTER_PAGES); /* DBSIZE of every master */
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
+    assert_int_equal(run, CLUSTER_PAGES);
+    /* One URL naming one node is enough: it answers as a cluster and names the others. */
+    store_close(f->s);
+    f->s = NULL;
+    snprintf(f->url, sizeof(f->url), "redis://127.0.0.1:%u", f->cl.node[2].port);
+    assert_int_equal(open_store(f, 0), 0);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    expect_counters(f, &c);
+    assert_int_equal(c.masters, REDIS_CLUSTER_NODES);
+}
+
+/* Give pages first..first+n-1 keys of the same slot as page 0's. */
+static void keys_in_slot(struct fixture *f, unsigned slot, size_t first, size_t n)
+{
+    for (size_t i = first; i < first + n; i++)
+        for (uint32_t t = 0; page_slot(f, i) != slot; t++)
+            memcpy(f->keys[i] + 8, &t, sizeof(t));
+}
+
+static void migrate_pages(struct fixture *f, size_t first, size_t n, int a, int b)
+{
+    char name[STORE_REDIS_KEY_CHARS + 1];
+
+    for (size_t i = first; i < first + n; i++) {
+        store_redis_key(f->o.fingerprint, f->keys[i], name);
+        assert_int_equal(redis_cluster_migrate_key(&f->cl, name, a, b), 0);
+    }
+}
+
+/* A slot moves from a to b while the store runs, as a reshard does: while it migrates, keys
+ * moved already answer ASK from a (followed once, the map kept), the others are still a's;
+ * once it is b's, a answers MOVED and the map learns it. Every read stays exact. */
+static void test_cluster_migration(void **state)
+{
+    struct fixture *f = *state;
+    unsigned slot = page_slot(f, 0);
+    int a = redis_cluster_home(slot), b = (a + 1) % REDIS_CLUSTER_NODES;
+    struct store_redis_counters c;
+    size_t run = 0;
+    int res[MAX_PAGES];
+
+    keys_in_slot(f, slot, 1, 3); /* pages 0..3 share the slot */
+    write_n_ok(f, CLUSTER_PAGES);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    assert_int_equal(redis_cluster_slot_begin(&f->cl, slot, a, b), 0);
+    migrate_pages(f, 0, 2, a, b);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    expect_counters(f, &c);
+    assert_true(c.asked >= 2); /* pages 0 and 1, asked of b */
+    assert_int_equal(c.moved, 0);
+    write_n_ok(f, 4); /* SET NX through ASK too: there already */
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
+    assert_int_equal(run, CLUSTER_PAGES);
+    migrate_pages(f, 2, 2, a, b);
+    assert_int_equal(redis_cluster_slot_end(&f->cl, slot, b), 0);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    expect_counters(f, &c);
+    assert_true(c.moved >= 1);
+    uint64_t moved = c.moved, refreshes = c.map_refreshes;
+    usleep(150 * 1000); /* past the map's refresh interval */
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    expect_counters(f, &c);
+    assert_int_equal(c.moved, moved); /* the map knows the slot's new node now */
+    assert_true(c.map_refreshes > 1 && c.map_refreshes <= refreshes + 1);
+    assert_int_equal(redis_cluster_home(slot), a);
+    const char *dbsize[] = {"DBSIZE"};
+    long long before = node_cmd(f, b, 1, dbsize);
+    store_close(f->s); /* a new store, its first map read with the slot on b */
+    f->s = NULL;
+    assert_int_equal(open_store(f, 0), 0);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    expect_counters(f, &c);
+    assert_int_equal(c.moved + c.asked, 0);
+    assert_int_equal(node_cmd(f, b, 1, dbsize), before);
+}
+
+/* Read every page: those of node down fail (-EIO or -ECONNREFUSED), the others are exact.
+ * Returns how many were node down's. */
+static size_t read_without(struct fixture *f, int down)
+{
+    int res[MAX_PAGES];
+    size_t on = 0;
+
+    for (size_t i = 0; i < CLUSTER_PAGES; i++)
+        on += page_node(f, i) == down;
+    assert_true(on > 0);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES - on);
+    for (size_t i = 0; i < CLUSTER_PAGES; i++)
+        if (page_node(f, i) == down)
+            assert_true(res[i] == -EIO || res[i] == -ECONNREFUSED);
+        else
+            assert_int_equal(res[i], 0);
+    return on;
+}
+
+/* Until every page is written and read exact (5 s at most). */
+static void until_served(struct fixture *f)
+{
+    int res[MAX_PAGES];
+    size_t got = 0;
+
+    for (uint64_t t0 = now_ms(); now_ms() - t0 < 10000 && got < CLUSTER_PAGES; usleep(50000)) {
+        write_pages(f, CLUSTER_PAGES, res);
+        got = read_pages(f, CLUSTER_PAGES, res);
+    }
+    assert_int_equal(got, CLUSTER_PAGES);
+}
+
+static void test_cluster_master_killed(void **state)
+{
+    struct fixture *f = *state;
+    struct store_redis_counters c;
+    int down = 1, res[MAX_PAGES];
+    size_t on, run = 0;
+    uint64_t t0;
+
+    write_n_ok(f, CLUSTER_PAGES);
+    redis_server_kill(&f->cl.node[down]);
+    t0 = now_ms();
+    on = read_without(f, down);
+    assert_true(now_ms() - t0 < 3 * TIMEOUT_MS);
+    read_without(f, down); /* and again, while it backs off */
+    expect_counters(f, &c);
+    assert_true(c.failed >= 2 * on);
+    assert_int_equal(c.masters, REDIS_CLUSTER_NODES); /* no replica took its slots */
+    write_pages(f, CLUSTER_PAGES, res);
+    for (size_t i = 0; i < CLUSTER_PAGES; i++)
+        assert_int_equal(res[i] == 0, page_node(f, i) != down);
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
+    assert_true(run < CLUSTER_PAGES);
+    /* Back on its port with its nodes.conf (and none of its data): served again. */
+    assert_int_equal(redis_server_restart(&f->cl.node[down]), 0);
+    until_served(f);
+    expect_counters(f, &c);
+    assert_int_equal(c.connected, 1);
+}
+
+static void test_cluster_master_stopped(void **state)
+{
+    struct fixture *f = *state;
+    int down = 2;
+    size_t run = 1;
+    uint64_t t0;
+
+    write_n_ok(f, CLUSTER_PAGES);
+    assert_int_equal(kill(f->cl.node[down].pid, SIGSTOP), 0);
+    t0 = now_ms();
+    read_without(f, down);
+    uint64_t ms = now_ms() - t0;
+    t0 = now_ms();
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
+    uint64_t lead_ms = now_ms() - t0;
+    read_without(f, down);
+    assert_int_equal(kill(f->cl.node[down].pid, SIGCONT), 0);
+    assert_true(ms < 4 * TIMEOUT_MS);
+    assert_true(lead_ms < 4 * TIMEOUT_MS);
+    until_served(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +577,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_server_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_spread, setup_cluster, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_migration, setup_cluster, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_master_killed, setup_cluster, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_master_stopped, setup_cluster, teardown),
     };
 
     if (!redis_server_installed()) {

@@ -1445,9 +1445,11 @@ static const struct cli_option options[] = {
              "and page size; refused while another process has it open"},
     {"--remote", CLI_STRING, OFF(remote), .arg = "URL",
      .help = "a shared remote tier, redis://[:PASSWORD@]HOST[:PORT] of a\n"
-             "standalone Redis or Valkey server, below the disk tier\n"
-             "(or the host tier); needs --host-tokens. Its hits are\n"
-             "counted with the disk tier's"},
+             "standalone Redis or Valkey server or of a Redis Cluster\n"
+             "node, or a comma-separated list of such URLs (a\n"
+             "cluster's seeds: redis://h1:p1,redis://h2:p2); below the\n"
+             "disk tier (or the host tier); needs --host-tokens. Its\n"
+             "hits are counted with the disk tier's"},
     {"--disk-sync", CLI_NAME, OFF(disk_sync), CLI_NAMES(disk_sync_names), .arg = "S",
      .help = "durable (default: each write batch synced) or relaxed\n"
              "(synced every second or 256 MiB; a power cut may lose\n"
@@ -1508,6 +1510,19 @@ static int check_sizes(const struct config *cfg)
     return 0;
 }
 
+/* options.remote's form: redis:// first, and every later item of the list redis:// or no
+ * scheme at all (the engine's parser checks the rest). */
+static bool remote_url_ok(const char *url)
+{
+    if (strncmp(url, "redis://", 8) != 0)
+        return false;
+    for (const char *item = strchr(url, ','); item; item = strchr(item + 1, ','))
+        if (strncmp(item + 1, "redis://", 8) != 0 && strstr(item + 1, "://") &&
+            (!strchr(item + 1, ',') || strstr(item + 1, "://") < strchr(item + 1, ',')))
+            return false;
+    return true;
+}
+
 /* 0 to go on, -1 after --help, else the exit status. */
 static int parse_args(int argc, char **argv, struct config *cfg)
 {
@@ -1525,8 +1540,10 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--disk-tokens needs a host tier (--host-tokens)", NULL);
     if (cfg->remote && !cfg->host_tokens)
         return cli_bad_usage(PROG, "--remote needs a host tier (--host-tokens)", NULL);
-    if (cfg->remote && strncmp(cfg->remote, "redis://", 8) != 0)
-        return cli_bad_usage(PROG, "--remote needs a redis://[:PASSWORD@]HOST[:PORT] URL",
+    if (cfg->remote && !remote_url_ok(cfg->remote))
+        return cli_bad_usage(PROG,
+                             "--remote needs a redis://[:PASSWORD@]HOST[:PORT] URL or a "
+                             "comma-separated list of them",
                              cfg->remote);
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);

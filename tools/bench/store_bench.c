@@ -65,12 +65,16 @@
 #include "store/disk/layout.h"
 #include "store/disk/store.h"
 #include "host/host_pool.h"
+#ifdef KVT_HAVE_REDIS
+#include "store_bench_remote.h"
+#endif
 
 #define PROG "kvtier-store-bench"
 /* Llama-3-8B, 16 tokens a page: 32 layers x K,V x 8 KV heads x 128 x 2 bytes x 16 = 2 MiB. */
 #define DEFAULT_PAGE_BYTES (2ull << 20)
 #define DEFAULT_QUEUE_DEPTH 32
 #define DEFAULT_BYTES (2ull << 30)
+#define DEFAULT_REMOTE_BYTES (256ull << 20)
 #define DEFAULT_BATCH 256 /* the store's own max_batch default */
 #define DEFAULT_REPS 3
 #define DEFAULT_OPEN_PAGES 100000
@@ -93,6 +97,7 @@ static const char *const sync_names[] = {"durable", "relaxed"}; /* enum dstore_s
 struct config {
     const char *parent; /* --dir: the work dir is made inside it */
     const char *fio;
+    const char *remote, *redis_benchmark; /* --remote: the Redis store instead of (a), (b) */
     bool keep, json, no_fio;
     struct cli_list page_bytes, queue_depth;
     uint64_t bytes, pages; /* pages per run when pages_set (0 skips (a)), else bytes / page */
@@ -1172,6 +1177,15 @@ static const struct cli_option options[] = {
          "pages the open test's dir indexes (default " CLI_STR(DEFAULT_OPEN_PAGES) "; 0: skip)"},
     {"--open-reps", CLI_COUNT, OFF(open_reps), 1, 100, .arg = "N",
      .help = "opens of each kind, cold and warm (default " CLI_STR(DEFAULT_OPEN_REPS) ")"},
+    {.kind = CLI_TEXT, .help = "\nRemote (instead of (a) and (b)):\n"},
+    {"--remote", CLI_STRING, OFF(remote), 1, .arg = "URL",
+     .help = "the Redis store on this server or cluster (options.remote's\n"
+             "form: redis://HOST:PORT, or a cluster's seeds\n"
+             "redis://h1:p1,redis://h2:p2) against redis-benchmark:\n"
+             "--page-bytes (its first), --pages or --bytes (default\n"
+             "256 MiB), --batch, --reps, --seed apply"},
+    {"--redis-benchmark", CLI_STRING, OFF(redis_benchmark), 1, .arg = "PATH",
+     .help = "the redis-benchmark program (default: redis-benchmark on PATH)"},
     {.kind = CLI_TEXT, .help = "\nCommon:\n"},
     {"--dir", CLI_STRING, OFF(parent), 1, .arg = "PATH",
      .help = "where the work dir is made (default /tmp); the file system\nmeasured"},
@@ -1222,7 +1236,14 @@ static void usage(FILE *f)
             "    keys (ready to serve; target <= %.0f ms), to one page read, and to\n"
             "    dstore_wait_ready (the background rebuild done).\n"
             "    The issue's figure, a million pages (about 5 GiB of disk):\n"
-            "      %s --pages 0 --open-pages 1000000\n",
+            "      %s --pages 0 --open-pages 1000000\n"
+            "(r) --remote URL: the Redis store instead (a server or a cluster; it writes pages\n"
+            "    under fingerprints of its own, with a 10-minute TTL): N pages written with\n"
+            "    store_write in ops of --batch pages, all queued at once, then read back and\n"
+            "    compared; in the same run, rep by rep, redis-benchmark -t set,get on the same\n"
+            "    servers with the same value size, -P 16, a connection per master, N requests\n"
+            "    over N/4 random keys. Ratio = store op/s / redis-benchmark op/s, SET against\n"
+            "    write, GET against read; goal >= 0.8.\n",
             PROG, PROG, TARGET_RATIO, TARGET_SERVE_S * 1e3, PROG);
     cli_print_options(f, options, CLI_COUNT_OF(options), 22);
     fprintf(f, "\n"
@@ -1259,6 +1280,43 @@ static void finish(struct bench *b)
     free(b->pt);
 }
 
+/* --remote: the Redis store against redis-benchmark (store_bench_remote.c). */
+static int run_remote(const struct config *cfg)
+{
+#ifdef KVT_HAVE_REDIS
+    struct workdir wd = {0};
+    uint64_t page = cfg->page_bytes.v[0];
+    uint64_t bytes = cfg->bytes == DEFAULT_BYTES ? DEFAULT_REMOTE_BYTES : cfg->bytes;
+    struct remote_bench_config rc = {.url = cfg->remote,
+                                     .redis_benchmark = cfg->redis_benchmark ? cfg->redis_benchmark
+                                                                             : "redis-benchmark",
+                                     .page_bytes = (uint32_t)page,
+                                     .pages = cfg->pages_set ? cfg->pages : bytes / page,
+                                     .batch = cfg->batch,
+                                     .reps = cfg->reps,
+                                     .seed = cfg->seed,
+                                     .json = cfg->json};
+    char log[PATH_MAX];
+    int err;
+
+    if (strncmp(cfg->remote, "redis://", 8) || rc.pages == 0)
+        return cli_bad_usage(PROG, "--remote needs a redis:// URL and at least one page",
+                             cfg->remote);
+    if (workdir_make(&wd, PROG, cfg->parent))
+        return 1;
+    workdir_path(&wd, "redis-benchmark.log", log, sizeof(log));
+    rc.log = log;
+    err = remote_bench_run(&rc);
+    if (!cfg->keep)
+        workdir_rm_tree(wd.path);
+    return err;
+#else
+    (void)cfg;
+    fprintf(stderr, "%s: --remote: not built in (kvtier was built without hiredis)\n", PROG);
+    return 1;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg;
@@ -1268,6 +1326,10 @@ int main(int argc, char **argv)
     config_defaults(&cfg);
     if ((rc = cli_parse_args(PROG, options, CLI_COUNT_OF(options), &cfg, argc, argv, usage)))
         return rc < 0 ? 0 : rc;
+    if (cfg.redis_benchmark && !cfg.remote)
+        return cli_bad_usage(PROG, "--redis-benchmark goes with --remote", NULL);
+    if (cfg.remote)
+        return run_remote(&cfg);
     if (workdir_make(&b.wd, PROG, cfg.parent))
         return 1;
     fio_setup(&b);

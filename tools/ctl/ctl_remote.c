@@ -2,8 +2,11 @@
  * remote stat URL and remote verify URL: the Redis/Valkey tier (options.remote) seen from the
  * server. Pages live under "kvt:<fingerprint hex>:<page key hex>" (src/store/redis), so a SCAN
  * of kvt:* finds every engine's pages, grouped here by fingerprint. Only SCAN, STRLEN, GET,
- * INFO and AUTH are sent: the server is never modified. Keys are read in pipelined batches of
- * one SCAN reply each, so a big server costs round trips per thousand keys, not per key.
+ * INFO, CLUSTER SLOTS and AUTH are sent: the server is never modified. Keys are read in
+ * pipelined batches of one SCAN reply each, so a big server costs round trips per thousand
+ * keys, not per key. On a cluster (the first seed to answer answers CLUSTER SLOTS) every
+ * master is scanned in turn, its own keys read from it, and counted per node too; a key that
+ * moved to another node during the scan (MOVED, ASK) counts as gone, like an evicted one.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,9 +42,22 @@ struct fp_count {
     uint64_t pages, bytes, good, bad;
 };
 
+#define MAX_NODES 64
+
+/* One server scanned: a standalone one, or a master of a cluster. */
+struct node_count {
+    char server[300];
+    uint64_t pages, bytes, good, bad, used_memory, maxmemory;
+};
+
 struct remote {
     const char *url;
-    char server[300];
+    char server[300]; /* the node being read */
+    char seed[300];   /* the first that answered */
+    char password[256];
+    bool cluster;
+    struct node_count node[MAX_NODES];
+    size_t nnodes;
     redisContext *ctx;
     bool verify;
     struct fp_count *fp;
@@ -57,26 +73,31 @@ struct remote {
 
 /* ---- the connection ---- */
 
-static int remote_connect(struct remote *r)
+static int reply_error(struct remote *r, const redisReply *rep, const char *what)
 {
-    char buf[1024];
-    struct store_redis_options o = {0};
+    if (!rep)
+        return ctl_fail("%s: %s: %s", r->server, what, r->ctx->errstr);
+    return ctl_fail("%s: %s: %s", r->server, what,
+                    rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+}
+
+/* A connection to host:port (AUTH when the URL had a password) as r->ctx. */
+static int connect_to(struct remote *r, const char *host, unsigned port)
+{
     struct timeval tv = {.tv_sec = TIMEOUT_S};
     redisReply *rep;
 
-    if (store_redis_parse_url(r->url, buf, sizeof(buf), &o)) {
-        fprintf(stderr, PROG ": bad URL '%s': expected redis://[:PASSWORD@]HOST[:PORT]\n", r->url);
-        return 2;
-    }
-    snprintf(r->server, sizeof(r->server), "%s:%u", o.host, o.port ? o.port : 6379u);
-    r->ctx = redisConnectWithTimeout(o.host, o.port ? o.port : 6379, tv);
+    if (r->ctx)
+        redisFree(r->ctx);
+    snprintf(r->server, sizeof(r->server), "%s:%u", host, port);
+    r->ctx = redisConnectWithTimeout(host, (int)port, tv);
     if (!r->ctx || r->ctx->err)
         return ctl_fail("cannot connect to %s: %s", r->server,
                         r->ctx ? r->ctx->errstr : "out of memory");
     redisSetTimeout(r->ctx, tv);
-    if (!o.password)
+    if (!r->password[0])
         return 0;
-    rep = redisCommand(r->ctx, "AUTH %s", o.password);
+    rep = redisCommand(r->ctx, "AUTH %s", r->password);
     if (rep && rep->type != REDIS_REPLY_ERROR) {
         freeReplyObject(rep);
         return 0;
@@ -86,12 +107,69 @@ static int remote_connect(struct remote *r)
     return 1;
 }
 
-static int reply_error(struct remote *r, const redisReply *rep, const char *what)
+/* The first seed of the URL that answers; an error naming the last one when none does. */
+static int remote_connect(struct remote *r)
 {
+    char buf[1024];
+    struct store_redis_options o = {0};
+    int rc = 1;
+
+    if (store_redis_parse_url(r->url, buf, sizeof(buf), &o)) {
+        fprintf(stderr,
+                PROG ": bad URL '%s': expected redis://[:PASSWORD@]HOST[:PORT] or a "
+                     "comma-separated list of them (a cluster's seeds)\n",
+                r->url);
+        return 2;
+    }
+    snprintf(r->password, sizeof(r->password), "%s", o.password ? o.password : "");
+    for (uint32_t i = 0; i < o.n_seeds && rc; i++)
+        rc = connect_to(r, o.seeds[i].host, o.seeds[i].port ? o.seeds[i].port : 6379u);
+    return rc;
+}
+
+/* The masters of a CLUSTER SLOTS reply, each once; "" as a host is the asked node's. */
+static int add_masters(struct remote *r, const redisReply *rep, const char *asked)
+{
+    for (size_t i = 0; i < rep->elements; i++) {
+        const redisReply *e = rep->element[i], *m;
+        char server[300];
+        size_t k;
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            (m = e->element[2])->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+            m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER)
+            return ctl_fail("%s: CLUSTER SLOTS: unexpected reply", r->server);
+        if (snprintf(server, sizeof(server), "%s:%lld",
+                     m->element[0]->len ? m->element[0]->str : asked,
+                     m->element[1]->integer) >= (int)sizeof(server))
+            return ctl_fail("%s: CLUSTER SLOTS: a host name too long", r->server);
+        for (k = 0; k < r->nnodes && strcmp(r->node[k].server, server); k++)
+            ;
+        if (k == r->nnodes && r->nnodes == MAX_NODES)
+            return ctl_fail("more than %d masters", MAX_NODES);
+        if (k == r->nnodes)
+            snprintf(r->node[r->nnodes++].server, sizeof(server), "%s", server);
+    }
+    return 0;
+}
+
+/* The servers to scan: the one connected, or, when it answers as a cluster, its masters. */
+static int find_nodes(struct remote *r)
+{
+    redisReply *rep = redisCommand(r->ctx, "CLUSTER SLOTS");
+    char asked[300];
+    int rc = 0;
+
+    snprintf(asked, sizeof(asked), "%s", r->server);
+    *strrchr(asked, ':') = '\0';
     if (!rep)
-        return ctl_fail("%s: %s: %s", r->server, what, r->ctx->errstr);
-    return ctl_fail("%s: %s: %s", r->server, what,
-                    rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        return reply_error(r, NULL, "CLUSTER SLOTS");
+    r->cluster = rep->type == REDIS_REPLY_ARRAY;
+    if (r->cluster)
+        rc = add_masters(r, rep, asked);
+    else
+        snprintf(r->node[r->nnodes++].server, sizeof(r->server), "%s", r->server);
+    freeReplyObject(rep);
+    return rc;
 }
 
 /* The value after "name:" on its own line of an INFO reply; 0 or "" when absent. */
@@ -110,7 +188,7 @@ static const char *info_field(const char *info, const char *name, char *out, siz
     return out;
 }
 
-static int read_memory(struct remote *r)
+static int read_memory(struct remote *r, struct node_count *n)
 {
     redisReply *rep = redisCommand(r->ctx, "INFO memory");
     char v[64];
@@ -120,9 +198,12 @@ static int read_memory(struct remote *r)
         freeReplyObject(rep);
         return rc;
     }
-    r->used_memory = strtoull(info_field(rep->str, "used_memory", v, sizeof(v)), NULL, 10);
-    r->maxmemory = strtoull(info_field(rep->str, "maxmemory", v, sizeof(v)), NULL, 10);
-    info_field(rep->str, "maxmemory_policy", r->policy, sizeof(r->policy));
+    n->used_memory = strtoull(info_field(rep->str, "used_memory", v, sizeof(v)), NULL, 10);
+    n->maxmemory = strtoull(info_field(rep->str, "maxmemory", v, sizeof(v)), NULL, 10);
+    r->used_memory += n->used_memory;
+    r->maxmemory += n->maxmemory;
+    if (!r->policy[0])
+        info_field(rep->str, "maxmemory_policy", r->policy, sizeof(r->policy));
     freeReplyObject(rep);
     return 0;
 }
@@ -218,8 +299,11 @@ static int read_batch(struct remote *r, const redisReply *keys)
     for (size_t i = 0; i < keys->elements; i++) {
         if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK)
             return reply_error(r, NULL, r->verify ? "GET" : "STRLEN");
-        if (!rc &&
-            (rep->type == REDIS_REPLY_ERROR || (!r->verify && rep->type != REDIS_REPLY_INTEGER)))
+        if (!rc && rep->type == REDIS_REPLY_ERROR &&
+            (!strncmp(rep->str, "MOVED ", 6) || !strncmp(rep->str, "ASK ", 4)))
+            r->gone++; /* its slot moved to another node during the scan */
+        else if (!rc && (rep->type == REDIS_REPLY_ERROR ||
+                         (!r->verify && rep->type != REDIS_REPLY_INTEGER)))
             rc = reply_error(r, rep, r->verify ? "GET" : "STRLEN");
         else if (!rc)
             rc = count_key(r, keys->element[i], rep);
@@ -256,11 +340,41 @@ static int scan_all(struct remote *r)
 
 /* ---- reports ---- */
 
+/* A cluster's masters, one line each. */
+static void nodes_text(const struct remote *r)
+{
+    char b1[32], b2[32];
+
+    if (!r->cluster)
+        return;
+    printf("\n%-24s %12s %12s %12s %12s\n", "node", "pages", "bytes", r->verify ? "good" : "used",
+           r->verify ? "bad" : "maxmemory");
+    for (size_t i = 0; i < r->nnodes; i++) {
+        const struct node_count *n = &r->node[i];
+        if (r->verify)
+            printf("%-24s %12" PRIu64 " %12s %12" PRIu64 " %12" PRIu64 "\n", n->server, n->pages,
+                   ctl_bytes(n->bytes, b1), n->good, n->bad);
+        else
+            printf("%-24s %12" PRIu64 " %12s %12s %12s\n", n->server, n->pages,
+                   ctl_bytes(n->bytes, b1), ctl_bytes(n->used_memory, b2),
+                   n->maxmemory ? ctl_bytes(n->maxmemory, b2 + 16) : "none");
+    }
+}
+
+static void server_line(const struct remote *r)
+{
+    if (r->cluster)
+        printf("cluster:      %zu master%s, found from %s\n", r->nnodes, r->nnodes == 1 ? "" : "s",
+               r->seed);
+    else
+        printf("server:       %s\n", r->seed);
+}
+
 static void stat_text(const struct remote *r)
 {
     char b1[32], b2[32];
 
-    printf("server:       %s\n", r->server);
+    server_line(r);
     printf("used memory:  %s\n", ctl_bytes(r->used_memory, b1));
     printf("maxmemory:    %s, policy %s\n",
            r->maxmemory ? ctl_bytes(r->maxmemory, b2) : "none (no limit)",
@@ -274,14 +388,34 @@ static void stat_text(const struct remote *r)
     for (size_t i = 0; i < r->nfp; i++)
         printf("%s %12" PRIu64 " %12s\n", r->fp[i].hex, r->fp[i].pages,
                ctl_bytes(r->fp[i].bytes, b1));
+    nodes_text(r);
+}
+
+/* Every server scanned (one unless a cluster), with its counts. */
+static void nodes_json(const struct remote *r)
+{
+    printf(",\"cluster\":%s,\"nodes\":[", r->cluster ? "true" : "false");
+    for (size_t i = 0; i < r->nnodes; i++) {
+        const struct node_count *n = &r->node[i];
+        printf("%s{\"server\":", i ? "," : "");
+        cli_json_string(n->server);
+        printf(",\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64, n->pages, n->bytes);
+        if (r->verify)
+            printf(",\"good\":%" PRIu64 ",\"bad\":%" PRIu64 "}", n->good, n->bad);
+        else
+            printf(",\"used_memory\":%" PRIu64 ",\"maxmemory\":%" PRIu64 "}", n->used_memory,
+                   n->maxmemory);
+    }
+    printf("]");
 }
 
 static void json_head(const struct remote *r)
 {
     printf("{\"server\":");
-    cli_json_string(r->server);
+    cli_json_string(r->seed);
     printf(",\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"other_keys\":%" PRIu64, r->pages,
            r->bytes, r->other);
+    nodes_json(r);
 }
 
 static void stat_json(const struct remote *r)
@@ -299,7 +433,7 @@ static void stat_json(const struct remote *r)
 
 static void verify_text(const struct remote *r)
 {
-    printf("server:       %s\n", r->server);
+    server_line(r);
     printf("pages read:   %" PRIu64 ", good %" PRIu64 ", bad %" PRIu64 "\n", r->pages, r->good,
            r->bad - r->other);
     if (r->other)
@@ -310,6 +444,7 @@ static void verify_text(const struct remote *r)
         printf("\n%-*s %12s %12s\n", FP_HEX, "fingerprint", "good", "bad");
     for (size_t i = 0; i < r->nfp; i++)
         printf("%s %12" PRIu64 " %12" PRIu64 "\n", r->fp[i].hex, r->fp[i].good, r->fp[i].bad);
+    nodes_text(r);
     for (uint64_t i = 0; i < r->nlisted; i++)
         printf("%sbad: %s\n", i ? "" : "\n", r->listed[i]);
     if (r->bad > r->nlisted)
@@ -333,14 +468,40 @@ static void verify_json(const struct remote *r)
     printf("],\"ok\":%s}\n", r->bad ? "false" : "true");
 }
 
+/* Scan node n (connected to it first on a cluster), its counts the totals' growth. */
+static int scan_node(struct remote *r, struct node_count *n)
+{
+    struct remote before = *r;
+    char host[300];
+    int rc = 0;
+
+    if (r->cluster) {
+        snprintf(host, sizeof(host), "%s", n->server);
+        char *colon = strrchr(host, ':');
+        *colon = '\0';
+        rc = connect_to(r, host, (unsigned)strtoul(colon + 1, NULL, 10));
+    }
+    if (!rc && !r->verify)
+        rc = read_memory(r, n);
+    if (!rc)
+        rc = scan_all(r);
+    n->pages = r->pages - before.pages;
+    n->bytes = r->bytes - before.bytes;
+    n->good = r->good - before.good;
+    n->bad = r->bad - before.bad;
+    return rc;
+}
+
 static int remote_run(struct remote *r, bool json)
 {
     int rc = remote_connect(r);
 
-    if (!rc && !r->verify)
-        rc = read_memory(r);
     if (!rc)
-        rc = scan_all(r);
+        rc = find_nodes(r);
+    if (!rc)
+        snprintf(r->seed, sizeof(r->seed), "%s", r->server);
+    for (size_t i = 0; !rc && i < r->nnodes; i++)
+        rc = scan_node(r, &r->node[i]);
     if (rc)
         return rc;
     if (r->verify)

@@ -1,8 +1,9 @@
 /*
- * The I/O thread's connection: made on demand, with timeouts on connect, read and write, so
- * no exchange outlasts them, and after a failure not again before a backoff that doubles up
- * to backoff_max_ms. While it waits, pages fail at once with the last error, so a dead
- * server costs the ops in its way nothing but their misses.
+ * A node's connection on the I/O thread: made on demand, with timeouts on connect, read and
+ * write, so no exchange outlasts them, and after a failure not again before a backoff that
+ * doubles up to backoff_max_ms. While it waits, pages fail at once with the last error, so a
+ * dead server costs the ops in its way (on a cluster, the pages of its slots) nothing but
+ * their misses.
  */
 #include <errno.h>
 #include <signal.h>
@@ -29,31 +30,45 @@ static struct timeval tv_of(uint32_t ms)
     return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
 }
 
-/* Published under the lock: leading_run reads them to answer at once while the server is
- * down. */
-static void set_up(struct redis_store *r, bool up, uint64_t retry_at_ms)
+/* Published under the lock: leading_run reads them to answer at once while every node is
+ * down; stats read the capacity (the masters' together on a cluster). */
+void redis_conn_publish(struct redis_store *r)
 {
+    uint64_t retry = UINT64_MAX, bytes = 0, value = STORE_REDIS_HEAD_BYTES + r->base.page_bytes;
+    bool up = false;
+
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const struct redis_node *n = &r->nodes[i];
+        up |= n->ctx != NULL;
+        retry = !n->ctx && n->retry_at_ms < retry ? n->retry_at_ms : retry;
+        if (r->cluster ? n->master : i == r->standalone)
+            bytes += n->capacity;
+    }
     pthread_mutex_lock(&r->lock);
     r->up = up;
     r->c.connected = up;
-    r->retry_at_ms = retry_at_ms;
+    r->retry_at_ms = up ? 0 : retry;
+    r->value_capacity = bytes / value;
     pthread_mutex_unlock(&r->lock);
 }
 
-void redis_conn_close(struct redis_store *r)
+void redis_conn_close(struct redis_node *n)
 {
-    if (r->ctx)
-        redisFree(r->ctx);
-    r->ctx = NULL;
+    if (n->ctx)
+        redisFree(n->ctx);
+    n->ctx = NULL;
+    n->rb_pos = n->rb_len = 0; /* what was read off it belongs to nothing now */
 }
 
-static void backoff(struct redis_store *r, int err)
+static void backoff(struct redis_store *r, struct redis_node *n, int err)
 {
-    redis_conn_close(r);
-    r->conn_err = err;
-    set_up(r, false, redis_now_ms() + r->backoff_ms);
-    r->backoff_ms =
-        r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : r->backoff_ms * 2;
+    redis_conn_close(n);
+    n->conn_err = err;
+    n->retry_at_ms = redis_now_ms() + n->backoff_ms;
+    n->backoff_ms =
+        n->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : n->backoff_ms * 2;
+    r->map_stale = true; /* a node gone: the cluster may have moved its slots */
+    redis_conn_publish(r);
 }
 
 /* A SIGPIPE left pending (blocked on this thread) by a write to a closed connection. */
@@ -68,16 +83,16 @@ static void drop_sigpipe(void)
         sigtimedwait(&pipe, NULL, &zero);
 }
 
-void redis_conn_lost(struct redis_store *r)
+void redis_conn_lost(struct redis_store *r, struct redis_node *n)
 {
     drop_sigpipe();
-    backoff(r, -EIO);
+    backoff(r, n, -EIO);
 }
 
 /* A command whose reply must be +OK or a value; NULL on any failure. */
-static redisReply *command(struct redis_store *r, int argc, const char **argv)
+static redisReply *command(struct redis_node *n, int argc, const char **argv)
 {
-    redisReply *rep = redisCommandArgv(r->ctx, argc, argv, NULL);
+    redisReply *rep = redisCommandArgv(n->ctx, argc, argv, NULL);
 
     if (rep && rep->type == REDIS_REPLY_ERROR) {
         freeReplyObject(rep);
@@ -86,70 +101,68 @@ static redisReply *command(struct redis_store *r, int argc, const char **argv)
     return rep;
 }
 
-/* The server's maxmemory in pages, or its machine's memory where it has no limit (or will
- * not say): what stats report as capacity; eviction itself is the server's. */
-static void probe_capacity(struct redis_store *r)
+/* The server's maxmemory, or its machine's memory where it has no limit (or will not say):
+ * what stats report as capacity; eviction itself is the server's. */
+static void probe_capacity(struct redis_node *n)
 {
     const char *cfg[] = {"CONFIG", "GET", "maxmemory"}, *info[] = {"INFO", "memory"};
-    uint64_t value = STORE_REDIS_HEAD_BYTES + (uint64_t)r->base.page_bytes, bytes = 0;
-    redisReply *rep = command(r, 3, cfg);
+    redisReply *rep = command(n, 3, cfg);
+    uint64_t bytes = 0;
     const char *t;
 
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
         rep->element[1]->type == REDIS_REPLY_STRING)
         bytes = strtoull(rep->element[1]->str, NULL, 10);
     freeReplyObject(rep);
-    if (bytes == 0 && r->ctx && (rep = command(r, 2, info))) {
+    if (bytes == 0 && n->ctx && !n->ctx->err && (rep = command(n, 2, info))) {
         if (rep->type == REDIS_REPLY_STRING && (t = strstr(rep->str, "total_system_memory:")))
             bytes = strtoull(t + strlen("total_system_memory:"), NULL, 10);
         freeReplyObject(rep);
     }
-    pthread_mutex_lock(&r->lock);
-    r->value_capacity = bytes / value;
-    pthread_mutex_unlock(&r->lock);
+    n->capacity = bytes;
 }
 
-static int handshake(struct redis_store *r)
+static int handshake(struct redis_store *r, struct redis_node *n)
 {
     struct timeval wt = tv_of(r->o.write_timeout_ms);
     const char *auth[] = {"AUTH", r->password};
     redisReply *rep;
 
-    if (redisSetTimeout(r->ctx, tv_of(r->o.read_timeout_ms)) != REDIS_OK ||
-        setsockopt(r->ctx->fd, SOL_SOCKET, SO_SNDTIMEO, &wt, sizeof(wt)))
+    if (redisSetTimeout(n->ctx, tv_of(r->o.read_timeout_ms)) != REDIS_OK ||
+        setsockopt(n->ctx->fd, SOL_SOCKET, SO_SNDTIMEO, &wt, sizeof(wt)))
         return -EIO;
-    redisEnableKeepAlive(r->ctx);
+    redisEnableKeepAlive(n->ctx);
     if (r->password) {
-        if (!(rep = command(r, 2, auth)))
+        if (!(rep = command(n, 2, auth)))
             return -EACCES;
         freeReplyObject(rep);
     }
-    probe_capacity(r);
-    return r->ctx->err ? -EIO : 0;
+    probe_capacity(n);
+    return n->ctx->err ? -EIO : 0;
 }
 
-int redis_conn_ensure(struct redis_store *r)
+int redis_conn_ensure(struct redis_store *r, struct redis_node *n)
 {
     int err;
 
-    if (r->ctx)
+    if (n->ctx)
         return 0;
-    if (redis_now_ms() < r->retry_at_ms)
-        return r->conn_err;
-    r->ctx = redisConnectWithTimeout(r->host, r->o.port, tv_of(r->o.connect_timeout_ms));
-    if (!r->ctx || r->ctx->err) {
-        err = r->ctx && strstr(r->ctx->errstr, "refused") ? -ECONNREFUSED : -EIO;
-        backoff(r, r->ctx ? err : -ENOMEM);
-        return r->conn_err;
+    if (redis_now_ms() < n->retry_at_ms)
+        return n->conn_err;
+    n->ctx = redisConnectWithTimeout(n->host, n->port, tv_of(r->o.connect_timeout_ms));
+    if (!n->ctx || n->ctx->err) {
+        err = n->ctx && strstr(n->ctx->errstr, "refused") ? -ECONNREFUSED : -EIO;
+        backoff(r, n, n->ctx ? err : -ENOMEM);
+        return n->conn_err;
     }
-    if ((err = handshake(r))) {
-        backoff(r, err);
+    if ((err = handshake(r, n))) {
+        backoff(r, n, err);
         return err;
     }
-    r->backoff_ms = BACKOFF_MIN_MS;
+    n->backoff_ms = BACKOFF_MIN_MS;
     pthread_mutex_lock(&r->lock);
     r->c.connects++;
     pthread_mutex_unlock(&r->lock);
-    set_up(r, true, 0);
+    redis_conn_publish(r);
     return 0;
 }

@@ -1,8 +1,9 @@
 /*
  * The I/O thread: it takes ops oldest first and runs each as pipelined chunks (all of a
- * chunk's commands sent, then all replies read), answering a waiting leading run between
- * chunks so that one never waits behind a large write. A connection that fails mid-chunk
- * fails the chunk's pages not yet answered; the next chunk tries a new one (conn.c).
+ * chunk's commands sent, then all replies read; on a cluster split per master, route.c),
+ * answering a waiting leading run between chunks so that one never waits behind a large
+ * write. A connection that fails mid-chunk fails the chunk's pages not yet answered by its
+ * node; the next chunk tries a new one (conn.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #define CHUNK_PAGES 64
 #define CHUNK_BYTES (16u << 20) /* what one chunk of writes buffers before the server acks */
 #define EXISTS_CHUNK 256
+
+_Static_assert(EXISTS_CHUNK <= ITEMS_MAX && CHUNK_PAGES <= ITEMS_MAX, "a chunk is one batch");
 
 /* What a chunk tells the counters, added under the lock once it is done. */
 struct tally {
@@ -53,182 +56,146 @@ static size_t chunk_pages(const struct redis_store *r, size_t left)
     return k < left ? k : left;
 }
 
-/* Pages [p, p + k) of op fail with err: nothing more is asked of the server for them. */
-static void fail_pages(struct redis_op *op, size_t p, size_t k, int err, struct tally *t)
+static int set_result(const struct resp_reply *rep, struct tally *t)
 {
-    for (size_t i = p; i < p + k; i++)
-        op->results[i] = err;
-    t->failed += k;
-}
-
-static int append_key_cmd(struct redis_store *r, const char *cmd, const uint8_t *key)
-{
-    char name[STORE_REDIS_KEY_CHARS + 1];
-    const char *argv[] = {cmd, name};
-    size_t lens[] = {strlen(cmd), STORE_REDIS_KEY_CHARS};
-
-    store_redis_key(r->o.fingerprint, key, name);
-    return redisAppendCommandArgv(r->ctx, 2, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
-}
-
-/* SET key value NX [EX ttl]: written once; a page is a function of its key, so one there
- * already is the same page (or damage, which its next read finds). */
-static int append_set(struct redis_store *r, const uint8_t *key, const void *page)
-{
-    char name[STORE_REDIS_KEY_CHARS + 1], ttl[16];
-    const char *argv[] = {"SET", name, (const char *)r->scratch, "NX", "EX", ttl};
-    size_t lens[] = {
-        3, STORE_REDIS_KEY_CHARS, STORE_REDIS_HEAD_BYTES + (size_t)r->base.page_bytes, 2, 2, 0};
-
-    store_redis_key(r->o.fingerprint, key, name);
-    store_redis_value(r->o.fingerprint, key, page, r->base.page_bytes, r->scratch);
-    lens[5] = (size_t)snprintf(ttl, sizeof(ttl), "%u", r->o.ttl_s);
-    return redisAppendCommandArgv(r->ctx, r->o.ttl_s ? 6 : 4, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
-}
-
-static int set_result(const redisReply *rep, struct tally *t)
-{
-    if (rep->type == REDIS_REPLY_STATUS)
+    if (rep->type == RESP_STATUS)
         return 0;
-    if (rep->type == REDIS_REPLY_NIL) {
+    if (rep->type == RESP_NIL) {
         t->dups++;
         return 0;
     }
     /* OOM: the server is at maxmemory with a policy that does not evict. */
-    if (rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "OOM", 3))
+    if (rep->type == RESP_ERROR && !strncmp(rep->line, "OOM", 3))
         return -ENOSPC;
     return -EIO;
 }
 
-static int get_result(struct redis_store *r, const uint8_t *key, void *buf, const redisReply *rep,
-                      struct tally *t)
+/* A GET's answer: the page landed and checked (route.c, resp.c), or why not. */
+static int get_result(struct redis_store *r, const struct redis_item *it, struct tally *t)
 {
-    if (rep->type == REDIS_REPLY_NIL) {
+    if (it->rep.type == RESP_NIL) {
         t->misses++;
         return -ENOENT;
     }
     /* A value that is not a string (WRONGTYPE) is as foreign as a bad header. */
-    bool foreign = rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "WRONGTYPE", 9);
-    if (rep->type != REDIS_REPLY_STRING && !foreign)
+    bool foreign = it->rep.type == RESP_ERROR && !strncmp(it->rep.line, "WRONGTYPE", 9);
+    if (it->rep.type != RESP_BULK && !foreign)
         return -EIO;
-    if (foreign || redis_value_check(r, key, (const uint8_t *)rep->str, rep->len)) {
+    if (foreign || it->page_rc) {
         t->corrupt++;
         return KVT_ECORRUPT;
     }
-    memcpy(buf, rep->str + STORE_REDIS_HEAD_BYTES, r->base.page_bytes);
     t->hits++;
     t->bytes += r->base.page_bytes;
     return 0;
 }
 
-/* Read the k replies of a chunk from page p; a lost connection fails what is unanswered. */
-static int collect(struct redis_store *r, struct redis_op *op, size_t p, size_t k, struct tally *t)
+/* The result of a page of op from its item. */
+static int page_result(struct redis_store *r, struct redis_op *op, const struct redis_item *it,
+                       struct tally *t)
 {
-    redisReply *rep;
+    int rc;
 
-    for (size_t i = p; i < p + k; i++) {
-        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK || !rep) {
-            fail_pages(op, i, p + k - i, -EIO, t);
-            redis_conn_lost(r);
-            return -EIO;
-        }
-        const uint8_t *key = op->keys + i * STORE_KEY_BYTES;
-        if (op->kind == STORE_OP_WRITE) {
-            op->results[i] = set_result(rep, t);
-            t->sets++;
-            t->bytes += op->results[i] == 0 ? r->base.page_bytes : 0;
-        } else {
-            op->results[i] = get_result(r, key, op->bufs[i], rep, t);
-        }
-        t->failed += op->results[i] == -EIO || op->results[i] == -ENOSPC;
-        if (op->results[i] != -EIO)
-            hint(r, key, op->results[i] == 0);
-        freeReplyObject(rep);
+    if (it->err)
+        rc = it->err;
+    else if (op->kind == STORE_OP_WRITE)
+        rc = set_result(&it->rep, t);
+    else
+        rc = get_result(r, it, t);
+    if (op->kind == STORE_OP_WRITE) {
+        t->sets++;
+        t->bytes += rc == 0 ? r->base.page_bytes : 0;
     }
-    return 0;
+    return rc;
 }
 
 /* Values that failed their checks are deleted: a bad value under a key would otherwise keep
  * the right page from ever being written there (SET NX). */
 static void delete_bad(struct redis_store *r, struct redis_op *op, size_t p, size_t k)
 {
-    redisReply *rep;
-    size_t sent = 0;
+    size_t n = 0;
 
     for (size_t i = p; i < p + k; i++)
-        if (op->results[i] == KVT_ECORRUPT &&
-            append_key_cmd(r, "DEL", op->keys + i * STORE_KEY_BYTES) == 0)
-            sent++;
-    for (size_t i = 0; i < sent; i++) {
-        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK || !rep) {
-            redis_conn_lost(r);
-            return;
-        }
-        freeReplyObject(rep);
-    }
+        if (op->results[i] == KVT_ECORRUPT)
+            r->items[n++] = (struct redis_item){.key = op->keys + i * STORE_KEY_BYTES};
+    if (n)
+        redis_route_batch(r, CMD_DEL, r->items, n);
 }
 
 static void run_chunk(struct redis_store *r, struct redis_op *op, size_t p, size_t k,
                       struct tally *t)
 {
-    int rc = 0;
+    uint64_t corrupt = t->corrupt;
 
-    for (size_t i = p; i < p + k && !rc; i++) {
-        const uint8_t *key = op->keys + i * STORE_KEY_BYTES;
-        rc = op->kind == STORE_OP_WRITE ? append_set(r, key, op->bufs[i])
-                                        : append_key_cmd(r, "GET", key);
+    for (size_t i = 0; i < k; i++)
+        r->items[i] = (struct redis_item){.key = op->keys + (p + i) * STORE_KEY_BYTES,
+                                          .page = op->bufs[p + i],
+                                          .dst = op->bufs[p + i]};
+    redis_route_batch(r, op->kind == STORE_OP_WRITE ? CMD_SET : CMD_GET, r->items, k);
+    for (size_t i = p; i < p + k; i++) {
+        const struct redis_item *it = &r->items[i - p];
+        op->results[i] = page_result(r, op, it, t);
+        t->failed +=
+            op->results[i] != 0 && op->results[i] != -ENOENT && op->results[i] != KVT_ECORRUPT;
+        if (!it->err && op->results[i] != -EIO)
+            hint(r, it->key, op->results[i] == 0);
     }
-    if (rc) { /* out of memory building the pipeline: start afresh */
-        fail_pages(op, p, k, rc, t);
-        redis_conn_lost(r);
-        return;
-    }
-    if (collect(r, op, p, k, t) == 0 && op->kind == STORE_OP_READ && t->corrupt)
+    if (op->kind == STORE_OP_READ && t->corrupt > corrupt)
         delete_bad(r, op, p, k);
 }
 
-/* DBSIZE, for stats' pages: every key of the server's database, other fingerprints' too. */
+/* DBSIZE, for stats' pages: every key of the database (of every master on a cluster), other
+ * fingerprints' too. Pipelined to each node that holds a connection now. */
 static void refresh_pages(struct redis_store *r)
 {
+    uint64_t pages = 0;
     redisReply *rep;
+    bool any = false;
 
-    if (!r->ctx || !(rep = redisCommand(r->ctx, "DBSIZE"))) {
-        if (r->ctx)
-            redis_conn_lost(r);
-        return;
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        struct redis_node *n = &r->nodes[i];
+        bool wanted = r->cluster ? n->master : r->mode_known && i == r->standalone;
+        n->sent = wanted && n->ctx && redisAppendCommand(n->ctx, "DBSIZE") == REDIS_OK;
+    }
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        struct redis_node *n = &r->nodes[i];
+        if (!n->sent || !n->ctx)
+            continue;
+        if (redisGetReply(n->ctx, (void **)&rep) != REDIS_OK || !rep) {
+            redis_conn_lost(r, n);
+            continue;
+        }
+        if (rep->type == REDIS_REPLY_INTEGER) {
+            pages += (uint64_t)rep->integer;
+            any = true;
+        }
+        freeReplyObject(rep);
     }
     pthread_mutex_lock(&r->lock);
-    if (rep->type == REDIS_REPLY_INTEGER)
-        r->st.pages = (uint64_t)rep->integer;
+    if (any)
+        r->st.pages = pages;
     pthread_mutex_unlock(&r->lock);
-    freeReplyObject(rep);
 }
 
 /* ---- leading runs ---- */
 
-/* How many of keys, from the first, the server holds: pipelined EXISTS, a chunk at a time,
+/* How many of keys, from the first, the servers hold: pipelined EXISTS, a chunk at a time,
  * stopping at the chunk where the run ends. */
 static size_t exists_run(struct redis_store *r, const uint8_t *keys, size_t n)
 {
     size_t run = 0, k;
-    redisReply *rep;
 
-    for (size_t p = 0; p < n && run == p && redis_conn_ensure(r) == 0; p += k) {
+    for (size_t p = 0; p < n && run == p; p += k) {
         k = n - p < EXISTS_CHUNK ? n - p : EXISTS_CHUNK;
-        for (size_t i = p; i < p + k; i++)
-            if (append_key_cmd(r, "EXISTS", keys + i * STORE_KEY_BYTES)) {
-                redis_conn_lost(r); /* the pipeline is half built: start afresh */
-                return run;
-            }
-        for (size_t i = p; i < p + k; i++) {
-            if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK || !rep) {
-                redis_conn_lost(r);
-                return run;
-            }
-            bool present = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
-            run += present && run == i;
-            hint(r, keys + i * STORE_KEY_BYTES, present);
-            freeReplyObject(rep);
+        for (size_t i = 0; i < k; i++)
+            r->items[i] = (struct redis_item){.key = keys + (p + i) * STORE_KEY_BYTES};
+        redis_route_batch(r, CMD_EXISTS, r->items, k);
+        for (size_t i = 0; i < k; i++) {
+            const struct redis_item *it = &r->items[i];
+            bool present = it->answered && it->rep.type == RESP_INT && it->rep.integer == 1;
+            run += present && run == p + i;
+            if (it->answered) /* a node that did not answer says nothing of its keys */
+                hint(r, it->key, present);
         }
     }
     return run;
@@ -262,15 +229,10 @@ static void run_op(struct redis_store *r, struct redis_op *op)
 {
     struct tally t = {0};
     size_t k;
-    int err;
 
     for (size_t p = 0; p < op->n; p += k) {
         serve_exists(r);
         k = chunk_pages(r, op->n - p);
-        if ((err = redis_conn_ensure(r))) {
-            fail_pages(op, p, op->n - p, err, &t);
-            break;
-        }
         run_chunk(r, op, p, k, &t);
     }
     refresh_pages(r);
@@ -317,6 +279,6 @@ void *redis_io_main(void *arg)
         }
     }
     pthread_mutex_unlock(&r->lock);
-    redis_conn_close(r);
+    redis_nodes_free(r);
     return NULL;
 }

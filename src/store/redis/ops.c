@@ -270,10 +270,11 @@ static void free_store(struct redis_store *r)
     pthread_cond_destroy(&r->wake);
     pthread_cond_destroy(&r->done);
     pthread_mutex_destroy(&r->lock);
+    redis_nodes_free(r);
     free(r->ex.keys);
     free(r->hint);
-    free(r->scratch);
-    free(r->host);
+    free(r->items);
+    free(r->slot_node);
     free(r->password);
     free(r);
 }
@@ -325,13 +326,33 @@ static void defaults(struct store_redis_options *o)
     o->backoff_max_ms = o->backoff_max_ms ? o->backoff_max_ms : 1000;
 }
 
+/* The seeds are the first nodes, in the order given. */
+static int add_seeds(struct redis_store *r, const struct store_redis_options *o)
+{
+    struct store_redis_addr one = {o->host ? o->host : "127.0.0.1", o->port};
+    const struct store_redis_addr *seeds = o->n_seeds ? o->seeds : &one;
+
+    for (uint32_t i = 0; i < (o->n_seeds ? o->n_seeds : 1); i++) {
+        const char *host = seeds[i].host ? seeds[i].host : "127.0.0.1";
+        if (redis_node_find(r, host, strlen(host), seeds[i].port ? seeds[i].port : 6379) ==
+            NODE_NONE)
+            return -ENOMEM;
+    }
+    r->n_seeds = r->n_nodes;
+    return 0;
+}
+
 static int alloc_store(struct redis_store *r, const struct store_redis_options *o)
 {
-    r->host = strdup(o->host ? o->host : "127.0.0.1");
     r->password = o->password ? strdup(o->password) : NULL;
     r->hint = calloc(HINT_SLOTS, STORE_KEY_BYTES);
-    r->scratch = malloc(STORE_REDIS_HEAD_BYTES + (size_t)o->page_bytes);
-    return r->host && r->hint && r->scratch && (r->password || !o->password) ? 0 : -ENOMEM;
+    r->items = calloc(ITEMS_MAX, sizeof(*r->items));
+    r->slot_node = malloc(STORE_REDIS_SLOTS * sizeof(*r->slot_node));
+    if (!r->hint || !r->items || !r->slot_node || (!r->password && o->password))
+        return -ENOMEM;
+    for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
+        r->slot_node[s] = NODE_NONE;
+    return add_seeds(r, o);
 }
 
 /* The I/O thread starts with every signal blocked: the application's signals go to its own
@@ -354,14 +375,14 @@ int store_redis_open(const struct store_redis_options *o, struct kvt_store **out
     struct redis_store *r;
     int rc;
 
-    if (!o || !out || !o->page_bytes || o->page_bytes > MAX_PAGE_BYTES - STORE_REDIS_HEAD_BYTES)
+    if (!o || !out || !o->page_bytes || o->page_bytes > MAX_PAGE_BYTES - STORE_REDIS_HEAD_BYTES ||
+        o->n_seeds > STORE_REDIS_MAX_SEEDS)
         return -EINVAL;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;
     r->base = (struct kvt_store){&redis_ops, o->page_bytes, o->page_tokens};
     r->o = *o;
     defaults(&r->o);
-    r->backoff_ms = 20;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     pthread_cond_init(&r->done, NULL);

@@ -1,16 +1,21 @@
 /*
- * The Redis/Valkey store: whole KV pages on a standalone Redis or Valkey server, one value per
- * page, so engines on many hosts share what any of them wrote. The server is a best-effort
- * cache: it may evict (maxmemory policy, TTL) or lose everything (restart, FLUSHALL) at any
- * time, and anything may write to it, so every value read is checked against a header of its
+ * The Redis/Valkey store: whole KV pages on a standalone Redis or Valkey server or on a Redis
+ * Cluster, one value per page, so engines on many hosts share what any of them wrote. The server is
+ * a best-effort cache: it may evict (maxmemory policy, TTL) or lose everything (restart, FLUSHALL)
+ * at any time, and anything may write to it, so every value read is checked against a header of its
  * own (magic, format, fingerprint, page key, length, XXH3-128: docs/formats.md) and a value
  * failing it is a miss (KVT_ECORRUPT), deleted, never served.
  *
- * Every network exchange happens on the store's I/O thread over its own connection, in
- * pipelined batches; the owner thread waits on the network only in leading_run (bounded by
- * exists_timeout_ms), wait_for and close. A server that fails or goes away fails the pages
- * of the ops in its way (-EIO, or -ECONNREFUSED while it refuses connections); the thread
- * reconnects with a doubling backoff and the store serves again when the server is back.
+ * Every network exchange happens on the store's I/O thread over its own connections (one per
+ * server), in pipelined batches; the owner thread waits on the network only in leading_run
+ * (bounded by exists_timeout_ms), wait_for and close. A server that fails or goes away fails
+ * the pages of the ops in its way (-EIO, or -ECONNREFUSED while it refuses connections); the
+ * thread reconnects with a doubling backoff and the store serves again when the server is back.
+ *
+ * Cluster mode is what the first seed to answer says: a node answering CLUSTER SLOTS makes
+ * the store route each page by its key's hash slot to the master the slot map names, batches
+ * split per master; MOVED updates the map (and a full refresh follows), ASK is followed once
+ * with ASKING, and a dead master fails the pages of its slots only.
  */
 #ifndef KVT_STORE_REDIS_H
 #define KVT_STORE_REDIS_H
@@ -18,6 +23,14 @@
 #include "store/store.h"
 
 #define STORE_REDIS_FP_BYTES 32
+
+#define STORE_REDIS_MAX_SEEDS 16
+#define STORE_REDIS_SLOTS 16384
+
+struct store_redis_addr {
+    const char *host; /* copied at open */
+    uint16_t port;    /* 0: 6379 */
+};
 
 struct store_redis_options {
     const char *host;                          /* NULL: "127.0.0.1"; copied at open */
@@ -31,6 +44,11 @@ struct store_redis_options {
     uint32_t exists_timeout_ms;  /* the most leading_run waits; 0: read_timeout_ms */
     uint32_t backoff_max_ms;     /* the longest wait between reconnects; 0: 1000 */
     uint32_t ttl_s;              /* seconds a page lives (SET EX); 0: until evicted */
+    /* Where to start: 0 seeds, host and port alone; else these, tried in order (host and port
+     * ignored). Several seeds name one cluster's nodes; the first that answers tells whether
+     * it is a cluster, and a standalone server that answers is the one server used. */
+    uint32_t n_seeds;
+    struct store_redis_addr seeds[STORE_REDIS_MAX_SEEDS];
 };
 
 /* Start the store's I/O thread; connects on the first op, not here, so a server that is down
@@ -46,7 +64,12 @@ struct store_redis_counters {
     uint64_t sets, set_dups; /* pages written, and of those there already (NX) */
     uint64_t connects;       /* connections made */
     uint64_t exists_late;    /* leading_run calls answered 0 for want of time or a server */
-    uint32_t connected;      /* 1: the I/O thread holds a connection now */
+    uint32_t connected;      /* 1: the I/O thread holds a connection now (to any node) */
+    /* Cluster mode (all 0 on a standalone server). */
+    uint32_t cluster;       /* 1: the seeds answered as a cluster */
+    uint32_t masters;       /* masters in the slot map */
+    uint64_t moved, asked;  /* pages redirected by MOVED, and by ASK */
+    uint64_t map_refreshes; /* slot maps read (CLUSTER SLOTS) */
 };
 
 /* -EINVAL when s is not a Redis store. */
@@ -62,10 +85,16 @@ void store_redis_key(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[S
 #define STORE_REDIS_HEAD_BYTES 104
 void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[STORE_KEY_BYTES],
                        const void *page, uint32_t page_bytes, uint8_t *out);
+/* Its header alone (STORE_REDIS_HEAD_BYTES into out), for a value sent from the page itself. */
+void store_redis_value_head(const uint8_t fp[STORE_REDIS_FP_BYTES],
+                            const uint8_t key[STORE_KEY_BYTES], const void *page,
+                            uint32_t page_bytes, uint8_t *out);
 
-/* "redis://[:PASSWORD@]HOST[:PORT]" (options.remote) into o's host, port and password, which
- * point into buf (len bytes, valid while buf is); o's other fields are left alone. 0 or
- * -EINVAL. */
+/* options.remote into o's seeds, host, port and password, which point into buf (len bytes,
+ * valid while buf is); o's other fields are left alone. One URL, "redis://[:PASSWORD@]HOST
+ * [:PORT]", or a comma-separated list of them, the seeds of one cluster (up to
+ * STORE_REDIS_MAX_SEEDS; "redis://" may be left off after the first; a password given on
+ * several must be the same). host and port are the first seed's. 0 or -EINVAL. */
 int store_redis_parse_url(const char *url, char *buf, size_t len, struct store_redis_options *o);
 
 /* 0 when v (len bytes) is key's page of fingerprint fp, page_bytes long, whole and
@@ -73,5 +102,9 @@ int store_redis_parse_url(const char *url, char *buf, size_t len, struct store_r
 int store_redis_value_check(const uint8_t fp[STORE_REDIS_FP_BYTES],
                             const uint8_t key[STORE_KEY_BYTES], uint32_t page_bytes,
                             const uint8_t *v, size_t len);
+
+/* The hash slot of a server key, Redis Cluster's: CRC16 of the key (or of its {hash tag})
+ * modulo STORE_REDIS_SLOTS. */
+uint16_t store_redis_slot(const char *key, size_t len);
 
 #endif

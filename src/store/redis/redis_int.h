@@ -1,9 +1,12 @@
 /*
  * The Redis store's insides, shared by its files: ops.c (the contract, on the owner thread), hint.c
- * (keys last seen stored), io.c (the I/O thread: batches and leading runs), conn.c (the connection
- * and its backoff), value.c (the value format). The lock guards the queues, the leading-run
- * request, the hint table and the counters; the connection and the scratch buffer are the I/O
- * thread's alone.
+ * (keys last seen stored), io.c (the I/O thread: ops and leading runs), route.c (pipelined
+ * batches of one-key commands, split per node, redirects followed), resp.c (their replies,
+ * a GET's page read straight into the host page), cluster.c (the nodes and the slot map),
+ * conn.c (a node's connection and its backoff), slot.c (hash slots), value.c (the value
+ * format). The lock guards the queues, the leading-run request, the hint table and
+ * the counters; the nodes, their connections, the slot map and the batch's items are the
+ * I/O thread's alone.
  */
 #ifndef KVT_STORE_REDIS_INT_H
 #define KVT_STORE_REDIS_INT_H
@@ -37,13 +40,61 @@ struct exists_req {
     bool abandoned;
 };
 
+/* A server: a seed, a master of the slot map, or a node a redirect named. */
+struct redis_node {
+    char *host;
+    uint16_t port;
+    redisContext *ctx;
+    uint32_t backoff_ms;
+    uint64_t retry_at_ms; /* without a connection, no connect before this */
+    int conn_err;         /* what pages fail with while no connection can be made */
+    bool master;          /* holds slots in the map */
+    uint64_t capacity;    /* its maxmemory (or machine's memory) in bytes, from its handshake */
+    size_t sent;          /* commands pipelined on it and not yet answered (route.c) */
+    char *rb;             /* RESP_BUF_BYTES: bytes read off its socket, not yet parsed (resp.c) */
+    size_t rb_pos, rb_len;
+    int round_err; /* route.c: this round's connect result, or 1 while not tried */
+};
+
+#define NODE_NONE UINT16_MAX
+
+#define RESP_BUF_BYTES (64u << 10)
+
+enum resp_type { RESP_STATUS, RESP_ERROR, RESP_INT, RESP_NIL, RESP_BULK };
+
+/* A reply as resp.c reads it: its type, its first line (truncated) and number. */
+struct resp_reply {
+    enum resp_type type;
+    long long integer; /* RESP_INT's value, RESP_BULK's length */
+    char line[160];    /* after the type byte: a status's or an error's text */
+};
+
+/* One command of a routed batch (route.c): its key and page, where it goes, what came back. */
+struct redis_item {
+    const uint8_t *key;
+    const void *page; /* SET's bytes */
+    void *dst;        /* GET's: where the page lands */
+    uint16_t slot, node;
+    bool ask;      /* send ASKING first: the slot is being imported there */
+    bool sent;     /* pipelined in this round, its reply not yet read */
+    bool answered; /* rep holds its reply; else err says why there is none */
+    struct resp_reply rep;
+    int page_rc; /* a GET answered with a value: 0 (the page landed whole and checked) or
+                    KVT_ECORRUPT */
+    int err;
+};
+
+enum redis_cmd { CMD_GET, CMD_SET, CMD_EXISTS, CMD_DEL };
+
+#define ITEMS_MAX 256 /* the most items one batch takes */
+
 #define HINT_BITS 12
 #define HINT_SLOTS (1u << HINT_BITS)
 
 struct redis_store {
     struct kvt_store base;
     struct store_redis_options o;
-    char *host, *password;
+    char *password;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;                    /* the I/O thread: work, or stop */
@@ -52,7 +103,7 @@ struct redis_store {
     struct redis_op *done_head, *done_tail; /* completed, not yet collected */
     uint64_t last_id, queued, completed;
     bool stop;
-    bool up;              /* the thread holds a connection */
+    bool up;              /* the thread holds a connection to some node */
     uint64_t retry_at_ms; /* without one, no connect before this */
     struct exists_req ex;
     /* Keys last seen stored (a SET, a GET or EXISTS that found it), by their first bytes:
@@ -60,25 +111,62 @@ struct redis_store {
     uint8_t (*hint)[STORE_KEY_BYTES];
     struct store_stats st;
     struct store_redis_counters c;
+    uint64_t value_capacity; /* pages the servers' memory holds, from their maxmemory */
     /* The I/O thread's own. */
-    redisContext *ctx;
-    uint32_t backoff_ms;
-    int conn_err;            /* what pages fail with while no connection can be made */
-    uint8_t *scratch;        /* one value being built */
-    uint64_t value_capacity; /* pages the server's memory holds, from its maxmemory */
+    struct redis_node *nodes; /* the seeds first, in order */
+    size_t n_nodes, n_seeds, nodes_cap;
+    bool mode_known; /* a seed answered: cluster or not */
+    bool cluster;
+    size_t standalone;        /* without a cluster, the node that answered */
+    uint16_t *slot_node;      /* STORE_REDIS_SLOTS entries: the master of each slot */
+    bool map_stale;           /* a redirect or a dead node: read the map again */
+    uint64_t map_read_ms;     /* when it was last read (or tried) */
+    struct redis_item *items; /* ITEMS_MAX */
 };
 
 uint64_t redis_now_ms(void);
 
-/* value.c: 0, or KVT_ECORRUPT when v is not key's page of this store's fingerprint. */
-int redis_value_check(const struct redis_store *r, const uint8_t *key, const uint8_t *v,
-                      size_t len);
+/* value.c: 0, or KVT_ECORRUPT when a value's header (its checksum aside) is not key's of this
+ * store, or when the payload does not match the header's checksum. */
+int redis_head_check(const struct redis_store *r, const uint8_t *key, const uint8_t *head);
+int redis_payload_check(const struct redis_store *r, const uint8_t *head, const uint8_t *payload);
 
-/* conn.c, on the I/O thread: 0 with r->ctx usable, or the error pages fail with now. */
-int redis_conn_ensure(struct redis_store *r);
+/* resp.c, on the I/O thread; -EIO when the connection failed (the caller drops it). */
+/* The next reply's first line; a bulk's bytes are left for redis_resp_page or _skip. */
+int redis_resp_head(struct redis_node *n, struct resp_reply *rep);
+/* Drop a bulk reply's bytes. */
+int redis_resp_skip(struct redis_node *n, const struct resp_reply *rep);
+/* A GET's value into page: 0 when it is key's page, whole and unchanged; KVT_ECORRUPT when
+ * not (the header is checked before the payload lands, the checksum after). */
+int redis_resp_page(struct redis_store *r, struct redis_node *n, const struct resp_reply *rep,
+                    const uint8_t *key, void *page);
+
+/* conn.c, on the I/O thread: 0 with node's ctx usable, or the error pages fail with now. */
+int redis_conn_ensure(struct redis_store *r, struct redis_node *n);
 /* The connection failed mid-exchange: drop it and wait before the next. */
-void redis_conn_lost(struct redis_store *r);
-void redis_conn_close(struct redis_store *r);
+void redis_conn_lost(struct redis_store *r, struct redis_node *n);
+void redis_conn_close(struct redis_node *n);
+/* Publish whether any connection is held and when the next connect may be tried. */
+void redis_conn_publish(struct redis_store *r);
+
+/* cluster.c, on the I/O thread. */
+/* The node host:port, added when new; NODE_NONE when out of memory. */
+uint16_t redis_node_find(struct redis_store *r, const char *host, size_t host_len, uint16_t port);
+/* Find out the mode, or read the slot map again when it is stale and a refresh is due. */
+void redis_cluster_update(struct redis_store *r);
+/* Where slot's commands go now: NODE_NONE when no node is known for it. */
+uint16_t redis_route(const struct redis_store *r, uint16_t slot);
+/* A MOVED or ASK error (its text in err): 1 (MOVED) or 2 (ASK) with *node its target (the
+ * slot map updated on MOVED); 0 when it is no redirect. from: the node that answered. */
+int redis_redirect(struct redis_store *r, const char *err, uint16_t from, uint16_t *node);
+/* What pages of a slot no node serves fail with. */
+int redis_unrouted_err(const struct redis_store *r);
+void redis_nodes_free(struct redis_store *r);
+
+/* route.c: run items[0..n) as cmd, pipelined per node, redirects followed; each item ends
+ * answered or with an err. The counters of redirects are added under the lock. */
+void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_item *items,
+                       size_t n);
 
 /* io.c */
 void *redis_io_main(void *arg);

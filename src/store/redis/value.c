@@ -53,8 +53,9 @@ void store_redis_key(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[S
     out[STORE_REDIS_KEY_CHARS] = '\0';
 }
 
-void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[STORE_KEY_BYTES],
-                       const void *page, uint32_t page_bytes, uint8_t *out)
+void store_redis_value_head(const uint8_t fp[STORE_REDIS_FP_BYTES],
+                            const uint8_t key[STORE_KEY_BYTES], const void *page,
+                            uint32_t page_bytes, uint8_t *out)
 {
     XXH128_canonical_t sum;
 
@@ -66,25 +67,49 @@ void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key
     put_le(out + 80, page_bytes, 8);
     XXH128_canonicalFromHash(&sum, XXH3_128bits(page, page_bytes));
     memcpy(out + 88, sum.digest, sizeof(sum.digest));
+}
+
+void store_redis_value(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[STORE_KEY_BYTES],
+                       const void *page, uint32_t page_bytes, uint8_t *out)
+{
+    store_redis_value_head(fp, key, page, page_bytes, out);
     memcpy(out + STORE_REDIS_HEAD_BYTES, page, page_bytes);
+}
+
+/* Every field of the header but the checksum. */
+static int head_check(const uint8_t *fp, const uint8_t *key, uint32_t page_bytes,
+                      const uint8_t *head)
+{
+    return memcmp(head, MAGIC, 8) || get_le(head + 8, 4) != FORMAT ||
+                   memcmp(head + 16, fp, STORE_REDIS_FP_BYTES) ||
+                   memcmp(head + 48, key, STORE_KEY_BYTES) || get_le(head + 80, 8) != page_bytes
+               ? KVT_ECORRUPT
+               : 0;
+}
+
+static int payload_check(const uint8_t *head, const uint8_t *payload, uint32_t page_bytes)
+{
+    XXH128_canonical_t sum;
+
+    XXH128_canonicalFromHash(&sum, XXH3_128bits(payload, page_bytes));
+    return memcmp(head + 88, sum.digest, sizeof(sum.digest)) ? KVT_ECORRUPT : 0;
 }
 
 int store_redis_value_check(const uint8_t fp[STORE_REDIS_FP_BYTES],
                             const uint8_t key[STORE_KEY_BYTES], uint32_t page_bytes,
                             const uint8_t *v, size_t len)
 {
-    XXH128_canonical_t sum;
-    uint32_t pb = page_bytes;
-
-    if (len != STORE_REDIS_HEAD_BYTES + (size_t)pb || memcmp(v, MAGIC, 8) ||
-        get_le(v + 8, 4) != FORMAT || memcmp(v + 16, fp, STORE_REDIS_FP_BYTES) ||
-        memcmp(v + 48, key, STORE_KEY_BYTES) || get_le(v + 80, 8) != pb)
+    if (len != STORE_REDIS_HEAD_BYTES + (size_t)page_bytes || head_check(fp, key, page_bytes, v))
         return KVT_ECORRUPT;
-    XXH128_canonicalFromHash(&sum, XXH3_128bits(v + STORE_REDIS_HEAD_BYTES, pb));
-    return memcmp(v + 88, sum.digest, sizeof(sum.digest)) ? KVT_ECORRUPT : 0;
+    return payload_check(v, v + STORE_REDIS_HEAD_BYTES, page_bytes);
 }
 
-int redis_value_check(const struct redis_store *r, const uint8_t *key, const uint8_t *v, size_t len)
+int redis_head_check(const struct redis_store *r, const uint8_t *key, const uint8_t *head)
 {
-    return store_redis_value_check(r->o.fingerprint, key, r->base.page_bytes, v, len);
+    return head_check(r->o.fingerprint, key, r->base.page_bytes, head);
+}
+
+int redis_payload_check(const struct redis_store *r, const uint8_t *head, const uint8_t *payload)
+{
+    return payload_check(head, payload, r->base.page_bytes);
 }

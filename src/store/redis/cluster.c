@@ -1,0 +1,223 @@
+/*
+ * The nodes and the slot map, on the I/O thread. The seeds are the first nodes; the first to
+ * answer CLUSTER SLOTS decides the mode for good: an error reply (cluster support disabled)
+ * makes it the one standalone server, a map makes the store a cluster client. The map is read
+ * again, from any node that answers, when it went stale (a MOVED, a node lost) and at most
+ * every REFRESH_MIN_MS, so a flood of redirects costs one read of it, not one each.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/redis/redis_int.h"
+
+#define REFRESH_MIN_MS 100
+#define BACKOFF_START_MS 20
+
+uint16_t redis_node_find(struct redis_store *r, const char *host, size_t host_len, uint16_t port)
+{
+    struct redis_node *grown, *n;
+
+    for (size_t i = 0; i < r->n_nodes; i++)
+        if (r->nodes[i].port == port && strlen(r->nodes[i].host) == host_len &&
+            !memcmp(r->nodes[i].host, host, host_len))
+            return (uint16_t)i;
+    if (r->n_nodes == NODE_NONE)
+        return NODE_NONE;
+    if (r->n_nodes == r->nodes_cap) {
+        size_t cap = r->nodes_cap ? 2 * r->nodes_cap : 8;
+        if (!(grown = realloc(r->nodes, cap * sizeof(*grown))))
+            return NODE_NONE;
+        r->nodes = grown;
+        r->nodes_cap = cap;
+    }
+    n = &r->nodes[r->n_nodes];
+    *n = (struct redis_node){.port = port, .backoff_ms = BACKOFF_START_MS, .round_err = 1};
+    n->rb = malloc(RESP_BUF_BYTES);
+    if (!(n->host = strndup(host, host_len)) || !n->rb) {
+        free(n->host);
+        free(n->rb);
+        return NODE_NONE;
+    }
+    return (uint16_t)r->n_nodes++;
+}
+
+void redis_nodes_free(struct redis_store *r)
+{
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        redis_conn_close(&r->nodes[i]);
+        free(r->nodes[i].host);
+        free(r->nodes[i].rb);
+    }
+    free(r->nodes);
+    r->nodes = NULL;
+    r->n_nodes = 0;
+}
+
+/* A host in a reply; "" or "?" (the node does not know its address) is the asked node's. */
+static void host_of(const struct redis_store *r, uint16_t from, const char *h, size_t len,
+                    const char **host, size_t *host_len)
+{
+    bool unknown = len == 0 || (len == 1 && h[0] == '?');
+
+    *host = unknown ? r->nodes[from].host : h;
+    *host_len = unknown ? strlen(r->nodes[from].host) : len;
+}
+
+/* One entry of CLUSTER SLOTS: [start, end, [host, port, id...], replicas...] into map. */
+static int map_range(struct redis_store *r, uint16_t from, const redisReply *e, uint16_t *map)
+{
+    const redisReply *m;
+    const char *host;
+    size_t host_len;
+    uint16_t node;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER)
+        return -EIO;
+    m = e->element[2];
+    if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+        m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER)
+        return -EIO;
+    long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+    if (lo < 0 || hi >= STORE_REDIS_SLOTS || lo > hi)
+        return -EIO;
+    host_of(r, from, m->element[0]->str, m->element[0]->len, &host, &host_len);
+    if ((node = redis_node_find(r, host, host_len, (uint16_t)m->element[1]->integer)) == NODE_NONE)
+        return -ENOMEM;
+    for (long long s = lo; s <= hi; s++)
+        map[s] = node;
+    return 0;
+}
+
+/* The map from a CLUSTER SLOTS reply; the nodes it names are the masters from now on. */
+static int apply_map(struct redis_store *r, uint16_t from, const redisReply *rep)
+{
+    uint16_t *map = malloc(STORE_REDIS_SLOTS * sizeof(*map));
+    int rc = 0;
+
+    if (!map)
+        return -ENOMEM;
+    for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
+        map[s] = NODE_NONE;
+    for (size_t i = 0; i < rep->elements && !rc; i++)
+        rc = map_range(r, from, rep->element[i], map);
+    if (rc == 0) { /* half an answer leaves the old map */
+        memcpy(r->slot_node, map, STORE_REDIS_SLOTS * sizeof(*map));
+        for (size_t i = 0; i < r->n_nodes; i++)
+            r->nodes[i].master = false;
+        for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
+            if (map[s] != NODE_NONE)
+                r->nodes[map[s]].master = true;
+    }
+    free(map);
+    return rc;
+}
+
+/* CLUSTER SLOTS on node i: 0 with the map applied, 1 when it is no cluster, or -errno. */
+static int read_slots(struct redis_store *r, uint16_t i)
+{
+    redisReply *rep = redisCommand(r->nodes[i].ctx, "CLUSTER SLOTS");
+    int rc;
+
+    if (!rep) {
+        redis_conn_lost(r, &r->nodes[i]);
+        return -EIO;
+    }
+    rc = rep->type == REDIS_REPLY_ERROR   ? 1
+         : rep->type == REDIS_REPLY_ARRAY ? apply_map(r, i, rep)
+                                          : -EIO;
+    freeReplyObject(rep);
+    return rc;
+}
+
+static void publish_map(struct redis_store *r)
+{
+    uint32_t masters = 0;
+
+    for (size_t i = 0; i < r->n_nodes; i++)
+        masters += r->nodes[i].master;
+    pthread_mutex_lock(&r->lock);
+    r->c.cluster = r->cluster;
+    r->c.masters = masters;
+    r->c.map_refreshes += r->cluster;
+    pthread_mutex_unlock(&r->lock);
+    redis_conn_publish(r);
+}
+
+/* Ask node i; true when it answered (the mode is known, and on a cluster the map read). */
+static bool ask_node(struct redis_store *r, uint16_t i)
+{
+    int rc;
+
+    if (redis_conn_ensure(r, &r->nodes[i]) || (rc = read_slots(r, i)) < 0)
+        return false;
+    if (rc == 1 && r->mode_known && r->cluster)
+        return false; /* a node that left the cluster: not one to take a map from */
+    if (!r->mode_known) {
+        r->mode_known = true;
+        r->cluster = rc == 0;
+        r->standalone = i;
+    }
+    r->map_stale = false;
+    for (size_t k = 0; r->cluster && k < r->n_nodes; k++)
+        if (!r->nodes[k].master && k != i) /* keep sockets to the masters only */
+            redis_conn_close(&r->nodes[k]);
+    publish_map(r);
+    return true;
+}
+
+void redis_cluster_update(struct redis_store *r)
+{
+    uint64_t now = redis_now_ms();
+
+    if (r->mode_known && (!r->cluster || !r->map_stale || now - r->map_read_ms < REFRESH_MIN_MS))
+        return;
+    r->map_read_ms = now;
+    /* Nodes already connected first: a refresh costs one round trip, not a connect. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < r->n_nodes; i++)
+            if ((r->nodes[i].ctx != NULL) == (pass == 0) && ask_node(r, (uint16_t)i))
+                return;
+}
+
+uint16_t redis_route(const struct redis_store *r, uint16_t slot)
+{
+    if (!r->mode_known)
+        return NODE_NONE;
+    return r->cluster ? r->slot_node[slot] : (uint16_t)r->standalone;
+}
+
+int redis_unrouted_err(const struct redis_store *r)
+{
+    int err = r->n_nodes ? r->nodes[0].conn_err : 0;
+
+    return !r->mode_known && err ? err : -EIO;
+}
+
+int redis_redirect(struct redis_store *r, const char *err, uint16_t from, uint16_t *node)
+{
+    const char *p, *colon, *host;
+    size_t host_len;
+    int kind;
+    char *end;
+
+    kind = !strncmp(err, "MOVED ", 6) ? 1 : !strncmp(err, "ASK ", 4) ? 2 : 0;
+    if (!kind)
+        return 0;
+    unsigned long slot = strtoul(err + (kind == 1 ? 6 : 4), &end, 10);
+    if (*end != ' ' || slot >= STORE_REDIS_SLOTS || !(colon = strrchr(p = end + 1, ':')))
+        return 0;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (*end || port == 0 || port > 65535)
+        return 0;
+    host_of(r, from, p, (size_t)(colon - p), &host, &host_len);
+    if ((*node = redis_node_find(r, host, host_len, (uint16_t)port)) == NODE_NONE)
+        return 0;
+    if (kind == 1) { /* the slot is there for good: the map learns it, the rest may follow */
+        r->slot_node[slot] = *node;
+        r->nodes[*node].master = true;
+        r->map_stale = true;
+    }
+    return kind;
+}
