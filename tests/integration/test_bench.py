@@ -27,6 +27,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -1118,9 +1119,52 @@ def _():
                 p.wait()
 
 
+@case("remote: engines splitting a workload (--shard) serve each other from one server")
+def _():
+    args = ("--synthetic", "mixed", "--requests", 200, "--host-tokens", 65536)
+    halves = [run_ok(*args, "--shard", f"{k}/2") for k in (0, 1)]
+    whole = run_ok(*args)
+    eq(sum(h["requests"] for h in halves), 200, "the shards' requests")
+    eq(sum(h["tokens_total"] for h in halves), whole["tokens_total"], "the shards' tokens")
+    eq(halves[1]["config"]["shard"], "1/2", "config.shard")
+    servers = [redis_server(), redis_server()]
+    try:
+        run_ok(*args, "--shard", "0/2", "--remote", servers[0][1])
+        shared = run_ok(*args, "--shard", "1/2", "--remote", servers[0][1])
+        alone = run_ok(*args, "--shard", "1/2", "--remote", servers[1][1])
+    finally:
+        for p, _ in servers:
+            p.kill()
+            p.wait()
+    # The second engine finds on the server what the first wrote, beyond what its own
+    # writes there give it alone.
+    check(shared["tokens_hit"]["disk"] > alone["tokens_hit"]["disk"],
+          f"from the remote: shared {shared['tokens_hit']} vs alone {alone['tokens_hit']}")
+    check(sum(shared["tokens_hit"].values()) > sum(alone["tokens_hit"].values()),
+          f"shared {shared['tokens_hit']} vs alone {alone['tokens_hit']}")
+
+
+@case("remote: share_remote.py runs engines shared and alone and reports both")
+def _():
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                          "bench", "share_remote.py")
+    if not shutil.which("redis-server"):
+        raise Skip("redis-server is not installed")
+    r = subprocess.run([sys.executable, script, "--bench", BENCH, "--engines", "2", "--json",
+                        "--", "--synthetic", "mixed", "--requests", "120",
+                        "--host-tokens", "65536"], capture_output=True, text=True, timeout=300)
+    eq(r.returncode, 0, f"share_remote.py: {r.stderr[-400:]}")
+    j = json.loads(r.stdout)
+    eq((j["engines"], j["mismatches"]), (2, 0), "engines, mismatches")
+    eq(j["tokens_total"], run_ok("--synthetic", "mixed", "--requests", 120)["tokens_total"],
+       "the shards cover the workload")
+    check(j["shared_served"] >= j["alone_served"] > 0, f"shared vs alone: {j}")
+
+
 @case("remote: usage errors name the option")
 def _():
-    for args, pat in ((["--remote", "redis://127.0.0.1:1"], r"--remote needs a host tier"),
+    for args, pat in ((["--shard", "2/2"], r"--shard"), (["--shard", "1"], r"--shard"),
+                      (["--remote", "redis://127.0.0.1:1"], r"--remote needs a host tier"),
                       (["--host-tokens", "65536", "--remote", "http://x"], r"--remote needs a redis"),
                       (["--host-tokens", "65536", "--remote", "redis://a:1,http://b"],
                        r"--remote needs a redis")):

@@ -54,7 +54,8 @@ static const char *const disk_sync_names[] = {"durable", "relaxed"}; /* enum kvt
 
 struct config {
     const char *trace, *synthetic, *dir, *remote;
-    uint64_t requests; /* 0: the whole trace */
+    uint64_t requests;      /* 0: the whole trace */
+    uint32_t shard, shards; /* --shard K/N: the workload's requests at K modulo N; 0/0: all */
     const char *geometry_arg;
     struct kvt_geometry g;
     uint32_t tp_size;
@@ -96,8 +97,9 @@ struct source {
     const struct config *cfg;
     struct wl_trace *trace;
     struct wl_synth *synth;
-    uint64_t limit; /* requests to take; 0: every one of the trace */
-    uint64_t taken;
+    uint64_t limit;    /* requests of the workload to go through; 0: every one of the trace */
+    uint64_t seen;     /* of them, gone through */
+    uint64_t taken;    /* of those, this shard's */
     struct workload w; /* the request at hand */
 };
 
@@ -585,7 +587,7 @@ static int source_start(struct source *s, uint64_t limit)
     int rc;
 
     s->limit = limit;
-    s->taken = 0;
+    s->seen = s->taken = 0;
     if (s->cfg->trace) {
         /* Rewinding a file just opened finds a pipe before a pass is spent on it. */
         if (!s->trace && wl_trace_open(s->cfg->trace, 0, &s->trace, err, sizeof(err)))
@@ -600,20 +602,33 @@ static int source_start(struct source *s, uint64_t limit)
     return 0;
 }
 
-/* The next request into *r, valid until the next call: 1; 0 past the last; -1 after saying
+/* The next request of the workload, this shard's or not: 1; 0 past the last; -1 after saying
  * why. */
-static int source_next(struct source *s, const struct wl_req **r)
+static int source_read(struct source *s)
 {
     char err[512];
     int rc = 1;
 
-    if (s->limit && s->taken == s->limit)
+    if (s->limit && s->seen == s->limit)
         return 0;
     wl_clear(&s->w);
     if (s->trace && (rc = wl_trace_next(s->trace, &s->w, err, sizeof(err))) < 0)
         return say(err);
     if (s->synth)
         wl_synth_next(s->synth, &s->w);
+    s->seen += rc == 1;
+    return rc;
+}
+
+/* The next request of this shard into *r, valid until the next call: 1; 0 past the last; -1
+ * after saying why. */
+static int source_next(struct source *s, const struct wl_req **r)
+{
+    const struct config *cfg = s->cfg;
+    int rc;
+
+    while ((rc = source_read(s)) == 1 && cfg->shards && (s->seen - 1) % cfg->shards != cfg->shard)
+        ;
     if (rc == 1) {
         s->taken++;
         *r = &s->w.reqs[0];
@@ -709,7 +724,7 @@ static int replay(struct bench *b)
 {
     bool tty = isatty(STDERR_FILENO);
     uint64_t t0 = now_ns(), shown = t0;
-    int rc = source_start(b->src, b->nreqs);
+    int rc = source_start(b->src, b->src->limit); /* the same requests the survey went through */
 
     while (rc == 0 && (rc = replay_one(b)) == 1) {
         rc = 0;
@@ -1089,6 +1104,8 @@ static void print_source(const struct config *cfg)
         printf("trace %s", cfg->trace);
     else
         printf("synthetic \"%s\" (seed %" PRIu64 ")", cfg->synthetic, cfg->seed);
+    if (cfg->shards)
+        printf(", shard %u of %u", cfg->shard, cfg->shards);
 }
 
 /* A hybrid model: the KV a KV-only cache would have served, what the checkpoints back, and
@@ -1223,7 +1240,12 @@ static void print_json_config(const struct bench *b)
     cli_json_string(cfg->trace);
     printf(",\"synthetic\":");
     cli_json_string(cfg->synthetic);
-    printf(",\"seed\":%" PRIu64 ",\"geometry\":", cfg->seed);
+    printf(",\"seed\":%" PRIu64 ",\"shard\":", cfg->seed);
+    if (cfg->shards)
+        printf("\"%u/%u\"", cfg->shard, cfg->shards);
+    else
+        printf("null");
+    printf(",\"geometry\":");
     cli_json_string(cfg->geometry_arg);
     printf(",\"cell_bytes\":%" PRIu64 ",\"page_size\":%u,\"device_tokens\":%" PRIu64
            ",\"host_tokens\":%" PRIu64 ",\"disk_tokens\":%" PRIu64 ",\"dir\":",
@@ -1315,6 +1337,21 @@ static int parse_geometry(void *field, const char *opt, const char *arg)
 }
 
 /* --synthetic: one of the workloads' names. */
+/* --shard K/N: the requests at K modulo N, K from 0. */
+static int parse_shard(void *field, const char *opt, const char *val)
+{
+    struct config *cfg = field;
+    unsigned k, n;
+    int used = 0;
+
+    if (sscanf(val, "%u/%u%n", &k, &n, &used) != 2 || val[used] || n == 0 || k >= n)
+        return cli_bad_usage(PROG, "--shard needs K/N with 0 <= K < N", val);
+    (void)opt;
+    cfg->shard = k;
+    cfg->shards = n;
+    return 0;
+}
+
 static int parse_synthetic(void *field, const char *opt, const char *val)
 {
     (void)opt;
@@ -1400,6 +1437,10 @@ static const struct cli_option options[] = {
     {"--requests", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "replay the first N requests of a trace (default all), or\n"
              "generate N (default " SYNTHETIC_REQUESTS_S "); one is held at a time"},
+    {"--shard", CLI_CUSTOM, .parse = parse_shard, .arg = "K/N",
+     .help = "replay only the workload's requests at K modulo N (K from\n"
+             "0), so that N processes split one workload between them\n"
+             "(--requests counts the workload's, before the split)"},
     {"--seed", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "seeds the synthetic workload and the KV content (default 1)"},
     {.kind = CLI_TEXT, .help = "\nEngine:\n"},
