@@ -195,6 +195,7 @@ static void run_job(struct dstore *s, struct djob *j)
 enum step {
     STEP_START,  /* a write batch: into the pipe */
     STEP_RETIRE, /* the landed batches at the head of the pipe: sync, commit, complete */
+    STEP_FLUSH,  /* relaxed mode: sync_ms or sync_bytes says the slabs and index flush now */
     STEP_JOB,    /* another job: the pipe is empty */
     STEP_TIMERS, /* access times or a relaxed flush fell due; nothing else to do */
     STEP_STOP,   /* stop asked, the queue and the pipe empty */
@@ -210,9 +211,10 @@ static uint64_t due_locked(const struct dstore *s)
 
 /* Under the lock: the next step, sleeping until there is one. A write starts a batch while
  * the pipe has room, before the oldest in flight retires, so its I/O overlaps that one's sync
- * and commit. Any other job waits for the pipe to drain. touch_locked signals when the first
- * access time waits, so a sleep without a deadline ends then; a flush falls due only after a
- * batch retires, on this thread; a batch landing signals too. */
+ * and commit; a relaxed flush that fell due waits for those two likewise, so the disk has
+ * writes in flight while it runs. Any other job waits for the pipe to drain. touch_locked signals
+ * when the first access time waits, so a sleep without a deadline ends then; a flush falls due only
+ * after a batch retires, on this thread; a batch landing signals too. */
 static enum step next_step_locked(struct dstore *s, struct djob **jobs)
 {
     for (;;) {
@@ -225,6 +227,8 @@ static enum step next_step_locked(struct dstore *s, struct djob **jobs)
         }
         if (batch_landed_locked(s))
             return STEP_RETIRE;
+        if (flush_due_locked(s) <= mono_ns())
+            return STEP_FLUSH;
         if (head && !s->pipe) {
             *jobs = take_locked(s, head);
             return STEP_JOB;
@@ -274,11 +278,12 @@ static void *committer_main(void *arg)
             batch_start(s, jobs);
         else if (step == STEP_RETIRE)
             batch_retire(s);
+        else if (step == STEP_FLUSH)
+            flush_all(s);
         else if (step == STEP_JOB)
             run_job(s, jobs);
         else if (access_is_due(s))
             flush_access(s); /* one transaction, then jobs queued meanwhile come first */
-        flush_if_due(s);
     }
     while (flush_access(s))
         ;

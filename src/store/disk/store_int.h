@@ -377,8 +377,6 @@ uint64_t flush_due_locked(const struct dstore *s);
 int flush_slabs(struct dstore *s);
 /* flush_slabs, then the index: everything committed so far is durable when it returns 0. */
 int flush_all(struct dstore *s);
-/* flush_all when sync_ms or sync_bytes says it is time. */
-void flush_if_due(struct dstore *s);
 
 /* ---- batch.c: write batches in a pipe (the committer) ---- */
 
