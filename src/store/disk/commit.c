@@ -197,7 +197,7 @@ enum step {
     STEP_RETIRE, /* the landed batches at the head of the pipe: sync, commit, complete */
     STEP_FLUSH,  /* relaxed mode: sync_ms or sync_bytes says the slabs and index flush now */
     STEP_JOB,    /* another job: the pipe is empty */
-    STEP_TIMERS, /* access times or a relaxed flush fell due; nothing else to do */
+    STEP_TIMERS, /* access times fell due; nothing else to do */
     STEP_STOP,   /* stop asked, the queue and the pipe empty */
 };
 
