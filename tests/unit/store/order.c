@@ -232,3 +232,61 @@ void test_pipe_order(void **state)
     print_message("pipe order: %zu pages verified, 0 checksum failures\n", total);
     assert_true(total > 0);
 }
+
+/* ---- a key written again while its first write flies ---- */
+
+struct hold_seam {
+    _Atomic int state; /* 0: hold the next write; 1: holding it; 2: released */
+};
+
+static int hold_inject(void *arg, enum dstore_fault_point pt, uint32_t slab, uint32_t slot)
+{
+    struct hold_seam *h = arg;
+    int want = 0;
+
+    (void)slab;
+    (void)slot;
+    if (pt != DSTORE_FAULT_WRITE || !atomic_compare_exchange_strong(&h->state, &want, 1))
+        return 0;
+    while (atomic_load(&h->state) == 1)
+        usleep(1000);
+    return 0;
+}
+
+/* Two ops of the same key, the second queued while the first one's batch is in flight: the
+ * second must find the page stored (one write, one dup, one record), as it would had the first
+ * committed before it started; a second batch writing the key beside the first would leave
+ * two slots holding it. */
+void test_pipe_same_key(void **state)
+{
+    struct fx *f = *state;
+    struct hold_seam hold = {0};
+    struct dstore_faults faults = {hold_inject, &hold};
+    uint8_t key[KEY], parent[KEY] = {7};
+    uint32_t toks[TOKENS];
+    struct dstore_wpage w = {key, parent, NULL, toks, buf_at(f, 0)};
+    uint64_t op[2];
+    int res[2] = {1, 1};
+
+    f->o.faults = &faults;
+    fx_open(f);
+    make_key(42, key);
+    tokens_of(42, toks);
+    fill_page(key, buf_at(f, 0), PAGE);
+    assert_int_equal(dstore_write(f->s, &w, 1, &res[0], &op[0]), 0);
+    while (atomic_load(&hold.state) != 1)
+        usleep(1000); /* the first batch is in flight, its write held */
+    assert_int_equal(dstore_write(f->s, &w, 1, &res[1], &op[1]), 0);
+    usleep(50000); /* time for the committer to take the second op */
+    atomic_store(&hold.state, 2);
+    assert_int_equal(dstore_wait(f->s, op[0], NULL), 0);
+    assert_int_equal(dstore_wait(f->s, op[1], NULL), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], 0);
+    struct dstore_stats st = stats_of(f);
+    assert_int_equal(st.writes, 1);
+    assert_int_equal(st.write_dups, 1);
+    assert_int_equal(st.pages, 1);
+    assert_int_equal(get_id(f, 42), 0);
+    fx_close(f);
+}

@@ -142,6 +142,7 @@ void test_crash_relaxed(void **state);
 
 /* order.c */
 void test_pipe_order(void **state);
+void test_pipe_same_key(void **state);
 
 /* sync.c */
 void test_durable_flushes(void **state);
