@@ -1,14 +1,27 @@
 /*
  * Write batches, run by the committer (commit.c). A run of write ops queued back to back forms
- * one batch (up to max_batch pages): one round of I/O, one fdatasync per slab touched, one
- * index transaction (one flush of the index file).
+ * one batch (up to max_batch pages): one round of I/O; the batches whose I/O has landed then
+ * share one fdatasync per slab touched and one index transaction (one flush of the index
+ * file).
  *
- * A batch: drop pages already stored, evict if the free slots fall short (and make that
- * durable before any slot is reused), reserve slots, write, fdatasync, commit the records
- * together with pending access times, then publish: slots become USED and the ops complete. A
- * page that fails anywhere gets its slot back and no record. A batch with no record to write
- * (its pages all stored already) commits nothing. In relaxed mode there is no fdatasync: the
- * slabs written wait for the next flush (flush.c), and the commit flushes nothing.
+ * A batch starts: drop pages already stored, evict if the free slots fall short (and make that
+ * durable before any slot is reused), reserve slots, submit the writes. It joins the pipe, the
+ * batches in flight, oldest first, and the committer goes on: the next batch's I/O flies while
+ * an earlier one's sync and commit run. A batch retires once its I/O has landed, with every
+ * landed batch before it as one group: fdatasync, then commit the group's records together
+ * with pending access times, then publish: slots become USED and the ops complete, in the
+ * order they were queued. A page that fails anywhere gets its slot back and no record. A group
+ * with no record to write (its pages all stored already) commits nothing. In relaxed mode
+ * there is no fdatasync: the slabs written wait for the next flush (flush.c), and the commit
+ * flushes nothing.
+ *
+ * Why the crash order holds with batches in flight (docs/design.md, "When bytes reach the
+ * disk"): a group is the landed batches at the head of the pipe, chosen before its fdatasync
+ * is called, so every byte its records name landed before the sync that covers it; a batch
+ * still in flight never commits with it, and nothing retires ahead of an older batch. The
+ * deletions that make room for a batch commit (and flush, in durable mode) in reserve, before
+ * its writes are submitted, as before. A batch never shares a key with one in flight (the pipe
+ * drains first), so the dedup against the index and the slot table sees every earlier write.
  *
  * The bytes go to the engine before their checksums are taken: the committer hashes the
  * batch while the I/O is in flight instead of before it (XXH3 over a 512 MiB batch is tens of
@@ -24,6 +37,10 @@
 /* ---- write batches ---- */
 
 struct batch {
+    struct batch *next; /* the pipe: the next younger batch in flight */
+    struct djob *jobs;  /* the write jobs it runs; freed when it retires */
+    uint64_t now;       /* its pages' creation and access time */
+    uint32_t pending;   /* locked: pages whose I/O has not landed yet */
     struct dop_page **pg;
     size_t n;
     uint32_t *order;      /* page indices sorted by key, for duplicates */
@@ -84,8 +101,9 @@ static void mark_stored(struct dstore *s, struct batch *b)
             s->pins[g] < UINT16_MAX) {
             p->dup = true;
             touch_locked(s, g);
-            /* Pinned until the batch has its slots: the eviction that makes room for the
-             * rest must not take the page this one is reported as. */
+            /* Pinned until the batch retires: no eviction (the one that makes room for the
+             * rest, or a later batch's while this one is in flight) may take the page this
+             * one is reported as. */
             s->pins[g]++;
             p->slot = g;
         }
@@ -120,6 +138,7 @@ static size_t fit_batch_locked(struct dstore *s, struct batch *b, size_t need)
 
     for (size_t i = 0; i < b->n; i++)
         stored += b->pg[i]->dup && !b->pg[i]->dup_of && b->pg[i]->slot != NO_SLOT;
+    stored += s->piped_pages; /* the batches in flight hold slots too */
     fit = s->nslots > stored ? (size_t)s->nslots - stored : 0;
     if (need <= fit)
         return need;
@@ -171,8 +190,8 @@ static void write_landed(struct dio_req *req)
 
     pthread_mutex_lock(&s->lock);
     s->st.fixed_ios += req->fixed && !req->res;
-    if (page_io_landed_locked(req) && --s->batch_pending == 0)
-        pthread_cond_signal(&s->io_cv);
+    if (page_io_landed_locked(req) && --p->op->batch->pending == 0)
+        pthread_cond_signal(&s->job_cv); /* the committer waits there for the oldest */
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -268,59 +287,72 @@ static void fill_block(struct dstore *s, struct dop_page *p, uint64_t now)
     layout_fill_tail(&s->lay, p->buf, &h, p->tokens, p->block);
 }
 
-/* Write every reserved page and wait for all of them. The bodies go first, straight from the
- * caller's buffers; the checksums are taken while they fly, and the tail blocks, which carry
- * them in the page heads, follow. */
-static void write_pages(struct dstore *s, struct batch *b, uint64_t now)
+/* Write every reserved page; the batch's pending counts them down as they land. The bodies
+ * go first, straight from the caller's buffers; the checksums are taken while they fly, and
+ * the tail blocks, which carry them in the page heads, follow. */
+static void submit_pages(struct dstore *s, struct batch *b)
 {
     collect_writes(s, b);
     pthread_mutex_lock(&s->lock);
-    s->batch_pending = (uint32_t)b->nio;
+    b->pending = (uint32_t)b->nio;
     pthread_mutex_unlock(&s->lock);
     dio_submit(s->io, requests(s, b, 0));
     /* Only the requests are shared with the engine: it reads buf and never writes it. */
     for (size_t i = 0; i < b->nio; i++) {
         page_checksum(b->io[i]->buf, s->page_bytes, b->io[i]->sum);
-        fill_block(s, b->io[i], now);
+        fill_block(s, b->io[i], b->now);
     }
     dio_submit(s->io, requests(s, b, 1));
-    pthread_mutex_lock(&s->lock);
-    while (s->batch_pending)
-        pthread_cond_wait(&s->io_cv, &s->lock);
-    pthread_mutex_unlock(&s->lock);
-    for (size_t i = 0; i < b->nio; i++)
-        if (b->io[i]->res)
-            count_write_error(s, b->io[i]->res);
 }
 
-/* fdatasync each slab written once; a slab that fails fails its pages. */
-static void sync_slabs(struct dstore *s, struct batch *b)
-{
-    for (size_t k = 0; k < b->nslabs; k++) {
-        int rc = b->slab_rc[k] = slab_sync(s, b->slabs[k]);
+/* ---- a group of landed batches: one sync, one commit ---- */
 
-        if (rc) {
-            pthread_mutex_lock(&s->lock);
-            s->st.err_sync++;
-            pthread_mutex_unlock(&s->lock);
+/* An earlier batch of the group that synced slab already: its result, else 1. */
+static int synced_before(const struct batch *group, const struct batch *b, uint32_t slab)
+{
+    for (const struct batch *a = group; a != b; a = a->next)
+        for (size_t k = 0; k < a->nslabs; k++)
+            if (a->slabs[k] == slab)
+                return a->slab_rc[k];
+    return 1;
+}
+
+/* fdatasync each slab the group wrote, once; a slab that fails fails its pages. */
+static void sync_slabs(struct dstore *s, struct batch *group)
+{
+    for (struct batch *b = group; b; b = b->next)
+        for (size_t k = 0; k < b->nslabs; k++) {
+            int rc = synced_before(group, b, b->slabs[k]);
+
+            if (rc == 1 && (rc = slab_sync(s, b->slabs[k]))) {
+                pthread_mutex_lock(&s->lock);
+                s->st.err_sync++;
+                pthread_mutex_unlock(&s->lock);
+            }
+            b->slab_rc[k] = rc;
         }
-    }
-    for (size_t i = 0; i < b->nio; i++)
-        if (!b->io[i]->res)
-            b->io[i]->res = b->slab_rc[batch_slab(b, slab_of(s, b->io[i]->slot))];
+    for (struct batch *b = group; b; b = b->next)
+        for (size_t i = 0; i < b->nio; i++)
+            if (!b->io[i]->res)
+                b->io[i]->res = b->slab_rc[batch_slab(b, slab_of(s, b->io[i]->slot))];
 }
 
 /* Durable mode: the bytes on the disk before the records that name them commit. Relaxed
  * mode: they wait for a flush; the read's checksum covers a power cut before it. */
-static void sync_or_note(struct dstore *s, struct batch *b)
+static void sync_or_note(struct dstore *s, struct batch *group)
 {
+    for (struct batch *b = group; b; b = b->next)
+        for (size_t i = 0; i < b->nio; i++)
+            if (b->io[i]->res)
+                count_write_error(s, b->io[i]->res);
     if (s->o.sync == DSTORE_SYNC_DURABLE) {
-        sync_slabs(s, b);
+        sync_slabs(s, group);
         return;
     }
-    for (size_t i = 0; i < b->nio; i++)
-        if (!b->io[i]->res)
-            flush_note(s, slab_of(s, b->io[i]->slot), s->slot_bytes);
+    for (struct batch *b = group; b; b = b->next)
+        for (size_t i = 0; i < b->nio; i++)
+            if (!b->io[i]->res)
+                flush_note(s, slab_of(s, b->io[i]->slot), s->slot_bytes);
 }
 
 static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, uint64_t now,
@@ -345,24 +377,32 @@ static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, 
     return rc ? rc : slot_put(&s->ix, txn, p->slot, p->key, now, p->parent);
 }
 
-/* One transaction for the batch's records and up to DIRTY_MAX of the access times waiting.
- * A batch that writes no record (all stored already, or all failed) commits nothing: its
+static size_t group_records(const struct batch *group)
+{
+    size_t records = 0;
+
+    for (const struct batch *b = group; b; b = b->next)
+        for (size_t i = 0; i < b->n; i++)
+            records += to_write(b->pg[i]);
+    return records;
+}
+
+/* One transaction for the group's records and up to DIRTY_MAX of the access times waiting.
+ * A group that writes no record (all stored already, or all failed) commits nothing: its
  * accesses wait for a later commit rather than cost a sync of their own. */
-static int commit_pages(struct dstore *s, struct batch *b, uint64_t now)
+static int commit_group(struct dstore *s, struct batch *group)
 {
     MDB_txn *txn;
-    size_t records = 0;
     int rc;
 
-    for (size_t i = 0; i < b->n; i++)
-        records += to_write(b->pg[i]);
-    if (!records)
+    if (!group_records(group))
         return 0;
     if ((rc = txn_begin(s, &txn)))
         return rc;
-    for (size_t i = 0; i < b->n && !rc; i++)
-        if (to_write(b->pg[i]))
-            rc = put_record(s, txn, b->pg[i], now, s->recbuf);
+    for (struct batch *b = group; b && !rc; b = b->next)
+        for (size_t i = 0; i < b->n && !rc; i++)
+            if (to_write(b->pg[i]))
+                rc = put_record(s, txn, b->pg[i], b->now, s->recbuf);
     if (!rc) {
         persist_access(s, txn, DIRTY_MAX);
         return txn_commit(s, txn);
@@ -396,17 +436,19 @@ static void settle_page_locked(struct dstore *s, struct dop_page *p, int rc, uin
 }
 
 /* Duplicates last, so they copy their first page's final result. */
-static void settle(struct dstore *s, struct batch *b, int rc, uint64_t now, struct djob *jobs)
+static void settle(struct dstore *s, struct batch *b, int rc)
 {
     pthread_mutex_lock(&s->lock);
     for (int dups = 0; dups < 2; dups++)
         for (size_t i = 0; i < b->n; i++)
             if (b->pg[i]->dup == (dups == 1))
-                settle_page_locked(s, b->pg[i], rc, now);
-    for (struct djob *j = jobs; j; j = j->next)
+                settle_page_locked(s, b->pg[i], rc, b->now);
+    for (struct djob *j = b->jobs; j; j = j->next)
         op_page_done_locked(s, j->op);
     pthread_mutex_unlock(&s->lock);
 }
+
+/* ---- a batch's life ---- */
 
 static size_t batch_pages(const struct djob *jobs)
 {
@@ -417,10 +459,27 @@ static size_t batch_pages(const struct djob *jobs)
     return n;
 }
 
-static int batch_init(struct batch *b, struct djob *jobs)
+static void batch_free(struct batch *b)
 {
+    if (!b)
+        return;
+    free(b->pg);
+    free(b->order);
+    free(b->io);
+    free(b->slabs);
+    free(b->slab_rc);
+    free(b);
+}
+
+static struct batch *batch_new(struct djob *jobs, uint64_t now)
+{
+    struct batch *b = calloc(1, sizeof(*b));
     size_t k = 0, room;
 
+    if (!b)
+        return NULL;
+    b->jobs = jobs;
+    b->now = now;
     b->n = batch_pages(jobs);
     room = b->n ? b->n : 1;
     b->pg = malloc(room * sizeof(*b->pg));
@@ -428,21 +487,16 @@ static int batch_init(struct batch *b, struct djob *jobs)
     b->io = malloc(room * sizeof(*b->io));
     b->slabs = malloc(room * sizeof(*b->slabs));
     b->slab_rc = malloc(room * sizeof(*b->slab_rc));
-    if (!b->pg || !b->order || !b->io || !b->slabs || !b->slab_rc)
-        return -ENOMEM;
-    for (struct djob *j = jobs; j; j = j->next)
+    if (!b->pg || !b->order || !b->io || !b->slabs || !b->slab_rc) {
+        batch_free(b);
+        return NULL;
+    }
+    for (struct djob *j = jobs; j; j = j->next) {
+        j->op->batch = b;
         for (uint32_t i = 0; i < j->op->n; i++)
             b->pg[k++] = &j->op->pages[i];
-    return 0;
-}
-
-static void batch_free(struct batch *b)
-{
-    free(b->pg);
-    free(b->order);
-    free(b->io);
-    free(b->slabs);
-    free(b->slab_rc);
+    }
+    return b;
 }
 
 /* Fail every page of the jobs (no memory, or a store whose rebuild failed). */
@@ -458,9 +512,59 @@ static void fail_jobs(struct dstore *s, struct djob *jobs, int rc)
     pthread_mutex_unlock(&s->lock);
 }
 
-void batch_run(struct dstore *s, struct djob *jobs)
+/* Whether the sorted keys of a and b meet. */
+static bool keys_meet(const struct batch *a, const struct batch *b)
 {
-    struct batch b = {0};
+    size_t i = 0, k = 0;
+
+    while (i < a->n && k < b->n) {
+        int c = memcmp(a->pg[a->order[i]]->key, b->pg[b->order[k]]->key, DSTORE_KEY_BYTES);
+
+        if (!c)
+            return true;
+        c < 0 ? i++ : k++;
+    }
+    return false;
+}
+
+/* Whether b writes a key a batch in flight writes too: that one must commit first, so that b
+ * finds it stored (or rewrites it once it is). */
+static bool meets_pipe(const struct dstore *s, const struct batch *b)
+{
+    for (const struct batch *a = s->pipe; a; a = a->next)
+        if (keys_meet(a, b))
+            return true;
+    return false;
+}
+
+static void pipe_push(struct dstore *s, struct batch *b)
+{
+    if (s->pipe_tail)
+        s->pipe_tail->next = b;
+    else
+        s->pipe = b;
+    s->pipe_tail = b;
+    s->piped++;
+    s->piped_pages += b->n;
+}
+
+bool batch_room_locked(const struct dstore *s, size_t pages)
+{
+    if (!s->pipe)
+        return true;
+    /* Every slot a batch in flight holds is out of eviction's reach: half the store at most,
+     * so a batch that may take a quarter always finds room beside them. */
+    return s->piped < PIPE_BATCHES && s->piped_pages + pages <= s->nslots / 2;
+}
+
+bool batch_landed_locked(const struct dstore *s)
+{
+    return s->pipe && s->pipe->pending == 0;
+}
+
+void batch_start(struct dstore *s, struct djob *jobs)
+{
+    struct batch *b = NULL;
     uint64_t now;
     int rc;
 
@@ -468,18 +572,71 @@ void batch_run(struct dstore *s, struct djob *jobs)
     rc = s->broken;
     now = stamp_locked(s);
     pthread_mutex_unlock(&s->lock);
-    if (!rc)
-        rc = batch_init(&b, jobs);
+    if (!rc && !(b = batch_new(jobs, now)))
+        rc = -ENOMEM;
     if (rc) {
+        batch_drain(s); /* ops complete in the order they came */
         fail_jobs(s, jobs, rc);
-    } else {
-        mark_batch_dups(&b);
-        mark_stored(s, &b);
-        reserve(s, &b);
-        unpin_stored(s, &b);
-        write_pages(s, &b, now);
-        sync_or_note(s, &b);
-        settle(s, &b, commit_pages(s, &b, now), now, jobs);
+        job_free_all(jobs);
+        return;
     }
-    batch_free(&b);
+    mark_batch_dups(b);
+    if (meets_pipe(s, b))
+        batch_drain(s);
+    mark_stored(s, b);
+    reserve(s, b);
+    submit_pages(s, b);
+    pipe_push(s, b);
+}
+
+/* Under the lock: the landed batches at the head of the pipe, taken off it. */
+static struct batch *take_landed_locked(struct dstore *s)
+{
+    struct batch *group = s->pipe, *last = NULL;
+
+    for (struct batch *b = s->pipe; b && !b->pending; b = b->next)
+        last = b;
+    if (!last)
+        return NULL;
+    s->pipe = last->next;
+    if (!s->pipe)
+        s->pipe_tail = NULL;
+    last->next = NULL;
+    for (struct batch *b = group; b; b = b->next) {
+        s->piped--;
+        s->piped_pages -= b->n;
+    }
+    return group;
+}
+
+void batch_retire(struct dstore *s)
+{
+    struct batch *group, *next;
+    int rc;
+
+    pthread_mutex_lock(&s->lock);
+    group = take_landed_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (!group)
+        return;
+    sync_or_note(s, group);
+    rc = commit_group(s, group);
+    for (struct batch *b = group; b; b = next) {
+        next = b->next;
+        unpin_stored(s, b);
+        settle(s, b, rc);
+        job_free_all(b->jobs);
+        batch_free(b);
+    }
+}
+
+void batch_drain(struct dstore *s)
+{
+    while (s->pipe) {
+        pthread_mutex_lock(&s->lock);
+        while (s->pipe->pending)
+            pthread_cond_wait(&s->job_cv, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+        batch_retire(s);
+    }
 }

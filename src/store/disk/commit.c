@@ -1,8 +1,9 @@
 /*
  * The committer: the one thread that reserves slots and writes the index. It takes jobs in
  * the order they were queued, so a delete queued after a write applies after it. A run of
- * write ops queued back to back is one batch (batch.c); deletes, drops and evictions are
- * jobs of their own (lru.c picks and forgets the victims). Below it: records.c (lookups,
+ * write ops queued back to back is one batch (batch.c), and up to PIPE_BATCHES batches fly at
+ * once; deletes, drops and evictions are jobs of their own, run once the batches before them
+ * have retired (lru.c picks and forgets the victims). Below it: records.c (lookups,
  * deletes, transactions), slots.c (the slot table), queue.c (jobs and op completion).
  */
 #include "store_int.h"
@@ -111,25 +112,29 @@ out:
 
 /* ---- the thread ---- */
 
-/* Under the lock: the next job, or a run of write jobs of max_batch pages at most. */
-static struct djob *take_locked(struct dstore *s)
+/* Under the lock: pages of the run of write jobs at the head of the queue that one batch
+ * takes, and its last job. Ops join a batch up to max_batch pages, and never past a quarter
+ * of the store: a batch makes room for itself, and one store-sized batch would evict all the
+ * rest. The first op is taken whatever its size. */
+static size_t write_run_locked(const struct dstore *s, struct djob **last)
 {
-    struct djob *first = s->jhead, *last = first;
-    size_t pages;
+    size_t most = s->nslots / 4 < s->o.max_batch ? (size_t)s->nslots / 4 : s->o.max_batch;
+    size_t pages = s->jhead->op->n;
 
-    if (!first)
-        return NULL;
-    if (first->kind == JOB_WRITE) {
-        /* Ops join a batch up to max_batch pages, and never past a quarter of the store: a
-         * batch makes room for itself, and one store-sized batch would evict all the rest. */
-        size_t most = s->nslots / 4 < s->o.max_batch ? (size_t)s->nslots / 4 : s->o.max_batch;
-
-        pages = first->op->n;
-        while (last->next && last->next->kind == JOB_WRITE && pages + last->next->op->n <= most) {
-            last = last->next;
-            pages += last->op->n;
-        }
+    *last = s->jhead;
+    while ((*last)->next && (*last)->next->kind == JOB_WRITE &&
+           pages + (*last)->next->op->n <= most) {
+        *last = (*last)->next;
+        pages += (*last)->op->n;
     }
+    return pages;
+}
+
+/* Under the lock: the jobs from the head of the queue through last, taken off it. */
+static struct djob *take_locked(struct dstore *s, struct djob *last)
+{
+    struct djob *first = s->jhead;
+
     s->jhead = last->next;
     if (!s->jhead)
         s->jtail = NULL;
@@ -146,16 +151,9 @@ static void job_done(struct dstore *s, struct djob *j, int rc)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void free_jobs(struct djob *jobs)
-{
-    for (struct djob *j = jobs, *next; j; j = next) {
-        next = j->next;
-        free(j->keys);
-        free(j);
-    }
-}
-
-static void run_jobs(struct dstore *s, struct djob *jobs)
+/* One job other than a write, with no batch in flight: a delete queued after a write applies
+ * after it, a flush or a barrier covers every write before it. */
+static void run_job(struct dstore *s, struct djob *j)
 {
     int broken;
 
@@ -163,56 +161,89 @@ static void run_jobs(struct dstore *s, struct djob *jobs)
     broken = s->broken;
     pthread_mutex_unlock(&s->lock);
     /* Without a slot table nothing may be dropped, deleted or evicted (writes fail too). */
-    if (broken && jobs->kind != JOB_WRITE && jobs->kind != JOB_FLUSH && jobs->kind != JOB_BARRIER) {
-        if (jobs->kind == JOB_DROP)
-            free_jobs(jobs);
+    if (broken && j->kind != JOB_FLUSH && j->kind != JOB_BARRIER) {
+        if (j->kind == JOB_DROP)
+            job_free_all(j);
         else
-            job_done(s, jobs, broken);
+            job_done(s, j, broken);
         return;
     }
-    switch (jobs->kind) {
-    case JOB_WRITE:
-        batch_run(s, jobs);
-        free_jobs(jobs);
+    switch (j->kind) {
+    case JOB_WRITE: /* never here: writes start batches */
+    case JOB_BARRIER:
+        job_done(s, j, 0);
         break;
     case JOB_DROP:
-        run_drop(s, jobs);
-        free_jobs(jobs);
+        run_drop(s, j);
+        job_free_all(j);
         break;
     case JOB_DELETE:
-        job_done(s, jobs, run_delete(s, jobs));
+        job_done(s, j, run_delete(s, j));
         break;
     case JOB_EVICT:
-        job_done(s, jobs, evict_oldest(s, jobs->n, &jobs->result));
+        job_done(s, j, evict_oldest(s, j->n, &j->result));
         break;
     case JOB_FLUSH:
         while (flush_access(s))
             ;
-        job_done(s, jobs, flush_all(s));
-        break;
-    case JOB_BARRIER:
-        job_done(s, jobs, 0);
+        job_done(s, j, flush_all(s));
         break;
     }
 }
 
-/* Under the lock: sleep until a job or stop comes, or access times or a flush fall due
- * (touch_locked signals when the first access time waits, so a sleep without a deadline ends
- * then; a flush falls due only after a write batch, on this thread). */
-static void wait_for_work_locked(struct dstore *s)
+/* What the committer does next. */
+enum step {
+    STEP_START,  /* a write batch: into the pipe */
+    STEP_RETIRE, /* the landed batches at the head of the pipe: sync, commit, complete */
+    STEP_FLUSH,  /* relaxed mode: sync_ms or sync_bytes says the slabs and index flush now */
+    STEP_JOB,    /* another job: the pipe is empty */
+    STEP_TIMERS, /* access times fell due; nothing else to do */
+    STEP_STOP,   /* stop asked, the queue and the pipe empty */
+};
+
+/* Under the lock: the mono_ns() time the committer must wake by when idle. */
+static uint64_t due_locked(const struct dstore *s)
+{
+    uint64_t due = access_due_locked(s), flush = flush_due_locked(s);
+
+    return flush < due ? flush : due;
+}
+
+/* Under the lock: the next step, sleeping until there is one. A write starts a batch while
+ * the pipe has room, before the oldest in flight retires, so its I/O overlaps that one's sync
+ * and commit; a relaxed flush that fell due waits for those two likewise, so the disk has
+ * writes in flight while it runs. Any other job waits for the pipe to drain. touch_locked signals
+ * when the first access time waits, so a sleep without a deadline ends then; a flush falls due only
+ * after a batch retires, on this thread; a batch landing signals too. */
+static enum step next_step_locked(struct dstore *s, struct djob **jobs)
 {
     for (;;) {
-        uint64_t due = access_due_locked(s), flush = flush_due_locked(s), now = mono_ns();
+        struct djob *head = s->jhead, *last;
+        uint64_t due = due_locked(s);
 
-        due = flush < due ? flush : due;
-        struct timespec until = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
-
-        if (s->jhead || s->stop || due <= now)
-            return;
-        if (due == UINT64_MAX)
+        if (head && head->kind == JOB_WRITE && batch_room_locked(s, write_run_locked(s, &last))) {
+            *jobs = take_locked(s, last);
+            return STEP_START;
+        }
+        if (batch_landed_locked(s))
+            return STEP_RETIRE;
+        if (flush_due_locked(s) <= mono_ns())
+            return STEP_FLUSH;
+        if (head && !s->pipe) {
+            *jobs = take_locked(s, head);
+            return STEP_JOB;
+        }
+        if (!s->pipe && s->stop)
+            return STEP_STOP;
+        if (!s->pipe && due <= mono_ns())
+            return STEP_TIMERS;
+        if (s->pipe || due == UINT64_MAX) {
             pthread_cond_wait(&s->job_cv, &s->lock);
-        else
+        } else {
+            struct timespec until = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
+
             pthread_cond_timedwait(&s->job_cv, &s->lock, &until);
+        }
     }
 }
 
@@ -235,21 +266,24 @@ static void *committer_main(void *arg)
         count_index_error(s, -EIO);
     rebuild(s);
     for (;;) {
-        struct djob *jobs;
-        bool stop;
+        struct djob *jobs = NULL;
+        enum step step;
 
         pthread_mutex_lock(&s->lock);
-        wait_for_work_locked(s);
-        jobs = take_locked(s);
-        stop = s->stop;
+        step = next_step_locked(s, &jobs);
         pthread_mutex_unlock(&s->lock);
-        if (jobs)
-            run_jobs(s, jobs);
-        else if (stop)
+        if (step == STEP_STOP)
             break;
+        if (step == STEP_START)
+            batch_start(s, jobs);
+        else if (step == STEP_RETIRE)
+            batch_retire(s);
+        else if (step == STEP_FLUSH)
+            flush_all(s);
+        else if (step == STEP_JOB)
+            run_job(s, jobs);
         else if (access_is_due(s))
             flush_access(s); /* one transaction, then jobs queued meanwhile come first */
-        flush_if_due(s);
     }
     while (flush_access(s))
         ;

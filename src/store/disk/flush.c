@@ -70,14 +70,3 @@ int flush_all(struct dstore *s)
 
     return rc ? rc : irc;
 }
-
-void flush_if_due(struct dstore *s)
-{
-    uint64_t due;
-
-    pthread_mutex_lock(&s->lock);
-    due = flush_due_locked(s);
-    pthread_mutex_unlock(&s->lock);
-    if (due <= mono_ns())
-        flush_all(s);
-}

@@ -1,9 +1,12 @@
 /*
  * The committer's job queue and the completion of ops, shared by the front (which queues and
  * collects) and the workers (the committer and the I/O engines' callbacks, which finish
- * pages). Everything here runs under the store's lock.
+ * pages). Everything here runs under the store's lock, but for freeing jobs taken off the
+ * queue.
  */
 #include "store_int.h"
+
+#include <stdlib.h>
 
 void job_push_locked(struct dstore *s, struct djob *j)
 {
@@ -14,6 +17,15 @@ void job_push_locked(struct dstore *s, struct djob *j)
         s->jhead = j;
     s->jtail = j;
     pthread_cond_signal(&s->job_cv);
+}
+
+void job_free_all(struct djob *jobs)
+{
+    for (struct djob *j = jobs, *next; j; j = next) {
+        next = j->next;
+        free(j->keys);
+        free(j);
+    }
 }
 
 static void op_finish_locked(struct dstore *s, struct dop *op)

@@ -460,7 +460,7 @@ static int sync_init(struct dstore *s)
         return -ENOMEM;
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     if (pthread_mutex_init(&s->lock, NULL) || pthread_cond_init(&s->job_cv, &ca) ||
-        pthread_cond_init(&s->done_cv, &ca) || pthread_cond_init(&s->io_cv, &ca))
+        pthread_cond_init(&s->done_cv, &ca))
         rc = -ENOMEM; /* objects made before a failure hold no memory on Linux */
     pthread_condattr_destroy(&ca);
     return rc;
@@ -528,7 +528,6 @@ static void teardown(struct dstore *s)
         close(s->lockfd); /* releases the flock */
     if (s->dirfd >= 0)
         close(s->dirfd);
-    pthread_cond_destroy(&s->io_cv);
     pthread_cond_destroy(&s->done_cv);
     pthread_cond_destroy(&s->job_cv);
     pthread_mutex_destroy(&s->lock);

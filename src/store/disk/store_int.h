@@ -33,6 +33,7 @@
 #define ACCESS_TXN_MAX 65536   /* access times in one transaction of their own, at most */
 #define ACCESS_PERIOD_MS 30000 /* access_period_ms's default */
 #define EARLY_MAX 1024         /* hits before the rebuild ended, kept to apply after it */
+#define PIPE_BATCHES 4         /* write batches in flight at most (batch.c) */
 
 /* Where a slot stands. A slot is in exactly one state; pins (reads in flight) are apart. */
 enum slot_state {
@@ -82,9 +83,12 @@ struct dop_page {
     uint32_t io_left; /* locked: requests not landed yet */
 };
 
+struct batch; /* batch.c's: a write batch in flight */
+
 struct dop {
     struct dop *next; /* the live list: submitted, not yet collected; locked */
     struct dstore *s;
+    struct batch *batch; /* writes: the batch running it, set when that starts */
     uint64_t id;
     uint32_t kind; /* enum dstore_op_kind */
     uint32_t n, pending, ok;
@@ -157,9 +161,8 @@ struct dstore {
     bool committer_started;
 
     pthread_mutex_t lock;
-    pthread_cond_t job_cv;  /* the committer: a job arrived, or stop */
+    pthread_cond_t job_cv;  /* the committer: a job arrived, a batch landed, or stop */
     pthread_cond_t done_cv; /* an op or a synchronous job finished; the rebuild ended */
-    pthread_cond_t io_cv;   /* the committer: a write batch's I/O landed */
 
     struct dslab *slabs; /* locked */
 
@@ -201,7 +204,10 @@ struct dstore {
 
     struct djob *jhead, *jtail; /* locked */
     bool stop;                  /* locked: the committer drains and exits */
-    uint32_t batch_pending;     /* locked: I/Os of the write batch in flight */
+    /* the committer's (read under the lock): write batches in flight, oldest first */
+    struct batch *pipe, *pipe_tail;
+    uint32_t piped;       /* batches in the pipe */
+    uint64_t piped_pages; /* their pages */
 
     struct dop *ohead, *otail; /* locked: live ops in submission order */
     uint64_t last_id;          /* locked */
@@ -234,6 +240,8 @@ void snapshot_reset(struct dstore *s);
 void op_page_done_locked(struct dstore *s, struct dop *op);
 /* Queue a job for the committer. */
 void job_push_locked(struct dstore *s, struct djob *j);
+/* Free a list of jobs taken off the queue (their keys; not their ops). */
+void job_free_all(struct djob *jobs);
 
 /* ---- records.c: the index's records ---- */
 
@@ -369,13 +377,20 @@ uint64_t flush_due_locked(const struct dstore *s);
 int flush_slabs(struct dstore *s);
 /* flush_slabs, then the index: everything committed so far is durable when it returns 0. */
 int flush_all(struct dstore *s);
-/* flush_all when sync_ms or sync_bytes says it is time. */
-void flush_if_due(struct dstore *s);
 
-/* ---- batch.c ---- */
+/* ---- batch.c: write batches in a pipe (the committer) ---- */
 
-/* Run a list of write jobs as one batch and complete them. */
-void batch_run(struct dstore *s, struct djob *jobs);
+/* Under the lock: whether a batch of pages may start now beside those in flight. */
+bool batch_room_locked(const struct dstore *s, size_t pages);
+/* Under the lock: whether the oldest batch in flight has landed (all its I/O done). */
+bool batch_landed_locked(const struct dstore *s);
+/* Start a list of write jobs as one batch: slots reserved, writes submitted, into the pipe
+ * (the pipe drains first where it must). The jobs are the batch's from then on. */
+void batch_start(struct dstore *s, struct djob *jobs);
+/* Sync, commit and complete the landed batches at the head of the pipe, as one group. */
+void batch_retire(struct dstore *s);
+/* Wait for every batch in flight and retire them all. */
+void batch_drain(struct dstore *s);
 
 /* ---- commit.c ---- */
 

@@ -83,6 +83,8 @@ int main(void)
         T(test_wait_timeout),
         T(test_crash),
         T(test_crash_relaxed),
+        T(test_pipe_order),
+        T(test_pipe_same_key),
         T(test_durable_flushes),
         T(test_relaxed_flushes),
         T(test_flush_fails_no_reuse),
@@ -96,6 +98,8 @@ int main(void)
     };
     int failed = 0;
 
+    if (getenv("KVT_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
     failed += cmocka_run_group_tests_name("store_uring", tests, use_uring, NULL);
     failed += cmocka_run_group_tests_name("store_psync", tests, use_psync, NULL);
     return failed;

@@ -1,8 +1,8 @@
 /*
  * The disk tier's block store: round trips, persistence, refusals, corruption, injected
  * faults, capacity and LRU eviction, crash consistency under SIGKILL and a simulated power
- * cut (durable and relaxed modes), the flushes each mode makes, and access times written
- * lazily.
+ * cut (durable and relaxed modes), the write pipe's crash order, the flushes each mode makes,
+ * and access times written lazily.
  *
  * Every test runs twice: with io_uring (skipped, saying why, where the kernel refuses it)
  * and with the psync engine forced. Page bytes are a function of the page's key, so any
@@ -139,6 +139,10 @@ void test_wait_timeout(void **state);
 /* crash.c */
 void test_crash(void **state);
 void test_crash_relaxed(void **state);
+
+/* order.c */
+void test_pipe_order(void **state);
+void test_pipe_same_key(void **state);
 
 /* sync.c */
 void test_durable_flushes(void **state);

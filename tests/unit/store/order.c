@@ -1,0 +1,292 @@
+#include "store_test.h"
+
+/* ---- the write pipe's crash order (durable mode) ----
+ *
+ * Write batches fly while earlier ones sync and commit (src/store/disk/batch.c). Whatever the
+ * timing, no record may reach the index before the bytes it names are durable. A child writes
+ * with several ops in flight through a fault seam that holds some page writes back (the psync
+ * engine's threads then land later batches first) and that, before each slab's fdatasync,
+ * copies the slab as it stands: every byte that sync covers for a record had landed when the
+ * sync was asked for, so it is in the copy. Then the seam sleeps a little, so that batches
+ * land while the sync runs. The parent kills the child at a random moment and leaves of each
+ * slab only its last copy, as a power cut would (a slab never synced keeps its head alone),
+ * and the index as the child left it, every commit in. Every record must then name bytes of
+ * the copies: each page is served byte-exact or missed, and no checksum fails. A group that
+ * took a batch still in flight, or one that landed after its sync was asked for, fails this.
+ */
+
+#define ORDER_SLOTS 48
+#define ORDER_SLAB_SLOTS 16
+#define ORDER_WINDOW 4 /* ops in flight */
+#define ORDER_PAGES 6  /* pages per op at most */
+
+struct order_seam {
+    char live[96];   /* the dir's slabs/ */
+    char copies[96]; /* the slabs as last synced */
+    uint64_t seed;
+    _Atomic uint64_t calls;
+};
+
+static void slab_path(const char *dir, uint32_t slab, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%04u.slab", dir, slab);
+}
+
+/* Copy a whole file to to, atomically (a kill mid-copy leaves the last copy whole). */
+static bool copy_file(const char *from, const char *to)
+{
+    char tmp[128];
+    struct stat st;
+    int in = open(from, O_RDONLY), out;
+    bool ok = false;
+    uint8_t *buf;
+
+    if (in < 0)
+        return false;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", to);
+    out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (out >= 0 && !fstat(in, &st) && (buf = malloc(st.st_size ? (size_t)st.st_size : 1))) {
+        ok = pread(in, buf, (size_t)st.st_size, 0) == st.st_size &&
+             pwrite(out, buf, (size_t)st.st_size, 0) == st.st_size && !rename(tmp, to);
+        free(buf);
+    }
+    if (out >= 0)
+        close(out);
+    close(in);
+    return ok;
+}
+
+/* No cmocka here: it runs in the child, on the store's threads. */
+static int order_inject(void *arg, enum dstore_fault_point pt, uint32_t slab, uint32_t slot)
+{
+    struct order_seam *o = arg;
+    uint64_t r = rng_mix(o->seed + atomic_fetch_add(&o->calls, 1));
+    char from[128], to[128];
+
+    (void)slot;
+    if (pt == DSTORE_FAULT_WRITE && r % 4 == 0)
+        usleep((useconds_t)(200 + r % 3000)); /* held back: later writes land first */
+    if (pt == DSTORE_FAULT_SYNC) {
+        slab_path(o->live, slab, from, sizeof(from));
+        slab_path(o->copies, slab, to, sizeof(to));
+        if (!copy_file(from, to))
+            _exit(6);
+        usleep((useconds_t)(r % 2000)); /* batches land while the sync runs */
+    }
+    return 0;
+}
+
+/* Queue pages first .. first + n - 1 from bufs; no cmocka (the child). */
+static int order_write(struct dstore *s, uint8_t *bufs, uint64_t first, size_t n, int *res,
+                       uint64_t *op)
+{
+    uint8_t keys[ORDER_PAGES][KEY], parent[KEY] = {7};
+    uint32_t toks[ORDER_PAGES][TOKENS];
+    struct dstore_wpage w[ORDER_PAGES];
+
+    for (size_t i = 0; i < n; i++) {
+        make_key(first + i, keys[i]);
+        tokens_of(first + i, toks[i]);
+        fill_page(keys[i], bufs + i * PAGE, PAGE);
+        w[i] = (struct dstore_wpage){keys[i], parent, NULL, toks[i], bufs + i * PAGE};
+    }
+    return dstore_write(s, w, n, res, op);
+}
+
+/* The child: ops of fresh pages, ORDER_WINDOW in flight, evicting all along and now and then
+ * deleting a page (a delete waits for the pipe to drain). Killed by the parent. */
+static void order_child(struct fx *f, uint64_t round)
+{
+    uint8_t *bufs = aligned_alloc(4096, (size_t)ORDER_WINDOW * ORDER_PAGES * PAGE);
+    int res[ORDER_WINDOW][ORDER_PAGES];
+    uint64_t ops[ORDER_WINDOW], next = round * 1000000;
+    size_t head = 0, live = 0;
+    struct dstore *s;
+    uint8_t key[KEY];
+
+    if (!bufs || dstore_open(&f->o, &s))
+        _exit(3);
+    for (uint64_t n = 0;; n++) {
+        size_t k = (head + live) % ORDER_WINDOW, pages = 1 + n % ORDER_PAGES;
+
+        if (live == ORDER_WINDOW) {
+            if (dstore_wait(s, ops[head], NULL))
+                _exit(4);
+            head = (head + 1) % ORDER_WINDOW;
+            live--;
+            k = (head + live) % ORDER_WINDOW;
+        }
+        if (order_write(s, bufs + k * ORDER_PAGES * PAGE, next, pages, res[k], &ops[k]))
+            _exit(5);
+        next += pages;
+        live++;
+        if (n % 13 == 12) {
+            make_key(next - 1, key);
+            dstore_delete(s, key, 1, NULL);
+        }
+    }
+}
+
+/* What a power cut leaves of the slabs: each as last synced; one never synced, its head. */
+static void order_cut(struct fx *f, const struct order_seam *o)
+{
+    for (uint32_t slab = 0; slab < ORDER_SLOTS / ORDER_SLAB_SLOTS; slab++) {
+        char live[128], copy[128];
+        struct stat st;
+        int fd;
+
+        slab_path(o->live, slab, live, sizeof(live));
+        slab_path(o->copies, slab, copy, sizeof(copy));
+        if (stat(live, &st))
+            continue;
+        if (copy_file(copy, live))
+            continue;
+        fd = open(live, O_WRONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(ftruncate(fd, LAYOUT_BLOCK), 0);
+        assert_int_equal(ftruncate(fd, st.st_size), 0);
+        close(fd);
+    }
+    (void)f;
+}
+
+/* The slabs as they stand, all durable (the parent closed the store cleanly): the copies
+ * a child starts from. */
+static void order_baseline(const struct order_seam *o)
+{
+    for (uint32_t slab = 0; slab < ORDER_SLOTS / ORDER_SLAB_SLOTS; slab++) {
+        char live[128], copy[128];
+
+        slab_path(o->live, slab, live, sizeof(live));
+        slab_path(o->copies, slab, copy, sizeof(copy));
+        if (!copy_file(live, copy))
+            unlink(copy);
+    }
+}
+
+struct order_check {
+    struct fx *f;
+    size_t served;
+};
+
+static int order_visit(void *arg, const struct dstore_entry *e)
+{
+    struct order_check *c = arg;
+    struct dstore_rpage r = {e->key, buf_at(c->f, 1)};
+    int res = 1;
+
+    assert_int_equal(dstore_get(c->f->s, &r, 1, &res), 0);
+    assert_true(res == 0 || res == -ENOENT);
+    if (res == 0) {
+        assert_true(page_ok(e->key, buf_at(c->f, 1), PAGE));
+        c->served++;
+    }
+    return 0;
+}
+
+void test_pipe_order(void **state)
+{
+    struct fx *f = *state;
+    const char *env = getenv("KVT_ORDER_ROUNDS");
+    int rounds = env ? atoi(env) : 40;
+    struct order_seam seam = {.seed = (uint64_t)time(NULL)};
+    struct dstore_faults faults = {order_inject, &seam};
+    uint64_t rng = seam.seed;
+    size_t total = 0;
+
+    need_io();
+    snprintf(seam.live, sizeof(seam.live), "%s/slabs", f->dir);
+    snprintf(seam.copies, sizeof(seam.copies), "%s.synced", f->dir);
+    assert_int_equal(mkdir(seam.copies, 0700), 0);
+    print_message("pipe order: %d rounds, seed %llu\n", rounds, (unsigned long long)seam.seed);
+    f->o.disk_bytes = ORDER_SLOTS * SLOT;
+    f->o.slab_bytes = ORDER_SLAB_SLOTS * SLOT;
+    for (int round = 0; round < rounds; round++) {
+        struct order_check c = {f, 0};
+        struct dstore_stats st;
+        int status;
+        pid_t pid;
+
+        order_baseline(&seam);
+        f->o.faults = &faults;
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+            order_child(f, (uint64_t)round + 1);
+        usleep((useconds_t)(5000 + rng_mix(rng++) % 60000));
+        kill(pid, SIGKILL);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFSIGNALED(status)); /* it never stops on its own */
+        order_cut(f, &seam);
+        f->o.faults = NULL;
+        assert_int_equal(dstore_open(&f->o, &f->s), 0);
+        assert_int_equal(dstore_wait_ready(f->s), 0);
+        assert_int_equal(dstore_iterate(f->s, order_visit, &c), 0);
+        dstore_stats(f->s, &st);
+        assert_int_equal(st.err_checksum, 0); /* a record named bytes not synced */
+        total += c.served;
+        dstore_close(f->s);
+        f->s = NULL;
+    }
+    rm_rf(seam.copies);
+    print_message("pipe order: %zu pages verified, 0 checksum failures\n", total);
+    assert_true(total > 0);
+}
+
+/* ---- a key written again while its first write flies ---- */
+
+struct hold_seam {
+    _Atomic int state; /* 0: hold the next write; 1: holding it; 2: released */
+};
+
+static int hold_inject(void *arg, enum dstore_fault_point pt, uint32_t slab, uint32_t slot)
+{
+    struct hold_seam *h = arg;
+    int want = 0;
+
+    (void)slab;
+    (void)slot;
+    if (pt != DSTORE_FAULT_WRITE || !atomic_compare_exchange_strong(&h->state, &want, 1))
+        return 0;
+    while (atomic_load(&h->state) == 1)
+        usleep(1000);
+    return 0;
+}
+
+/* Two ops of the same key, the second queued while the first one's batch is in flight: the
+ * second must find the page stored (one write, one dup, one record), as it would had the first
+ * committed before it started; a second batch writing the key beside the first would leave
+ * two slots holding it. */
+void test_pipe_same_key(void **state)
+{
+    struct fx *f = *state;
+    struct hold_seam hold = {0};
+    struct dstore_faults faults = {hold_inject, &hold};
+    uint8_t key[KEY], parent[KEY] = {7};
+    uint32_t toks[TOKENS];
+    struct dstore_wpage w = {key, parent, NULL, toks, buf_at(f, 0)};
+    uint64_t op[2];
+    int res[2] = {1, 1};
+
+    f->o.faults = &faults;
+    fx_open(f);
+    make_key(42, key);
+    tokens_of(42, toks);
+    fill_page(key, buf_at(f, 0), PAGE);
+    assert_int_equal(dstore_write(f->s, &w, 1, &res[0], &op[0]), 0);
+    while (atomic_load(&hold.state) != 1)
+        usleep(1000); /* the first batch is in flight, its write held */
+    assert_int_equal(dstore_write(f->s, &w, 1, &res[1], &op[1]), 0);
+    usleep(50000); /* time for the committer to take the second op */
+    atomic_store(&hold.state, 2);
+    assert_int_equal(dstore_wait(f->s, op[0], NULL), 0);
+    assert_int_equal(dstore_wait(f->s, op[1], NULL), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], 0);
+    struct dstore_stats st = stats_of(f);
+    assert_int_equal(st.writes, 1);
+    assert_int_equal(st.write_dups, 1);
+    assert_int_equal(st.pages, 1);
+    assert_int_equal(get_id(f, 42), 0);
+    fx_close(f);
+}
