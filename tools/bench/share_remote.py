@@ -7,11 +7,14 @@ that one server: the shared run. Then the same N shards, each with a fresh serve
 own: the alone run. Prints each engine's hit rate and the sum over all of them, shared and
 alone, and the ratio (what the Mooncake paper calls the gain of a global cache).
 
-With --netns (root, iproute2): every engine runs in a network namespace of its own, joined to
-the server's namespace by a veth pair, as engines on other hosts; --delay-ms adds that much
-delay each way with tc netem where the kernel has it (the run says when it has not).
+With --cluster the engines share a 3-master Redis Cluster instead (formed with redis-cli
+--cluster create; alone, each still has a standalone server: the hit rate does not depend on
+how a server is cut). With --netns (root, iproute2): every engine runs in a network namespace
+of its own, joined to the servers' namespace by a veth pair, as engines on other hosts;
+--delay-ms adds that much delay each way with tc netem where the kernel has it (the run says
+when it has not).
 
-Usage: share_remote.py [--bench PATH] [--engines N] [--netns] [--delay-ms MS]
+Usage: share_remote.py [--bench PATH] [--engines N] [--cluster] [--netns] [--delay-ms MS]
                        [--maxmemory BYTES] [--json] -- KVTIER-BENCH-ARGS...
 The kvtier-bench arguments name the workload and the tiers below the device (a host tier is
 needed; --shard, --remote and --json are added here).
@@ -65,6 +68,8 @@ class Net:
             run(["ip", "-n", ns, "addr", "add", f"10.88.{i}.2/24", "dev", b])
             run(["ip", "-n", self.srv, "link", "set", a, "up"])
             run(["ip", "-n", ns, "link", "set", b, "up"])
+            # Every server address (a cluster announces one) is the servers' namespace.
+            run(["ip", "-n", ns, "route", "add", "default", "via", f"10.88.{i}.1"])
             self.addr.append(f"10.88.{i}.1")
             if delay_ms:
                 for where, dev in ((self.srv, a), (ns, b)):
@@ -98,6 +103,47 @@ def start_server(tmp, ns, addrs, maxmemory):
     raise RuntimeError("redis-server did not come up")
 
 
+def in_ns(ns, cmd):
+    return (["ip", "netns", "exec", ns] if ns else []) + cmd
+
+
+def start_cluster(tmp, ns, announce, maxmemory, masters=3):
+    """A Redis Cluster of masters nodes on announce (in namespace ns, or here), listening
+    on every address: (processes, ports) once every node says cluster_state:ok."""
+    ports = [free_port() for _ in range(2 * masters)]
+    procs = []
+    for port, bus in zip(ports[:masters], ports[masters:]):
+        d = tempfile.mkdtemp(dir=tmp, prefix="redis-cluster-")
+        cmd = ["redis-server", "--port", str(port), "--bind", "0.0.0.0" if ns else announce,
+               "--save", "", "--appendonly", "no", "--dir", d, "--protected-mode", "no",
+               "--cluster-enabled", "yes", "--cluster-port", str(bus), "--cluster-announce-ip",
+               announce, "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+               "--cluster-require-full-coverage", "no"]
+        if maxmemory:
+            cmd += ["--maxmemory", maxmemory, "--maxmemory-policy", "allkeys-lru"]
+        procs.append(subprocess.Popen(in_ns(ns, cmd), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    ports = ports[:masters]
+
+    def info(port):
+        return run(in_ns(ns, ["redis-cli", "-h", announce, "-p", str(port), "cluster", "info"]),
+                   check=False).stdout
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any("cluster_state" not in info(p) for p in ports):
+        time.sleep(0.05)
+    run(in_ns(ns, ["redis-cli", "--cluster", "create"] + [f"{announce}:{p}" for p in ports] +
+              ["--cluster-replicas", "0", "--cluster-yes"]))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all("cluster_state:ok" in info(p) for p in ports):
+            return procs, ports
+        time.sleep(0.1)
+    for p in procs:
+        p.kill()
+    raise RuntimeError("the redis cluster did not form")
+
+
 def engines(args, urls, net):
     """Run the N shards at once, shard i against urls[i]: their JSON reports."""
     procs = []
@@ -128,6 +174,7 @@ def main():
                                                     "kvtier-bench"))
     ap.add_argument("--engines", type=int, default=2)
     ap.add_argument("--netns", action="store_true")
+    ap.add_argument("--cluster", action="store_true")
     ap.add_argument("--delay-ms", type=float, default=0)
     ap.add_argument("--maxmemory", help="each server's maxmemory (allkeys-lru), e.g. 2gb")
     ap.add_argument("--json", action="store_true")
@@ -142,12 +189,19 @@ def main():
         net = Net(args.engines, args.delay_ms) if args.netns else None
         bind = [net.addr[i] if net else "127.0.0.1" for i in range(args.engines)]
         srv_ns = net.srv if net else None
-        # Shared: one server, listening on every engine's link.
-        p, port = start_server(tmp, srv_ns, sorted(set(bind)), args.maxmemory)
-        servers = [p]
-        shared = engines(args, [f"redis://{b}:{port}" for b in bind], net)
-        p.kill()
-        p.wait()
+        if args.cluster:
+            # Shared: one cluster, its nodes announcing the first link's address.
+            servers, ports = start_cluster(tmp, srv_ns, bind[0], args.maxmemory)
+            seeds = ",".join(f"redis://{bind[0]}:{p}" for p in ports)
+            shared = engines(args, [seeds] * args.engines, net)
+        else:
+            # Shared: one server, listening on every engine's link.
+            p, port = start_server(tmp, srv_ns, sorted(set(bind)), args.maxmemory)
+            servers = [p]
+            shared = engines(args, [f"redis://{b}:{port}" for b in bind], net)
+        for p in servers:
+            p.kill()
+            p.wait()
         # Alone: a server each.
         urls, servers = [], []
         for i in range(args.engines):
@@ -169,14 +223,16 @@ def main():
     sh, al = sum(served(j) for j in shared), sum(served(j) for j in alone)
     mism = sum(j["verify"]["mismatches"] for j in shared + alone)
     if args.json:
-        print(json.dumps({"engines": args.engines, "netns": bool(net), "delay_ms": args.delay_ms,
+        print(json.dumps({"engines": args.engines, "cluster": args.cluster, "netns": bool(net),
+                          "delay_ms": args.delay_ms,
                           "note": net.note if net else "", "tokens_total": total,
                           "shared_served": sh, "alone_served": al, "mismatches": mism,
                           "per_engine": [{"shared": s, "alone": a} for s, a in
                                          zip(shared, alone)]}))
         return 0
-    where = "network namespaces" if net else "loopback"
-    print(f"{args.engines} engines on one workload split {args.engines} ways, over {where}"
+    where = ("a 3-master cluster, " if args.cluster else "one server, ") + (
+        "network namespaces" if net else "loopback")
+    print(f"{args.engines} engines on one workload split {args.engines} ways, sharing {where}"
           + (f", {args.delay_ms} ms each way" if args.delay_ms and not (net and net.note) else ""))
     if net and net.note:
         print(f"  ({net.note})")
