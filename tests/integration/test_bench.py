@@ -1150,15 +1150,20 @@ def _():
                           "bench", "share_remote.py")
     if not shutil.which("redis-server"):
         raise Skip("redis-server is not installed")
-    r = subprocess.run([sys.executable, script, "--bench", BENCH, "--engines", "2", "--json",
-                        "--", "--synthetic", "mixed", "--requests", "120",
-                        "--host-tokens", "65536"], capture_output=True, text=True, timeout=300)
-    eq(r.returncode, 0, f"share_remote.py: {r.stderr[-400:]}")
-    j = json.loads(r.stdout)
-    eq((j["engines"], j["mismatches"]), (2, 0), "engines, mismatches")
-    eq(j["tokens_total"], run_ok("--synthetic", "mixed", "--requests", 120)["tokens_total"],
-       "the shards cover the workload")
-    check(j["shared_served"] >= j["alone_served"] > 0, f"shared vs alone: {j}")
+    total = run_ok("--synthetic", "mixed", "--requests", 120)["tokens_total"]
+    for extra in ([], ["--cluster"]):
+        if extra and not shutil.which("redis-cli"):
+            continue  # the standalone run still counts; a cluster needs redis-cli to form
+        r = subprocess.run([sys.executable, script, "--bench", BENCH, "--engines", "2",
+                            "--json"] + extra + ["--", "--synthetic", "mixed", "--requests",
+                                                 "120", "--host-tokens", "65536"],
+                           capture_output=True, text=True, timeout=300)
+        eq(r.returncode, 0, f"share_remote.py {extra}: {r.stderr[-400:]}")
+        j = json.loads(r.stdout)
+        eq((j["engines"], j["cluster"], j["mismatches"]), (2, bool(extra), 0),
+           "engines, cluster, mismatches")
+        eq(j["tokens_total"], total, "the shards cover the workload")
+        check(j["shared_served"] >= j["alone_served"] > 0, f"shared vs alone: {j}")
 
 
 @case("remote: usage errors name the option")
