@@ -24,27 +24,6 @@ static void crash_child(struct fx *f, uint64_t round)
     }
 }
 
-struct crash_check {
-    struct fx *f;
-    size_t served;
-};
-
-static int crash_visit(void *arg, const struct dstore_entry *e)
-{
-    struct crash_check *c = arg;
-    struct dstore_rpage r = {e->key, buf_at(c->f, 1)};
-    int res = 1;
-
-    assert_int_equal(e->status, 0);
-    assert_int_equal(dstore_get(c->f->s, &r, 1, &res), 0);
-    assert_true(res == 0 || res == -ENOENT);
-    if (res == 0) {
-        assert_true(page_ok(e->key, buf_at(c->f, 1), PAGE));
-        c->served++;
-    }
-    return 0;
-}
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -66,7 +45,7 @@ static void crash_rounds(struct fx *f, const char *mode)
                   (unsigned long long)seed);
     f->o.disk_bytes = CRASH_SLOTS * SLOT;
     for (int round = 0; round < rounds; round++) {
-        struct crash_check c = {f, 0};
+        struct readback c = {f, true, 0};
         int status;
         pid_t pid = fork();
 
@@ -79,7 +58,7 @@ static void crash_rounds(struct fx *f, const char *mode)
         assert_true(WIFSIGNALED(status)); /* it never stops on its own */
         assert_int_equal(dstore_open(&f->o, &f->s), 0);
         assert_int_equal(dstore_wait_ready(f->s), 0);
-        assert_int_equal(dstore_iterate(f->s, crash_visit, &c), 0);
+        assert_int_equal(dstore_iterate(f->s, readback_visit, &c), 0);
         total += c.served;
         dstore_close(f->s);
         f->s = NULL;

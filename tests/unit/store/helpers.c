@@ -38,6 +38,23 @@ bool page_ok(const uint8_t *key, const uint8_t *buf, size_t len)
     return ok;
 }
 
+int readback_visit(void *arg, const struct dstore_entry *e)
+{
+    struct readback *c = arg;
+    struct dstore_rpage r = {e->key, buf_at(c->f, 1)};
+    int res = 1;
+
+    if (c->intact)
+        assert_int_equal(e->status, 0);
+    assert_int_equal(dstore_get(c->f->s, &r, 1, &res), 0);
+    assert_true(res == 0 || res == -ENOENT);
+    if (res == 0) {
+        assert_true(page_ok(e->key, buf_at(c->f, 1), PAGE));
+        c->served++;
+    }
+    return 0;
+}
+
 void tokens_of(uint64_t id, uint32_t *t)
 {
     for (int i = 0; i < TOKENS; i++)

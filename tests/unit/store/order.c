@@ -164,26 +164,6 @@ static void order_baseline(const struct order_seam *o)
     }
 }
 
-struct order_check {
-    struct fx *f;
-    size_t served;
-};
-
-static int order_visit(void *arg, const struct dstore_entry *e)
-{
-    struct order_check *c = arg;
-    struct dstore_rpage r = {e->key, buf_at(c->f, 1)};
-    int res = 1;
-
-    assert_int_equal(dstore_get(c->f->s, &r, 1, &res), 0);
-    assert_true(res == 0 || res == -ENOENT);
-    if (res == 0) {
-        assert_true(page_ok(e->key, buf_at(c->f, 1), PAGE));
-        c->served++;
-    }
-    return 0;
-}
-
 void test_pipe_order(void **state)
 {
     struct fx *f = *state;
@@ -202,7 +182,7 @@ void test_pipe_order(void **state)
     f->o.disk_bytes = ORDER_SLOTS * SLOT;
     f->o.slab_bytes = ORDER_SLAB_SLOTS * SLOT;
     for (int round = 0; round < rounds; round++) {
-        struct order_check c = {f, 0};
+        struct readback c = {f, false, 0};
         struct dstore_stats st;
         int status;
         pid_t pid;
@@ -221,7 +201,7 @@ void test_pipe_order(void **state)
         f->o.faults = NULL;
         assert_int_equal(dstore_open(&f->o, &f->s), 0);
         assert_int_equal(dstore_wait_ready(f->s), 0);
-        assert_int_equal(dstore_iterate(f->s, order_visit, &c), 0);
+        assert_int_equal(dstore_iterate(f->s, readback_visit, &c), 0);
         dstore_stats(f->s, &st);
         assert_int_equal(st.err_checksum, 0); /* a record named bytes not synced */
         total += c.served;

@@ -87,6 +87,14 @@ void put_range(struct fx *f, uint64_t first, size_t n);
 int get_id(struct fx *f, uint64_t id);
 bool has_id(struct fx *f, uint64_t id);
 struct dstore_stats stats_of(struct fx *f);
+/* Reading back every record after a crash: a record is served byte-exact or missed, never
+ * wrong; with intact, every record must be whole too. dstore_iterate's visitor. */
+struct readback {
+    struct fx *f;
+    bool intact;
+    size_t served;
+};
+int readback_visit(void *arg, const struct dstore_entry *e);
 
 /* roundtrip.c */
 void test_roundtrip_batched(void **state);
