@@ -10,8 +10,10 @@
  * With a host tier, a checkpoint whose node keeps a host copy when the state leaves the device
  * is saved beside it, in host memory this file keeps (save_state); a request whose deepest
  * state is such a copy has the node's KV loaded back through the tier below and the state
- * copied back into a device slot (restore) before it matches as on the device alone. States
- * do not go to disk yet: an engine with a store below the host is refused.
+ * copied back into a device slot (restore) before it matches as on the device alone. With a
+ * store below the host (disk, remote), each checkpoint cached is written there too, by the
+ * hash of the page it follows (store_state), and a match that runs past the tree reads the
+ * deepest one back with its KV into a host copy (fetch_state), from where it is restored.
  */
 #include "device/mamba_ckpt.h"
 #include "device/mamba_pool.h"

@@ -3,11 +3,15 @@
  * A node may hold one state, the checkpoint slot of the recurrent state at the node's end;
  * one without is a tombstone. A match walks the KV prefix as rdx_match does and names the
  * deepest state on it; state locks ride on the node's own KV locks (full >= mamba); the
- * unlocked states form their own eviction list, so states go while their KV stays.
+ * unlocked states form their own eviction list, so states go while their KV stays. A state
+ * may have a host copy beside the node's host copy of its KV (hslot): saved when the state
+ * leaves the device while the node stays on the host, or read from the store below
+ * (rdx_mamba_attach_host); rdx_mamba_find names the deepest state of either kind.
  *
  * Below this file: radix.c keeps a split's upper node stateless (a new node starts with none)
- * and drops a node's state with its device copy (drop_state, radix_leaves.c), so nothing
- * there calls up here. Checkpoint arithmetic (which positions may hold a state) is the
+ * and drops a node's state with its device copy, saving it first beside a host copy, and a
+ * host copy of a state with the node's host copy (drop_state, drop_host_state,
+ * radix_leaves.c), so nothing there calls up here. Checkpoint arithmetic (which positions may hold a state) is the
  * device layer's (mamba_ckpt.h); the tree only rounds a hit down to the grid it is given.
  */
 #include "radix_int.h"
