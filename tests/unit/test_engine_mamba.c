@@ -25,6 +25,7 @@
 #include "engine.h"
 #include "store/disk/layout.h"
 #include "store/disk/ops.h"
+#include "radix/hash.h"
 #include "engine_fixture.h"
 #include "harness.h"
 #include "prefix_kv.h"
@@ -37,7 +38,7 @@
 #define HEAD_DIM 4
 #define M_LAYERS 3
 #define CONV 24
-#define SSM 40
+#define SSM 600 /* a state of 3 x 624 bytes spans 4 pages of 512 in a store */
 #define ROW (HEAD_DIM * 2)
 
 static const struct harness_run plain = {.prog = "test_engine_mamba"};
@@ -452,7 +453,7 @@ static void test_options(void **state)
     /* Host copies of states the memory could never hold: refused at open, not met later. */
     mamba_options(&o, 0);
     o.host_ratio = 2.0;
-    o.mamba_host_states = UINT32_MAX - 1; /* x 192 bytes: far above this machine's RAM */
+    o.mamba_host_states = UINT32_MAX - 1; /* x 1,872 bytes: far above this machine's RAM */
     assert_int_equal(kvt_open(&o, &e), KVT_EHOSTRAM);
     assert_null(e);
 
@@ -716,6 +717,7 @@ static void test_host_eviction_drops_states(void **state)
 struct state_damage {
     const uint32_t *tokens; /* the KV page's */
     uint8_t key[32];        /* its key, once found */
+    const uint8_t *only;    /* NULL, or the one page to flip, by key */
     int found, done;
     const char *dir;
     uint32_t slot_bytes;
@@ -739,8 +741,9 @@ static int flip_state(void *arg, const struct dstore_entry *en)
     char path[512];
     uint8_t b[16];
 
-    if (en->status || memcmp(en->parent, d->key, 32) || en->ntokens != PS ||
-        !memcmp(en->tokens, d->tokens + PS, PS * 4))
+    if (d->only ? en->status || memcmp(en->key, d->only, 32)
+                : en->status || memcmp(en->parent, d->key, 32) || en->ntokens != PS ||
+                      !memcmp(en->tokens, d->tokens + PS, PS * 4))
         return 0; /* not a state page of that parent (a KV page's next has tokens) */
     snprintf(path, sizeof(path), "%s/slabs/%04u.slab", d->dir, en->slab);
     int fd = open(path, O_RDWR);
@@ -753,6 +756,51 @@ static int flip_state(void *arg, const struct dstore_entry *en)
     close(fd);
     d->done++;
     return 0;
+}
+
+/* The key of page i of the state kept after the page whose key is parent (formats.md). */
+static void state_page_key(const uint8_t *parent, uint32_t i, uint8_t *key)
+{
+    uint8_t b[32 + sizeof(KVT_STATE_TAG) - 1 + 12];
+    size_t tag = sizeof(KVT_STATE_TAG) - 1;
+    uint64_t bytes = (uint64_t)M_LAYERS * (CONV + SSM);
+    struct page_hasher h;
+
+    memcpy(b, parent, 32);
+    memcpy(b + 32, KVT_STATE_TAG, tag);
+    for (int k = 0; k < 8; k++)
+        b[32 + tag + k] = (uint8_t)(bytes >> (8 * k));
+    for (int k = 0; k < 4; k++)
+        b[32 + tag + 8 + k] = (uint8_t)(i >> (8 * k));
+    assert_int_equal(page_hasher_init(&h), 0);
+    assert_int_equal(page_hasher_digest2(&h, b, sizeof(b), NULL, 0, key), 0);
+    page_hasher_finish(&h);
+}
+
+/* One page of the state after the page of tokens: its bytes flipped (flip) or its record
+ * deleted. */
+static void hurt_state_page(kvt_engine *e, const char *dir, const uint32_t *tokens, uint32_t i,
+                            bool flip)
+{
+    struct dstore *ds = store_disk_dstore(e->store);
+    struct state_damage d = {.tokens = tokens, .dir = dir};
+    uint8_t key[32];
+    size_t deleted = 0;
+
+    assert_int_equal(dstore_iterate(ds, find_page, &d), 0);
+    assert_int_equal(d.found, 1);
+    state_page_key(d.key, i, key);
+    if (!flip) {
+        assert_int_equal(dstore_delete(ds, key, 1, &deleted), 0);
+        assert_int_equal(deleted, 1);
+        return;
+    }
+    d.only = key;
+    struct dstore_stats st;
+    dstore_stats(ds, &st);
+    d.slot_bytes = st.slot_bytes;
+    assert_int_equal(dstore_iterate(ds, flip_state, &d), 0);
+    assert_int_equal(d.done, 1);
 }
 
 /* Damage the state kept after the page of tokens[0..PS); how many states were hit. */
@@ -829,6 +877,48 @@ static void test_disk_restart(void **state)
     CHECK_ENGINE(&plain, e);
     kvt_close(e);
     fixture_remove_tree(dir);
+}
+
+/* A state spans several pages below; one of them damaged or missing makes the whole state a
+ * miss, and the request gets the next one up (128), never a state with a hole in it. */
+static void test_disk_state_pages(void **state)
+{
+    (void)state;
+    const uint64_t bytes = (uint64_t)M_LAYERS * (CONV + SSM);
+    uint32_t a[320];
+    const size_t ck[] = {128, 192};
+
+    tokens_of(a, 320, 1);
+    for (int flip = 0; flip < 2; flip++) {
+        char dir[256];
+        struct kvt_options o;
+        kvt_engine *e = NULL;
+        struct kvt_stats st;
+        struct run r;
+
+        assert_int_equal(fixture_data_dir(dir, sizeof(dir), "mamba-pages"), 0);
+        mamba_options(&o, 0);
+        o.host_ratio = 2.0;
+        o.disk_dir = dir;
+        o.disk_bytes = 8 << 20;
+        assert_int_equal(kvt_open(&o, &e), 0);
+        assert_true(bytes > 3 * 512); /* the page: 16 tokens of 32 bytes */
+        cache_with_states(e, a, 320, ck, 2);
+        assert_int_equal(kvt_sync(e), 0);
+        kvt_close(e);
+        assert_int_equal(kvt_open(&o, &e), 0);
+        hurt_state_page(e, dir, a + 176, 2, flip);
+        assert_int_equal(begin(&plain, e, &r, a, 300), 0); /* checks the state's bytes */
+        assert_int_equal(r.req.protected_len, 128);
+        stats_of(e, &st);
+        assert_int_equal(st.mamba_fetched_states, 1);
+        if (flip)
+            assert_true(st.disk_errors > 0);
+        finish(&plain, e, &r, r.len);
+        CHECK_ENGINE(&plain, e);
+        kvt_close(e);
+        fixture_remove_tree(dir);
+    }
 }
 
 /* The copy being restored is not the one pushed out to save another: here making a device
@@ -1044,6 +1134,7 @@ int main(void)
         cmocka_unit_test(test_host_restore_keeps_its_copy),
         cmocka_unit_test(test_host_eviction_drops_states),
         cmocka_unit_test(test_disk_restart),
+        cmocka_unit_test(test_disk_state_pages),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
