@@ -449,6 +449,11 @@ def _():
     check(re.search(r"states +%d " % states[0]["pages"], ok("stat", d).out), "stat text row")
     v = ok_json("verify", d)
     eq((v["problems"], v["detached"]), (0, 0), "verify: problems, detached")
+    # ls names each by the prefix it follows: a checkpoint, on the grid of 64 tokens.
+    pages = ok_json("ls", d, "--ns", "states")["pages"]
+    eq(len(pages), states[0]["pages"], "ls --ns states")
+    check(all(p["prefix_tokens"] and p["prefix_tokens"] % 64 == 0 for p in pages),
+          f"state pages follow checkpoints: {[p['prefix_tokens'] for p in pages]}")
 
 
 @case("stat, ls and tree on live_engine's dir: three namespaces, named by their bytes")

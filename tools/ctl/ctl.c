@@ -99,7 +99,8 @@ struct command {
     "This writes DIR: it takes the dir's lock, so it is refused (exit 1) while an engine\n"        \
     "has the dir open.\n"
 #define SELECT_HELP                                                                                \
-    "  --ns NS               pages of namespace NS: \"default\", \"name:TEXT\" (the namespace's\n" \
+    "  --ns NS               pages of namespace NS: \"default\", \"states\" (recurrent\n"          \
+    "                        states' pages), \"name:TEXT\" (the namespace's\n"                     \
     "                        bytes) or a hex prefix of its root hash as stat prints it\n"          \
     "  --prefix HASH         the page HASH, its chain to the root and every page below it\n"
 #define JSON_HELP "  --json                one JSON object on stdout instead of text\n"

@@ -481,6 +481,8 @@ int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out)
 
     if (!strcmp(arg, "default"))
         return find_ns_root(ix, ix->default_root, arg, out);
+    if (!strcmp(arg, "states"))
+        return find_ns_root(ix, ix->states_root, arg, out);
     if (!strncmp(arg, "name:", 5)) {
         if (strlen(arg + 5) > KVT_NS_MAX)
             return ctl_fail("namespace %s: longer than %d bytes", arg, KVT_NS_MAX);

@@ -214,6 +214,12 @@ static uint32_t *sorted_selection(const struct ctl_index *ix, const struct ctl_a
     return v;
 }
 
+/* Tokens through the page; a page of a recurrent state counts the prefix it follows. */
+static uint64_t prefix_tokens(const struct ctl_index *ix, const struct page *p)
+{
+    return (uint64_t)(p->depth - ix->ns[p->ns].is_states) * ix->info.page_tokens;
+}
+
 static void ls_line(const struct ctl_index *ix, const struct page *p)
 {
     char hex[2 * HASH_BYTES + 1], t1[32], t2[32], name[SHORT_HEX + 8], prefix[24], slot[24];
@@ -221,7 +227,7 @@ static void ls_line(const struct ctl_index *ix, const struct page *p)
     ctl_hex(p->key, HASH_BYTES, hex);
     hex[SHORT_HEX] = '\0';
     if (p->depth)
-        snprintf(prefix, sizeof(prefix), "%" PRIu64, (uint64_t)p->depth * ix->info.page_tokens);
+        snprintf(prefix, sizeof(prefix), "%" PRIu64, prefix_tokens(ix, p));
     else
         strcpy(prefix, "-");
     snprintf(slot, sizeof(slot), "%u:%u", p->slab, p->slot);
@@ -243,7 +249,7 @@ static void page_json_members(const struct ctl_index *ix, const struct page *p)
     printf(",\"parent\":");
     ctl_json_hex(p->parent, HASH_BYTES);
     if (p->depth)
-        printf(",\"prefix_tokens\":%" PRIu64, (uint64_t)p->depth * ix->info.page_tokens);
+        printf(",\"prefix_tokens\":%" PRIu64, prefix_tokens(ix, p));
     else
         printf(",\"prefix_tokens\":null");
     printf(",\"slab\":%u,\"slot\":%u,\"created_ns\":%" PRIu64 ",\"last_access_ns\":%" PRIu64,
@@ -373,7 +379,10 @@ static void show_record_text(const struct ctl_index *ix, const struct page *p,
     printf("namespace     %s (root %s)\n", index_ns_name(ix, p->ns, name), hex);
     ctl_hex(p->parent, HASH_BYTES, hex);
     printf("parent        %s\n", hex);
-    if (p->depth)
+    if (p->depth && ix->ns[p->ns].is_states)
+        printf("position      a page of the recurrent state after token %" PRIu64 " (formats.md)\n",
+               prefix_tokens(ix, p));
+    else if (p->depth)
         printf("position      page %u of its prefix: tokens %" PRIu64 "-%" PRIu64 "\n", p->depth,
                (uint64_t)(p->depth - 1) * ix->info.page_tokens,
                (uint64_t)p->depth * ix->info.page_tokens - 1);
