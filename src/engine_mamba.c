@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* One track slot per request: a donated checkpoint is replaced at once, so the forward
  * always has a slot to write the next one into. */
@@ -317,22 +318,34 @@ static int copy_in(kvt_engine *e, kvt_node_ref x, uint32_t hslot)
     return 0;
 }
 
-/* The deepest position past the tree (on the checkpoint grid, at most STATE_PROBES tried)
- * where the store below keeps a state for key that reads back whole into buf: pages past
- * the tree, or 0. A state that fails its checks is a miss; the next one up is tried. */
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The deepest position past the tree (on the checkpoint grid) where the store below keeps a
+ * state for key that reads back whole into buf: pages past the tree, or 0. A state that
+ * fails its checks is a miss; the next one up is tried, STATE_PROBES at most, and none once
+ * prefetch_timeout_ms has gone by: a store that fails slowly (a stopped server) costs the
+ * request about one of its timeouts, not one per checkpoint. */
 static size_t read_below(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit,
                          size_t n, uint8_t *buf)
 {
     struct engine_mamba *m = e->mamba;
     size_t first = hit->dev_pages + hit->host_pages, tries = 0;
     uint32_t ps = e->opts.page_size;
+    uint64_t t0 = now_ms();
 
     if (rdx_key_hashes(e->tree, key, hit->host_last, first, n, m->hashes))
         return 0;
     for (size_t j = n; j > 0 && tries < STATE_PROBES; j--) {
         if ((first + j) * ps % m->grid)
             continue;
-        tries++;
+        if (tries++ && now_ms() - t0 > e->opts.prefetch_timeout_ms)
+            break;
         if (tier_has_state(e->below, m->hashes[j - 1], m->slot_bytes) &&
             tier_get_state(e->below, m->hashes[j - 1], buf, m->slot_bytes) == 0)
             return j;

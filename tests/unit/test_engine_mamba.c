@@ -26,6 +26,7 @@
 #include "store/disk/layout.h"
 #include "store/disk/ops.h"
 #include "radix/hash.h"
+#include "store/mem.h"
 #include "engine_fixture.h"
 #include "harness.h"
 #include "prefix_kv.h"
@@ -921,6 +922,69 @@ static void test_disk_state_pages(void **state)
     }
 }
 
+/* A store that fails slowly (a stopped server) costs a request about one timeout, not one
+ * per checkpoint: the probes for a state below stop once prefetch_timeout_ms (100 here) has
+ * gone by. Reads of the mem store under the hook take 40 ms a page and fail. */
+struct slow_store {
+    int on, reads;
+};
+
+static int slow_inject(void *arg, enum store_op_kind kind, const uint8_t *key)
+{
+    struct slow_store *s = arg;
+
+    (void)key;
+    if (!s->on || kind != STORE_OP_READ)
+        return 0;
+    s->reads++;
+    usleep(40 * 1000);
+    return -EIO;
+}
+
+static void test_slow_store_bounded(void **state)
+{
+    (void)state;
+    struct slow_store slow = {0};
+    struct store_mem_faults hooks = {slow_inject, &slow};
+    struct kvt_options o;
+    struct kvt_store *s = NULL;
+    kvt_engine *e = NULL;
+    uint32_t a[512], p[512];
+    const size_t ck[] = {64, 128, 192, 256, 320, 384, 448}, last[] = {448};
+    struct run r;
+
+    mamba_options(&o, 0);
+    o.device_tokens = 1024;
+    o.host_tokens = 1024 + 256;
+    struct store_mem_options mo = {.page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS),
+                                   .page_tokens = PS,
+                                   .capacity_pages = 4096,
+                                   .faults = &hooks};
+    assert_int_equal(store_mem_open(&mo, &s), 0);
+    assert_int_equal(engine_open(&o, s, &e), 0);
+    tokens_of(a, 512, 1);
+    cache_with_states(e, a, 512, ck, 7);
+    for (uint32_t i = 1; i <= 4; i++) { /* the tree forgets a: it is the store's alone */
+        tokens_of(p, 512, 1000 * i);
+        cache_with_states(e, p, 512, last, 1);
+        assert_int_equal(kvt_sync(e), 0);
+        assert_int_equal(kvt_evict(e, 1024, NULL), 0);
+    }
+    struct kvt_match m;
+    assert_int_equal(kvt_match(e, &(struct kvt_key){.tokens = a, .len = 500}, NULL, &m), 0);
+    assert_int_equal(m.device_len + m.host_len, 0);
+    slow.on = 1;
+    assert_int_equal(begin(&plain, e, &r, a, 500), 0);
+    assert_int_equal(r.req.protected_len, 0);
+    /* 4 pages a state: the first state's read takes 160 ms, past the budget, and no other
+     * is tried (seven were there to try). */
+    assert_int_equal(slow.reads, 4);
+    slow.on = 0;
+    finish(&plain, e, &r, 0);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
 /* The copy being restored is not the one pushed out to save another: here making a device
  * slot for it evicts b's state, whose saving finds the host copies full with the one being
  * restored. (Taking it would put b's bytes under a's prefix.) */
@@ -1135,6 +1199,7 @@ int main(void)
         cmocka_unit_test(test_host_eviction_drops_states),
         cmocka_unit_test(test_disk_restart),
         cmocka_unit_test(test_disk_state_pages),
+        cmocka_unit_test(test_slow_store_bounded),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
