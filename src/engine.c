@@ -156,7 +156,8 @@ int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
     /* What the store has on its way, not what it held a moment before: a full store may
      * evict pages between the lookup and the read. */
     if (e->below && (rc = rdx_match_tiers(e->tree, key, NULL, NULL, &hit)) == 0 &&
-        (n = tier_find(e->below, key, &hit)))
+        (n = tier_find(e->below, key, &hit)) &&
+        (!e->mamba || (n = engine_mamba_prefetch_pages(e, key, &hit, n))))
         e->below->ops->fetch(e->below, key, &hit, n, &reading);
     if (tokens)
         *tokens = reading * e->opts.page_size;

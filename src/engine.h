@@ -149,6 +149,11 @@ size_t engine_mamba_cache_len(const kvt_engine *e, int32_t idx, size_t protected
 
 /* A free state slot for the track slot that replaces a donated one: 0 or -ENOMEM. */
 int engine_mamba_room(kvt_engine *e, size_t n);
+/* kvt_prefetch's share: of the n pages past hit that the store below holds, how many to
+ * fetch: up to the deepest state kept there (0: none), since KV past a state serves nothing;
+ * n without a store. */
+size_t engine_mamba_prefetch_pages(kvt_engine *e, const struct kvt_key *key,
+                                   const struct rdx_hit *hit, size_t n);
 
 /* The request's checkpoint goes to node (which ends at its recorded position): mid-request a
  * fresh track slot replaces it; at finish (finished 1) the row's slots go, the checkpoint

@@ -34,6 +34,9 @@ struct mamba_row {
     uint64_t kv_len, branch_len, track_len;
 };
 
+/* Positions probed for a state kept below, deepest first, per match (struct probe). */
+#define STATE_PROBES 64
+
 struct engine_mamba {
     struct mamba_pool pool;
     struct mamba_req_map reqs;
@@ -49,13 +52,12 @@ struct engine_mamba {
     uint64_t slot_bytes, saved, restored;
     /* With a store below: states kept there by the page hash they follow (written when a
      * checkpoint is cached, read back under a match that runs past the tree). */
-    uint8_t (*hashes)[KVT_HASH_LEN]; /* a key's page hashes past the tree */
+    uint8_t (*hashes)[KVT_HASH_LEN]; /* a key's page hashes past the tree (nhashes) */
+    size_t nhashes;
+    kvt_node_ref bare[STATE_PROBES]; /* nodes of the tree without a state (rdx_mamba_bare) */
     void *stage;                     /* one state, on its way down */
     uint64_t stored, fetched;
 };
-
-/* Positions past the tree probed for a state kept below, deepest first, per match. */
-#define STATE_PROBES 64
 
 /* ---- open / close ---- */
 
@@ -175,7 +177,10 @@ static int open_host_states(kvt_engine *e, uint64_t host_pages, uint64_t avail)
     m->hnfree = m->hcap;
     if (!e->store)
         return 0;
-    m->hashes = malloc(((size_t)e->opts.max_context / e->opts.page_size + 1) * sizeof(*m->hashes));
+    m->nhashes = (size_t)e->opts.max_context / e->opts.page_size + 1;
+    if (m->nhashes < STATE_PROBES)
+        m->nhashes = STATE_PROBES;
+    m->hashes = malloc(m->nhashes * sizeof(*m->hashes));
     m->stage = malloc(m->slot_bytes);
     return m->hashes && m->stage ? 0 : -ENOMEM;
 }
@@ -326,53 +331,100 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* The deepest position past the tree (on the checkpoint grid) where the store below keeps a
- * state for key that reads back whole into buf: pages past the tree, or 0. A state that
- * fails its checks is a miss; the next one up is tried, STATE_PROBES at most, and none once
- * prefetch_timeout_ms has gone by: a store that fails slowly (a stopped server) costs the
+/* A search for a state kept below: STATE_PROBES positions at most, and none once
+ * prefetch_timeout_ms has gone by, so that a store failing slowly (a stopped server) costs a
  * request about one of its timeouts, not one per checkpoint. */
-static size_t read_below(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit,
-                         size_t n, uint8_t *buf)
+struct probe {
+    uint64_t t0;
+    size_t tries;
+};
+
+static bool probe_spent(const kvt_engine *e, const struct probe *pr)
+{
+    return pr->tries >= STATE_PROBES ||
+           (pr->tries && now_ms() - pr->t0 > e->opts.prefetch_timeout_ms);
+}
+
+/* Whether the store below keeps a state under hash, read back whole into buf when buf is
+ * given (a state failing its checks is a miss). */
+static bool state_below(kvt_engine *e, struct probe *pr, const uint8_t *hash, uint8_t *buf)
+{
+    uint64_t bytes = e->mamba->slot_bytes;
+
+    pr->tries++;
+    return tier_has_state(e->below, hash, bytes) &&
+           (!buf || tier_get_state(e->below, hash, buf, bytes) == 0);
+}
+
+/* The deepest position past the tree (n pages the store holds there, on the checkpoint grid)
+ * with a state below (read into buf when given): pages past the tree, or 0. */
+static size_t past_tree(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit,
+                        size_t n, uint8_t *buf, struct probe *pr)
 {
     struct engine_mamba *m = e->mamba;
-    size_t first = hit->dev_pages + hit->host_pages, tries = 0;
+    size_t first = hit->dev_pages + hit->host_pages;
     uint32_t ps = e->opts.page_size;
-    uint64_t t0 = now_ms();
 
     if (rdx_key_hashes(e->tree, key, hit->host_last, first, n, m->hashes))
         return 0;
-    for (size_t j = n; j > 0 && tries < STATE_PROBES; j--) {
-        if ((first + j) * ps % m->grid)
-            continue;
-        if (tries++ && now_ms() - t0 > e->opts.prefetch_timeout_ms)
-            break;
-        if (tier_has_state(e->below, m->hashes[j - 1], m->slot_bytes) &&
-            tier_get_state(e->below, m->hashes[j - 1], buf, m->slot_bytes) == 0)
+    for (size_t j = n; j > 0 && !probe_spent(e, pr); j--)
+        if ((first + j) * ps % m->grid == 0 && state_below(e, pr, m->hashes[j - 1], buf))
             return j;
-    }
     return 0;
 }
 
+size_t engine_mamba_prefetch_pages(kvt_engine *e, const struct kvt_key *key,
+                                   const struct rdx_hit *hit, size_t n)
+{
+    struct probe pr = {now_ms(), 0};
+
+    return e->mamba->stage ? past_tree(e, key, hit, n, NULL, &pr) : n;
+}
+
+/* A state kept below for a node of the tree that has none (its host copy dropped, or its KV
+ * filled ahead by kvt_prefetch), deeper than any state the tree has on key's path: read into
+ * host slot h and hung on the node. */
+static bool state_for_tree(kvt_engine *e, const struct rdx_hit *hit, uint32_t h, struct probe *pr)
+{
+    struct engine_mamba *m = e->mamba;
+    int n = rdx_mamba_bare(e->tree, hit->host_last, m->bare, m->hashes, STATE_PROBES);
+
+    for (int i = 0; i < n && !probe_spent(e, pr); i++)
+        if (state_below(e, pr, m->hashes[i], m->hbuf[h]))
+            return rdx_mamba_attach_host(e->tree, m->bare[i], h) == 0;
+    return false;
+}
+
 /* A state the store below keeps deeper than anything the tree holds for key comes up as a
- * host copy on the node ending it, its KV filled into the host tier as a match past the tree
- * fills it (waiting as prefetch_policy says). *disk gets the tokens filled. */
+ * host copy on the node ending it: past the tree, its KV filled into the host tier as a
+ * match past the tree fills it (waiting as prefetch_policy says), else on a node of the tree
+ * that lacks one. *disk gets the tokens filled. */
 static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk)
 {
     static const int wait_ms[] = {
         [KVT_PREFETCH_WAIT_COMPLETE] = -1, [KVT_PREFETCH_BEST_EFFORT] = 0};
     struct engine_mamba *m = e->mamba;
     uint32_t policy = e->opts.prefetch_policy, h;
+    struct probe pr = {now_ms(), 0};
     struct rdx_hit hit, now;
     size_t n, p = 0, first;
 
     *disk = 0;
     if (!m->stage || rdx_match_tiers(e->tree, key, NULL, NULL, &hit) ||
-        !(n = tier_find(e->below, key, &hit)) || rdx_mamba_host_room(e->tree) || m->hnfree == 0)
+        rdx_mamba_host_room(e->tree) || m->hnfree == 0)
         return;
     h = m->hfree[m->hnfree - 1];
-    if ((!m->hbuf[h] && !(m->hbuf[h] = malloc(m->slot_bytes))) ||
-        !(p = read_below(e, key, &hit, n, m->hbuf[h])))
+    if (!m->hbuf[h] && !(m->hbuf[h] = malloc(m->slot_bytes)))
         return;
+    if ((n = tier_find(e->below, key, &hit)))
+        p = past_tree(e, key, &hit, n, m->hbuf[h], &pr);
+    if (!p) {
+        if (state_for_tree(e, &hit, h, &pr)) {
+            m->hnfree--;
+            m->fetched++;
+        }
+        return;
+    }
     m->hnfree--;
     first = hit.dev_pages + hit.host_pages;
     /* find named the pages to the store tier for the fetch; reading states did not change

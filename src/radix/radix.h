@@ -302,6 +302,13 @@ int rdx_mamba_attach_host(struct rdx_tree *t, kvt_node_ref ref, uint32_t hslot);
  * no lock holds when they are at cfg.mamba_host_states, or -ENOSPC. */
 int rdx_mamba_host_room(struct rdx_tree *t);
 
+/* The nodes from ref up to the deepest one holding a state (device or host copy; the root
+ * when none does), that are on the host and end on cfg.mamba_grid: where a state kept below
+ * could hang. Deepest first, at most max, into refs (and each one's last page hash into
+ * hashes); how many, or -EINVAL without page hashes. */
+int rdx_mamba_bare(const struct rdx_tree *t, kvt_node_ref ref, kvt_node_ref *refs,
+                   uint8_t (*hashes)[KVT_HASH_LEN], size_t max);
+
 /* The hash of the last page of node ref: the key a state at its end is kept under below.
  * -EINVAL without page hashes. */
 int rdx_mamba_end_hash(const struct rdx_tree *t, kvt_node_ref ref, uint8_t out[KVT_HASH_LEN]);

@@ -11,8 +11,9 @@
  * Below this file: radix.c keeps a split's upper node stateless (a new node starts with none)
  * and drops a node's state with its device copy, saving it first beside a host copy, and a
  * host copy of a state with the node's host copy (drop_state, drop_host_state,
- * radix_leaves.c), so nothing there calls up here. Checkpoint arithmetic (which positions may hold a state) is the
- * device layer's (mamba_ckpt.h); the tree only rounds a hit down to the grid it is given.
+ * radix_leaves.c), so nothing there calls up here. Checkpoint arithmetic (which positions may hold
+ * a state) is the device layer's (mamba_ckpt.h); the tree only rounds a hit down to the grid it is
+ * given.
  */
 #include "radix_int.h"
 
@@ -105,6 +106,31 @@ int rdx_mamba_attach_host(struct rdx_tree *t, kvt_node_ref ref, uint32_t hslot)
         return -ENOSPC;
     host_state_add(t, idx, hslot);
     return 0;
+}
+
+int rdx_mamba_bare(const struct rdx_tree *t, kvt_node_ref ref, kvt_node_ref *refs,
+                   uint8_t (*hashes)[KVT_HASH_LEN], size_t max)
+{
+    uint64_t grid = t && t->cfg.mamba_grid ? t->cfg.mamba_grid : 1, end;
+    uint32_t idx;
+    int n = 0, rc;
+
+    if (!mamba_on(t) || !t->cfg.hash_pages)
+        return -EINVAL;
+    if ((rc = resolve(t, ref, &idx)))
+        return rc;
+    end = depth_tokens(t, idx);
+    for (; idx != ROOT && !t->mamba[idx].slot && !t->mamba[idx].hslot && (size_t)n < max;
+         end -= (uint64_t)node_at(t, idx)->npages * t->cfg.page_size,
+         idx = node_at(t, idx)->parent) {
+        const struct rdx_node *nd = node_at(t, idx);
+        if (!nd->on_host || nd->pending || end % grid)
+            continue;
+        refs[n] = make_ref(t, idx);
+        memcpy(hashes[n], nd->hash[nd->npages - 1], KVT_HASH_LEN);
+        n++;
+    }
+    return n;
 }
 
 int rdx_mamba_end_hash(const struct rdx_tree *t, kvt_node_ref ref, uint8_t out[KVT_HASH_LEN])

@@ -922,6 +922,60 @@ static void test_disk_state_pages(void **state)
     }
 }
 
+/* Two ways a node of the tree lacks the state the disk keeps for it: its host copy was the
+ * least recently used of too few (the disk's copy is read back onto the node), and a
+ * kvt_prefetch that filled KV ahead of the request (it fills only up to the deepest state
+ * below, whose node then takes the disk's copy; KV past it would serve nothing). */
+static void test_disk_states_for_tree_nodes(void **state)
+{
+    (void)state;
+    char dir[256];
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+    uint32_t p[2][320];
+    const size_t ck[] = {128, 192};
+    struct kvt_stats st;
+    struct run r;
+    size_t reading = 0;
+
+    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "mamba-bare"), 0);
+    mamba_options(&o, 0);
+    o.host_ratio = 2.0;
+    o.mamba_host_states = 1;
+    o.disk_dir = dir;
+    o.disk_bytes = 8 << 20;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    for (int i = 0; i < 2; i++) {
+        tokens_of(p[i], 320, 1 + 7000 * (uint32_t)i);
+        cache_with_states(e, p[i], 320, ck, 2);
+    }
+    assert_int_equal(kvt_sync(e), 0);
+    assert_int_equal(kvt_evict(e, 2048, NULL), 0); /* 4 states saved, 1 kept on the host */
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_host_states, 1);
+    assert_int_equal(begin(&plain, e, &r, p[0], 300), 0); /* checks the state's bytes */
+    assert_int_equal(r.req.protected_len, 192);
+    stats_of(e, &st);
+    assert_int_equal(st.mamba_fetched_states, 1);
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+
+    /* A fresh engine on the dir, the state at 192 missing a page: a prefetch fills 128. */
+    assert_int_equal(kvt_open(&o, &e), 0);
+    hurt_state_page(e, dir, p[1] + 176, 1, false);
+    struct kvt_key key = {.tokens = p[1], .len = 300};
+    assert_int_equal(kvt_prefetch(e, &key, &reading), 0);
+    assert_int_equal(reading, 128);
+    assert_int_equal(kvt_sync(e), 0);
+    assert_int_equal(begin(&plain, e, &r, p[1], 300), 0);
+    assert_int_equal(r.req.protected_len, 128);
+    finish(&plain, e, &r, r.len);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+    fixture_remove_tree(dir);
+}
+
 /* A store that fails slowly (a stopped server) costs a request about one timeout, not one
  * per checkpoint: the probes for a state below stop once prefetch_timeout_ms (100 here) has
  * gone by. Reads of the mem store under the hook take 40 ms a page and fail. */
@@ -1200,6 +1254,7 @@ int main(void)
         cmocka_unit_test(test_disk_restart),
         cmocka_unit_test(test_disk_state_pages),
         cmocka_unit_test(test_slow_store_bounded),
+        cmocka_unit_test(test_disk_states_for_tree_nodes),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
