@@ -381,24 +381,58 @@ size_t engine_mamba_prefetch_pages(kvt_engine *e, const struct kvt_key *key,
     return e->mamba->stage ? past_tree(e, key, hit, n, NULL, &pr) : n;
 }
 
+/* A host slot holding the state in m->stage, made room for among the host copies (the least
+ * recently used on an unlocked node goes when they are full): the slot, or 0. */
+static uint32_t stage_to_host(kvt_engine *e)
+{
+    struct engine_mamba *m = e->mamba;
+    uint32_t h;
+
+    if (rdx_mamba_host_room(e->tree) || m->hnfree == 0)
+        return 0;
+    h = m->hfree[m->hnfree - 1];
+    if (!m->hbuf[h] && !(m->hbuf[h] = malloc(m->slot_bytes)))
+        return 0;
+    memcpy(m->hbuf[h], m->stage, m->slot_bytes);
+    m->hnfree--;
+    return h;
+}
+
+/* Node ref takes host slot h (its state), or h goes back. */
+static bool hang_state(kvt_engine *e, kvt_node_ref ref, uint32_t h)
+{
+    struct engine_mamba *m = e->mamba;
+
+    if (rdx_mamba_attach_host(e->tree, ref, h)) {
+        m->hfree[m->hnfree++] = h;
+        return false;
+    }
+    m->fetched++;
+    return true;
+}
+
 /* A state kept below for a node of the tree that has none (its host copy dropped, or its KV
- * filled ahead by kvt_prefetch), deeper than any state the tree has on key's path: read into
- * host slot h and hung on the node. */
-static bool state_for_tree(kvt_engine *e, const struct rdx_hit *hit, uint32_t h, struct probe *pr)
+ * filled ahead by kvt_prefetch), deeper than any state the tree has on key's path, hung on
+ * the node as a host copy. */
+static void state_for_tree(kvt_engine *e, const struct rdx_hit *hit, struct probe *pr)
 {
     struct engine_mamba *m = e->mamba;
     int n = rdx_mamba_bare(e->tree, hit->host_last, m->bare, m->hashes, STATE_PROBES);
+    uint32_t h;
 
     for (int i = 0; i < n && !probe_spent(e, pr); i++)
-        if (state_below(e, pr, m->hashes[i], m->hbuf[h]))
-            return rdx_mamba_attach_host(e->tree, m->bare[i], h) == 0;
-    return false;
+        if (state_below(e, pr, m->hashes[i], m->stage)) {
+            if ((h = stage_to_host(e)))
+                hang_state(e, m->bare[i], h);
+            return;
+        }
 }
 
 /* A state the store below keeps deeper than anything the tree holds for key comes up as a
  * host copy on the node ending it: past the tree, its KV filled into the host tier as a
  * match past the tree fills it (waiting as prefetch_policy says), else on a node of the tree
- * that lacks one. *disk gets the tokens filled. */
+ * that lacks one. The state is read before a host slot is made room for: nothing the host
+ * keeps goes for a state that is not there. *disk gets the tokens filled. */
 static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk)
 {
     static const int wait_ms[] = {
@@ -410,25 +444,19 @@ static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk
     size_t n, p = 0, first;
 
     *disk = 0;
-    if (!m->stage || rdx_match_tiers(e->tree, key, NULL, NULL, &hit) ||
-        rdx_mamba_host_room(e->tree) || m->hnfree == 0)
-        return;
-    h = m->hfree[m->hnfree - 1];
-    if (!m->hbuf[h] && !(m->hbuf[h] = malloc(m->slot_bytes)))
+    if (!m->stage || rdx_match_tiers(e->tree, key, NULL, NULL, &hit))
         return;
     if ((n = tier_find(e->below, key, &hit)))
-        p = past_tree(e, key, &hit, n, m->hbuf[h], &pr);
+        p = past_tree(e, key, &hit, n, m->stage, &pr);
     if (!p) {
-        if (state_for_tree(e, &hit, h, &pr)) {
-            m->hnfree--;
-            m->fetched++;
-        }
+        state_for_tree(e, &hit, &pr);
         return;
     }
-    m->hnfree--;
+    if (!(h = stage_to_host(e)))
+        return;
     first = hit.dev_pages + hit.host_pages;
     /* find named the pages to the store tier for the fetch; reading states did not change
-     * that. */
+     * that, and making room among the host copies of states evicts no KV. */
     if (e->below->ops->fetch(e->below, key, &hit, p, NULL) && !e->below->ops->fetching(e->below)) {
         m->hfree[m->hnfree++] = h;
         return;
@@ -436,14 +464,14 @@ static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk
     e->below->ops->wait_fetches(e->below, policy == KVT_PREFETCH_TIMEOUT
                                               ? (int)e->opts.prefetch_timeout_ms
                                               : wait_ms[policy]);
+    /* Not landed (yet), or shorter: the state waits below for the next request. */
     if (rdx_match_tiers(e->tree, key, NULL, NULL, &now) || now.host_pages == 0 ||
-        now.dev_pages + now.host_pages != first + p ||
-        rdx_mamba_attach_host(e->tree, now.host_last, h)) {
-        m->hfree[m->hnfree++] = h; /* not landed (yet), or shorter: the state waits below */
+        now.dev_pages + now.host_pages != first + p) {
+        m->hfree[m->hnfree++] = h;
         return;
     }
-    m->fetched++;
-    *disk = (uint64_t)p * e->opts.page_size;
+    if (hang_state(e, now.host_last, h))
+        *disk = (uint64_t)p * e->opts.page_size;
 }
 
 /* When the deepest state the tree knows for key is a host copy, bring it onto the device with
