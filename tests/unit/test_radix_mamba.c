@@ -1,7 +1,9 @@
 /* Mamba states in the radix tree (cfg.mamba): the seed examples of issue 16 that live in the
  * tree (the A/B/C tree with a tombstone and a branching request, a split leaving a tombstone,
  * the deepest state found through tombstones, eviction making tombstones, locks keeping a
- * state), the rules of attach and locks, and a randomized run against a reference model.
+ * state), the rules of attach and locks, host copies of states (saved, their LRU, dropped with
+ * the node's host copy, found, attached from below), and a randomized run against a reference
+ * model.
  * Slots and pages are plain numbers; what the tree frees is recorded. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -420,6 +422,136 @@ static void test_state_goes_with_device_copy(void **state)
     rdx_destroy(t);
 }
 
+/* ---- host copies of states (cfg.save_mamba) ---- */
+
+struct saver {
+    struct recorder r;
+    uint32_t next, saved, hfreed[16];
+    size_t nhfreed;
+};
+
+static uint32_t save_one(void *ctx, uint32_t slot)
+{
+    struct saver *s = ctx;
+
+    (void)slot;
+    s->saved++;
+    return s->next++;
+}
+
+static void free_hslots(void *ctx, const uint32_t *h, size_t n)
+{
+    struct saver *s = ctx;
+
+    for (size_t i = 0; i < n && s->nhfreed < 16; i++)
+        s->hfreed[s->nhfreed++] = h[i];
+}
+
+/* k[0..n) inserted, its node given state slot and backed up (host pages host0..). */
+static kvt_node_ref put_backed(struct rdx_tree *t, const uint32_t *k, size_t n, uint32_t slot,
+                               uint32_t host0, uint64_t op)
+{
+    uint32_t host[8], dev[8];
+    size_t np;
+    kvt_node_ref ref = put(t, k, n);
+
+    assert_int_equal(rdx_mamba_attach(t, ref, slot), 0);
+    assert_int_equal(rdx_backup_span(t, ref, &np), 0);
+    for (size_t i = 0; i < np; i++)
+        host[i] = host0 + (uint32_t)i;
+    assert_int_equal(rdx_attach_host(t, ref, host, np, dev, RDX_OP_BACKUP | op), 0);
+    assert_int_equal(rdx_op_done(t, ref, RDX_OP_BACKUP | op, 0), 0);
+    check(t);
+    return ref;
+}
+
+/* A state leaving the device while its node stays on the host is saved (a host slot from
+ * save_mamba); the copies are at most mamba_host_states, the least recently used on an
+ * unlocked node making room; a node losing its host copy hands its copy back; rdx_mamba_find
+ * names a host copy; rdx_mamba_attach_host and rdx_mamba_bare follow their rules. */
+static void test_host_copies(void **state)
+{
+    struct saver s = {.next = 1};
+    struct rdx_config cfg = {.page_size = 1,
+                             .policy = KVT_EVICT_LRU,
+                             .hash_pages = 1,
+                             .host_tier = 1,
+                             .free_pages = record_pages,
+                             .free_host_pages = record_pages,
+                             .ctx = &s,
+                             .mamba = 1,
+                             .mamba_grid = 1,
+                             .free_mamba = record_slots,
+                             .mamba_host_states = 2,
+                             .save_mamba = save_one,
+                             .free_host_mamba = free_hslots};
+    struct rdx_tree *t = NULL;
+    const uint32_t a[] = {1, 2}, b[] = {3, 4}, c[] = {5, 6};
+    kvt_node_ref x, node;
+    uint32_t slot, hslot;
+    uint64_t tokens;
+    struct rdx_sizes sz;
+
+    (void)state;
+    assert_int_equal(rdx_create(&cfg, &t), 0);
+    put_backed(t, a, 2, 11, 100, 1);
+    put_backed(t, b, 2, 12, 110, 2);
+    kvt_node_ref cref = put_backed(t, c, 2, 13, 120, 3);
+    /* c is locked: it stays on the device; a and b go to the host with their states. */
+    assert_int_equal(rdx_lock(t, cref), 0);
+    assert_int_equal(rdx_evict(t, 6), 4);
+    rdx_sizes(t, &sz);
+    assert_int_equal(s.saved, 2);
+    assert_int_equal(sz.mamba_host_states, 2);
+    assert_int_equal(rdx_mamba_find(t, rdx_root(t), &x, &slot, &hslot, &tokens), 0);
+    assert_int_equal(x, rdx_root(t));
+    assert_dump(t, "[1,2] pages=- host=[100,101] hmamba=1 lock=0\n"
+                   "[3,4] pages=- host=[110,111] hmamba=2 lock=0\n"
+                   "[5,6] pages=[105,106] host=[120,121] mamba=13 lock=1\n");
+    /* The third save pushes out the least recently used copy (a's); c's own KV lock does not
+     * keep another node's copy. */
+    assert_int_equal(rdx_unlock(t, cref), 0);
+    assert_int_equal(rdx_mamba_evict(t, 1), 1); /* c's state alone: saved beside its host copy */
+    assert_int_equal(s.saved, 3);
+    assert_int_equal(s.nhfreed, 1);
+    assert_int_equal(s.hfreed[0], 1);
+    check(t);
+    /* rdx_mamba_find sees a host copy on a device node too; a host copy on a node without
+     * one is attached by rdx_mamba_attach_host, refused when full or present. */
+    struct kvt_key kc = {.tokens = c, .len = 2};
+    struct rdx_hit hit;
+    assert_int_equal(rdx_match_tiers(t, &kc, NULL, NULL, &hit), 0);
+    assert_int_equal(rdx_mamba_find(t, hit.host_last, &node, &slot, &hslot, &tokens), 0);
+    assert_int_equal(slot, 0);
+    assert_int_equal(hslot, 3);
+    assert_int_equal(tokens, 2);
+    assert_int_equal(rdx_mamba_attach_host(t, node, 7), -EEXIST);
+    struct kvt_key ka = {.tokens = a, .len = 2};
+    assert_int_equal(rdx_match_tiers(t, &ka, NULL, NULL, &hit), 0);
+    assert_int_equal(hit.host_pages, 2);
+    kvt_node_ref bare[4];
+    uint8_t hashes[4][KVT_HASH_LEN];
+    assert_int_equal(rdx_mamba_bare(t, hit.host_last, bare, hashes, 4), 1);
+    assert_int_equal(bare[0], hit.host_last);
+    assert_int_equal(rdx_mamba_attach_host(t, hit.host_last, 7), -ENOSPC);
+    assert_int_equal(rdx_mamba_host_room(t), 0); /* b's copy goes: the least recently used */
+    assert_int_equal(s.hfreed[1], 2);
+    assert_int_equal(rdx_mamba_attach_host(t, hit.host_last, 7), 0);
+    assert_int_equal(rdx_mamba_bare(t, hit.host_last, bare, hashes, 4), 0);
+    check(t);
+    /* Host eviction deletes b's node (used least lately, no copy now), then a's: its copy
+     * goes back. */
+    assert_int_equal(rdx_evict_host(t, 2), 2);
+    assert_int_equal(s.nhfreed, 2);
+    assert_int_equal(rdx_evict_host(t, 2), 2);
+    assert_int_equal(s.nhfreed, 3);
+    assert_int_equal(s.hfreed[2], 7);
+    check(t);
+    rdx_sizes(t, &sz);
+    assert_int_equal(sz.mamba_host_states, 1);
+    rdx_destroy(t);
+}
+
 /* ---- randomized, against a reference model ----
  * The model knows each state by the tokens it ends (its position), its slot, its state locks
  * and the clock tick of the last match or insert that passed through it. After every step:
@@ -754,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_attach_rules),
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_state_goes_with_device_copy),
+        cmocka_unit_test(test_host_copies),
         cmocka_unit_test(test_random_against_model),
     };
 
