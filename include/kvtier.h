@@ -249,9 +249,11 @@ struct kvt_options {
     uint32_t disk_sync_ms;
     uint64_t disk_sync_bytes;
     /* A shared remote tier (since 0.4; issue 17): a standalone Redis or Valkey server,
-     * "redis://[:PASSWORD@]HOST[:PORT]", or a Redis Cluster: the URL of any node, or a
-     * comma-separated list of seed URLs, "redis://H1:P1,redis://H2:P2" (at most 16; "redis://"
-     * may be left off after the first; one password for all). Whether it is a cluster is what
+     * "redis://[[USER]:PASSWORD@]HOST[:PORT]" (USER: an ACL user, Redis 6+; USER and PASSWORD
+     * percent-decoded, %XX), or a Redis Cluster: the URL of any node, or a comma-separated
+     * list of seed URLs, "redis://H1:P1,redis://H2:P2" (at most 16; "redis://" may be left
+     * off after the first; one user and password for all). A refused AUTH (WRONGPASS) or a
+     * user without GET/SET/EXISTS (NOPERM) costs hits, counted as errors, never the engine. Whether it is a cluster is what
      * the first seed to answer says (CLUSTER SLOTS); pages are then routed by hash slot to
      * their master, MOVED and ASK followed, and a dead master costs the pages of its slots
      * only. Below the disk tier when there is one, else right below the host tier (which it

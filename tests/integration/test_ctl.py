@@ -1827,7 +1827,7 @@ def _():
     r = ctl("remote", "stat", "redis://127.0.0.1:1")
     if r.rc == 2 and "not built in" in r.err:
         raise harness.Skip("kvtier-ctl built without hiredis")
-    for url in ("http://127.0.0.1:6379", "redis://", "redis://host:99999", "redis://u:p@host"):
+    for url in ("http://127.0.0.1:6379", "redis://", "redis://host:99999", "redis://u@host"):
         fails(2, re.escape(f"bad URL '{url}'"), "remote", "verify", url)
     port = free_port()
     for sub in ("stat", "verify"):
@@ -1837,6 +1837,24 @@ def _():
     dead = f"redis://127.0.0.1:{port}"
     fails(2, re.escape(f"bad URL '{dead},http://x'"), "remote", "stat", f"{dead},http://x")
     fails(1, f"cannot connect to 127.0.0.1:{port}: ", "remote", "stat", f"{dead},{dead}")
+
+
+@case("remote: an ACL user reads the server; a refused AUTH or command exits 1 naming it")
+def _():
+    url = redis_url()  # the pages kvtier-bench wrote there
+    port = _redis["port"]
+    for args in ((b"kv", b"on", b">p:w@d", b"~kvt:*", b"+@all"),
+                 (b"nocmd", b"on", b">pw", b"+@all", b"-scan")):
+        eq(resp(port, b"ACL", b"SETUSER", *args), "+OK", "ACL SETUSER")
+    pages = ok_json("remote", "stat", url)["pages"]
+    user_url = f"redis://kv:p%3Aw%40d@127.0.0.1:{port}"
+    eq(ok_json("remote", "stat", user_url)["pages"], pages, "pages seen by the ACL user")
+    eq(ok_json("remote", "verify", user_url)["ok"], True, "verify as the ACL user")
+    for sub in ("stat", "verify"):
+        fails(1, f"127.0.0.1:{port}: AUTH as user kv refused: WRONGPASS", "remote", sub,
+              f"redis://kv:nope@127.0.0.1:{port}")
+        fails(1, f"127.0.0.1:{port}: SCAN: NOPERM", "remote", sub,
+              f"redis://nocmd:pw@127.0.0.1:{port}")
 
 
 # ---- driver ----

@@ -1485,7 +1485,7 @@ static const struct cli_option options[] = {
              "must exist), reused if it holds pages of the same geometry\n"
              "and page size; refused while another process has it open"},
     {"--remote", CLI_STRING, OFF(remote), .arg = "URL",
-     .help = "a shared remote tier, redis://[:PASSWORD@]HOST[:PORT] of a\n"
+     .help = "a shared remote tier, redis://[[USER]:PASSWORD@]HOST[:PORT] of a\n"
              "standalone Redis or Valkey server or of a Redis Cluster\n"
              "node, or a comma-separated list of such URLs (a\n"
              "cluster's seeds: redis://h1:p1,redis://h2:p2); below the\n"
@@ -1583,7 +1583,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--remote needs a host tier (--host-tokens)", NULL);
     if (cfg->remote && !remote_url_ok(cfg->remote))
         return cli_bad_usage(PROG,
-                             "--remote needs a redis://[:PASSWORD@]HOST[:PORT] URL or a "
+                             "--remote needs a redis://[[USER]:PASSWORD@]HOST[:PORT] URL or a "
                              "comma-separated list of them",
                              cfg->remote);
     if (!cfg->disk_tokens != !cfg->dir)

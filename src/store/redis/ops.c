@@ -276,6 +276,7 @@ static void free_store(struct redis_store *r)
     free(r->items);
     free(r->slot_node);
     free(r->password);
+    free(r->user);
     free(r);
 }
 
@@ -345,10 +346,12 @@ static int add_seeds(struct redis_store *r, const struct store_redis_options *o)
 static int alloc_store(struct redis_store *r, const struct store_redis_options *o)
 {
     r->password = o->password ? strdup(o->password) : NULL;
+    r->user = o->user ? strdup(o->user) : NULL;
     r->hint = calloc(HINT_SLOTS, STORE_KEY_BYTES);
     r->items = calloc(ITEMS_MAX, sizeof(*r->items));
     r->slot_node = malloc(STORE_REDIS_SLOTS * sizeof(*r->slot_node));
-    if (!r->hint || !r->items || !r->slot_node || (!r->password && o->password))
+    if (!r->hint || !r->items || !r->slot_node || (!r->password && o->password) ||
+        (!r->user && o->user))
         return -ENOMEM;
     for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
         r->slot_node[s] = NODE_NONE;
@@ -376,7 +379,7 @@ int store_redis_open(const struct store_redis_options *o, struct kvt_store **out
     int rc;
 
     if (!o || !out || !o->page_bytes || o->page_bytes > MAX_PAGE_BYTES - STORE_REDIS_HEAD_BYTES ||
-        o->n_seeds > STORE_REDIS_MAX_SEEDS)
+        o->n_seeds > STORE_REDIS_MAX_SEEDS || (o->user && !o->password))
         return -EINVAL;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;
