@@ -258,6 +258,7 @@ static void redis_stats(struct kvt_store *s, struct store_stats *st)
     *st = r->st;
     st->capacity_pages = r->value_capacity;
     st->in_flight = r->queued;
+    st->remote_errors = st->errors;
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -295,6 +296,7 @@ static void redis_close(struct kvt_store *s)
 
 static const struct store_ops redis_ops = {
     .name = "redis",
+    .remote = true,
     .leading_run = redis_leading_run,
     .read = redis_read,
     .write = redis_write,
