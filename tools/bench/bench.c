@@ -1290,9 +1290,12 @@ static void print_json(const struct bench *b)
     const struct kvt_stats *st = &b->st;
 
     printf("{\"requests\":%" PRIu64 ",\"tokens_total\":%" PRIu64, c->requests, c->tokens_total);
-    printf(",\"tokens_hit\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 ",\"disk\":%" PRIu64
-           ",\"remote\":%" PRIu64 "}",
-           c->hit_device, c->hit_host, c->hit_disk, c->hit_remote);
+    printf(",\"tokens_hit\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 ",\"disk\":%" PRIu64,
+           c->hit_device, c->hit_host, c->hit_disk);
+    if (b->cfg
+            ->remote) /* the remote tier's, apart from the disk's (runs without stay as recorded) */
+        printf(",\"remote\":%" PRIu64, c->hit_remote);
+    printf("}");
     printf(",\"tokens_computed\":%" PRIu64 ",\"tokens_decoded\":%" PRIu64
            ",\"tokens_evicted\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 "}",
            c->computed, c->decoded, st->evicted_tokens, st->host_evicted_tokens);
@@ -1301,8 +1304,9 @@ static void print_json(const struct bench *b)
            ",\"host_to_disk\":%" PRIu64 ",\"disk_to_host\":%" PRIu64 "}",
            c->bytes_compute, c->bytes_verify, st->d2h_bytes, st->h2d_bytes, st->disk_written_bytes,
            st->disk_read_bytes);
-    printf(",\"disk_errors\":%" PRIu64 ",\"remote_errors\":%" PRIu64, st->disk_errors,
-           st->remote_errors);
+    printf(",\"disk_errors\":%" PRIu64, st->disk_errors);
+    if (b->cfg->remote)
+        printf(",\"remote_errors\":%" PRIu64, st->remote_errors);
     printf(",\"seconds\":%.3f,\"tokens_per_second\":%.0f", b->seconds,
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0);
     printf(",\"verify\":{\"pages_checked\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
