@@ -50,7 +50,8 @@ struct sample {
     double ready_s;      /* from the start of the new server to its PING */
     double since_kill_s; /* from the kill to the new server's PING */
     double write_s, read_s;
-    uint64_t failed_ops; /* ops (a write and its read) that failed from the kill on */
+    uint64_t failed_ops;   /* ops (a write and its read) that failed from the kill on */
+    uint64_t failed_after; /* of them, those after the new server's start */
 };
 
 static void sleep_ms(double ms)
@@ -191,6 +192,7 @@ static int until_served(struct kvt_store *s, const struct restart_bench_config *
         if (r)
             x->read_s = cli_now() - t0;
         x->failed_ops += !r;
+        x->failed_after += !r;
         if (!r)
             sleep_ms(0.2); /* an engine's next op comes soon, not at once */
     }
@@ -251,9 +253,10 @@ static void report(const struct restart_bench_config *c, const struct sample *x,
                c->page_bytes, c->batch, c->backoff_max_ms);
         for (size_t i = 0; i < n; i++)
             printf("%s{\"down_ms\":%u,\"ping_ms\":%.1f,\"bound_ms\":%.1f,"
-                   "\"first_write_ms\":%.1f,\"first_read_ms\":%.1f,\"failed_ops\":%" PRIu64 "}",
+                   "\"first_write_ms\":%.1f,\"first_read_ms\":%.1f,\"failed_ops\":%" PRIu64
+                   ",\"failed_after_start\":%" PRIu64 "}",
                    i ? "," : "", x[i].down_ms, x[i].ready_s * 1e3, bound_s(c, &x[i]) * 1e3,
-                   x[i].write_s * 1e3, x[i].read_s * 1e3, x[i].failed_ops);
+                   x[i].write_s * 1e3, x[i].read_s * 1e3, x[i].failed_ops, x[i].failed_after);
         printf("]}\n");
         return;
     }
@@ -261,16 +264,18 @@ static void report(const struct restart_bench_config *c, const struct sample *x,
            "again while ops run (an op: %" PRIu64 " pages of %u B written, then read back);\n"
            "backoff 20 ms doubling to %u ms\n\n",
            c->batch, c->page_bytes, c->backoff_max_ms);
-    printf("  %8s %8s %9s %15s %14s %11s\n", "down ms", "PING ms", "bound ms", "first write ms",
-           "first read ms", "failed ops");
+    printf("  %8s %8s %9s %15s %14s %11s %12s\n", "down ms", "PING ms", "bound ms",
+           "first write ms", "first read ms", "failed ops", "after start");
     for (size_t i = 0; i < n; i++)
-        printf("  %8u %8.1f %9.1f %15.1f %14.1f %11" PRIu64 "\n", x[i].down_ms, x[i].ready_s * 1e3,
-               bound_s(c, &x[i]) * 1e3, x[i].write_s * 1e3, x[i].read_s * 1e3, x[i].failed_ops);
+        printf("  %8u %8.1f %9.1f %15.1f %14.1f %11" PRIu64 " %12" PRIu64 "\n", x[i].down_ms,
+               x[i].ready_s * 1e3, bound_s(c, &x[i]) * 1e3, x[i].write_s * 1e3, x[i].read_s * 1e3,
+               x[i].failed_ops, x[i].failed_after);
     printf("\n  ms from starting the new server (empty, on the old port). PING: when it answered;\n"
            "  bound: the store's first connect due after that (connects at 20, 60, 140, ... ms\n"
            "  from the kill, the gaps doubling to the backoff max), what the first write waits\n"
            "  for at most, its own time aside; one that came while the server was starting and\n"
-           "  already listening finds it sooner.\n");
+           "  already listening finds it sooner. Failed ops: from the kill on (an op failing\n"
+           "  fast while the backoff runs), and of them after the new server's start.\n");
 }
 
 static int run_reps(const struct restart_bench_config *c, struct server *srv, struct kvt_store *s,
