@@ -249,18 +249,20 @@ struct kvt_options {
     uint32_t disk_sync_ms;
     uint64_t disk_sync_bytes;
     /* A shared remote tier (since 0.4; issue 17): a standalone Redis or Valkey server,
-     * "redis://[:PASSWORD@]HOST[:PORT]", or a Redis Cluster: the URL of any node, or a
-     * comma-separated list of seed URLs, "redis://H1:P1,redis://H2:P2" (at most 16; "redis://"
-     * may be left off after the first; one password for all). Whether it is a cluster is what
-     * the first seed to answer says (CLUSTER SLOTS); pages are then routed by hash slot to
-     * their master, MOVED and ASK followed, and a dead master costs the pages of its slots
-     * only. Below the disk tier when there is one, else right below the host tier (which it
-     * needs). Engines on many hosts share what any of them wrote. Pages go there as they go
-     * to the disk tier (disk_write_policy); reads come from the nearest tier holding them.
-     * Every value read is checked (a failing one is a miss, never served), and a server that
-     * is down, slow or emptied costs only hits: ops fail within remote_timeout_ms and the
-     * engine serves on. NULL (default): none. A URL that is not of that form is -EINVAL; in
-     * a build without hiredis any remote is KVT_ENOBACKEND. */
+     * "redis://[[USER]:PASSWORD@]HOST[:PORT]" (USER: an ACL user, Redis 6+; USER and PASSWORD
+     * percent-decoded, %XX), or a Redis Cluster: the URL of any node, or a comma-separated
+     * list of seed URLs, "redis://H1:P1,redis://H2:P2" (at most 16; "redis://" may be left
+     * off after the first; one user and password for all). A refused AUTH (WRONGPASS) or a
+     * user without GET/SET/EXISTS (NOPERM) costs hits, counted as errors, never the engine. Whether
+     * it is a cluster is what the first seed to answer says (CLUSTER SLOTS); pages are then routed
+     * by hash slot to their master, MOVED and ASK followed, and a dead master costs the pages of
+     * its slots only. Below the disk tier when there is one, else right below the host tier (which
+     * it needs). Engines on many hosts share what any of them wrote. Pages go there as they go to
+     * the disk tier (disk_write_policy); reads come from the nearest tier holding them. Every value
+     * read is checked (a failing one is a miss, never served), and a server that is down, slow or
+     * emptied costs only hits: ops fail within remote_timeout_ms and the engine serves on. NULL
+     * (default): none. A URL that is not of that form is -EINVAL; in a build without hiredis any
+     * remote is KVT_ENOBACKEND. */
     const char *remote;
     uint32_t remote_timeout_ms; /* connect, read and write timeouts; 0: 1000 */
     uint32_t remote_ttl_s;      /* seconds a page lives on the server; 0: until it evicts it */
@@ -348,9 +350,10 @@ struct kvt_stats {
     uint64_t h2d_bytes, d2h_bytes;  /* bytes of completed transfers */
     uint64_t ops_in_flight;         /* transfers not yet applied by kvt_poll */
     /* disk tier (all 0 without one) */
-    uint64_t disk_tokens;         /* token capacity of the data dir */
-    uint64_t disk_cached_tokens;  /* tokens the index holds */
-    uint64_t disk_hit_tokens;     /* tokens found on disk past the host part of a match */
+    uint64_t disk_tokens;        /* token capacity of the data dir */
+    uint64_t disk_cached_tokens; /* tokens the index holds */
+    uint64_t disk_hit_tokens;    /* tokens found on disk past the host part of a match */
+    /* (with a remote tier, these four count the disk alone: remote_* below) */
     uint64_t disk_read_tokens;    /* tokens read disk -> host, checked */
     uint64_t disk_written_tokens; /* tokens written host -> disk, committed (disk_sync) */
     uint64_t disk_errors;         /* failed checksums, bad records, I/O errors, full disk */
@@ -387,6 +390,15 @@ struct kvt_stats {
     uint64_t mamba_restored_states; /* host copies brought back onto the device */
     uint64_t mamba_stored_states;   /* checkpoints written to the store below (disk, remote) */
     uint64_t mamba_fetched_states;  /* states read back from it with their KV */
+    /* The remote tier (options.remote; all 0 without one; since 0.5), counted apart from the
+     * disk: with both, disk_hit_tokens, disk_read_tokens, disk_written_tokens and disk_errors
+     * count the disk alone and these the remote server(s); with a remote alone, these count it
+     * and those are 0. disk_tokens, disk_cached_tokens, disk_read_bytes, disk_written_bytes and
+     * disk_ops_in_flight still cover the stores below the host together. */
+    uint64_t remote_hit_tokens;     /* tokens found on the remote past the host and disk */
+    uint64_t remote_read_tokens;    /* tokens read remote -> host, checked */
+    uint64_t remote_written_tokens; /* tokens the remote kept (SET answered, or there already) */
+    uint64_t remote_errors;         /* failed checks, refused or failed commands, dead servers */
 };
 
 typedef struct kvt_engine kvt_engine;

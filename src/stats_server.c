@@ -140,6 +140,10 @@ static const struct stat_field fields[] = {
     C(mamba_restored_states, "host copies of Mamba states brought back onto the device"),
     C(mamba_stored_states, "Mamba checkpoints written to the store below (disk, remote)"),
     C(mamba_fetched_states, "Mamba states read back from the store below with their KV"),
+    C(remote_hit_tokens, "tokens found on the remote tier past the host and disk"),
+    C(remote_read_tokens, "tokens read remote to host"),
+    C(remote_written_tokens, "tokens the remote tier kept"),
+    C(remote_errors, "remote pages failed: damaged, refused, failed commands, dead servers"),
 };
 #undef G
 #undef C

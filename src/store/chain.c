@@ -37,6 +37,13 @@ struct chain_store {
     struct chain_op *head, *tail;
     uint8_t *keys; /* a read's keys back to back, for leading_run */
     size_t keys_cap;
+    /* The last leading run by store: run_remote's answer. A run alternates stores rarely,
+     * so a few segments, grown as needed. */
+    struct segment {
+        size_t end; /* the run's pages before this one's end */
+        bool remote;
+    } * segs;
+    size_t nsegs, segs_cap;
 };
 
 static struct chain_store *cs(struct kvt_store *s)
@@ -148,13 +155,52 @@ static void collect_parts(struct chain_store *c)
         } while (got == 16);
 }
 
-static void report(const struct chain_op *op, struct store_done *d)
+static bool is_remote(const struct chain_store *c, uint32_t k)
+{
+    return c->stores[k]->ops->remote;
+}
+
+/* A read's leading pages read (result 0 from the first on), by the kind of store of the
+ * part that read each. Parts are in page order. */
+static void split_read(const struct chain_store *c, const struct chain_op *op, struct store_done *d)
+{
+    uint32_t lead = 0;
+
+    while (lead < op->n && op->results[lead] == 0)
+        lead++;
+    for (uint32_t i = 0; i < op->nparts; i++) {
+        const struct part *p = &op->parts[i];
+        uint32_t end = p->first + p->count < lead ? p->first + p->count : lead;
+        uint32_t got = end > p->first ? end - p->first : 0;
+        *(is_remote(c, p->store) ? &d->remote_ok : &d->near_ok) += got;
+    }
+}
+
+/* A write's pages kept, by the kind of store that kept each. */
+static void split_write(const struct chain_store *c, const struct chain_op *op,
+                        struct store_done *d)
+{
+    for (uint32_t i = 0; i < op->n; i++) {
+        bool near = false, remote = false;
+        for (uint32_t k = 0; k < c->n; k++)
+            if (op->store_results[(size_t)k * op->n + i] == 0)
+                *(is_remote(c, k) ? &remote : &near) = true;
+        d->near_ok += near;
+        d->remote_ok += remote;
+    }
+}
+
+static void report(const struct chain_store *c, const struct chain_op *op, struct store_done *d)
 {
     uint32_t ok = 0;
 
     for (uint32_t i = 0; i < op->n; i++)
         ok += op->results[i] == 0;
-    *d = (struct store_done){op->id, op->kind, op->n, ok};
+    *d = (struct store_done){op->id, op->kind, op->n, ok, .split = 1};
+    if (op->kind == STORE_OP_READ)
+        split_read(c, op, d);
+    else
+        split_write(c, op, d);
 }
 
 static void unlink_op(struct chain_store *c, struct chain_op *op, struct chain_op *prev)
@@ -169,14 +215,31 @@ static void unlink_op(struct chain_store *c, struct chain_op *op, struct chain_o
 
 /* ---- the contract ---- */
 
+/* One more segment of the run being found; false when out of memory (run_remote then
+ * knows less of the run: its pages count as near). */
+static bool add_segment(struct chain_store *c, size_t end, bool remote)
+{
+    if (c->nsegs == c->segs_cap) {
+        size_t cap = c->segs_cap ? 2 * c->segs_cap : 4;
+        struct segment *grown = realloc(c->segs, cap * sizeof(*grown));
+        if (!grown)
+            return false;
+        c->segs = grown;
+        c->segs_cap = cap;
+    }
+    c->segs[c->nsegs++] = (struct segment){end, remote};
+    return true;
+}
+
 /* From key p on: the longest run each key of which some store holds, nearest first. */
 static int chain_leading_run(struct kvt_store *s, const uint8_t *keys, size_t n, size_t *run)
 {
     struct chain_store *c = cs(s);
     size_t p = 0, r;
-    bool more = true;
+    bool more = true, room = true;
     int rc;
 
+    c->nsegs = 0;
     while (p < n && more) {
         more = false;
         for (uint32_t k = 0; k < c->n && !more; k++) {
@@ -184,10 +247,23 @@ static int chain_leading_run(struct kvt_store *s, const uint8_t *keys, size_t n,
                 return rc;
             more = r > 0;
             p += r;
+            room = room && (!r || add_segment(c, p, is_remote(c, k)));
         }
     }
     *run = p;
     return 0;
+}
+
+static size_t chain_run_remote(struct kvt_store *s, size_t pages)
+{
+    const struct chain_store *c = cs(s);
+    size_t start = 0, remote = 0;
+
+    for (size_t i = 0; i < c->nsegs && start < pages; start = c->segs[i++].end) {
+        size_t end = c->segs[i].end < pages ? c->segs[i].end : pages;
+        remote += c->segs[i].remote ? end - start : 0;
+    }
+    return remote;
 }
 
 static int keys_reserve(struct chain_store *c, const struct store_rpage *pages, size_t n)
@@ -309,7 +385,7 @@ static size_t chain_poll(struct kvt_store *s, struct store_done *done, size_t ma
             prev = op;
             continue;
         }
-        report(op, &done[got++]);
+        report(c, op, &done[got++]);
         unlink_op(c, op, prev);
         op_free(op);
     }
@@ -353,7 +429,7 @@ static int chain_wait_for(struct kvt_store *s, uint64_t id, int timeout_ms, stru
             fail_part(op, p, rc);
         part_done(c, op, p);
     }
-    report(op, done);
+    report(c, op, done);
     unlink_op(c, op, prev);
     op_free(op);
     return 0;
@@ -391,6 +467,7 @@ static void chain_stats(struct kvt_store *s, struct store_stats *st)
         st->recovered += k.recovered;
         st->index_rebuilt |= k.index_rebuilt;
         st->io = i == 0 ? k.io : st->io;
+        st->remote_errors += k.remote_errors;
     }
 }
 
@@ -406,6 +483,7 @@ static void chain_close(struct kvt_store *s)
         op_free(op);
     }
     free(c->keys);
+    free(c->segs);
     free(c);
 }
 
@@ -418,6 +496,7 @@ static const struct store_ops chain_ops = {
     .wait_for = chain_wait_for,
     .drain = chain_drain,
     .stats = chain_stats,
+    .run_remote = chain_run_remote,
     .close = chain_close,
 };
 

@@ -11,7 +11,11 @@
  *   store's miss (KVT_ECORRUPT): the engine recomputes it, as it would with one store.
  * - leading_run is the longest run of keys each held by some store.
  * - Stats: pages and capacity are the largest store's (every store gets every write); errors
- *   and bytes add up. Ops and their ids are the chain's own.
+ *   and bytes add up, remote_errors those of its remote stores. Ops and their ids are the
+ *   chain's own.
+ * - Where pages came from, by kind (store_ops.remote): a completed op's store_done is split
+ *   (a read's leading pages by the store that read them, a write's pages by the kinds of
+ *   store that kept them), and run_remote tells the remote part of the last leading run.
  * Every store must have the chain's page size. The owner's thread only, like every store;
  * stats from any thread when every store allows it.
  */

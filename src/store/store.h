@@ -17,6 +17,11 @@
  * shared by reads and writes); poll collects what has completed, wait_for blocks for one op.
  * A page's buffer stays the caller's, untouched by the store after the op completes, and
  * valid until then. One owner thread calls every function except stats, which any thread may.
+ *
+ * Where a page came from: a store on another machine says so (ops->remote), and a chain,
+ * which holds stores of both kinds, splits its figures by kind (store_done's split,
+ * store_stats' remote_errors, run_remote), so the tier above counts the remote tier's hits,
+ * reads, writes and errors apart from the disk's.
  */
 #ifndef KVT_STORE_H
 #define KVT_STORE_H
@@ -56,6 +61,12 @@ struct store_done {
     uint32_t kind; /* enum store_op_kind */
     uint32_t pages;
     uint32_t ok; /* pages whose result is 0 */
+    /* Set by a chain (split 1); any other store leaves them 0, and its pages are all of its
+     * own kind (ops->remote). Reads: of the leading pages read (result 0 from the first
+     * on), near_ok a near store (the disk) served, remote_ok a remote one. Writes: the pages
+     * a near store kept, and those a remote one kept (a page kept by both counts in both). */
+    uint32_t split;
+    uint32_t near_ok, remote_ok;
 };
 
 struct store_stats {
@@ -68,12 +79,14 @@ struct store_stats {
     uint64_t recovered;     /* pages whose records were rebuilt at open (disk) */
     uint32_t index_rebuilt; /* 1: the store's index was rebuilt at open (disk) */
     uint32_t io;            /* enum kvt_disk_io in use (disk); 0 otherwise */
+    uint64_t remote_errors; /* of errors, a remote store's (ops->remote: all of them) */
 };
 
 struct kvt_store;
 
 struct store_ops {
     const char *name;
+    bool remote; /* the pages live on another machine (a Redis server), not on this one's disk */
     /* *run = how many of the first keys (n, back to back) are all present. */
     int (*leading_run)(struct kvt_store *s, const uint8_t *keys, size_t n, size_t *run);
     /* Queue n page reads; *leading (may be NULL) = the first pages found and on their way,
@@ -91,6 +104,9 @@ struct store_ops {
      * (the drops of bad pages a read found). */
     int (*drain)(struct kvt_store *s);
     void (*stats)(struct kvt_store *s, struct store_stats *st);
+    /* Optional (NULL: the store is all one kind): of the first `pages` of the run the last
+     * leading_run answered, how many a remote store holds (a chain's, nearest first). */
+    size_t (*run_remote)(struct kvt_store *s, size_t pages);
     /* Wait for every op, then free everything; the buffers of ops in flight must stay valid
      * until it returns. */
     void (*close)(struct kvt_store *s);
@@ -139,6 +155,14 @@ static inline int store_drain(struct kvt_store *s)
 static inline void store_stats(struct kvt_store *s, struct store_stats *st)
 {
     s->ops->stats(s, st);
+}
+
+/* Of the first pages of the last leading run, those a remote store holds. */
+static inline size_t store_run_remote(struct kvt_store *s, size_t pages)
+{
+    if (s->ops->run_remote)
+        return s->ops->run_remote(s, pages);
+    return s->ops->remote ? pages : 0;
 }
 
 /* NULL is a no-op. */

@@ -51,9 +51,11 @@ struct store_tier {
     struct rdx_disk_page *dpages;
     struct store_wpage *wpages;
     struct store_rpage *rpages;
+    /* Tokens, by the kind of store that found, read or kept them: near (this machine's
+     * disk) and remote (store_ops.remote), so the stats count the remote tier apart. */
     struct {
         uint64_t hit, read, written;
-    } count; /* tokens */
+    } count, remote;
 };
 
 static struct store_tier *st_of(const struct tier *t)
@@ -108,21 +110,32 @@ static size_t count_ok(const int *results, size_t n)
     return ok;
 }
 
-/* Apply a completed op to the tree and forget it. The nodes it names are held by its mark,
- * so the refs are live: the tree calls cannot fail here. */
-static void apply(struct store_tier *s, struct store_op *op)
+/* A completed op's pages read or kept, near (count) and remote: a chain says which were
+ * which; any other store's are all of its kind. */
+static void count_op(struct store_tier *s, const struct store_op *op, const struct store_done *d)
 {
     uint32_t ps = s->opts->page_size;
+    bool read = op->kind == STORE_OP_READ;
+    size_t ok = read ? leading_ok(op->results, op->n) : count_ok(op->results, op->n);
+    size_t near = d->split ? d->near_ok : s->store->ops->remote ? 0 : ok;
+    size_t remote = d->split ? d->remote_ok : s->store->ops->remote ? ok : 0;
 
+    *(read ? &s->count.read : &s->count.written) += near * ps;
+    *(read ? &s->remote.read : &s->remote.written) += remote * ps;
+}
+
+/* Apply a completed op (d: what the store said of it) to the tree and forget it. The nodes
+ * it names are held by its mark, so the refs are live: the tree calls cannot fail here. */
+static void apply(struct store_tier *s, struct store_op *op, const struct store_done *d)
+{
     if (op->kind == OP_STATE) {
         free(op->stage); /* a state not stored whole is a miss when read: nothing to undo */
     } else if (op->kind == STORE_OP_READ) {
-        size_t ok = leading_ok(op->results, op->n);
-        rdx_fill_done(tree_of(s), op->node, op->tag, ok);
-        s->count.read += ok * ps;
+        rdx_fill_done(tree_of(s), op->node, op->tag, leading_ok(op->results, op->n));
+        count_op(s, op, d);
     } else {
         rdx_disk_done(tree_of(s), op->node, op->tag, op->results, op->n);
-        s->count.written += count_ok(op->results, op->n) * ps;
+        count_op(s, op, d);
     }
     free(op->results);
     *op = s->ops[--s->nops];
@@ -139,7 +152,7 @@ static size_t store_tier_poll(struct tier *t, size_t max)
             struct store_op *op = find_id(s, d[i].op);
 
             if (op)
-                apply(s, op);
+                apply(s, op, &d[i]);
         }
         total += n;
     }
@@ -152,7 +165,7 @@ static int wait_one(struct store_tier *s, struct store_op *op, int timeout_ms)
     int rc = store_wait_for(s->store, op->id, timeout_ms, &d);
 
     if (rc == 0)
-        apply(s, op);
+        apply(s, op, &d);
     return rc;
 }
 
@@ -230,10 +243,15 @@ static size_t store_tier_find(struct tier *t, const struct kvt_key *key, const s
     return run;
 }
 
+/* found: the first pages of the run find's leading_run answered. */
 static void store_tier_matched(struct tier *t, const struct rdx_hit *hit, size_t found)
 {
+    struct store_tier *s = st_of(t);
+    size_t remote = found ? store_run_remote(s->store, found) : 0;
+
     (void)hit;
-    st_of(t)->count.hit += found * st_of(t)->opts->page_size;
+    s->count.hit += (found - remote) * s->opts->page_size;
+    s->remote.hit += remote * s->opts->page_size;
 }
 
 static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, size_t n,
@@ -500,7 +518,11 @@ static void store_tier_stats(const struct tier *t, struct kvt_stats *st)
     st->disk_hit_tokens = s->count.hit;
     st->disk_read_tokens = s->count.read;
     st->disk_written_tokens = s->count.written;
-    st->disk_errors = ss.errors;
+    st->disk_errors = ss.errors - ss.remote_errors;
+    st->remote_hit_tokens = s->remote.hit;
+    st->remote_read_tokens = s->remote.read;
+    st->remote_written_tokens = s->remote.written;
+    st->remote_errors = ss.remote_errors;
     st->disk_read_bytes = ss.bytes_read;
     st->disk_written_bytes = ss.bytes_written;
     st->disk_ops_in_flight = s->nops;

@@ -443,17 +443,20 @@ def _():
     j = ok_json("stat", d)
     states = [n for n in j["namespaces"] if n["states"]]
     eq(len(states), 1, "one namespace of states")
-    # A state of 2 x (64 + 256) bytes is one page; a state cached twice is stored once.
+    # A state of 2 x (64 + 256) bytes is one page; a state cached twice is stored once. A
+    # state whose KV page never reached the disk (a backup the host had no room for) hangs
+    # from nothing: detached, as such KV pages are, and no problem.
     check(0 < states[0]["pages"] <= stored, f"state pages {states[0]} for {stored} written")
-    eq((states[0]["detached"], j["problems"]["total"]), (0, 0), "detached states, problems")
+    check(states[0]["detached"] < states[0]["pages"], f"most states hang from KV: {states[0]}")
+    eq(j["problems"]["total"], 0, "problems")
     check(re.search(r"states +%d " % states[0]["pages"], ok("stat", d).out), "stat text row")
     v = ok_json("verify", d)
-    eq((v["problems"], v["detached"]), (0, 0), "verify: problems, detached")
+    eq(v["problems"], 0, "verify: problems")
     # ls names each by the prefix it follows: a checkpoint, on the grid of 64 tokens.
     pages = ok_json("ls", d, "--ns", "states")["pages"]
     eq(len(pages), states[0]["pages"], "ls --ns states")
-    check(all(p["prefix_tokens"] and p["prefix_tokens"] % 64 == 0 for p in pages),
-          f"state pages follow checkpoints: {[p['prefix_tokens'] for p in pages]}")
+    hung = [p["prefix_tokens"] for p in pages if p["state"] == "ok"]
+    check(hung and all(t and t % 64 == 0 for t in hung), f"state pages follow checkpoints: {hung}")
 
 
 @case("stat, ls and tree on live_engine's dir: three namespaces, named by their bytes")
@@ -1832,7 +1835,7 @@ def _():
     r = ctl("remote", "stat", "redis://127.0.0.1:1")
     if r.rc == 2 and "not built in" in r.err:
         raise harness.Skip("kvtier-ctl built without hiredis")
-    for url in ("http://127.0.0.1:6379", "redis://", "redis://host:99999", "redis://u:p@host"):
+    for url in ("http://127.0.0.1:6379", "redis://", "redis://host:99999", "redis://u@host"):
         fails(2, re.escape(f"bad URL '{url}'"), "remote", "verify", url)
     port = free_port()
     for sub in ("stat", "verify"):
@@ -1842,6 +1845,27 @@ def _():
     dead = f"redis://127.0.0.1:{port}"
     fails(2, re.escape(f"bad URL '{dead},http://x'"), "remote", "stat", f"{dead},http://x")
     fails(1, f"cannot connect to 127.0.0.1:{port}: ", "remote", "stat", f"{dead},{dead}")
+
+
+@case("remote: an ACL user reads the server; a refused AUTH or command exits 1 naming it")
+def _():
+    url = redis_url()  # the pages kvtier-bench wrote there
+    port = _redis["port"]
+    for args in ((b"kv", b"on", b">p:w@d", b"~kvt:*", b"+@all"),
+                 (b"nocmd", b"on", b">pw", b"+@all", b"-scan")):
+        eq(resp(port, b"ACL", b"SETUSER", *args), "+OK", "ACL SETUSER")
+    pages = ok_json("remote", "stat", url)["pages"]
+    user_url = f"redis://kv:p%3Aw%40d@127.0.0.1:{port}"
+    eq(ok_json("remote", "stat", user_url)["pages"], pages, "pages seen by the ACL user")
+    # Another case may have left a bad value there: the ACL user sees what the default one does.
+    plain, user = (ctl("remote", "verify", u, "--json") for u in (url, user_url))
+    eq((user.rc, user.json()["good"], user.json()["bad"]),
+       (plain.rc, plain.json()["good"], plain.json()["bad"]), "verify as the ACL user")
+    for sub in ("stat", "verify"):
+        fails(1, f"127.0.0.1:{port}: AUTH as user kv refused: WRONGPASS", "remote", sub,
+              f"redis://kv:nope@127.0.0.1:{port}")
+        fails(1, f"127.0.0.1:{port}: SCAN: NOPERM", "remote", sub,
+              f"redis://nocmd:pw@127.0.0.1:{port}")
 
 
 # ---- driver ----

@@ -424,6 +424,38 @@ def _():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@case("--remote-restart: the store serves again after its server restarts, within the backoff")
+def _():
+    if not shutil.which("redis-server"):
+        raise Skip("redis-server is not installed")
+    r = run("--remote-restart", "50,700", "--reps", "1", "--backoff-max-ms", "200", "--json")
+    if r.rc == 1 and "not built in" in r.err:
+        raise Skip("kvtier-store-bench was built without hiredis")
+    eq(r.rc, 0, f"exit status{r.where()}")
+    j = r.json()
+    eq((j["page_bytes"], j["batch"], j["backoff_max_ms"]), (65536, 8, 200), "config")
+    eq([x["down_ms"] for x in j["samples"]], [50, 700], "a rep per down time")
+    for x in j["samples"]:
+        check(x["ping_ms"] > 0, f"the new server answered: {x}")
+        check(0 < x["first_write_ms"] <= x["first_read_ms"], f"write, then read: {x}")
+        check(x["failed_ops"] > 0 and x["failed_after_start"] <= x["failed_ops"],
+              f"ops failed while the server was down: {x}")
+        # The bound: the PING, then at most one backoff wait (200 ms); the store served by
+        # then, a second of slack for a loaded machine's scheduling and the op's own time.
+        check(x["bound_ms"] <= x["ping_ms"] + 200 + 1, f"the backoff's bound: {x}")
+        check(x["first_write_ms"] <= x["bound_ms"] + 1000, f"served within the bound: {x}")
+    t = run("--remote-restart", "50", "--reps", "1")
+    eq(t.rc, 0, f"text report{t.where()}")
+    check("first write ms" in t.out and "bound ms" in t.out, f"text: {t.out!r}")
+    for args, pat in ((["--backoff-max-ms", "5"], "go with --remote-restart"),
+                      (["--remote-restart", "50", "--remote", "redis://127.0.0.1:1"],
+                       "no --remote"),
+                      (["--remote-restart", "50", "--batch", "257"], "up to 256")):
+        u = run(*args)
+        eq(u.rc, 2, f"{args}{u.where()}")
+        check(re.search(pat, u.err), f"{args}: {u.err!r}")
+
+
 # ---- driver ----
 
 def main():

@@ -3,7 +3,10 @@
  * (test_store_contract has a chain row): each run is read from the nearest store holding its
  * first page, runs are put together across stores, a page that fails its check in the store read is
  * a miss and never another store's bytes, a write counts when any store kept it, and a chain of
- * mismatched stores is refused. Two mem stores, so each store's share can be counted.
+ * mismatched stores is refused. Two mem stores, so each store's share can be counted; one
+ * of them posing as remote (ops->remote) for the split the tier above counts by: reads' leading
+ * pages and writes' kept pages by kind (store_done), a leading run's remote part (run_remote),
+ * and errors (store_stats).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,6 +80,8 @@ static struct kvt_store *chain2(struct kvt_store *a, struct kvt_store *b)
     return c;
 }
 
+static struct store_done last_done; /* put's and get's op, as the store reported it */
+
 /* Write pages [first, first + n) to s; each page's result in res; the op's ok count. */
 static uint32_t put(struct kvt_store *s, uint32_t first, uint32_t n, int *res)
 {
@@ -94,6 +99,7 @@ static uint32_t put(struct kvt_store *s, uint32_t first, uint32_t n, int *res)
     assert_int_equal(store_write(s, w, n, res, &op), 0);
     assert_int_equal(store_wait_for(s, op, -1, &d), 0);
     assert_int_equal(d.pages, n);
+    last_done = d;
     return d.ok;
 }
 
@@ -130,6 +136,7 @@ static void get(struct kvt_store *s, const uint32_t *ids, uint32_t n, int *res, 
         ok++;
     }
     assert_int_equal(d.ok, ok);
+    last_done = d;
     free(got);
 }
 
@@ -332,6 +339,61 @@ static void test_lost_part_fails(void **state)
 }
 
 /* Bad chains are refused and the stores stay the caller's. */
+/* A mem store that says it is remote: a copy of its ops with the flag set. */
+static struct kvt_store *as_remote(struct kvt_store *s, struct store_ops *ops)
+{
+    *ops = *s->ops;
+    ops->remote = true;
+    s->ops = ops;
+    return s;
+}
+
+static void expect_split(uint32_t near, uint32_t remote)
+{
+    assert_int_equal(last_done.split, 1);
+    assert_int_equal(last_done.near_ok, near);
+    assert_int_equal(last_done.remote_ok, remote);
+}
+
+/* Which kind of store served each page, as the tier above counts disk and remote apart. */
+static void test_remote_split(void **state)
+{
+    struct store_ops remote_ops;
+    struct faults f = {0};
+    struct kvt_store *a = mem(32, &f), *b = as_remote(mem(32, NULL), &remote_ops);
+    struct kvt_store *c = chain2(a, b);
+    struct store_stats st;
+    uint32_t ids[14];
+    int res[14];
+
+    (void)state;
+    put_all(a, 0, 4);
+    put_all(b, 4, 4);
+    put_all(a, 8, 4);
+    put_all(b, 13, 1);
+    ids_from(ids, 0, 14);
+    /* The run: 4 near, 4 remote, 4 near; run_remote answers for its first pages. */
+    assert_int_equal(run_of(c, ids, 14), 12);
+    assert_int_equal(store_run_remote(c, 3), 0);
+    assert_int_equal(store_run_remote(c, 6), 2);
+    assert_int_equal(store_run_remote(c, 12), 4);
+    assert_int_equal(store_run_remote(c, 20), 4);
+    assert_int_equal(store_run_remote(a, 5), 0); /* one store: all of its own kind */
+    assert_int_equal(store_run_remote(b, 5), 5);
+    /* Of the leading pages read (12: page 12 is a miss), by kind; page 13 is past them. */
+    get(c, ids, 14, res, NULL);
+    expect_split(8, 4);
+    /* Writes: kept by both, then by the remote alone (the near one failing). */
+    put_all(c, 20, 3);
+    expect_split(3, 3);
+    f.err = -EIO;
+    put_all(c, 23, 2);
+    expect_split(0, 2);
+    store_stats(c, &st);
+    assert_int_equal(st.remote_errors, 0); /* a mem store counts no errors of a remote kind */
+    store_close(c);
+}
+
 static void test_open_refuses(void **state)
 {
     struct store_mem_options o = {
@@ -358,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_nearest_first),    cmocka_unit_test(test_runs_across_stores),
         cmocka_unit_test(test_damage_is_a_miss), cmocka_unit_test(test_write_results),
         cmocka_unit_test(test_open_refuses),     cmocka_unit_test(test_lost_part_fails),
+        cmocka_unit_test(test_remote_split),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

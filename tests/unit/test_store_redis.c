@@ -8,7 +8,10 @@
  * - the server killed: ops fail (-EIO / -ECONNREFUSED) within the timeouts and leading_run
  *   answers 0 at once; a new server on the port and the store serves again;
  * - the server stopped (SIGSTOP): ops fail within the read timeout, nothing hangs;
- * - a TTL: the page is there, then gone once it expires.
+ * - a TTL: the page is there, then gone once it expires;
+ * - ACL users (AUTH user password): the right user and password (percent-encoded ':', '@', ',')
+ *   read and write; a wrong password, or a user without GET and SET, gets misses, counted
+ *   (auth_refused, denied, the server's text), and the store goes on.
  * And over a 3-master Redis Cluster of the test's own (redis_cluster.h):
  * - pages spread over every master, found from any one seed, read exact;
  * - a slot migrated while the store runs: ASK while its keys move (the map untouched), then
@@ -75,8 +78,7 @@ static void make_pages(struct fixture *f, uint32_t seed)
     }
 }
 
-/* On a cluster, the seeds come from f->url as options.remote gives them. */
-static int open_store(struct fixture *f, uint32_t ttl_s)
+static void default_options(struct fixture *f, uint32_t ttl_s)
 {
     f->o = (struct store_redis_options){.port = f->srv.port,
                                         .page_bytes = PAGE_BYTES,
@@ -87,6 +89,12 @@ static int open_store(struct fixture *f, uint32_t ttl_s)
                                         .backoff_max_ms = 200,
                                         .ttl_s = ttl_s};
     memset(f->o.fingerprint, 0x42, sizeof(f->o.fingerprint));
+}
+
+/* On a cluster, the seeds come from f->url as options.remote gives them. */
+static int open_store(struct fixture *f, uint32_t ttl_s)
+{
+    default_options(f, ttl_s);
     if (f->cluster && store_redis_parse_url(f->url, f->url_buf, sizeof(f->url_buf), &f->o))
         return -1;
     return store_redis_open(&f->o, &f->s);
@@ -102,6 +110,17 @@ static int setup(void **state)
     make_pages(f, 1);
     *state = f;
     return 0;
+}
+
+/* f->s replaced by a store on f->srv opened from url (options.remote's form). */
+static void reopen_url(struct fixture *f, const char *fmt)
+{
+    store_close(f->s);
+    f->s = NULL;
+    snprintf(f->url, sizeof(f->url), fmt, f->srv.port);
+    default_options(f, 0);
+    assert_int_equal(store_redis_parse_url(f->url, f->url_buf, sizeof(f->url_buf), &f->o), 0);
+    assert_int_equal(store_redis_open(&f->o, &f->s), 0);
 }
 
 static int setup_cluster(void **state)
@@ -569,6 +588,76 @@ static void test_cluster_master_stopped(void **state)
     until_served(f);
 }
 
+static void acl_setuser(struct fixture *f, const char *user, const char *pass_rule,
+                        const char *cmds)
+{
+    const char *argv[] = {"ACL", "SETUSER", user, "on", pass_rule, "~kvt:*", "+@all", cmds};
+
+    assert_int_equal(redis_server_cmd(&f->srv, cmds ? 8 : 7, argv, NULL), 0);
+}
+
+/* Every page of the n first fails with -EACCES, written or read; nothing is found. */
+static void expect_refused(struct fixture *f, size_t n)
+{
+    int res[MAX_PAGES];
+    size_t run = 1;
+
+    write_pages(f, n, res);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(res[i], -EACCES);
+    assert_int_equal(read_pages(f, n, res), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(res[i], -EACCES);
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], n, &run), 0);
+    assert_int_equal(run, 0);
+}
+
+static void test_acl_users(void **state)
+{
+    struct fixture *f = *state;
+    struct store_redis_counters c;
+    struct store_stats st;
+    int res[MAX_PAGES];
+
+    acl_setuser(f, "kv", ">p:w@d,1", NULL);
+    acl_setuser(f, "nocmd", ">pw", "-get");
+    assert_int_equal(redis_server_cmd(&f->srv, 7,
+                                      (const char *[]){"ACL", "SETUSER", "nocmd", "-set", "-exists",
+                                                       "-del", "-dbsize"},
+                                      NULL),
+                     0);
+    /* The right user and password, ':', '@' and ',' percent-encoded. */
+    reopen_url(f, "redis://kv:p%%3Aw%%40d%%2C1@127.0.0.1:%u");
+    assert_string_equal(f->o.user, "kv");
+    write_all_ok(f);
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_int_equal(c.auth_refused + c.denied + c.failed, 0);
+    assert_string_equal(c.last_refusal, "");
+    /* A wrong password: AUTH refused, every page a miss, counted; the store goes on. */
+    reopen_url(f, "redis://kv:nope@127.0.0.1:%u");
+    expect_refused(f, PAGES);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_true(c.auth_refused >= 1);
+    assert_int_equal(c.hits, 0);
+    assert_true(c.failed >= 2 * PAGES);
+    assert_non_null(strstr(c.last_refusal, "AUTH as kv refused"));
+    assert_non_null(strstr(c.last_refusal, "WRONGPASS"));
+    store_stats(f->s, &st);
+    assert_true(st.errors >= 2 * PAGES);
+    /* A user without GET, SET and EXISTS: AUTH works, each command is refused (NOPERM). */
+    reopen_url(f, "redis://nocmd:pw@127.0.0.1:%u");
+    expect_refused(f, PAGES);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_int_equal(c.auth_refused, 0);
+    assert_int_equal(c.denied, 2 * PAGES);
+    assert_int_equal(c.connected, 1);
+    assert_non_null(strstr(c.last_refusal, "NOPERM"));
+    /* The pages the right user wrote are still there for it. */
+    reopen_url(f, "redis://kv:p%%3Aw%%40d%%2C1@127.0.0.1:%u");
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -577,6 +666,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_server_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acl_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_spread, setup_cluster, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_migration, setup_cluster, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_master_killed, setup_cluster, teardown),

@@ -77,6 +77,7 @@ struct config {
 
 struct counters {
     uint64_t requests, tokens_total, hit_device, hit_host, hit_disk, computed, decoded;
+    uint64_t hit_remote; /* of what came from below the host, the remote tier's (not disk) */
     uint64_t pages_checked, mismatches;
     uint64_t bytes_compute, bytes_verify;
     uint64_t states_checked, checkpoints; /* hybrid models */
@@ -119,6 +120,7 @@ struct bench {
     uint32_t *full_ids, nfull; /* sliding-window models: the full-attention layers */
     uint32_t nswa;             /* and how many layers are not */
     size_t filled;             /* entries of the request's req_to_token row written so far */
+    size_t remote_len;         /* tokens the request's match found on the remote tier */
     struct counters c;
     struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
@@ -497,10 +499,21 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
         return -1;
     b->c.hit_device += hit - req->loaded_len;
     b->c.hit_host += req->loaded_len - req->disk_len;
-    b->c.hit_disk += req->disk_len;
+    size_t remote = b->remote_len < req->disk_len ? b->remote_len : req->disk_len;
+    b->c.hit_disk += req->disk_len - remote;
+    b->c.hit_remote += remote;
     b->c.computed += in - hit;
     b->c.decoded += kv_len - in;
     return 0;
+}
+
+/* The engine's remote hits so far: what a request's match took from the remote tier is the
+ * growth across its kvt_req_begin (disk_len holds the disk's and the remote's together). */
+static uint64_t remote_hits(struct bench *b)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    return b->cfg->remote && kvt_stats(b->e, &st) == 0 ? st.remote_hit_tokens : 0;
 }
 
 static int run_request(struct bench *b, const struct wl_req *r)
@@ -518,8 +531,10 @@ static int run_request(struct bench *b, const struct wl_req *r)
      * depends on timing and a replay is reproducible. */
     if ((rc = kvt_sync(b->e)))
         return engine_error("kvt_sync", rc);
+    uint64_t remote_before = remote_hits(b);
     if ((rc = kvt_req_begin(b->e, &key, &req)))
         return engine_error("kvt_req_begin", rc);
+    b->remote_len = remote_hits(b) - remote_before;
     b->filled = req.protected_len;
     /* Whatever happened, hand the request back: on failure without inserting. */
     int failed = serve(b, r, &req);
@@ -695,12 +710,13 @@ static void progress(const struct bench *b, uint64_t t0, bool done)
         fputs("\r\033[K", stderr);
         return;
     }
-    fprintf(stderr,
-            "\r\033[K%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit",
-            b->c.requests, b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
-            b->c.tokens_total ? 100.0 * (double)(b->c.hit_device + b->c.hit_host + b->c.hit_disk) /
-                                    (double)b->c.tokens_total
-                              : 0.0);
+    fprintf(
+        stderr, "\r\033[K%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit",
+        b->c.requests, b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
+        b->c.tokens_total
+            ? 100.0 * (double)(b->c.hit_device + b->c.hit_host + b->c.hit_disk + b->c.hit_remote) /
+                  (double)b->c.tokens_total
+            : 0.0);
 }
 
 /* One request of the second pass: 1 served, 0 past the last, -1 on an error (said). */
@@ -1114,7 +1130,8 @@ static void print_hybrid(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
     const struct counters *c = &b->c;
-    uint64_t kv = b->st.mamba_kv_hit_tokens, state = c->hit_device + c->hit_host + c->hit_disk;
+    uint64_t kv = b->st.mamba_kv_hit_tokens,
+             state = c->hit_device + c->hit_host + c->hit_disk + c->hit_remote;
 
     printf("  recurrent     %u layers, ", cfg->mamba.layers);
     print_bytes(cfg->mamba.layers * (cfg->mamba.conv_bytes + cfg->mamba.ssm_bytes));
@@ -1190,12 +1207,15 @@ static void print_text(const struct bench *b)
         printf("; disk none\n");
     }
     if (cfg->remote)
-        printf("                remote %s (its hits count as disk hits below)\n", cfg->remote);
-    uint64_t served = c->hit_device + c->hit_host + c->hit_disk;
+        printf("                remote %s\n", cfg->remote);
+    uint64_t served = c->hit_device + c->hit_host + c->hit_disk + c->hit_remote;
     printf("  input tokens  %" PRIu64 "\n", c->tokens_total);
     printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host %" PRIu64
-           ", disk %" PRIu64 "\n",
+           ", disk %" PRIu64,
            served, pct(served, c->tokens_total), c->hit_device, c->hit_host, c->hit_disk);
+    if (cfg->remote)
+        printf(", remote %" PRIu64, c->hit_remote);
+    printf("\n");
     printf("  recomputed    %" PRIu64 " (%.1f%%): %.2fx less prefill than without a cache\n",
            c->computed, pct(c->computed, c->tokens_total),
            c->computed ? (double)c->tokens_total / (double)c->computed : 0.0);
@@ -1228,6 +1248,10 @@ static void print_text(const struct bench *b)
     if (cfg->disk_tokens && b->st.disk_errors)
         printf("  disk errors   %" PRIu64 " (pages found damaged or not written: not served)\n",
                b->st.disk_errors);
+    if (cfg->remote && b->st.remote_errors)
+        printf("  remote errors %" PRIu64 " (pages failed, refused or found damaged: not served;"
+               " kvtier-ctl remote stat URL says why)\n",
+               b->st.remote_errors);
     printf("  time          %.2f s, %.0f input tokens/s (%" PRIu64 " decode steps)\n", b->seconds,
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0, c->decoded);
 }
@@ -1266,8 +1290,12 @@ static void print_json(const struct bench *b)
     const struct kvt_stats *st = &b->st;
 
     printf("{\"requests\":%" PRIu64 ",\"tokens_total\":%" PRIu64, c->requests, c->tokens_total);
-    printf(",\"tokens_hit\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 ",\"disk\":%" PRIu64 "}",
+    printf(",\"tokens_hit\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 ",\"disk\":%" PRIu64,
            c->hit_device, c->hit_host, c->hit_disk);
+    if (b->cfg
+            ->remote) /* the remote tier's, apart from the disk's (runs without stay as recorded) */
+        printf(",\"remote\":%" PRIu64, c->hit_remote);
+    printf("}");
     printf(",\"tokens_computed\":%" PRIu64 ",\"tokens_decoded\":%" PRIu64
            ",\"tokens_evicted\":{\"device\":%" PRIu64 ",\"host\":%" PRIu64 "}",
            c->computed, c->decoded, st->evicted_tokens, st->host_evicted_tokens);
@@ -1277,6 +1305,8 @@ static void print_json(const struct bench *b)
            c->bytes_compute, c->bytes_verify, st->d2h_bytes, st->h2d_bytes, st->disk_written_bytes,
            st->disk_read_bytes);
     printf(",\"disk_errors\":%" PRIu64, st->disk_errors);
+    if (b->cfg->remote)
+        printf(",\"remote_errors\":%" PRIu64, st->remote_errors);
     printf(",\"seconds\":%.3f,\"tokens_per_second\":%.0f", b->seconds,
            b->seconds > 0 ? (double)c->tokens_total / b->seconds : 0.0);
     printf(",\"verify\":{\"pages_checked\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
@@ -1289,9 +1319,10 @@ static void print_json(const struct bench *b)
                ",\"restored_states\":%" PRIu64 ",\"stored_states\":%" PRIu64
                ",\"fetched_states\":%" PRIu64 "},",
                b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens,
-               c->hit_device + c->hit_host + c->hit_disk, c->checkpoints, st->mamba_evicted_states,
-               c->states_checked, st->mamba_host_slots, st->mamba_saved_states,
-               st->mamba_restored_states, st->mamba_stored_states, st->mamba_fetched_states);
+               c->hit_device + c->hit_host + c->hit_disk + c->hit_remote, c->checkpoints,
+               st->mamba_evicted_states, c->states_checked, st->mamba_host_slots,
+               st->mamba_saved_states, st->mamba_restored_states, st->mamba_stored_states,
+               st->mamba_fetched_states);
     if (b->cfg->swa_window)
         printf("\"swa\":{\"window\":%u,\"full_layers\":%u,\"swa_tokens\":%" PRIu64
                ",\"kv_pool_bytes\":%" PRIu64 ",\"kv_hit_tokens\":%" PRIu64
@@ -1485,7 +1516,7 @@ static const struct cli_option options[] = {
              "must exist), reused if it holds pages of the same geometry\n"
              "and page size; refused while another process has it open"},
     {"--remote", CLI_STRING, OFF(remote), .arg = "URL",
-     .help = "a shared remote tier, redis://[:PASSWORD@]HOST[:PORT] of a\n"
+     .help = "a shared remote tier, redis://[[USER]:PASSWORD@]HOST[:PORT] of a\n"
              "standalone Redis or Valkey server or of a Redis Cluster\n"
              "node, or a comma-separated list of such URLs (a\n"
              "cluster's seeds: redis://h1:p1,redis://h2:p2); below the\n"
@@ -1583,7 +1614,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--remote needs a host tier (--host-tokens)", NULL);
     if (cfg->remote && !remote_url_ok(cfg->remote))
         return cli_bad_usage(PROG,
-                             "--remote needs a redis://[:PASSWORD@]HOST[:PORT] URL or a "
+                             "--remote needs a redis://[[USER]:PASSWORD@]HOST[:PORT] URL or a "
                              "comma-separated list of them",
                              cfg->remote);
     if (!cfg->disk_tokens != !cfg->dir)

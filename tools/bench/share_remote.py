@@ -218,7 +218,7 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     total = sum(j["tokens_total"] for j in shared)
     rows = [(i, served(s) / s["tokens_total"], served(a) / a["tokens_total"],
-             s["tokens_hit"]["disk"], a["tokens_hit"]["disk"])
+             s["tokens_hit"]["remote"], a["tokens_hit"]["remote"])
             for i, (s, a) in enumerate(zip(shared, alone))]
     sh, al = sum(served(j) for j in shared), sum(served(j) for j in alone)
     mism = sum(j["verify"]["mismatches"] for j in shared + alone)

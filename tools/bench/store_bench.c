@@ -98,6 +98,9 @@ struct config {
     const char *parent; /* --dir: the work dir is made inside it */
     const char *fio;
     const char *remote, *redis_benchmark; /* --remote: the Redis store instead of (a), (b) */
+    struct cli_list down_ms;              /* --remote-restart: its recovery instead */
+    const char *redis_server;
+    uint64_t backoff_max_ms;
     bool keep, json, no_fio;
     struct cli_list page_bytes, queue_depth;
     uint64_t bytes, pages; /* pages per run when pages_set (0 skips (a)), else bytes / page */
@@ -1186,6 +1189,16 @@ static const struct cli_option options[] = {
              "256 MiB), --batch, --reps, --seed apply"},
     {"--redis-benchmark", CLI_STRING, OFF(redis_benchmark), 1, .arg = "PATH",
      .help = "the redis-benchmark program (default: redis-benchmark on PATH)"},
+    {"--remote-restart", CLI_COUNTS, OFF(down_ms), 1, 600000, .arg = "MS,...",
+     .help = "the Redis store's recovery on a redis-server of its own,\n"
+             "killed and started again while ops run (r2), down this\n"
+             "long, a rep each (e.g. 100,300,1000,3000); --page-bytes\n"
+             "(its first; default 64 KiB here), --batch (at most 256;\n"
+             "default 8 here), --reps apply"},
+    {"--backoff-max-ms", CLI_COUNT, OFF(backoff_max_ms), 1, 60000, .arg = "MS",
+     .help = "the store's longest wait between reconnects (default 1000,\nas kvt_open's)"},
+    {"--redis-server", CLI_STRING, OFF(redis_server), 1, .arg = "PATH",
+     .help = "the redis-server program (default: redis-server on PATH)"},
     {.kind = CLI_TEXT, .help = "\nCommon:\n"},
     {"--dir", CLI_STRING, OFF(parent), 1, .arg = "PATH",
      .help = "where the work dir is made (default /tmp); the file system\nmeasured"},
@@ -1243,7 +1256,14 @@ static void usage(FILE *f)
             "    compared; in the same run, rep by rep, redis-benchmark -t set,get on the same\n"
             "    servers with the same value size, -P 16, a connection per master, N requests\n"
             "    over N/4 random keys. Ratio = store op/s / redis-benchmark op/s, SET against\n"
-            "    write, GET against read; goal >= 0.8.\n",
+            "    write, GET against read; goal >= 0.8.\n"
+            "(r2) --remote-restart MS,...: the Redis store's recovery. A redis-server of its own\n"
+            "    on a free loopback port and one store on it (timeouts 1000 ms as kvt_open's);\n"
+            "    ops run back to back (--batch pages written under new keys, then read back and\n"
+            "    compared) while the server is killed, left down MS, and started again\n"
+            "    empty. Reported per rep, in ms from its start: its PING, the store's first\n"
+            "    whole write and first whole read, and the ops that failed from the kill on.\n"
+            "    Bound: the reconnect backoff, 20 ms doubling to --backoff-max-ms.\n",
             PROG, PROG, TARGET_RATIO, TARGET_SERVE_S * 1e3, PROG);
     cli_print_options(f, options, CLI_COUNT_OF(options), 22);
     fprintf(f, "\n"
@@ -1278,6 +1298,41 @@ static void finish(struct bench *b)
         workdir_rm_tree(b->wd.path);
     }
     free(b->pt);
+}
+
+/* --remote-restart: the Redis store's recovery after a restart (store_bench_restart.c). */
+static int run_restart(const struct config *cfg)
+{
+#ifdef KVT_HAVE_REDIS
+    struct workdir wd = {0};
+    bool batch_set = cfg->batch != DEFAULT_BATCH;
+    struct restart_bench_config rc = {
+        .redis_server = cfg->redis_server ? cfg->redis_server : "redis-server",
+        .page_bytes =
+            cfg->page_bytes.v[0] != DEFAULT_PAGE_BYTES ? (uint32_t)cfg->page_bytes.v[0] : 65536,
+        .batch = batch_set ? cfg->batch : 8,
+        .reps = cfg->reps,
+        .down_ms = cfg->down_ms.v,
+        .n_down = cfg->down_ms.n,
+        .backoff_max_ms = cfg->backoff_max_ms ? (uint32_t)cfg->backoff_max_ms : 1000,
+        .json = cfg->json};
+    int err;
+
+    if (rc.batch > 256)
+        return cli_bad_usage(PROG, "--remote-restart takes --batch up to 256", NULL);
+    if (workdir_make(&wd, PROG, cfg->parent))
+        return 1;
+    rc.dir = wd.path;
+    err = restart_bench_run(&rc);
+    if (!cfg->keep)
+        workdir_rm_tree(wd.path);
+    return err;
+#else
+    (void)cfg;
+    fprintf(stderr, "%s: --remote-restart: not built in (kvtier was built without hiredis)\n",
+            PROG);
+    return 1;
+#endif
 }
 
 /* --remote: the Redis store against redis-benchmark (store_bench_remote.c). */
@@ -1328,6 +1383,13 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (cfg.redis_benchmark && !cfg.remote)
         return cli_bad_usage(PROG, "--redis-benchmark goes with --remote", NULL);
+    if ((cfg.backoff_max_ms || cfg.redis_server) && !cfg.down_ms.n)
+        return cli_bad_usage(PROG, "--backoff-max-ms and --redis-server go with --remote-restart",
+                             NULL);
+    if (cfg.down_ms.n && cfg.remote)
+        return cli_bad_usage(PROG, "--remote-restart runs a server of its own: no --remote", NULL);
+    if (cfg.down_ms.n)
+        return run_restart(&cfg);
     if (cfg.remote)
         return run_remote(&cfg);
     if (workdir_make(&b.wd, PROG, cfg.parent))

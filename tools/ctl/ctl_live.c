@@ -295,6 +295,18 @@ static void live_hybrid_text(const struct live *l)
                get(l, "swa_revived_tokens"));
 }
 
+/* The remote tier, apart from the disk, once it has done anything (or failed to). */
+static void live_remote_text(const struct live *l)
+{
+    uint64_t hit = get(l, "remote_hit_tokens"), read = get(l, "remote_read_tokens");
+    uint64_t written = get(l, "remote_written_tokens"), errors = get(l, "remote_errors");
+
+    if (hit || read || written || errors)
+        printf("remote   %" PRIu64 " tokens found past the host and disk, %" PRIu64
+               " read, %" PRIu64 " written; %" PRIu64 " errors\n",
+               hit, read, written, errors);
+}
+
 static void live_text(const char *path, const struct live *l)
 {
     static const char *const backends[] = {"auto", "sim", "cuda"};
@@ -323,6 +335,7 @@ static void live_text(const char *path, const struct live *l)
            get(l, "ops_in_flight"), get(l, "disk_ops_in_flight"),
            name_of(get(l, "disk_io"), disk_io, 3));
     printf("errors   %" PRIu64 " disk\n", get(l, "disk_errors"));
+    live_remote_text(l);
     live_hybrid_text(l);
 }
 
@@ -355,9 +368,9 @@ int cmd_stat_live(const struct ctl_args *a)
 /* ---- top ---- */
 
 /* Counters whose rates top shows, and how. */
-static const char *const rated[] = {"match_calls",     "match_hit_tokens",  "host_hit_tokens",
-                                    "disk_hit_tokens", "h2d_bytes",         "d2h_bytes",
-                                    "disk_read_bytes", "disk_written_bytes"};
+static const char *const rated[] = {"match_calls",     "match_hit_tokens",   "host_hit_tokens",
+                                    "disk_hit_tokens", "h2d_bytes",          "d2h_bytes",
+                                    "disk_read_bytes", "disk_written_bytes", "remote_hit_tokens"};
 #define NRATED (sizeof(rated) / sizeof(rated[0]))
 
 static double rate(const struct live *now, const struct live *was, const char *name)
@@ -378,9 +391,10 @@ static void rates_text(const struct live *now, const struct live *was)
     }
     for (int i = 0; i < 4; i++)
         ctl_bytes((uint64_t)rate(now, was, rated[4 + i]), b[i]);
-    printf("rates    %.1f matches/s; hits/s: device %.0f, host %.0f, disk %.0f tokens\n",
+    printf("rates    %.1f matches/s; hits/s: device %.0f, host %.0f, disk %.0f, remote %.0f "
+           "tokens\n",
            rate(now, was, rated[0]), rate(now, was, rated[1]), rate(now, was, rated[2]),
-           rate(now, was, rated[3]));
+           rate(now, was, rated[3]), rate(now, was, rated[8]));
     printf("         per second: host->device %s, device->host %s, disk->host %s, host->disk "
            "%s\n",
            b[0], b[1], b[2], b[3]);

@@ -2,11 +2,12 @@
  * remote stat URL and remote verify URL: the Redis/Valkey tier (options.remote) seen from the
  * server. Pages live under "kvt:<fingerprint hex>:<page key hex>" (src/store/redis), so a SCAN
  * of kvt:* finds every engine's pages, grouped here by fingerprint. Only SCAN, STRLEN, GET,
- * INFO, CLUSTER SLOTS and AUTH are sent: the server is never modified. Keys are read in
- * pipelined batches of one SCAN reply each, so a big server costs round trips per thousand
- * keys, not per key. On a cluster (the first seed to answer answers CLUSTER SLOTS) every
- * master is scanned in turn, its own keys read from it, and counted per node too; a key that
- * moved to another node during the scan (MOVED, ASK) counts as gone, like an evicted one.
+ * INFO, CLUSTER SLOTS and AUTH (an ACL user's, "redis://USER:PASSWORD@...", Redis 6+) are sent: the
+ * server is never modified. Keys are read in pipelined batches of one SCAN reply each, so a big
+ * server costs round trips per thousand keys, not per key. On a cluster (the first seed to answer
+ * answers CLUSTER SLOTS) every master is scanned in turn, its own keys read from it, and counted
+ * per node too; a key that moved to another node during the scan (MOVED, ASK) counts as gone, like
+ * an evicted one.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -54,7 +55,7 @@ struct remote {
     const char *url;
     char server[300]; /* the node being read */
     char seed[300];   /* the first that answered */
-    char password[256];
+    char user[256], password[256];
     bool cluster;
     struct node_count node[MAX_NODES];
     size_t nnodes;
@@ -81,11 +82,26 @@ static int reply_error(struct remote *r, const redisReply *rep, const char *what
                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
 }
 
+/* AUTH [user] password on r->ctx: 0, or 1 with the refusal named (WRONGPASS, ...). */
+static int authenticate(struct remote *r)
+{
+    const char *argv[] = {"AUTH", r->user[0] ? r->user : r->password, r->password};
+    redisReply *rep = redisCommandArgv(r->ctx, r->user[0] ? 3 : 2, argv, NULL);
+
+    if (rep && rep->type != REDIS_REPLY_ERROR) {
+        freeReplyObject(rep);
+        return 0;
+    }
+    ctl_fail("%s: AUTH%s%s refused: %s", r->server, r->user[0] ? " as user " : "", r->user,
+             rep ? rep->str : r->ctx->errstr);
+    freeReplyObject(rep);
+    return 1;
+}
+
 /* A connection to host:port (AUTH when the URL had a password) as r->ctx. */
 static int connect_to(struct remote *r, const char *host, unsigned port)
 {
     struct timeval tv = {.tv_sec = TIMEOUT_S};
-    redisReply *rep;
 
     if (r->ctx)
         redisFree(r->ctx);
@@ -95,16 +111,7 @@ static int connect_to(struct remote *r, const char *host, unsigned port)
         return ctl_fail("cannot connect to %s: %s", r->server,
                         r->ctx ? r->ctx->errstr : "out of memory");
     redisSetTimeout(r->ctx, tv);
-    if (!r->password[0])
-        return 0;
-    rep = redisCommand(r->ctx, "AUTH %s", r->password);
-    if (rep && rep->type != REDIS_REPLY_ERROR) {
-        freeReplyObject(rep);
-        return 0;
-    }
-    ctl_fail("%s: AUTH failed: %s", r->server, rep ? rep->str : r->ctx->errstr);
-    freeReplyObject(rep);
-    return 1;
+    return r->password[0] ? authenticate(r) : 0;
 }
 
 /* The first seed of the URL that answers; an error naming the last one when none does. */
@@ -116,11 +123,12 @@ static int remote_connect(struct remote *r)
 
     if (store_redis_parse_url(r->url, buf, sizeof(buf), &o)) {
         fprintf(stderr,
-                PROG ": bad URL '%s': expected redis://[:PASSWORD@]HOST[:PORT] or a "
+                PROG ": bad URL '%s': expected redis://[[USER]:PASSWORD@]HOST[:PORT] or a "
                      "comma-separated list of them (a cluster's seeds)\n",
                 r->url);
         return 2;
     }
+    snprintf(r->user, sizeof(r->user), "%s", o.user ? o.user : "");
     snprintf(r->password, sizeof(r->password), "%s", o.password ? o.password : "");
     for (uint32_t i = 0; i < o.n_seeds && rc; i++)
         rc = connect_to(r, o.seeds[i].host, o.seeds[i].port ? o.seeds[i].port : 6379u);

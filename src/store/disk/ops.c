@@ -22,7 +22,9 @@ _Static_assert(sizeof(struct store_rpage) == sizeof(struct dstore_rpage) &&
                "store_rpage is dstore_rpage");
 _Static_assert(sizeof(struct store_done) == sizeof(struct dstore_done) &&
                    SAME(store_done, dstore_done, op) && SAME(store_done, dstore_done, kind) &&
-                   SAME(store_done, dstore_done, pages) && SAME(store_done, dstore_done, ok),
+                   SAME(store_done, dstore_done, pages) && SAME(store_done, dstore_done, ok) &&
+                   SAME(store_done, dstore_done, split) && SAME(store_done, dstore_done, near_ok) &&
+                   SAME(store_done, dstore_done, remote_ok),
                "store_done is dstore_done");
 _Static_assert((int)STORE_OP_READ == (int)DSTORE_OP_READ &&
                    (int)STORE_OP_WRITE == (int)DSTORE_OP_WRITE,

@@ -102,6 +102,7 @@ static void op_report(const struct dop *op, struct dstore_done *d)
     d->kind = op->kind;
     d->pages = op->n;
     d->ok = op->ok;
+    d->split = d->near_ok = d->remote_ok = 0;
 }
 
 size_t dstore_poll(struct dstore *s, struct dstore_done *done, size_t max)

@@ -178,6 +178,9 @@ struct dstore_done {
     uint32_t kind;  /* enum dstore_op_kind */
     uint32_t pages; /* pages in the op */
     uint32_t ok;    /* pages whose result is 0 */
+    /* The store contract's split of a chain's pages by kind (store/store.h): a block store's
+     * pages are all its own, so these stay 0; here so the structs stay one. */
+    uint32_t split, near_ok, remote_ok;
 };
 
 struct dstore_stats {

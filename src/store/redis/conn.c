@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -122,21 +123,47 @@ static void probe_capacity(struct redis_node *n)
     n->capacity = bytes;
 }
 
+/* What the server said when it refused us, kept for tools (store_redis_counters). */
+void redis_note_refusal(struct redis_store *r, const char *text, bool auth)
+{
+    pthread_mutex_lock(&r->lock);
+    snprintf(r->c.last_refusal, sizeof(r->c.last_refusal), "%s", text);
+    r->c.auth_refused += auth;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* AUTH [user] password: 0, -EACCES when refused (a wrong password, an unknown or disabled
+ * user), -EIO when the connection failed. */
+static int authenticate(struct redis_store *r, struct redis_node *n)
+{
+    const char *argv[] = {"AUTH", r->user ? r->user : r->password, r->password};
+    redisReply *rep = redisCommandArgv(n->ctx, r->user ? 3 : 2, argv, NULL);
+    char text[160];
+    int rc = 0;
+
+    if (!rep)
+        return -EIO;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        snprintf(text, sizeof(text), "AUTH%s%s refused by %s:%u: %s", r->user ? " as " : "",
+                 r->user ? r->user : "", n->host, n->port, rep->str);
+        redis_note_refusal(r, text, true);
+        rc = -EACCES;
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
 static int handshake(struct redis_store *r, struct redis_node *n)
 {
     struct timeval wt = tv_of(r->o.write_timeout_ms);
-    const char *auth[] = {"AUTH", r->password};
-    redisReply *rep;
+    int rc;
 
     if (redisSetTimeout(n->ctx, tv_of(r->o.read_timeout_ms)) != REDIS_OK ||
         setsockopt(n->ctx->fd, SOL_SOCKET, SO_SNDTIMEO, &wt, sizeof(wt)))
         return -EIO;
     redisEnableKeepAlive(n->ctx);
-    if (r->password) {
-        if (!(rep = command(n, 2, auth)))
-            return -EACCES;
-        freeReplyObject(rep);
-    }
+    if (r->password && (rc = authenticate(r, n)))
+        return rc;
     probe_capacity(n);
     return n->ctx->err ? -EIO : 0;
 }

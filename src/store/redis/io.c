@@ -20,7 +20,7 @@ _Static_assert(EXISTS_CHUNK <= ITEMS_MAX && CHUNK_PAGES <= ITEMS_MAX, "a chunk i
 
 /* What a chunk tells the counters, added under the lock once it is done. */
 struct tally {
-    uint64_t hits, misses, corrupt, failed, sets, dups, bytes;
+    uint64_t hits, misses, corrupt, failed, sets, dups, bytes, denied;
 };
 
 static void add_tally(struct redis_store *r, enum store_op_kind kind, const struct tally *t)
@@ -32,6 +32,7 @@ static void add_tally(struct redis_store *r, enum store_op_kind kind, const stru
     r->c.failed += t->failed;
     r->c.sets += t->sets;
     r->c.set_dups += t->dups;
+    r->c.denied += t->denied;
     r->st.errors += t->corrupt + t->failed;
     if (kind == STORE_OP_READ)
         r->st.bytes_read += t->bytes;
@@ -90,6 +91,22 @@ static int get_result(struct redis_store *r, const struct redis_item *it, struct
     return 0;
 }
 
+/* A command refused for want of a permission (NOPERM: an ACL user without it) or of AUTH
+ * (NOAUTH: the server wants a password the URL did not give): -EACCES, noted. */
+static bool refused(struct redis_store *r, const struct redis_item *it, struct tally *t)
+{
+    char text[200];
+
+    if (it->err || it->rep.type != RESP_ERROR ||
+        (strncmp(it->rep.line, "NOPERM", 6) && strncmp(it->rep.line, "NOAUTH", 6)))
+        return false;
+    if (t->denied++ == 0) { /* once a chunk: the text is the same */
+        snprintf(text, sizeof(text), "refused: %s", it->rep.line);
+        redis_note_refusal(r, text, false);
+    }
+    return true;
+}
+
 /* The result of a page of op from its item. */
 static int page_result(struct redis_store *r, struct redis_op *op, const struct redis_item *it,
                        struct tally *t)
@@ -98,6 +115,8 @@ static int page_result(struct redis_store *r, struct redis_op *op, const struct 
 
     if (it->err)
         rc = it->err;
+    else if (refused(r, it, t))
+        rc = -EACCES;
     else if (op->kind == STORE_OP_WRITE)
         rc = set_result(&it->rep, t);
     else

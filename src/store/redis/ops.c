@@ -258,6 +258,7 @@ static void redis_stats(struct kvt_store *s, struct store_stats *st)
     *st = r->st;
     st->capacity_pages = r->value_capacity;
     st->in_flight = r->queued;
+    st->remote_errors = st->errors;
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -276,6 +277,7 @@ static void free_store(struct redis_store *r)
     free(r->items);
     free(r->slot_node);
     free(r->password);
+    free(r->user);
     free(r);
 }
 
@@ -294,6 +296,7 @@ static void redis_close(struct kvt_store *s)
 
 static const struct store_ops redis_ops = {
     .name = "redis",
+    .remote = true,
     .leading_run = redis_leading_run,
     .read = redis_read,
     .write = redis_write,
@@ -345,10 +348,12 @@ static int add_seeds(struct redis_store *r, const struct store_redis_options *o)
 static int alloc_store(struct redis_store *r, const struct store_redis_options *o)
 {
     r->password = o->password ? strdup(o->password) : NULL;
+    r->user = o->user ? strdup(o->user) : NULL;
     r->hint = calloc(HINT_SLOTS, STORE_KEY_BYTES);
     r->items = calloc(ITEMS_MAX, sizeof(*r->items));
     r->slot_node = malloc(STORE_REDIS_SLOTS * sizeof(*r->slot_node));
-    if (!r->hint || !r->items || !r->slot_node || (!r->password && o->password))
+    if (!r->hint || !r->items || !r->slot_node || (!r->password && o->password) ||
+        (!r->user && o->user))
         return -ENOMEM;
     for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
         r->slot_node[s] = NODE_NONE;
@@ -376,7 +381,7 @@ int store_redis_open(const struct store_redis_options *o, struct kvt_store **out
     int rc;
 
     if (!o || !out || !o->page_bytes || o->page_bytes > MAX_PAGE_BYTES - STORE_REDIS_HEAD_BYTES ||
-        o->n_seeds > STORE_REDIS_MAX_SEEDS)
+        o->n_seeds > STORE_REDIS_MAX_SEEDS || (o->user && !o->password))
         return -EINVAL;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;

@@ -33,9 +33,11 @@ struct store_redis_addr {
 };
 
 struct store_redis_options {
-    const char *host;                          /* NULL: "127.0.0.1"; copied at open */
-    uint16_t port;                             /* 0: 6379 */
-    const char *password;                      /* NULL: no AUTH; copied at open */
+    const char *host;     /* NULL: "127.0.0.1"; copied at open */
+    uint16_t port;        /* 0: 6379 */
+    const char *user;     /* an ACL user (Redis 6+): AUTH user password; NULL: AUTH password
+                             alone (the default user); copied at open */
+    const char *password; /* NULL: no AUTH; copied at open */
     uint8_t fingerprint[STORE_REDIS_FP_BYTES]; /* the KV's identity: keys and headers carry it */
     uint32_t page_bytes, page_tokens;
     uint32_t connect_timeout_ms; /* 0: 1000 */
@@ -52,8 +54,8 @@ struct store_redis_options {
 };
 
 /* Start the store's I/O thread; connects on the first op, not here, so a server that is down
- * at open is one that comes later. -EINVAL (a zero page size, a page over 512 MiB), -ENOMEM,
- * or pthread_create's error. */
+ * at open is one that comes later. -EINVAL (a zero page size, a page over 512 MiB, a user
+ * without a password), -ENOMEM, or pthread_create's error. */
 int store_redis_open(const struct store_redis_options *o, struct kvt_store **out);
 
 /* What the store saw, for tests and tools; page counts unless named otherwise. */
@@ -70,6 +72,10 @@ struct store_redis_counters {
     uint32_t masters;       /* masters in the slot map */
     uint64_t moved, asked;  /* pages redirected by MOVED, and by ASK */
     uint64_t map_refreshes; /* slot maps read (CLUSTER SLOTS) */
+    /* Refusals: pages fail with -EACCES (misses, counted in failed), the store goes on. */
+    uint64_t auth_refused;  /* handshakes whose AUTH the server refused (WRONGPASS, ...) */
+    uint64_t denied;        /* pages refused for want of a permission (NOPERM) */
+    char last_refusal[160]; /* the server's text of the last refusal; "" when none */
 };
 
 /* -EINVAL when s is not a Redis store. */
@@ -90,11 +96,13 @@ void store_redis_value_head(const uint8_t fp[STORE_REDIS_FP_BYTES],
                             const uint8_t key[STORE_KEY_BYTES], const void *page,
                             uint32_t page_bytes, uint8_t *out);
 
-/* options.remote into o's seeds, host, port and password, which point into buf (len bytes,
- * valid while buf is); o's other fields are left alone. One URL, "redis://[:PASSWORD@]HOST
- * [:PORT]", or a comma-separated list of them, the seeds of one cluster (up to
- * STORE_REDIS_MAX_SEEDS; "redis://" may be left off after the first; a password given on
- * several must be the same). host and port are the first seed's. 0 or -EINVAL. */
+/* options.remote into o's seeds, host, port, user and password, which point into buf (len
+ * bytes, valid while buf is); o's other fields are left alone. One URL,
+ * "redis://[[USER]:PASSWORD@]HOST[:PORT]", or a comma-separated list of them, the seeds of one
+ * cluster (up to STORE_REDIS_MAX_SEEDS; "redis://" may be left off after the first; a user and
+ * password given on several must be the same). USER and PASSWORD are percent-decoded (%XX;
+ * ':' in USER, ',' in either must be written so; '@' and ':' may stand as they are in
+ * PASSWORD). host and port are the first seed's. 0 or -EINVAL. */
 int store_redis_parse_url(const char *url, char *buf, size_t len, struct store_redis_options *o);
 
 /* 0 when v (len bytes) is key's page of fingerprint fp, page_bytes long, whole and

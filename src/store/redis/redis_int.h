@@ -94,7 +94,7 @@ enum redis_cmd { CMD_GET, CMD_SET, CMD_EXISTS, CMD_DEL };
 struct redis_store {
     struct kvt_store base;
     struct store_redis_options o;
-    char *password;
+    char *user, *password;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;                    /* the I/O thread: work, or stop */
@@ -146,6 +146,9 @@ int redis_conn_ensure(struct redis_store *r, struct redis_node *n);
 /* The connection failed mid-exchange: drop it and wait before the next. */
 void redis_conn_lost(struct redis_store *r, struct redis_node *n);
 void redis_conn_close(struct redis_node *n);
+/* The server refused us (text: what it said); auth: at AUTH, else a command (NOPERM). Takes
+ * the lock. */
+void redis_note_refusal(struct redis_store *r, const char *text, bool auth);
 /* Publish whether any connection is held and when the next connect may be tried. */
 void redis_conn_publish(struct redis_store *r);
 

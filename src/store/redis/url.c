@@ -1,7 +1,9 @@
 /*
- * The remote URL: "redis://[:PASSWORD@]HOST[:PORT]", or a comma-separated list of them naming
- * one cluster's seeds: one parser for the engine's options.remote and the tools that look at
- * the same servers.
+ * The remote URL: "redis://[[USER]:PASSWORD@]HOST[:PORT]", or a comma-separated list of them
+ * naming one cluster's seeds: one parser for the engine's options.remote and the tools that
+ * look at the same servers. USER and PASSWORD may carry any byte as %XX (':', '@', ',', '%'
+ * itself), so a password holding them can be written down; a '%' not followed by two hex
+ * digits is kept as it is.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,17 +13,57 @@
 
 static const char scheme[] = "redis://";
 
-/* One seed, in place in s ("[:PASSWORD@]HOST[:PORT]"); *password set when it has one. */
-static int parse_seed(char *s, struct store_redis_addr *a, const char **password)
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* %XX decoded in place; -EINVAL when it decodes to a NUL (AUTH could not send it). */
+static int unescape(char *s)
+{
+    char *out = s;
+    int hi, lo;
+
+    for (; *s; s++) {
+        if (s[0] == '%' && (hi = hex_digit(s[1])) >= 0 && (lo = hex_digit(s[2])) >= 0) {
+            if (!(*out++ = (char)(hi << 4 | lo)))
+                return -EINVAL;
+            s += 2;
+        } else {
+            *out++ = *s;
+        }
+    }
+    *out = '\0';
+    return 0;
+}
+
+/* "[USER]:PASSWORD", in place: *user NULL when empty (the default user). */
+static int parse_userinfo(char *s, const char **user, const char **password)
+{
+    char *colon = strchr(s, ':');
+
+    if (!colon || !colon[1])
+        return -EINVAL; /* "USER@" or "USER:@": no password to AUTH with */
+    *colon = '\0';
+    *user = s[0] ? s : NULL;
+    *password = colon + 1;
+    return unescape(s) || unescape(colon + 1) ? -EINVAL : 0;
+}
+
+/* One seed, in place in s ("[[USER]:PASSWORD@]HOST[:PORT]"); *user, *password set when it
+ * has them. */
+static int parse_seed(char *s, struct store_redis_addr *a, const char **user, const char **password)
 {
     char *at, *colon, *end;
 
-    *password = NULL;
+    *user = *password = NULL;
     if ((at = strrchr(s, '@'))) {
-        if (s[0] != ':')
-            return -EINVAL; /* no ACL user yet: ":password@" */
         *at = '\0';
-        *password = s + 1;
+        if (parse_userinfo(s, user, password))
+            return -EINVAL;
         s = at + 1;
     }
     a->port = 0;
@@ -38,10 +80,15 @@ static int parse_seed(char *s, struct store_redis_addr *a, const char **password
     return 0;
 }
 
+static bool same(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
 /* Every seed after the scheme of the first, each item of the list cut out of buf. */
 static int parse_list(char *buf, struct store_redis_options *ro)
 {
-    const char *pw, *password = NULL;
+    const char *u, *pw, *user = NULL, *password = NULL;
     uint32_t n = 0;
     int rc = 0;
 
@@ -50,14 +97,16 @@ static int parse_list(char *buf, struct store_redis_options *ro)
             *next++ = '\0';
         if (n > 0 && !strncmp(item, scheme, strlen(scheme)))
             item += strlen(scheme);
-        if (n == STORE_REDIS_MAX_SEEDS || (rc = parse_seed(item, &ro->seeds[n], &pw)))
+        if (n == STORE_REDIS_MAX_SEEDS || (rc = parse_seed(item, &ro->seeds[n], &u, &pw)))
             return -EINVAL;
-        if (pw && password && strcmp(pw, password))
-            return -EINVAL; /* one cluster, one password */
+        if (pw && password && (strcmp(pw, password) || !same(u, user)))
+            return -EINVAL; /* one cluster, one user and password */
+        user = pw ? u : user;
         password = pw ? pw : password;
         n++;
     }
     ro->n_seeds = n;
+    ro->user = user;
     ro->password = password;
     ro->host = ro->seeds[0].host;
     ro->port = ro->seeds[0].port;

@@ -252,12 +252,12 @@ static void read_bad(const struct remote *rm, kvt_engine *e, uint64_t fam, uint6
     expected_page(&q, first, page);
     EXPECT_RC(g_ctx, put_bad(rm, key, page, k), 0);
     struct store_redis_counters c0 = counters(e);
-    uint64_t errors = stats(e).disk_errors;
+    uint64_t errors = stats(e).remote_errors;
     struct kvt_req r = run_req(e, &q, q.len, 1, &m);
     if (!(m.disk_len > 0 && r.disk_len == 0))
         FAIL(g_ctx, "%s under a key: matched %zu tokens from the store, served %zu", BAD_NAME[k],
              m.disk_len, r.disk_len);
-    REQUIRE(g_ctx, counters(e).corrupt > c0.corrupt && stats(e).disk_errors > errors);
+    REQUIRE(g_ctx, counters(e).corrupt > c0.corrupt && stats(e).remote_errors > errors);
 }
 
 /* ---- test_redis_shared ---- */
@@ -311,6 +311,15 @@ static void served_from_store(kvt_engine *b, uint64_t fam, uint64_t seed, int n,
     EXPECT_RC(g_ctx, kvt_sync(b), 0);
     check(b);
     REQUIRE(g_ctx, t.disk_tokens > 0 && counters(b).hits > 0);
+    /* Found, read and counted as the remote's; nothing as a disk's, and nothing failed. */
+    struct kvt_stats st = stats(b);
+    if (!(st.remote_hit_tokens > 0 && st.remote_read_tokens > 0 && st.disk_hit_tokens == 0 &&
+          st.disk_read_tokens == 0 && st.disk_errors == 0))
+        FAIL(g_ctx,
+             "served from the remote: remote hit %" PRIu64 " read %" PRIu64 ", disk hit %" PRIu64
+             " read %" PRIu64 " errors %" PRIu64,
+             st.remote_hit_tokens, st.remote_read_tokens, st.disk_hit_tokens, st.disk_read_tokens,
+             st.disk_errors);
 }
 
 /* Two engines on one server, both open, then a third after them: each is served from the
@@ -328,24 +337,26 @@ void test_redis_shared(void **state)
     kvt_engine *a = open_on_redis(rm, KVT_DISK_WRITE_THROUGH, R_SHARED_HOST_TOKENS, false);
     run_family(a, fam1, seed, R_SHARED_REQS, 1, 1, &ta);
     EXPECT_RC(g_ctx, kvt_sync(a), 0);
-    uint64_t skipped = stats(a).backup_skipped_tokens, errors = stats(a).disk_errors;
-    REQUIRE(g_ctx, stats(a).disk_written_tokens > 0 && dbsize(rm) > 0);
+    uint64_t skipped = stats(a).backup_skipped_tokens, errors = stats(a).remote_errors;
+    /* What the server kept counts as the remote's, not as a disk's (there is none). */
+    REQUIRE(g_ctx, stats(a).remote_written_tokens > 0 && dbsize(rm) > 0);
+    REQUIRE(g_ctx, stats(a).disk_written_tokens == 0);
 
     kvt_engine *b = open_on_redis(rm, KVT_DISK_WRITE_ON_EVICT, 0, false);
     expect_all_stored(b, "B", fam1, seed, R_SHARED_REQS, skipped, errors);
     served_from_store(b, fam1, seed, R_SHARED_REQS, !skipped);
     run_family(b, fam2, seed ^ 1, R_SHARED_REQS, 1, 1, &tb); /* B's own keys, written on evict */
     EXPECT_RC(g_ctx, kvt_sync(b), 0);
-    REQUIRE(g_ctx, stats(b).disk_written_tokens > 0);
+    REQUIRE(g_ctx, stats(b).remote_written_tokens > 0);
     served_from_store(a, fam2, seed ^ 1, R_SHARED_REQS, false);
-    REQUIRE(g_ctx, stats(a).disk_errors == 0 && stats(b).disk_errors == 0);
+    REQUIRE(g_ctx, stats(a).remote_errors == 0 && stats(b).remote_errors == 0);
     kvt_close(a);
     kvt_close(b);
 
     kvt_engine *c = open_on_redis(rm, KVT_DISK_WRITE_THROUGH, 0, false);
     expect_all_stored(c, "C", fam1, seed, R_SHARED_REQS, skipped, errors);
     served_from_store(c, fam1, seed, R_SHARED_REQS / 2, !skipped);
-    REQUIRE(g_ctx, stats(c).disk_errors == 0);
+    REQUIRE(g_ctx, stats(c).remote_errors == 0);
     kvt_close(c);
 }
 
@@ -450,14 +461,14 @@ static void served_again(kvt_engine *e, uint64_t fam, uint64_t seed, uint64_t hi
  * on its port: pages written since are served from it. */
 static void server_killed(struct remote *rm, kvt_engine *e, uint64_t fam, uint64_t seed)
 {
-    uint64_t errors = stats(e).disk_errors;
+    uint64_t errors = stats(e).remote_errors;
     struct tally t = {0};
 
     redis_server_stop(&rm->srv);
     run_family(e, fam, seed, 100, 0, 1, &t);
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
     check(e);
-    REQUIRE(g_ctx, t.protected_tokens > 0 && stats(e).disk_errors > errors);
+    REQUIRE(g_ctx, t.protected_tokens > 0 && stats(e).remote_errors > errors);
     REQUIRE(g_ctx, counters(e).connected == 0);
     EXPECT_RC(g_ctx, redis_server_start(&rm->srv, rm->port), 0);
     /* The server started empty: every hit from here is of a page written after it. */
@@ -485,7 +496,7 @@ static uint64_t closed_on_stopped(const struct remote *rm, uint64_t fam, uint64_
  * again. */
 static void server_stopped(struct remote *rm, kvt_engine *e, uint64_t fam, uint64_t seed)
 {
-    uint64_t errors = stats(e).disk_errors, t0, sync_ms;
+    uint64_t errors = stats(e).remote_errors, t0, sync_ms;
     struct tally t = {0};
 
     REQUIRE(g_ctx, kill(rm->srv.pid, SIGSTOP) == 0);
@@ -509,7 +520,7 @@ static void server_stopped(struct remote *rm, kvt_engine *e, uint64_t fam, uint6
              " ms, close %" PRIu64 " ms; the store's timeouts allow %d)",
              slowest_ms, sync_ms, close_ms, R_CALL_BOUND_MS);
     check(e);
-    REQUIRE(g_ctx, t.protected_tokens > 0 && stats(e).disk_errors > errors);
+    REQUIRE(g_ctx, t.protected_tokens > 0 && stats(e).remote_errors > errors);
     served_again(e, fam, seed ^ 7, c.hits);
 }
 
@@ -589,6 +600,6 @@ void test_redis_evicting(void **state)
            " misses, %" PRIu64 " tokens from the store\n",
            evicted, c.hits, c.misses, t.disk_tokens);
     REQUIRE(g_ctx, evicted > 0 && c.hits > 0);
-    REQUIRE(g_ctx, c.failed == 0 && c.corrupt == 0 && stats(e).disk_errors == 0);
+    REQUIRE(g_ctx, c.failed == 0 && c.corrupt == 0 && stats(e).remote_errors == 0);
     kvt_close(e);
 }
