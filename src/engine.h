@@ -7,6 +7,7 @@
  *   engine.c  prefix cache, eviction and room on the device, allocation, requests
  *   check.c   the invariant check across tree, allocators and tiers (tests)
  *   engine_mamba.c hybrid models' recurrent states: slots, checkpoints, copy on write at match
+ *   engine_mamba_tiers.c  their room, host copies and states in the store below
  *   engine_swa.c   the device allocator and KV pools, with sliding-window layers or without
  */
 #ifndef KVT_ENGINE_H
@@ -123,7 +124,9 @@ size_t engine_swa_free_pages(const kvt_engine *e);
 int engine_swa_check(const kvt_engine *e, char *why, size_t why_len);
 void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st);
 
-/* ---- recurrent states (engine_mamba.c); every call here is for an engine with e->mamba ---- */
+/* ---- recurrent states (engine_mamba.c, engine_mamba_tiers.c: engine_mamba_room,
+ * _prefetch_pages, _tree_config, _host_slots); every call here is for an engine with e->mamba ----
+ */
 
 /* Options check, then the state pool and request map; the tree's settings for states. */
 int engine_mamba_check_options(const struct kvt_options *o);
