@@ -1058,19 +1058,25 @@ def redis_server():
     return p, f"redis://127.0.0.1:{port}"
 
 
+def first_remote_run(url):
+    """The first of two processes on url: (its args, its report); Skip without hiredis."""
+    args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536, "--remote", url)
+    r = bench(*args, "--json")
+    if r.rc == 1 and "--remote: not built in" in r.err:
+        raise Skip("kvtier-bench was built without hiredis")
+    eq(r.rc, 0, f"exit status{r.where()}")
+    first = r.json()
+    eq(first["verify"]["mismatches"], 0, "mismatches")
+    eq(first["config"]["remote"], url, "config.remote")
+    return args, first
+
+
 @case("remote: a second process is served from the Redis tier what the first wrote")
 def _():
     p, url = redis_server()
     try:
-        args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536, "--remote", url)
-        r = bench(*args, "--json")
-        if r.rc == 1 and "--remote: not built in" in r.err:
-            raise Skip("kvtier-bench was built without hiredis")
-        eq(r.rc, 0, f"exit status{r.where()}")
-        first = r.json()
-        eq(first["verify"]["mismatches"], 0, "mismatches")
+        args, first = first_remote_run(url)
         second = run_ok(*args)
-        eq(first["config"]["remote"], url, "config.remote")
         check(second["tokens_hit"]["remote"] > first["tokens_hit"]["remote"],
               f"the remote serves the second: {first['tokens_hit']} -> {second['tokens_hit']}")
         eq(second["tokens_hit"]["disk"], 0, "no disk hits without a disk tier")
@@ -1126,14 +1132,7 @@ def _():
     procs, ports = harness.start_redis_cluster(TMP)
     url = ",".join(f"redis://127.0.0.1:{p}" for p in ports)
     try:
-        args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536, "--remote", url)
-        r = bench(*args, "--json")
-        if r.rc == 1 and "--remote: not built in" in r.err:
-            raise Skip("kvtier-bench was built without hiredis")
-        eq(r.rc, 0, f"exit status{r.where()}")
-        first = r.json()
-        eq(first["verify"]["mismatches"], 0, "mismatches")
-        eq(first["config"]["remote"], url, "config.remote")
+        args, first = first_remote_run(url)
         # One seed is enough: it answers as a cluster and names the other masters.
         second = run_ok(*args[:-1], f"redis://127.0.0.1:{ports[1]}")
         check(second["tokens_hit"]["remote"] > first["tokens_hit"]["remote"],
