@@ -948,26 +948,42 @@ def _():
        "states read from disk, checked, state-backed hit")
 
 
+def hybrid_from_remote(url):
+    """Two processes of a hybrid model on url: the second gets KV and states from it."""
+    rows = [(1024, 1, [1, 2]), (1024, 1, [3, 4]), (1024, 1, [5, 6]), (1024, 1, [1, 2])]
+    args = ("--trace", trace(rows), "--geometry", HYBRID, "--device-tokens", 2048,
+            "--host-tokens", 65536, "--remote", url)
+    r = bench(*args, "--json")
+    if r.rc == 1 and "--remote: not built in" in r.err:
+        raise Skip("kvtier-bench was built without hiredis")
+    eq(r.rc, 0, f"exit status{r.where()}")
+    eq(r.json()["mamba"]["stored_states"], 3, "checkpoints written")
+    j = run_ok(*args)
+    eq((j["tokens_hit"]["host"], j["tokens_hit"]["disk"], j["tokens_hit"]["remote"]),
+       (960, 0, 2880), "tokens_hit host, disk, remote")
+    eq((j["mamba"]["fetched_states"], j["mamba"]["states_checked"]), (3, 4),
+       "states read from the remote, checked")
+
+
 @case("hybrid: a second process gets KV and states from the Redis tier")
 def _():
-    rows = [(1024, 1, [1, 2]), (1024, 1, [3, 4]), (1024, 1, [5, 6]), (1024, 1, [1, 2])]
     p, url = redis_server()
     try:
-        args = ("--trace", trace(rows), "--geometry", HYBRID, "--device-tokens", 2048,
-                "--host-tokens", 65536, "--remote", url)
-        r = bench(*args, "--json")
-        if r.rc == 1 and "--remote: not built in" in r.err:
-            raise Skip("kvtier-bench was built without hiredis")
-        eq(r.rc, 0, f"exit status{r.where()}")
-        eq(r.json()["mamba"]["stored_states"], 3, "checkpoints written")
-        j = run_ok(*args)
-        eq((j["tokens_hit"]["host"], j["tokens_hit"]["disk"], j["tokens_hit"]["remote"]),
-           (960, 0, 2880), "tokens_hit host, disk, remote")
-        eq((j["mamba"]["fetched_states"], j["mamba"]["states_checked"]), (3, 4),
-           "states read from the remote, checked")
+        hybrid_from_remote(url)
     finally:
         p.kill()
         p.wait()
+
+
+@case("hybrid: a second process gets KV and states from a 3-master Redis Cluster")
+def _():
+    procs, ports = harness.start_redis_cluster(TMP)
+    try:
+        hybrid_from_remote(",".join(f"redis://127.0.0.1:{p}" for p in ports))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 @case("hybrid: the qwen3-next-80b-a3b preset with a host tier, 0 mismatches")
