@@ -47,6 +47,7 @@ int main(void)
         T(test_roundtrip_batched),
         T(test_async_poll),
         T(test_duplicates),
+        T(test_duplicates_shared_tag),
         T(test_bad_input),
         T(test_iterate),
         T(test_unaligned),
