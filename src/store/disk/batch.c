@@ -81,6 +81,18 @@ static void mark_batch_dups(struct batch *b)
     }
 }
 
+/* Whether the slot table shows p's key in no used slot: then its record, if any, names no
+ * live slot, and the index need not be asked (most pages a batch writes are new). */
+static bool surely_new(struct dstore *s, const struct dop_page *p)
+{
+    bool absent;
+
+    pthread_mutex_lock(&s->lock);
+    absent = tag_absent_locked(s, p->key);
+    pthread_mutex_unlock(&s->lock);
+    return absent;
+}
+
 /* Pages whose key is stored and live already: done, and counted as an access. */
 static void mark_stored(struct dstore *s, struct batch *b)
 {
@@ -92,7 +104,7 @@ static void mark_stored(struct dstore *s, struct batch *b)
     for (size_t i = 0; i < b->n; i++) {
         struct dop_page *p = b->pg[i];
 
-        if (p->res || p->dup || lookup_record(s, s->ctxn, p->key, &r, &digest))
+        if (p->res || p->dup || surely_new(s, p) || lookup_record(s, s->ctxn, p->key, &r, &digest))
             continue;
         uint32_t g = r.slab * s->slab_slots + r.slot;
 

@@ -176,8 +176,12 @@ static void tag_insert(struct dstore *s, uint32_t g)
             s->map[b] = g;
             return;
         }
-        if (key_tag(s->skey[s->map[b]]) == tag)
-            return; /* another key of this tag holds it: g only loses its children count */
+        if (key_tag(s->skey[s->map[b]]) == tag) {
+            /* Another key of this tag holds it: g loses its children count, and lookups
+             * by tag cannot see it (tag_absent_locked). */
+            s->tags_shadowed += s->map[b] != g;
+            return;
+        }
     }
 }
 
@@ -186,8 +190,10 @@ static void tag_remove(struct dstore *s, uint32_t g)
     uint64_t mask = s->map_size - 1, hole = bucket_of(s, key_tag(s->skey[g]));
 
     while (s->map[hole] != g) {
-        if (s->map[hole] == NO_SLOT)
+        if (s->map[hole] == NO_SLOT) {
+            s->tags_shadowed -= s->tags_shadowed != 0; /* g was one tag_insert left out */
             return;
+        }
         hole = (hole + 1) & mask;
     }
     /* Close the hole: an entry of the run moves into it unless its home lies after the hole,
@@ -201,6 +207,18 @@ static void tag_remove(struct dstore *s, uint32_t g)
         }
     }
     s->map[hole] = NO_SLOT;
+}
+
+/* Every used slot is in the map but those tags_shadowed counts, so with none of those a key
+ * whose tag finds no slot holding it is in no used slot. */
+bool tag_absent_locked(const struct dstore *s, const uint8_t *key)
+{
+    uint32_t g;
+
+    if (!table_known_locked(s) || s->tags_shadowed)
+        return false;
+    g = tag_find_locked(s, key_tag(key));
+    return g == NO_SLOT || memcmp(s->skey[g], key, DSTORE_KEY_BYTES) != 0;
 }
 
 /* ---- children waiting for a parent that is not stored ---- */

@@ -180,6 +180,8 @@ struct dstore {
     uint32_t *map;             /* locked: key_tag -> used slot, open addressing */
     uint64_t map_size;         /* buckets, a power of two */
     uint32_t map_shift;        /* 64 - log2(map_size) */
+    uint64_t tags_shadowed;    /* locked: used slots not in the map (their tag's entry is
+                                * another key's) */
     struct tag_count *waiting; /* locked: children of parents not stored, by tag */
     uint64_t wait_size, wait_used;
     uint32_t wait_shift;
@@ -297,6 +299,9 @@ void touch_early_locked(struct dstore *s, uint32_t g, const uint8_t *key);
 size_t pick_victims_locked(struct dstore *s, size_t want, uint32_t *victims);
 /* The used slot holding the key of this tag, or NO_SLOT. */
 uint32_t tag_find_locked(const struct dstore *s, uint64_t tag);
+/* True when the slot table alone shows that no used slot holds key; false when it cannot
+ * tell (the table not known, a tag shadowed) or a used slot may hold it. */
+bool tag_absent_locked(const struct dstore *s, const uint8_t *key);
 /* Empty the LRU list and the chain ends (before the rebuild links them). */
 void lists_reset_locked(struct dstore *s);
 /* The rebuild: the n used slots, oldest first, into the map, the counts and the lists. */

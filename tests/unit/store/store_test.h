@@ -100,6 +100,8 @@ int readback_visit(void *arg, const struct dstore_entry *e);
 void test_roundtrip_batched(void **state);
 void test_async_poll(void **state);
 void test_duplicates(void **state);
+void test_duplicates_shared_tag(void **state);
+void test_small_pages_buffered(void **state);
 void test_bad_input(void **state);
 void test_iterate(void **state);
 void test_unaligned(void **state);
