@@ -74,17 +74,18 @@ static void release_host_states(void *ctx, const uint32_t *hslots, size_t n)
 static int open_host_states(kvt_engine *e, uint64_t host_pages, uint64_t avail)
 {
     struct engine_mamba *m = e->mamba;
-    uint64_t dev_pages = engine_slots_c(e)->npages, cap = e->opts.mamba_host_states;
+    uint64_t dev_pages = engine_slots_c(e)->npages, cap = e->opts.mamba_host_states, each;
 
     if (host_pages == 0)
         return 0;
     m->slot_bytes = mamba_slot_bytes(&m->pool.geo);
-    if (cap && avail && cap > avail / m->slot_bytes)
+    each = m->slot_bytes + sizeof(*m->hbuf) + sizeof(*m->hfree); /* a copy and its entries */
+    if (cap && avail && cap > avail / each)
         return KVT_EHOSTRAM;
     if (cap == 0) {
         cap = (uint64_t)m->pool.nslots * host_pages / (dev_pages ? dev_pages : 1);
-        if (avail && cap > avail / 2 / m->slot_bytes)
-            cap = avail / 2 / m->slot_bytes;
+        if (avail && cap > avail / 2 / each)
+            cap = avail / 2 / each;
     }
     if (cap > UINT32_MAX - 1)
         cap = UINT32_MAX - 1;
