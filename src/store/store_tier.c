@@ -388,19 +388,22 @@ static int state_keys(struct store_tier *s, const uint8_t *hash, size_t bytes, s
     return 0;
 }
 
-/* Keys and a page-aligned staging buffer for a state of `bytes`: its page count, or 0. */
+/* Keys for a state of `bytes` and, when stage is given, a page-aligned staging buffer for its
+ * pages: its page count, or 0. */
 static size_t state_begin(struct store_tier *s, const uint8_t *hash, size_t bytes,
                           uint8_t (**keys)[KVT_HASH_LEN], void **stage)
 {
     size_t pb = s->store->page_bytes, n = bytes ? (bytes + pb - 1) / pb : 0;
 
     *keys = NULL;
-    *stage = NULL;
+    if (stage)
+        *stage = NULL;
     if (n == 0 || !(*keys = malloc(n * sizeof(**keys))) || state_keys(s, hash, bytes, n, *keys) ||
-        posix_memalign(stage, 4096, n * pb)) {
+        (stage && posix_memalign(stage, 4096, n * pb))) {
         free(*keys);
         *keys = NULL;
-        *stage = NULL;
+        if (stage)
+            *stage = NULL;
         return 0;
     }
     return n;
@@ -441,13 +444,11 @@ static bool store_tier_has_state(struct tier *t, const uint8_t *hash, size_t byt
 {
     struct store_tier *s = st_of(t);
     uint8_t(*keys)[KVT_HASH_LEN];
-    void *stage;
-    size_t n = state_begin(s, hash, bytes, &keys, &stage), run = 0;
+    size_t n = state_begin(s, hash, bytes, &keys, NULL), run = 0;
 
     if (n && store_leading_run(s->store, (const uint8_t *)keys, n, &run))
         run = 0;
     free(keys);
-    free(stage);
     return n && run == n;
 }
 
