@@ -273,8 +273,10 @@ static void state_for_tree(kvt_engine *e, const struct rdx_hit *hit, struct prob
  * host copy on the node ending it: past the tree, its KV filled into the host tier as a
  * match past the tree fills it (waiting as prefetch_policy says), else on a node of the tree
  * that lacks one. The state is read before a host slot is made room for: nothing the host
- * keeps goes for a state that is not there. *disk gets the tokens filled. */
-static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk)
+ * keeps goes for a state that is not there. *disk gets the tokens filled, *kv the pages of KV
+ * key found in every tier (0 without a store below): a fill moves pages from the store into
+ * the tree, so that count holds after it too. */
+static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk, size_t *kv)
 {
     static const int wait_ms[] = {
         [KVT_PREFETCH_WAIT_COMPLETE] = -1, [KVT_PREFETCH_BEST_EFFORT] = 0};
@@ -284,10 +286,12 @@ static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk
     struct rdx_hit hit, now;
     size_t n, p = 0, first;
 
-    *disk = 0;
+    *disk = *kv = 0;
     if (!m->stage || rdx_match_tiers(e->tree, key, NULL, NULL, &hit))
         return;
-    if ((n = tier_find(e->below, key, &hit)))
+    first = hit.dev_pages + hit.host_pages;
+    *kv = first + (n = tier_find(e->below, key, &hit));
+    if (n)
         p = past_tree(e, key, &hit, n, m->stage, &pr);
     if (!p) {
         state_for_tree(e, &hit, &pr);
@@ -295,7 +299,6 @@ static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk
     }
     if (!(h = stage_to_host(e)))
         return;
-    first = hit.dev_pages + hit.host_pages;
     /* find named the pages to the store tier for the fetch; reading states did not change
      * that, and making room among the host copies of states evicts no KV. */
     if (e->below->ops->fetch(e->below, key, &hit, p, NULL) && !e->below->ops->fetching(e->below)) {
@@ -334,11 +337,15 @@ void mamba_restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint6
     *dev = UINT64_MAX; /* nothing loaded */
     if (!e->below || e->mamba->hcap == 0)
         return;
-    fetch_state(e, key, disk);
+    size_t below;
+    fetch_state(e, key, disk, &below);
     size_t found = *disk / ps;
     if (rdx_match_tiers(e->tree, key, e->pages, e->below_pages, &hit))
         return;
-    *kv = (uint64_t)(hit.dev_pages + hit.host_pages + tier_find(e->below, key, &hit)) * ps;
+    /* The store's run was looked up once, by fetch_state; without a store there is none. */
+    if (below < hit.dev_pages + hit.host_pages)
+        below = hit.dev_pages + hit.host_pages;
+    *kv = (uint64_t)below * ps;
     if (rdx_mamba_find(e->tree, hit.host_last, &x, &slot, &hslot, &tokens))
         return;
     *op = hit.pending;

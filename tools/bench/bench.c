@@ -1549,7 +1549,7 @@ static const struct cli_option options[] = {
              "node, or a comma-separated list of such URLs (a\n"
              "cluster's seeds: redis://h1:p1,redis://h2:p2); below the\n"
              "disk tier (or the host tier); needs --host-tokens. Its\n"
-             "hits are counted with the disk tier's"},
+             "hits are counted apart (tokens_hit.remote)"},
     {"--disk-sync", CLI_NAME, OFF(disk_sync), CLI_NAMES(disk_sync_names), .arg = "S",
      .help = "durable (default: each write batch synced) or relaxed\n"
              "(synced every second or 256 MiB; a power cut may lose\n"
