@@ -172,6 +172,8 @@ void free_host_copy(struct rdx_tree *t, uint32_t idx)
     struct rdx_node *n = node_at(t, idx);
 
     drop_host_state(t, idx); /* a saved state needs the KV it continues as well */
+    if (t->swa)
+        t->swa[idx].hlive = false;
     if (t->cfg.free_host_pages)
         t->cfg.free_host_pages(t->cfg.ctx, n->host, n->npages);
     t->sz.host_pages -= n->npages;

@@ -335,6 +335,7 @@ struct rdx_swa_hit {
     uint64_t branch_tokens; /* the KV hit in tokens when it lies past the usable prefix, else 0:
                              * where the request should re-insert so that the next one finds
                              * a whole window there */
+    uint64_t pending;       /* highest load still filling a device page of the prefix */
 };
 
 /* rdx_match under the window. pages (may be NULL) gets the whole device prefix; the request
@@ -342,6 +343,21 @@ struct rdx_swa_hit {
  * covering a window (plus a page) above swa_last. */
 int rdx_match_swa(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages,
                   struct rdx_swa_hit *hit);
+
+/* rdx_match_tiers under the window, counting host copies that hold the SWA layers (a
+ * backup of a node holding SWA KV copies them; rdx_swa_host_state) as SWA KV for the nodes
+ * with no device copy: a load-back of the host part up to swa_last brings them. tiers gets
+ * the match over both tiers; hit->kv_pages is its device part, and swa_pages may lie past it
+ * in the host part. A device copy that is an SWA tombstone is one here too. */
+int rdx_match_swa_tiers(struct rdx_tree *t, const struct kvt_key *key, uint32_t *dev_pages,
+                        uint32_t *host_pages, struct rdx_hit *tiers, struct rdx_swa_hit *hit);
+
+/* For the load-back of the n pages of host-only nodes ending at ref's end: live[i] (page i
+ * of those n, top first) is 1 where the node's host copy holds the SWA layers, so the load
+ * brings them into an SWA peer and the node's device copy holds SWA KV; 0 where the node
+ * comes back an SWA tombstone (rdx_attach_device decides the same way). -EINVAL where the
+ * span is not n pages of host-only nodes. */
+int rdx_swa_load_mask(const struct rdx_tree *t, kvt_node_ref ref, size_t n, uint8_t *live);
 
 /* rdx_insert_ref for a request whose SWA part below token swa_from (a multiple of page_size,
  * at most key->len) it freed already as its window moved on (swa_window_evict_to): the pages
@@ -371,6 +387,9 @@ size_t rdx_swa_evict(struct rdx_tree *t, size_t pages);
 /* Whether node ref holds SWA KV (1, 0: a tombstone or no device copy) and its SWA locks. */
 int rdx_swa_state(const struct rdx_tree *t, kvt_node_ref ref, int *live, uint32_t *locks);
 
+/* Whether node ref's host copy holds the SWA layers (1; 0 also without a host copy). */
+int rdx_swa_host_state(const struct rdx_tree *t, kvt_node_ref ref, int *hlive);
+
 kvt_node_ref rdx_root(const struct rdx_tree *t);
 void rdx_sizes(const struct rdx_tree *t, struct rdx_sizes *s);
 
@@ -389,7 +408,8 @@ struct rdx_page_visitor {
  * residency: every node has a copy, device and host copies each form a subtree at the top,
  * host-only nodes are neither locked nor being filled; with cfg.mamba: states only on device
  * copies, no slot on two nodes, state locks within the node's own locks, the list of unlocked
- * states exact; with cfg.swa_window: SWA KV only on device copies, SWA locks within the node's
+ * states exact; with cfg.swa_window: SWA KV only on device copies and host SWA layers only on host
+ * copies, SWA locks within the node's
  * KV locks, the list of unlocked nodes holding SWA KV exact). v (may be NULL) visits every page.
  * 0, or -EUCLEAN with a reason in why. */
 int rdx_check(const struct rdx_tree *t, const struct rdx_page_visitor *v, char *why,

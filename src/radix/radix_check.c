@@ -227,6 +227,8 @@ static int check_swa_part(struct checker *c, uint32_t idx)
 
     if (w->live && (idx == ROOT || !n->on_device))
         return fail(c, idx, "SWA KV without device KV under it");
+    if (w->hlive && (idx == ROOT || !n->on_host))
+        return fail(c, idx, "host SWA layers without a host copy");
     if (idx != ROOT && (w->locks > n->lock_ref || w->own > n->own_ref || w->own > w->locks))
         return fail(c, idx, "SWA locks out of order with the KV locks");
     if (idx == ROOT && (w->locks || w->own))

@@ -78,6 +78,7 @@ struct mamba_state {
 /* A node's SWA part (cfg.swa_window), in a table beside the node table like the Mamba one. */
 struct swa_part {
     bool live;           /* the node's device pages hold SWA KV; false: a tombstone */
+    bool hlive;          /* its host copy holds the SWA layers too (copied while live) */
     uint32_t locks;      /* SWA locks of windows covering this node (tombstone or not) */
     uint32_t own;        /* of the rdx_swa_locks taken at this node: part of its own_ref */
     uint32_t prev, next; /* the list of unlocked nodes with SWA KV; NONE at the ends */

@@ -277,8 +277,12 @@ void split_swa(struct rdx_tree *t, uint32_t idx, uint32_t upper)
 
     if (!w)
         return;
-    t->swa[upper] = (struct swa_part){
-        .live = w->live, .locks = w->locks, .access = w->access, .prev = NONE, .next = NONE};
+    t->swa[upper] = (struct swa_part){.live = w->live,
+                                      .hlive = w->hlive,
+                                      .locks = w->locks,
+                                      .access = w->access,
+                                      .prev = NONE,
+                                      .next = NONE};
     if (w->live && w->locks == 0)
         swa_list_add(t, upper);
 }

@@ -13,6 +13,7 @@
 #include "radix_int.h"
 
 #include <errno.h>
+#include <string.h>
 
 static bool swa_on(const struct rdx_tree *t)
 {
@@ -24,14 +25,27 @@ static uint64_t node_tokens(const struct rdx_tree *t, uint32_t idx)
     return (uint64_t)node_at(t, idx)->npages * t->cfg.page_size;
 }
 
-/* Whether the window ending at node idx (live) holds SWA KV throughout: the live run above
- * it spans the window or reaches the root. *stop gets the node that ended the run. */
-static bool window_whole(const struct rdx_tree *t, uint32_t idx, uint32_t *stop)
+/* Whether node idx's SWA KV is there for a match: on its device copy, or with tiers (a
+ * match that may load host copies back) on a host copy holding the SWA layers, for a node
+ * with no device copy. A device copy that is an SWA tombstone counts as one: a load-back
+ * brings whole nodes that lack a device copy, never the SWA part of one that has it. */
+static bool swa_there(const struct rdx_tree *t, uint32_t idx, bool tiers)
+{
+    const struct rdx_node *n = node_at(t, idx);
+
+    if (tiers && !n->on_device)
+        return n->on_host && t->swa[idx].hlive;
+    return t->swa[idx].live;
+}
+
+/* Whether the window ending at node idx (whose SWA KV is there) holds SWA KV throughout: the
+ * run above it spans the window or reaches the root. *stop gets the node that ended the run. */
+static bool window_whole(const struct rdx_tree *t, uint32_t idx, bool tiers, uint32_t *stop)
 {
     uint64_t run = 0;
     uint32_t i = idx;
 
-    while (i != ROOT && t->swa[i].live && run < t->cfg.swa_window) {
+    while (i != ROOT && swa_there(t, i, tiers) && run < t->cfg.swa_window) {
         run += node_tokens(t, i);
         i = node_at(t, i)->parent;
     }
@@ -42,14 +56,14 @@ static bool window_whole(const struct rdx_tree *t, uint32_t idx, uint32_t *stop)
 /* The deepest node from idx up whose window is whole; ROOT (the empty prefix) when none is.
  * A run too short fails for every node in it, so the search goes on above its tombstone:
  * each node is looked at once. */
-static uint32_t usable_end(const struct rdx_tree *t, uint32_t idx)
+static uint32_t usable_end(const struct rdx_tree *t, uint32_t idx, bool tiers)
 {
     uint32_t stop;
 
     while (idx != ROOT) {
-        if (!t->swa[idx].live)
+        if (!swa_there(t, idx, tiers))
             idx = node_at(t, idx)->parent;
-        else if (window_whole(t, idx, &stop))
+        else if (window_whole(t, idx, tiers, &stop))
             return idx;
         else
             idx = stop;
@@ -78,24 +92,82 @@ static size_t depth_pages(const struct rdx_tree *t, uint32_t idx)
     return pages;
 }
 
+/* The usable prefix of a match ending at node last (device and host parts in hit). */
+static void usable(struct rdx_tree *t, uint32_t last, const struct rdx_hit *h, bool tiers,
+                   struct rdx_swa_hit *hit)
+{
+    uint32_t end = usable_end(t, last, tiers);
+
+    hit->kv_pages = h->dev_pages;
+    hit->kv_last = h->dev_last;
+    hit->pending = h->pending;
+    hit->swa_last = make_ref(t, end);
+    hit->swa_pages = depth_pages(t, end);
+    if (h->dev_pages + h->host_pages > hit->swa_pages)
+        hit->branch_tokens = (uint64_t)(h->dev_pages + h->host_pages) * t->cfg.page_size;
+    touch_window(t, end);
+}
+
 int rdx_match_swa(struct rdx_tree *t, const struct kvt_key *key, uint32_t *pages,
                   struct rdx_swa_hit *hit)
 {
-    uint32_t last, end;
+    struct rdx_hit h;
+    uint32_t last;
     int rc;
 
     if (!swa_on(t) || !hit)
         return -EINVAL;
     *hit = (struct rdx_swa_hit){0};
-    if ((rc = rdx_match(t, key, pages, &hit->kv_pages, &hit->kv_last)) ||
-        (rc = resolve(t, hit->kv_last, &last)))
+    if ((rc = rdx_match_tiers(t, key, pages, NULL, &h)) || (rc = resolve(t, h.dev_last, &last)))
         return rc;
-    end = usable_end(t, last);
-    hit->swa_last = make_ref(t, end);
-    hit->swa_pages = depth_pages(t, end);
-    if (hit->kv_pages > hit->swa_pages)
-        hit->branch_tokens = (uint64_t)hit->kv_pages * t->cfg.page_size;
-    touch_window(t, end);
+    h.host_pages = 0;
+    usable(t, last, &h, false, hit);
+    return 0;
+}
+
+int rdx_match_swa_tiers(struct rdx_tree *t, const struct kvt_key *key, uint32_t *dev_pages,
+                        uint32_t *host_pages, struct rdx_hit *tiers, struct rdx_swa_hit *hit)
+{
+    uint32_t last;
+    int rc;
+
+    if (!swa_on(t) || !hit || !tiers)
+        return -EINVAL;
+    *hit = (struct rdx_swa_hit){0};
+    if ((rc = rdx_match_tiers(t, key, dev_pages, host_pages, tiers)) ||
+        (rc = resolve(t, tiers->host_last, &last)))
+        return rc;
+    usable(t, last, tiers, true, hit);
+    return 0;
+}
+
+/* Whether the n pages ending at idx's end are whole host-only nodes. */
+static bool host_only_span(const struct rdx_tree *t, uint32_t idx, size_t n)
+{
+    for (size_t left = n; left; idx = node_at(t, idx)->parent) {
+        const struct rdx_node *nd = node_at(t, idx);
+        if (idx == ROOT || nd->on_device || !nd->on_host || nd->npages > left)
+            return false;
+        left -= nd->npages;
+    }
+    return true;
+}
+
+int rdx_swa_load_mask(const struct rdx_tree *t, kvt_node_ref ref, size_t n, uint8_t *live)
+{
+    uint32_t idx;
+    int rc;
+
+    if (!swa_on(t) || (n && !live))
+        return -EINVAL;
+    if ((rc = resolve(t, ref, &idx)))
+        return rc;
+    if (!host_only_span(t, idx, n))
+        return -EINVAL;
+    for (size_t left = n; left; idx = node_at(t, idx)->parent) {
+        left -= node_at(t, idx)->npages;
+        memset(live + left, t->swa[idx].hlive, node_at(t, idx)->npages);
+    }
     return 0;
 }
 
@@ -255,6 +327,19 @@ int rdx_swa_state(const struct rdx_tree *t, kvt_node_ref ref, int *live, uint32_
     return 0;
 }
 
+int rdx_swa_host_state(const struct rdx_tree *t, kvt_node_ref ref, int *hlive)
+{
+    uint32_t idx;
+    int rc;
+
+    if (!swa_on(t) || !hlive)
+        return -EINVAL;
+    if ((rc = resolve(t, ref, &idx)))
+        return rc;
+    *hlive = t->swa[idx].hlive;
+    return 0;
+}
+
 /* ---- SWA eviction: least recently covered by a window first ---- */
 
 static bool covered_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
@@ -272,8 +357,10 @@ size_t rdx_swa_evict(struct rdx_tree *t, size_t pages)
     if (!swa_on(t) || pages == 0)
         return 0;
     h.v = t->heap; /* as long as the id table, and idle between calls */
+    /* Not the SWA part of a node a transfer is filling or reading: its bytes are moving. */
     for (uint32_t i = t->swa_head; i != NONE; i = t->swa[i].next)
-        h.v[h.n++] = i;
+        if (node_at(t, i)->pending == 0)
+            h.v[h.n++] = i;
     heap_build(t, &h);
     while (done < pages && h.n) {
         uint32_t x = heap_pop(t, &h);

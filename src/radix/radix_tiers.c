@@ -52,6 +52,13 @@ int rdx_attach_device(struct rdx_tree *t, kvt_node_ref ref, const uint32_t *page
         return rc;
     span_each(t, idx, &s, n, mark_pending, &op);
     adopt_device_pages(t, idx, pages, n);
+    /* A node's device copy holds SWA KV where its host copy did: the load brings the SWA
+     * layers of those nodes alone (rdx_swa_load_mask). */
+    for (size_t left = n; t->swa && left; idx = node_at(t, idx)->parent) {
+        if (!t->swa[idx].hlive)
+            forget_swa(t, idx);
+        left -= node_at(t, idx)->npages;
+    }
     return 0;
 }
 
@@ -85,6 +92,8 @@ static void take_host_copy(struct rdx_tree *t, uint32_t idx, size_t at, const vo
     memcpy(c->dev_pages + at, n->pages, n->npages * sizeof(uint32_t));
     n->on_host = true;
     n->pending = c->op;
+    if (t->swa) /* the backup copies the SWA layers of pages that have them */
+        t->swa[idx].hlive = t->swa[idx].live;
     t->sz.host_pages += n->npages;
     update_leaf(t, idx);
 }
