@@ -327,6 +327,35 @@ int swa_move_peers(struct swa_alloc *a, const uint32_t *to, const uint32_t *from
     return 0;
 }
 
+int swa_give_peers(struct swa_alloc *a, const uint32_t *pages, size_t n)
+{
+    uint32_t ps = a->page_size;
+    size_t i;
+
+    if (n && !pages)
+        return -EINVAL;
+    for (i = 0; i < n; i++) {
+        uint32_t p = pages[i];
+        if (p == 0 || p > a->full.npages || a->peer[p] || a->mark[p])
+            break;
+        a->mark[p] = 1; /* a page named twice would get two peers */
+    }
+    for (size_t j = 0; j < i; j++)
+        a->mark[pages[j]] = 0;
+    if (i < n)
+        return -EINVAL;
+    if ((uint64_t)n * ps > slot_available(&a->swa))
+        return -ENOMEM;
+    for (i = 0; i < n; i++) {
+        int32_t first = (int32_t)(pages[i] * ps);
+        (void)slot_alloc(&a->swa, ps, a->scratch); /* room checked above */
+        for (uint32_t j = 0; j < ps; j++)
+            a->map[first + (int32_t)j] = a->scratch[j];
+        a->peer[pages[i]] = (uint32_t)a->scratch[0] / ps;
+    }
+    return 0;
+}
+
 int swa_page_live(const struct swa_alloc *a, uint32_t p)
 {
     return p <= a->full.npages && a->peer[p] != 0;

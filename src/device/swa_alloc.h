@@ -91,6 +91,11 @@ void swa_release_swa(struct swa_alloc *a, const uint32_t *pages, size_t n);
  * same tokens' SWA KV. -EINVAL changes nothing. */
 int swa_move_peers(struct swa_alloc *a, const uint32_t *to, const uint32_t *from, size_t n);
 
+/* Give each of n full pages (none with a peer) an SWA page: a load-back of SWA KV that the
+ * host kept lands there. -ENOMEM when the SWA side is short, -EINVAL for a page out of range,
+ * with a peer, or named twice; either changes nothing. */
+int swa_give_peers(struct swa_alloc *a, const uint32_t *pages, size_t n);
+
 /* Whether full page p has an SWA peer. */
 int swa_page_live(const struct swa_alloc *a, uint32_t p);
 

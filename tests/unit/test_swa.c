@@ -160,6 +160,39 @@ static void test_pair_alloc(void **state)
     assert_int_equal(swa_alloc_init(&a, 2, 64, 4), -EINVAL);
 }
 
+/* A load-back's full pages, taken without peers (SWA tombstones), get SWA pages for the ones
+ * whose host copy kept the SWA layers: paired whole, and a bad call takes nothing. */
+static void test_give_peers(void **state)
+{
+    struct swa_alloc a;
+    int32_t f[16];
+    uint32_t pages[4];
+
+    (void)state;
+    assert_int_equal(swa_alloc_init(&a, 16 * 4, 3 * 4, 4), 0);
+    assert_int_equal(slot_alloc(&a.full, 16, f), 0); /* four full pages, no peers */
+    for (int i = 0; i < 4; i++)
+        pages[i] = (uint32_t)f[i * 4] / 4;
+    assert_int_equal(swa_check_live(&a, f, 16), -ENOENT);
+    const uint32_t twice[] = {pages[0], pages[0]}, bad[] = {pages[0], 99};
+    REFUSED(&a, swa_give_peers(&a, twice, 2), -EINVAL);
+    REFUSED(&a, swa_give_peers(&a, bad, 2), -EINVAL);
+    REFUSED(&a, swa_give_peers(&a, pages, 4), -ENOMEM); /* three SWA pages */
+    assert_int_equal(swa_give_peers(&a, pages + 1, 2), 0);
+    assert_paired(&a, f + 4, 8);
+    assert_int_equal(swa_check_live(&a, f, 4), -ENOENT);
+    assert_int_equal(swa_check_live(&a, f + 12, 4), -ENOENT);
+    REFUSED(&a, swa_give_peers(&a, pages + 1, 1), -EINVAL); /* has one */
+    assert_int_equal(slot_available(&a.swa), 4);
+    /* Claimed by the cache and released, both sides come back. */
+    assert_int_equal(swa_claim(&a, pages, 4), 0);
+    swa_release_cached(&a, pages, 4);
+    assert_int_equal(slot_available(&a.swa), 12);
+    assert_int_equal(slot_available(&a.full), 64);
+    assert_int_equal(swa_alloc_check(&a), 0);
+    swa_alloc_finish(&a);
+}
+
 /* Available is the smaller side, whichever it is; a pair allocation past it takes nothing. */
 static void test_available_min(void **state)
 {
@@ -824,12 +857,19 @@ static void test_random_ps16(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pair_alloc),      cmocka_unit_test(test_available_min),
-        cmocka_unit_test(test_window_eviction), cmocka_unit_test(test_free_tombstoned_row),
-        cmocka_unit_test(test_extend_decode),   cmocka_unit_test(test_extend_after_tombstone),
-        cmocka_unit_test(test_extend_enomem),   cmocka_unit_test(test_free_group),
-        cmocka_unit_test(test_window_rule),     cmocka_unit_test(test_pool_mha),
-        cmocka_unit_test(test_pool_mla),        cmocka_unit_test(test_random_ps1),
+        cmocka_unit_test(test_pair_alloc),
+        cmocka_unit_test(test_available_min),
+        cmocka_unit_test(test_give_peers),
+        cmocka_unit_test(test_window_eviction),
+        cmocka_unit_test(test_free_tombstoned_row),
+        cmocka_unit_test(test_extend_decode),
+        cmocka_unit_test(test_extend_after_tombstone),
+        cmocka_unit_test(test_extend_enomem),
+        cmocka_unit_test(test_free_group),
+        cmocka_unit_test(test_window_rule),
+        cmocka_unit_test(test_pool_mha),
+        cmocka_unit_test(test_pool_mla),
+        cmocka_unit_test(test_random_ps1),
         cmocka_unit_test(test_random_ps16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
