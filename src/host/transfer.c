@@ -2,9 +2,10 @@
  * The transfer engine (see transfer.h): the part both backends share (see xfer_int.h for the
  * split). Both backends follow one copy plan: an op's page list is cut into runs where device
  * and host page numbers both climb by one, and each run moves per layer and per K/V in as few
- * copies as the host layout allows. They differ in who runs the plan: a worker thread with
- * memcpy (xfer_sim.c), or the CUDA stream it is enqueued on (xfer_cuda.c), which may also skip
- * the plan for its gather/scatter kernels.
+ * copies as the host layout allows; a sliding-window model's layer runs over the pages of its
+ * own pool (full or SWA), skipping the pages with no SWA page. They differ in who runs the
+ * plan: a worker thread with memcpy (xfer_sim.c), or the CUDA stream it is enqueued on
+ * (xfer_cuda.c), which may also skip the plan for its gather/scatter kernels.
  *
  * Locking is described in xfer_int.h.
  */
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "kvtier.h"
+#include "device/swa_pool.h"
 #include "xfer_int.h"
 
 /* The backends this build has; the device pool's kind picks one. */
@@ -28,15 +30,27 @@ static const struct xfer_backend *const backends[] = {
 
 /* ---- the copy plan, shared by both backends ---- */
 
-size_t xfer_run_len(const struct xfer_op *op, size_t i)
+/* Length of the run from i where dev[] and host[] both climb by one. */
+static size_t run_len(const uint32_t *dev, const uint32_t *host, size_t n, size_t i)
 {
     size_t r = 1;
 
-    while (i + r < op->n && op->dev_pages[i + r] == op->dev_pages[i] + r &&
-           op->host_pages[i + r] == op->host_pages[i] + r)
+    while (i + r < n && dev[i + r] == dev[i] + r && host[i + r] == host[i] + r)
         r++;
     return r;
 }
+
+size_t xfer_run_len(const struct xfer_op *op, size_t i)
+{
+    return run_len(op->dev_pages, op->host_pages, op->n, i);
+}
+
+/* One model layer on the device: the pool that holds it and its layer there. */
+struct dev_layer {
+    const struct kv_pool *pool;
+    uint32_t index; /* the layer in pool */
+    uint32_t layer; /* the model layer, as the host pool numbers it */
+};
 
 static int copy_span(struct xfer_stream *s, xfer_copy_fn copy, uint8_t *dev, uint8_t *host,
                      size_t n)
@@ -47,35 +61,53 @@ static int copy_span(struct xfer_stream *s, xfer_copy_fn copy, uint8_t *dev, uin
 /* K (w 0) or V (w 1) of one layer for r pages from device page d and host page h. The device
  * side of a run is always one span; the host side only in layer_first, since page_first puts
  * the other layers of a page between two pages' rows of this layer. */
-static int copy_run(struct xfer_stream *s, xfer_copy_fn copy, uint32_t d, uint32_t h, size_t r,
-                    uint32_t layer, int w)
+static int copy_run(struct xfer_stream *s, xfer_copy_fn copy, const struct dev_layer *dl,
+                    uint32_t d, uint32_t h, size_t r, int w)
 {
     const struct xfer_engine *x = s->x;
-    size_t span = (size_t)x->page_size * x->dev->row_bytes[w];
-    uint8_t *dev = (uint8_t *)x->dev->buf[w][layer] + (size_t)d * span;
+    size_t span = (size_t)x->page_size * dl->pool->row_bytes[w];
+    uint8_t *dev = (uint8_t *)dl->pool->buf[w][dl->index] + (size_t)d * span;
     int rc = 0;
 
     if (x->host_contiguous)
-        return copy_span(s, copy, dev, host_pool_rows(x->host, h, layer, w), r * span);
+        return copy_span(s, copy, dev, host_pool_rows(x->host, h, dl->layer, w), r * span);
     for (size_t i = 0; i < r && !rc; i++)
-        rc = copy_span(s, copy, dev + i * span, host_pool_rows(x->host, h + i, layer, w), span);
+        rc = copy_span(s, copy, dev + i * span, host_pool_rows(x->host, h + i, dl->layer, w), span);
+    return rc;
+}
+
+/* One layer of op's pages, dev[i] paired with host page i. A page whose dev[i] is 0 has no
+ * rows in this pool (an SWA page never given, or whose window passed) and is skipped; a run
+ * starts at a nonzero page and climbs, so it holds none. */
+static int copy_pages(struct xfer_stream *s, xfer_copy_fn copy, const struct dev_layer *dl,
+                      const uint32_t *dev, const struct xfer_op *op)
+{
+    int rc = 0;
+
+    for (size_t i = 0; i < op->n && !rc;) {
+        size_t r = dev[i] ? run_len(dev, op->host_pages, op->n, i) : 1;
+
+        for (int w = 0; w < 2 && dev[i] && !rc; w++)
+            if (dl->pool->row_bytes[w])
+                rc = copy_run(s, copy, dl, dev[i], op->host_pages[i], r, w);
+        i += r;
+    }
     return rc;
 }
 
 int xfer_copy_layer(struct xfer_stream *s, xfer_copy_fn copy, const struct xfer_op *op,
                     uint32_t layer)
 {
-    int rc = 0;
+    const struct xfer_engine *x = s->x;
+    struct dev_layer dl = {.pool = x->dev, .index = layer, .layer = layer};
+    int is_swa = 0;
 
-    for (size_t i = 0; i < op->n && !rc;) {
-        size_t r = xfer_run_len(op, i);
-
-        for (int w = 0; w < 2 && !rc; w++)
-            if (s->x->dev->row_bytes[w])
-                rc = copy_run(s, copy, op->dev_pages[i], op->host_pages[i], r, layer, w);
-        i += r;
-    }
-    return rc;
+    if (x->swa && swa_pool_layer(x->swa, layer, &is_swa, &dl.index))
+        return -EINVAL; /* a layer past the model's: not one the backends ask for */
+    if (!is_swa)
+        return copy_pages(s, copy, &dl, op->dev_pages, op);
+    dl.pool = &x->swa->swa;
+    return op->swa_pages ? copy_pages(s, copy, &dl, op->swa_pages, op) : 0;
 }
 
 /* ---- the op list, completion and layer marks, shared ---- */
@@ -155,16 +187,31 @@ static const struct xfer_backend *find_backend(uint32_t kind)
     return NULL;
 }
 
-/* The device and host pools must agree on everything a page copy relies on. */
-static int check_pools(const struct kv_pool *dev, const struct host_pool *host)
+/* A sliding-window model's pools: dev is the full pool, and a host page holds every model
+ * layer, each at the rows of both pools. */
+static bool swa_fits(const struct kv_pool *dev, const struct host_pool *host,
+                     const struct swa_pool *swa)
 {
-    if (!dev || !host || !dev->be || !host->page_size || host->layers != dev->geo.layers)
+    return dev == &swa->full && swa->swa.be == dev->be && host->layers == swa->layers &&
+           host->row[0] == swa->swa.row_bytes[0] && host->row[1] == swa->swa.row_bytes[1];
+}
+
+/* The device and host pools must agree on everything a page copy relies on. */
+static int check_pools(const struct kv_pool *dev, const struct host_pool *host,
+                       const struct swa_pool *swa)
+{
+    const struct xfer_backend *be;
+
+    if (!dev || !host || !dev->be || !host->page_size)
+        return -EINVAL;
+    if (swa ? !swa_fits(dev, host, swa) : host->layers != dev->geo.layers)
         return -EINVAL;
     if (host->row[0] != dev->row_bytes[0] || host->row[1] != dev->row_bytes[1])
         return -EINVAL;
     if (host->layout != HOST_PAGE_FIRST && host->layout != HOST_LAYER_FIRST)
         return -EINVAL;
-    if (!find_backend(dev->be->kind))
+    be = find_backend(dev->be->kind);
+    if (!be || (swa && !be->two_pools))
         return KVT_ENOBACKEND;
     return 0;
 }
@@ -209,6 +256,8 @@ static struct xfer_engine *engine_new(const struct xfer_backend *be, struct kv_p
     x->layers = host->layers;
     x->page_size = host->page_size;
     x->dev_npages = dev->rows / host->page_size;
+    x->swa = cfg ? cfg->swa : NULL;
+    x->swa_npages = x->swa ? x->swa->swa.rows / host->page_size : 0;
     x->page_bytes = (size_t)host->page_size * (host->row[0] + host->row[1]) * host->layers;
     x->host_contiguous = host->layout == HOST_LAYER_FIRST;
     return x;
@@ -225,7 +274,7 @@ int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_c
     *out = NULL;
     if (cfg && cfg->io > KVT_IO_DMA)
         return -EINVAL; /* sim copies one way whatever io says, yet a typo is still one */
-    if ((rc = check_pools(dev, host)))
+    if ((rc = check_pools(dev, host, cfg ? cfg->swa : NULL)))
         return rc;
     x = engine_new(find_backend(dev->be->kind), dev, host, cfg);
     if (!x)
@@ -270,53 +319,75 @@ static bool bad_dir(enum xfer_dir dir)
 }
 
 /* Device page 0 is the padding page: a copy into it would be overwritten by padding writes,
- * one out of it would back up garbage. */
+ * one out of it would back up garbage. The SWA pool's page 0 is its padding page too, so there
+ * 0 means "none"; a plain engine has no SWA pages (swa_npages 0). */
 static int check_pages(const struct xfer_engine *x, const uint32_t *dev_pages,
-                       const uint32_t *host_pages, size_t n)
+                       const uint32_t *swa_pages, const uint32_t *host_pages, size_t n)
 {
     if (n && (!dev_pages || !host_pages))
         return -EINVAL;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (dev_pages[i] == 0 || dev_pages[i] >= x->dev_npages || host_pages[i] >= x->host->npages)
             return -EINVAL;
+        if (swa_pages && swa_pages[i] && swa_pages[i] >= x->swa_npages)
+            return -EINVAL;
+    }
     return 0;
 }
 
-/* The backend's op with copies of both page arrays behind it, in one allocation. */
-static struct xfer_op *op_new(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
-                              const uint32_t *host_pages, size_t n)
+/* What op moves: every layer of each page, less the SWA layers of pages without an SWA page. */
+static uint64_t op_bytes(const struct xfer_engine *x, const uint32_t *swa_pages, size_t n)
 {
-    size_t size = x->be->op_size;
+    uint64_t bytes = (uint64_t)n * x->page_bytes, bare = 0;
+
+    if (!x->swa)
+        return bytes;
+    for (size_t i = 0; i < n; i++)
+        bare += !swa_pages || !swa_pages[i];
+    return bytes - bare * x->swa->swa.geo.layers * (x->page_bytes / x->layers);
+}
+
+/* The backend's op with copies of the page arrays behind it, in one allocation: dev_pages,
+ * host_pages, then swa_pages where the engine has SWA layers and the caller gave them. */
+static struct xfer_op *op_new(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
+                              const uint32_t *swa_pages, const uint32_t *host_pages, size_t n)
+{
+    size_t size = x->be->op_size, arrays = x->swa && swa_pages ? 3 : 2;
     struct xfer_op *op;
 
-    if (n > (SIZE_MAX - size) / (2 * sizeof(uint32_t)))
+    if (n > (SIZE_MAX - size) / (arrays * sizeof(uint32_t)))
         return NULL;
-    op = calloc(1, size + 2 * n * sizeof(uint32_t));
+    op = calloc(1, size + arrays * n * sizeof(uint32_t));
     if (!op)
         return NULL;
     op->s = &x->s[dir];
     op->n = n;
-    op->bytes = (uint64_t)n * x->page_bytes;
+    op->bytes = op_bytes(x, swa_pages, n);
     op->dev_pages = (uint32_t *)((char *)op + size);
     op->host_pages = op->dev_pages + n;
+    if (arrays == 3)
+        op->swa_pages = op->host_pages + n;
     if (n) {
         memcpy(op->dev_pages, dev_pages, n * sizeof(uint32_t));
         memcpy(op->host_pages, host_pages, n * sizeof(uint32_t));
+        if (op->swa_pages)
+            memcpy(op->swa_pages, swa_pages, n * sizeof(uint32_t));
     }
     return op;
 }
 
-int xfer_submit(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
-                const uint32_t *host_pages, size_t n, void *ready, uint64_t *id)
+int xfer_submit_swa(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
+                    const uint32_t *swa_pages, const uint32_t *host_pages, size_t n, void *ready,
+                    uint64_t *id)
 {
     struct xfer_op *op;
     int rc;
 
     if (!x || !id || bad_dir(dir))
         return -EINVAL;
-    if ((rc = check_pages(x, dev_pages, host_pages, n)))
+    if ((rc = check_pages(x, dev_pages, swa_pages, host_pages, n)))
         return rc;
-    op = op_new(x, dir, dev_pages, host_pages, n);
+    op = op_new(x, dir, dev_pages, swa_pages, host_pages, n);
     if (!op)
         return -ENOMEM;
     rc = x->be->submit(&x->s[dir], op, ready);
@@ -324,6 +395,12 @@ int xfer_submit(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pa
     if (rc == 0)
         *id = x->s[dir].issued;
     return rc;
+}
+
+int xfer_submit(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
+                const uint32_t *host_pages, size_t n, void *ready, uint64_t *id)
+{
+    return xfer_submit_swa(x, dir, dev_pages, NULL, host_pages, n, ready, id);
 }
 
 /* ---- queries and waits ---- */

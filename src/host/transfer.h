@@ -10,6 +10,13 @@
  * layer k while k+1 is still on its way (xfer_wait_layer). A backup copies the pages whole.
  * Pages whose device and host numbers both run consecutively are copied as one run.
  *
+ * A sliding-window model (xfer_config.swa) keeps its device KV in two pools (device/swa_pool.h):
+ * the full-attention layers in swa->full, the sliding-window layers in swa->swa, while a host
+ * page still holds every model layer. Each page then names its full-pool page and its SWA-pool
+ * page (xfer_submit_swa), 0 where it has none: its sliding-window layers are skipped, on both
+ * sides, and the host page's rows of those layers are left as they were. Layers, layer marks
+ * and waits count model layers. sim only: cuda refuses such an engine (issue 19).
+ *
  * sim: one worker thread per stream does the copies with memcpy, so the asynchrony is real:
  * submit returns at once and the wait functions block on the CPU.
  * cuda: two non-blocking streams, one event per layer for loads, and a host callback that
@@ -56,6 +63,10 @@ struct xfer_config {
     /* sim only: copy each op on the submitting thread before xfer_submit returns, so what
      * has landed never depends on timing (kvt_options.sim_serial). */
     bool serial;
+    /* NULL: one device pool (dev) holds every layer. Else the pools of a sliding-window model,
+     * which must outlive the engine; dev must be &swa->full, and the host pool's layers are
+     * the model's, at the rows of both pools. */
+    const struct swa_pool *swa;
 };
 
 /* Below about this size a copy-engine copy pays more in its fixed cost (a microsecond or
@@ -65,11 +76,13 @@ struct xfer_config {
 #define XFER_AUTO_DMA_MIN_BYTES ((uint64_t)512 << 10)
 
 struct xfer_engine;
+struct swa_pool;
 
 /* Start the streams (sim: the worker threads) for copies between dev and host, which must
  * outlive the engine. cfg may be NULL. -EINVAL for an io that is not an enum kvt_io (on sim
- * too); KVT_ENOBACKEND for io=kernel where the kernels cannot run (not built, no code for
- * this GPU, host pool not mapped for the device). */
+ * too), or pools that disagree (cfg->swa: see there); KVT_ENOBACKEND for io=kernel where the
+ * kernels cannot run (not built, no code for this GPU, host pool not mapped for the device),
+ * and for cfg->swa on cuda. */
 int xfer_create(struct kv_pool *dev, struct host_pool *host, const struct xfer_config *cfg,
                 struct xfer_engine **out);
 
@@ -80,9 +93,19 @@ void xfer_destroy(struct xfer_engine *x);
  * layer. The arrays are copied. ready (cuda only; may be NULL) is a cudaEvent_t the copy
  * waits for first: for a backup, the event recorded after the forward that wrote the pages.
  * *id gets the op's id (ids start at 1 and grow by one per op and direction). -EINVAL for
- * pages out of range; -ENOMEM when the op cannot be queued. */
+ * pages out of range; -ENOMEM when the op cannot be queued. On a sliding-window engine the
+ * pages have no SWA part: their sliding-window layers are skipped (xfer_submit_swa). */
 int xfer_submit(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
                 const uint32_t *host_pages, size_t n, void *ready, uint64_t *id);
+
+/* xfer_submit for a sliding-window engine: dev_pages are full-pool pages, swa_pages[i] the
+ * SWA pool's page (its rows / page_size) paired with page i, 0 for none: page i's
+ * sliding-window layers are skipped. swa_pages NULL: all 0. Runs need consecutive pages on
+ * both sides of a pool, none 0. -EINVAL for an SWA page past the SWA pool, or any nonzero
+ * one on an engine without cfg->swa. */
+int xfer_submit_swa(struct xfer_engine *x, enum xfer_dir dir, const uint32_t *dev_pages,
+                    const uint32_t *swa_pages, const uint32_t *host_pages, size_t n, void *ready,
+                    uint64_t *id);
 
 /* The highest op id of dir known to be complete: every op up to it has landed. */
 uint64_t xfer_done(struct xfer_engine *x, enum xfer_dir dir);
@@ -99,7 +122,7 @@ int xfer_wait_layer(struct xfer_engine *x, uint64_t id, uint32_t layer, void *st
 /* Block the calling thread until op id of dir is complete; its status. */
 int xfer_wait(struct xfer_engine *x, enum xfer_dir dir, uint64_t id);
 
-/* Bytes copied so far per direction (completed ops only). */
+/* Bytes copied so far per direction (completed ops only; skipped SWA layers not counted). */
 uint64_t xfer_bytes(const struct xfer_engine *x, enum xfer_dir dir);
 
 /* Ops the cuda backend has sent by the kernels and by the copy engine so far, both

@@ -618,6 +618,7 @@ const struct xfer_backend xfer_backend_cuda = {
     .kind = KVT_BACKEND_CUDA,
     .engine_size = sizeof(struct cuda_engine),
     .op_size = sizeof(struct cuda_op),
+    .two_pools = false, /* not until a GPU has run it; issue 19 */
     .start = cuda_start,
     .stop = cuda_stop,
     .setup = cuda_setup,

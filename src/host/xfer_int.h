@@ -36,6 +36,7 @@ struct xfer_op {
     uint64_t bytes; /* what the op moves, counted once it completes without error */
     size_t n;
     uint32_t *dev_pages, *host_pages; /* stored behind the backend's op, in one allocation */
+    uint32_t *swa_pages; /* after them, or NULL: none (a plain engine, or the caller gave none) */
 };
 
 struct xfer_stream {
@@ -67,6 +68,10 @@ struct xfer_engine {
     size_t page_bytes;    /* one page over every layer, K and V */
     bool host_contiguous; /* a run of host pages is one span within a layer (layer_first) */
     uint64_t path_ops[2]; /* ops sent by kernel, by DMA (cuda); owner thread only */
+    /* NULL, or a sliding-window model's pools (dev is then &swa->full), and the SWA pool's
+     * pages, its padding page 0 included (0 without). */
+    const struct swa_pool *swa;
+    uint64_t swa_npages;
     struct xfer_stream s[2];
 };
 
@@ -75,6 +80,7 @@ struct xfer_backend {
     uint32_t kind;      /* the enum kvt_backend of the device pools it copies for */
     size_t engine_size; /* its engine struct, struct xfer_engine first */
     size_t op_size;     /* its op struct, struct xfer_op first */
+    bool two_pools;     /* copies a sliding-window model's pools (xfer_config.swa) */
     /* Bring the stream up (a worker thread, a device stream); 0 or -errno / KVT_E*. */
     int (*start)(struct xfer_stream *s);
     /* Complete every op submitted, then take the stream down; only after a good start. */
@@ -101,10 +107,12 @@ extern const struct xfer_backend xfer_backend_cuda; /* defined only in a build w
 /* Copies one span in the direction of the stream; the backend's primitive for the plan. */
 typedef int (*xfer_copy_fn)(struct xfer_stream *s, void *dst, const void *src, size_t n);
 
-/* Length of the run of pages from i whose device and host page numbers both climb by one. */
+/* Length of the run of pages from i whose device and host page numbers both climb by one
+ * (dev_pages: the full pool's pages). */
 size_t xfer_run_len(const struct xfer_op *op, size_t i);
 
-/* Every page of op in one layer, as few spans per run as the host layout allows, by copy. */
+/* Every page of op in one model layer, as few spans per run as the host layout allows, by
+ * copy: a sliding-window layer from or to op's swa_pages, skipping the pages with none. */
 int xfer_copy_layer(struct xfer_stream *s, xfer_copy_fn copy, const struct xfer_op *op,
                     uint32_t layer);
 

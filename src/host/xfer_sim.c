@@ -279,6 +279,7 @@ const struct xfer_backend xfer_backend_sim = {
     .kind = KVT_BACKEND_SIM,
     .engine_size = sizeof(struct sim_engine),
     .op_size = sizeof(struct xfer_op),
+    .two_pools = true,
     .start = sim_start,
     .stop = sim_stop,
     .submit = sim_submit,

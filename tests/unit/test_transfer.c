@@ -7,10 +7,13 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/backend.h"
 #include "device/kv_pool.h"
+#include "device/swa_alloc.h"
+#include "device/swa_pool.h"
 #include "host/host_pool.h"
 #include "host/transfer.h"
 
@@ -74,13 +77,17 @@ static uint8_t pattern(uint32_t tag, uint32_t layer, int w, uint32_t row, size_t
     return (uint8_t)((h >> (8 * (b % 8))) + b);
 }
 
-static void make_rows(const struct rig *r, uint32_t tag, uint32_t layer, int w, uint8_t *out)
+/* A page of rows of rb bytes each, as a page tagged tag holds them. */
+static void pattern_rows(size_t rb, uint32_t tag, uint32_t layer, int w, uint8_t *out)
 {
-    size_t rb = r->dev.row_bytes[w];
-
     for (uint32_t i = 0; i < PS; i++)
         for (size_t b = 0; b < rb; b++)
             out[i * rb + b] = pattern(tag, layer, w, i, b);
+}
+
+static void make_rows(const struct rig *r, uint32_t tag, uint32_t layer, int w, uint8_t *out)
+{
+    pattern_rows(r->dev.row_bytes[w], tag, layer, w, out);
 }
 
 static void page_slots(uint32_t page, int32_t *slots)
@@ -133,26 +140,39 @@ static bool dev_holds(const struct rig *r, uint32_t page, uint32_t tag)
     return true;
 }
 
+static void fill_host_page(struct host_pool *hp, uint32_t page, uint32_t tag)
+{
+    for (uint32_t l = 0; l < hp->layers; l++)
+        for (int w = 0; w < 2; w++)
+            if (hp->row[w])
+                pattern_rows(hp->row[w], tag, l, w, host_pool_rows(hp, page, l, w));
+}
+
 static void fill_host(struct rig *r, uint32_t page, uint32_t tag)
 {
-    for (uint32_t l = 0; l < r->host.layers; l++)
-        for (int w = 0; w < 2; w++)
-            if (r->host.row[w])
-                make_rows(r, tag, l, w, host_pool_rows(&r->host, page, l, w));
+    fill_host_page(&r->host, page, tag);
+}
+
+static bool host_layer_holds(const struct host_pool *hp, uint32_t page, uint32_t layer,
+                             uint32_t tag)
+{
+    uint8_t want[PS * MAX_ROW];
+
+    for (int w = 0; w < 2; w++) {
+        if (!hp->row[w])
+            continue;
+        pattern_rows(hp->row[w], tag, layer, w, want);
+        if (memcmp(host_pool_rows(hp, page, layer, w), want, PS * hp->row[w]))
+            return false;
+    }
+    return true;
 }
 
 static bool host_holds(const struct rig *r, uint32_t page, uint32_t tag)
 {
-    uint8_t want[PS * MAX_ROW];
-
     for (uint32_t l = 0; l < r->host.layers; l++)
-        for (int w = 0; w < 2; w++) {
-            if (!r->host.row[w])
-                continue;
-            make_rows(r, tag, l, w, want);
-            if (memcmp(host_pool_rows(&r->host, page, l, w), want, PS * r->host.row[w]))
-                return false;
-        }
+        if (!host_layer_holds(&r->host, page, l, tag))
+            return false;
     return true;
 }
 
@@ -571,6 +591,347 @@ static void test_destroy_in_flight(void **state)
     rig_down(&r);
 }
 
+/* ---- a sliding-window model's two pools ---- */
+
+/* Five layers, 1 and 3 full attention: SWA layers on both sides of each full one. The SWA
+ * pool is smaller than the full one, so a page number sent to the wrong pool shows. */
+static const uint32_t swa_full_ids[] = {1, 3};
+#define SWA_NPAGES 8     /* pages the rig allocates, each with its SWA peer at first */
+#define SWA_FULL_SIDE 24 /* full pages of the allocator */
+#define SWA_SWA_SIDE 12  /* SWA pages of the allocator */
+#define SWA_HOST_PAGES 40
+#define SWA_TAG 100 /* page i holds tag SWA_TAG + i */
+
+struct swa_rig {
+    struct kvt_geometry g;
+    struct swa_alloc a;
+    struct swa_pool p;
+    struct host_pool host;
+    struct xfer_engine *x;
+    int32_t slots[SWA_NPAGES * PS]; /* page i's full slots at i * PS */
+    uint32_t full[SWA_NPAGES];      /* page i's full page */
+    uint32_t swa[SWA_NPAGES];       /* its SWA page, 0 once its window passed */
+};
+
+static bool layer_is_swa(const struct swa_rig *r, uint32_t layer)
+{
+    int is_swa;
+    uint32_t index;
+
+    assert_int_equal(swa_pool_layer(&r->p, layer, &is_swa, &index), 0);
+    return is_swa;
+}
+
+/* Page i's rows tagged tag in every model layer it has (a page whose window passed has no
+ * SWA rows to write). */
+static void swa_fill_page(struct swa_rig *r, uint32_t i, uint32_t tag)
+{
+    uint8_t k[PS * MAX_ROW], v[PS * MAX_ROW];
+
+    for (uint32_t l = 0; l < r->g.layers; l++) {
+        if (layer_is_swa(r, l) && !r->swa[i])
+            continue;
+        pattern_rows(r->p.full.row_bytes[0], tag, l, 0, k);
+        pattern_rows(r->p.full.row_bytes[1], tag, l, 1, v);
+        assert_int_equal(swa_pool_write(&r->p, &r->a, l, r->slots + i * PS, PS, k, v), 0);
+    }
+}
+
+static bool swa_layer_holds(const struct swa_rig *r, uint32_t i, uint32_t layer, uint32_t tag)
+{
+    uint8_t k[PS * MAX_ROW], v[PS * MAX_ROW], want[PS * MAX_ROW];
+
+    assert_int_equal(swa_pool_read(&r->p, &r->a, layer, r->slots + i * PS, PS, k, v), 0);
+    pattern_rows(r->p.full.row_bytes[0], tag, layer, 0, want);
+    if (memcmp(k, want, PS * r->p.full.row_bytes[0]))
+        return false;
+    pattern_rows(r->p.full.row_bytes[1], tag, layer, 1, want);
+    return memcmp(v, want, PS * r->p.full.row_bytes[1]) == 0;
+}
+
+/* Pages 0..SWA_NPAGES-1 tagged, those in bare[] with their SWA part freed afterwards (SWA
+ * tombstones whose freed peers keep stale rows); every host page FILLER. */
+static void swa_rig_up(struct swa_rig *r, uint32_t layout, const struct xfer_config *cfg,
+                       const uint32_t *bare, size_t nbare)
+{
+    struct xfer_config c = *cfg;
+    int32_t lead[PS];
+
+    r->g = mha;
+    r->g.layers = 5;
+    assert_int_equal(swa_alloc_init(&r->a, SWA_FULL_SIDE * PS, SWA_SWA_SIDE * PS, PS), 0);
+    assert_int_equal(swa_pool_init(&r->p, &dev_backend_sim, &r->g, swa_full_ids, 2, &r->a), 0);
+    assert_int_equal(host_pool_init(&r->host, &dev_backend_sim, &r->g, PS, SWA_HOST_PAGES, layout),
+                     0);
+    c.swa = &r->p;
+    assert_int_equal(xfer_create(&r->p.full, &r->host, &c, &r->x), 0);
+    /* A first page whose SWA part goes at once: the rig's pages then have full and SWA page
+     * numbers apart, so a page sent to the wrong pool shows. */
+    assert_int_equal(swa_alloc(&r->a, PS, lead), 0);
+    assert_int_equal(swa_free_swa(&r->a, lead, PS), 0);
+    assert_int_equal(swa_alloc(&r->a, SWA_NPAGES * PS, r->slots), 0);
+    for (uint32_t i = 0; i < SWA_NPAGES; i++) {
+        r->full[i] = (uint32_t)r->slots[i * PS] / PS;
+        r->swa[i] = r->a.peer[r->full[i]];
+        assert_true(r->swa[i] && r->swa[i] != r->full[i]);
+        swa_fill_page(r, i, SWA_TAG + i);
+    }
+    for (size_t b = 0; b < nbare; b++) {
+        assert_int_equal(swa_free_swa(&r->a, r->slots + bare[b] * PS, PS), 0);
+        r->swa[bare[b]] = 0;
+    }
+    for (uint32_t h = 0; h < SWA_HOST_PAGES; h++)
+        fill_host_page(&r->host, h, FILLER);
+}
+
+static void swa_rig_down(struct swa_rig *r)
+{
+    xfer_destroy(r->x);
+    host_pool_finish(&r->host);
+    swa_pool_finish(&r->p);
+    swa_alloc_finish(&r->a);
+}
+
+/* What an op over pages idx[] moves: every layer, less the SWA layers of bare pages. */
+static uint64_t swa_op_bytes(const struct swa_rig *r, const uint32_t *idx, size_t n)
+{
+    uint64_t layer_bytes = (uint64_t)PS * (r->host.row[0] + r->host.row[1]), bytes = 0;
+
+    for (size_t k = 0; k < n; k++)
+        bytes += layer_bytes * (r->swa[idx[k]] ? r->g.layers : 2);
+    return bytes;
+}
+
+static uint64_t swa_submit(struct swa_rig *r, enum xfer_dir dir, const uint32_t *idx,
+                           const uint32_t *host, size_t n)
+{
+    uint32_t dev[SWA_NPAGES], swa[SWA_NPAGES];
+    uint64_t id = 0;
+
+    for (size_t k = 0; k < n; k++) {
+        dev[k] = r->full[idx[k]];
+        swa[k] = r->swa[idx[k]];
+    }
+    assert_int_equal(xfer_submit_swa(r->x, dir, dev, swa, host, n, NULL, &id), 0);
+    return id;
+}
+
+/* The SWA pool's rows, every layer, K then V (sim: host memory). */
+static size_t swa_pool_copy(const struct swa_rig *r, uint8_t *out)
+{
+    size_t off = 0;
+
+    for (uint32_t l = 0; l < r->p.swa.geo.layers; l++)
+        for (int w = 0; w < 2; w++) {
+            size_t n = r->p.swa.rows * r->p.swa.row_bytes[w];
+
+            if (out)
+                memcpy(out + off, r->p.swa.buf[w][l], n);
+            off += n;
+        }
+    return off;
+}
+
+/* Every SWA pool page but those in keep[] (the load's targets) still as in before. */
+static void swa_pool_untouched_but(const struct swa_rig *r, const uint8_t *before,
+                                   const uint32_t *keep, size_t nkeep)
+{
+    size_t off = 0;
+
+    for (uint32_t l = 0; l < r->p.swa.geo.layers; l++)
+        for (int w = 0; w < 2; w++) {
+            size_t span = (size_t)PS * r->p.swa.row_bytes[w];
+            const uint8_t *now = r->p.swa.buf[w][l];
+
+            /* keep[] names 0 for a bare page: the padding page must stay as it was too. */
+            for (uint32_t pg = 0; pg < r->p.swa.rows / PS; pg++)
+                if (pg == 0 || !in_list(keep, nkeep, pg))
+                    assert_memory_equal(now + pg * span, before + off + pg * span, span);
+            off += r->p.swa.rows * r->p.swa.row_bytes[w];
+        }
+}
+
+/* Backup pages idx[] to host[], then load them back over FILLER into the same pages. */
+static void swa_round_trip(uint32_t layout, const struct xfer_config *cfg, const uint32_t *idx,
+                           const uint32_t *host, size_t n)
+{
+    static const uint32_t bare[] = {2, 6};
+    uint32_t targets[SWA_NPAGES];
+    struct swa_rig r;
+    uint8_t *before;
+    uint64_t id;
+
+    swa_rig_up(&r, layout, cfg, bare, 2);
+    id = swa_submit(&r, XFER_BACKUP, idx, host, n);
+    assert_int_equal(xfer_wait(r.x, XFER_BACKUP, id), 0);
+    for (size_t k = 0; k < n; k++)
+        for (uint32_t l = 0; l < r.g.layers; l++) {
+            bool moved = !layer_is_swa(&r, l) || r.swa[idx[k]];
+            assert_true(host_layer_holds(&r.host, host[k], l, moved ? SWA_TAG + idx[k] : FILLER));
+        }
+    for (uint32_t h = 0; h < SWA_HOST_PAGES; h++)
+        for (uint32_t l = 0; !in_list(host, n, h) && l < r.g.layers; l++)
+            assert_true(host_layer_holds(&r.host, h, l, FILLER));
+    assert_int_equal(xfer_bytes(r.x, XFER_BACKUP), swa_op_bytes(&r, idx, n));
+
+    for (uint32_t i = 0; i < SWA_NPAGES; i++)
+        swa_fill_page(&r, i, FILLER);
+    before = malloc(swa_pool_copy(&r, NULL));
+    assert_non_null(before);
+    swa_pool_copy(&r, before);
+    id = swa_submit(&r, XFER_LOAD, idx, host, n);
+    assert_int_equal(xfer_wait(r.x, XFER_LOAD, id), 0);
+    for (size_t k = 0; k < n; k++) {
+        targets[k] = r.swa[idx[k]];
+        for (uint32_t l = 0; l < r.g.layers; l++)
+            if (!layer_is_swa(&r, l) || r.swa[idx[k]])
+                assert_true(swa_layer_holds(&r, idx[k], l, SWA_TAG + idx[k]));
+    }
+    swa_pool_untouched_but(&r, before, targets, n);
+    assert_int_equal(xfer_bytes(r.x, XFER_LOAD), swa_op_bytes(&r, idx, n));
+    free(before);
+    swa_rig_down(&r);
+}
+
+/* In allocation order (consecutive full and SWA pages, the SWA runs broken by the bare pages)
+ * to consecutive host pages; then scattered, but for a bare page before SWA page 1 with the
+ * host pages climbing (no run may start at a 0). Serial and threaded, both host layouts
+ * (layer_first copies a run's host side in one span). */
+static void test_swa_round_trip(void **state)
+{
+    static const uint32_t in_order[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    static const uint32_t run_host[] = {4, 5, 6, 7, 8, 9, 10, 11};
+    static const uint32_t scattered[] = {6, 3, 2, 0, 7, 1, 4, 5};
+    static const uint32_t scat_host[] = {30, 2, 16, 17, 9, 25, 0, 39};
+    const struct xfer_config serial = {.serial = true}, threaded = {.max_delay_us = 100, .seed = 5};
+    const uint32_t layouts[] = {HOST_PAGE_FIRST, HOST_LAYER_FIRST};
+
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        swa_round_trip(layouts[i], &serial, in_order, run_host, SWA_NPAGES);
+        swa_round_trip(layouts[i], &threaded, in_order, run_host, SWA_NPAGES);
+        swa_round_trip(layouts[i], &serial, scattered, scat_host, SWA_NPAGES);
+        swa_round_trip(layouts[i], &threaded, scattered, scat_host, SWA_NPAGES);
+    }
+}
+
+/* xfer_submit on a sliding-window engine: the pages have no SWA part. */
+static void test_swa_plain_submit(void **state)
+{
+    const struct xfer_config cfg = {.serial = true};
+    const uint32_t idx[] = {3}, host[] = {7};
+    struct swa_rig r;
+    uint64_t id = 0;
+
+    (void)state;
+    swa_rig_up(&r, HOST_PAGE_FIRST, &cfg, NULL, 0);
+    assert_int_equal(xfer_submit(r.x, XFER_BACKUP, &r.full[3], host, 1, NULL, &id), 0);
+    assert_int_equal(xfer_wait(r.x, XFER_BACKUP, id), 0);
+    for (uint32_t l = 0; l < r.g.layers; l++)
+        assert_true(host_layer_holds(&r.host, 7, l, layer_is_swa(&r, l) ? FILLER : SWA_TAG + 3));
+    r.swa[3] = 0; /* what the op moved: its full layers */
+    assert_int_equal(xfer_bytes(r.x, XFER_BACKUP), swa_op_bytes(&r, idx, 1));
+    swa_rig_down(&r);
+}
+
+/* Loads mark model layers: once layer l's wait returns, that layer of every page is there,
+ * SWA layers where the page has an SWA part. */
+static bool swa_follow_load(struct swa_rig *r, const uint32_t *idx, const uint32_t *host)
+{
+    bool early = false;
+    uint64_t id;
+
+    for (uint32_t i = 0; i < SWA_NPAGES; i++)
+        swa_fill_page(r, i, FILLER);
+    id = swa_submit(r, XFER_LOAD, idx, host, SWA_NPAGES);
+    for (uint32_t l = 0; l < r->g.layers; l++) {
+        assert_int_equal(xfer_wait_layer(r->x, id, l, NULL), 0);
+        if (l == 0)
+            early = xfer_done(r->x, XFER_LOAD) < id;
+        for (uint32_t k = 0; k < SWA_NPAGES; k++)
+            if (!layer_is_swa(r, l) || r->swa[idx[k]])
+                assert_true(swa_layer_holds(r, idx[k], l, 300 + k));
+    }
+    assert_int_equal(xfer_wait(r->x, XFER_LOAD, id), 0);
+    return early;
+}
+
+static void test_swa_wait_layer(void **state)
+{
+    const struct xfer_config cfg = {.layer_delay_us = WL_DELAY_US};
+    static const uint32_t bare[] = {1, 4};
+    const uint32_t idx[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    uint32_t host[SWA_NPAGES];
+    bool early = false;
+    struct swa_rig r;
+
+    (void)state;
+    swa_rig_up(&r, HOST_PAGE_FIRST, &cfg, bare, 2);
+    for (uint32_t k = 0; k < SWA_NPAGES; k++) {
+        host[k] = 3 * k;
+        fill_host_page(&r.host, host[k], 300 + k);
+    }
+    for (int attempt = 0; attempt < 3 && !early; attempt++)
+        early = swa_follow_load(&r, idx, host);
+    assert_true(early);
+    assert_int_equal(xfer_wait_layer(r.x, 1, r.g.layers, NULL), -EINVAL);
+    swa_rig_down(&r);
+}
+
+/* Pools that do not fit a sliding-window engine, SWA pages past the SWA pool, and SWA pages
+ * on an engine without SWA layers. */
+static void test_swa_bad_input(void **state)
+{
+    const struct xfer_config plain_cfg = {.serial = true};
+    struct xfer_config cfg = plain_cfg;
+    struct xfer_engine *x = (struct xfer_engine *)&x;
+    struct kvt_geometry g;
+    struct host_pool hp;
+    struct swa_rig r;
+    struct rig plain;
+    uint64_t id = 0;
+
+    (void)state;
+    swa_rig_up(&r, HOST_PAGE_FIRST, &plain_cfg, NULL, 0);
+    cfg.swa = &r.p;
+    assert_int_equal(xfer_create(&r.p.swa, &r.host, &cfg, &x), -EINVAL);
+    assert_null(x);
+    assert_int_equal(xfer_create(&r.p.full, &r.host, &cfg, &x), 0);
+    xfer_destroy(x);
+    g = r.g;
+    g.layers = 2; /* the full pool's layers alone: right for a plain engine, not for this one */
+    assert_int_equal(host_pool_init(&hp, &dev_backend_sim, &g, PS, 8, HOST_PAGE_FIRST), 0);
+    assert_int_equal(xfer_create(&r.p.full, &hp, &cfg, &x), -EINVAL);
+    host_pool_finish(&hp);
+    /* cuda refuses before it touches a device: pools that claim to be cuda's do. */
+    struct dev_backend cuda_like = dev_backend_sim;
+    struct swa_pool on_cuda = r.p;
+    cuda_like.kind = KVT_BACKEND_CUDA;
+    on_cuda.full.be = on_cuda.swa.be = &cuda_like;
+    cfg.swa = &on_cuda;
+    assert_int_equal(xfer_create(&on_cuda.full, &r.host, &cfg, &x), KVT_ENOBACKEND);
+    assert_null(x);
+
+    const uint32_t dev[] = {r.full[0], r.full[1]}, host[] = {1, 2};
+    const uint32_t past[] = {r.swa[0], SWA_SWA_SIDE + 1}, last[] = {0, SWA_SWA_SIDE};
+    assert_int_equal(xfer_submit_swa(r.x, XFER_LOAD, dev, past, host, 2, NULL, &id), -EINVAL);
+    assert_int_equal(id, 0);
+    assert_int_equal(xfer_submit_swa(r.x, XFER_BACKUP, dev, last, host, 2, NULL, &id), 0);
+    assert_int_equal(xfer_wait(r.x, XFER_BACKUP, id), 0);
+    assert_int_equal(xfer_done(r.x, XFER_LOAD), 0);
+    swa_rig_down(&r);
+
+    const uint32_t pdev[] = {1, 2, 3}, phost[] = {0, 1, 2}, some[] = {0, 5, 0}, none[3] = {0};
+    rig_up(&plain, &mha, HOST_PAGE_FIRST, 16, 32, &plain_cfg);
+    assert_int_equal(xfer_submit_swa(plain.x, XFER_LOAD, pdev, some, phost, 3, NULL, &id), -EINVAL);
+    expect_nothing_queued(&plain);
+    assert_int_equal(xfer_submit_swa(plain.x, XFER_LOAD, pdev, none, phost, 3, NULL, &id), 0);
+    assert_int_equal(xfer_submit_swa(plain.x, XFER_LOAD, pdev, NULL, phost, 3, NULL, &id), 0);
+    assert_int_equal(xfer_wait(plain.x, XFER_LOAD, id), 0);
+    assert_int_equal(xfer_bytes(plain.x, XFER_LOAD), 6 * plain.host.page_bytes);
+    rig_down(&plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +946,10 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_create_mismatch),
         cmocka_unit_test(test_destroy_in_flight),
+        cmocka_unit_test(test_swa_round_trip),
+        cmocka_unit_test(test_swa_plain_submit),
+        cmocka_unit_test(test_swa_wait_layer),
+        cmocka_unit_test(test_swa_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
