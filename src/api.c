@@ -374,11 +374,18 @@ static int open_store_tier(kvt_engine *e)
 /* The chain the options ask for: the host tier, then a store below it. */
 static int open_tiers(kvt_engine *e, uint64_t device_tokens)
 {
-    struct host_tier_config hc = {&e->opts,  &e->tree,      e->be,           &e->kv,
-                                  &e->alloc, device_tokens, scratch_pages(e)};
+    struct host_tier_config hc = {.opts = &e->opts,
+                                  .tree = &e->tree,
+                                  .be = e->be,
+                                  .kv = &e->kv,
+                                  .alloc = &e->alloc,
+                                  .device_tokens = device_tokens,
+                                  .scratch_pages = scratch_pages(e)};
     struct tier_up up = {.ctx = e, .room = room_up};
     int rc;
 
+    if (e->swa)
+        engine_swa_device(e, &hc.kv, &hc.alloc, &hc.swa, &hc.swa_pool);
     if ((rc = host_tier_open(&hc, up, &e->below)))
         return rc;
     if (e->opts.prefetch_timeout_ms == 0)

@@ -106,6 +106,12 @@ int engine_req_unlock(kvt_engine *e, int32_t idx, kvt_node_ref node);
 int engine_swa_check_options(const struct kvt_options *o);
 int engine_swa_open(kvt_engine *e, uint64_t full_tokens);
 void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg);
+/* The device side a tier below copies to and from: the full-attention pool and allocator,
+ * the pair allocator and both pools. */
+struct swa_alloc;
+struct swa_pool;
+void engine_swa_device(kvt_engine *e, struct kv_pool **kv, struct slot_alloc **alloc,
+                       struct swa_alloc **swa, const struct swa_pool **pool);
 void engine_swa_close(kvt_engine *e);
 int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m);
 int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int32_t *row,

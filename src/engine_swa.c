@@ -6,8 +6,9 @@
  * has SWA KV, window locks on the nodes that window covers, a request freeing its SWA KV as
  * its window moves on (kvt_req_swa_slide) and inserting those pages as SWA tombstones, and
  * the cache freeing SWA KV alone when the SWA pool is short. The tree's side is
- * radix_swa.c. KV stays on the device: an engine with a host tier is refused until the tiers
- * below carry SWA parts.
+ * radix_swa.c. A host tier keeps the SWA layers of the pages it backs up while they hold SWA
+ * KV, and a request's begin loads back what a match over both tiers can serve; a store below
+ * the host does not carry SWA layers yet, so an engine with one is refused.
  */
 #include "device/swa_alloc.h"
 #include "device/swa_pool.h"
@@ -53,8 +54,8 @@ int engine_swa_check_options(const struct kvt_options *o)
             if (s->full_layers[j] == s->full_layers[i])
                 return -EINVAL;
     }
-    /* The tiers below do not carry SWA parts yet. */
-    if (o->host_tokens || o->host_bytes || o->host_ratio != 0 || o->disk_dir)
+    /* A store below the host does not carry SWA layers yet. */
+    if (o->disk_dir || o->remote)
         return -EINVAL;
     return 0;
 }
@@ -117,6 +118,15 @@ static int revive_swa(void *ctx, const uint32_t *to, const uint32_t *from, size_
     if (rc == 0)
         e->swa->revived_tokens += n * e->opts.page_size;
     return rc;
+}
+
+void engine_swa_device(kvt_engine *e, struct kv_pool **kv, struct slot_alloc **alloc,
+                       struct swa_alloc **swa, const struct swa_pool **pool)
+{
+    *kv = &e->swa->pool.full;
+    *alloc = &e->swa->alloc.full;
+    *swa = &e->swa->alloc;
+    *pool = &e->swa->pool;
 }
 
 void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg)
@@ -230,8 +240,17 @@ int engine_swa_room(kvt_engine *e, size_t pages)
 {
     const struct slot_alloc *a = &e->swa->alloc.swa;
 
+    /* A host tier that keeps what the device evicts (write_back) keeps the window too: the
+     * nodes without a host copy are backed up, SWA layers and all, before theirs goes. */
+    if (pages > a->nfree && tier_wants_evicted(e->below))
+        tier_evict_storing(e->below, e->tree, rdx_swa_evict_backed_up, pages - a->nfree);
     if (pages > a->nfree)
         rdx_swa_evict(e->tree, pages - a->nfree);
+    /* The SWA KV of nodes a transfer is moving waits for it: they are few and short. */
+    if (pages > a->nfree && e->below && e->below->ops->busy(e->below)) {
+        tier_sync(e->below);
+        rdx_swa_evict(e->tree, pages - a->nfree);
+    }
     return pages <= a->nfree ? 0 : -ENOMEM;
 }
 
@@ -294,9 +313,26 @@ static void count_match(kvt_engine *e, const struct kvt_key *key, const struct r
     e->swa->kv_hit_tokens += h->kv_pages * ps;
 }
 
+/* What a match over both tiers would serve past the device's usable prefix, in pages; the
+ * host part of it in *part (host_last its end) for a load-back. */
+static size_t host_part(kvt_engine *e, const struct kvt_key *key, struct rdx_hit *part)
+{
+    struct rdx_swa_hit s;
+
+    *part = (struct rdx_hit){0};
+    if (!e->below || rdx_match_swa_tiers(e->tree, key, e->pages, e->below_pages, part, &s) ||
+        s.swa_pages <= part->dev_pages)
+        return 0;
+    part->host_pages = s.swa_pages - part->dev_pages;
+    part->host_last = s.swa_last;
+    return part->host_pages;
+}
+
 int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struct kvt_match *m)
 {
     struct rdx_swa_hit h;
+    struct rdx_hit part;
+    size_t host = host_part(e, key, &part);
     int rc = rdx_match_swa(e->tree, key, e->pages, &h);
 
     if (rc)
@@ -304,18 +340,53 @@ int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, s
     count_match(e, key, &h);
     if (slots)
         engine_pages_to_slots(e, e->pages, h.swa_pages, slots);
-    *m = (struct kvt_match){.device_len = h.swa_pages * e->opts.page_size, .last_node = h.swa_last};
+    *m = (struct kvt_match){.device_len = h.swa_pages * e->opts.page_size,
+                            .last_node = h.swa_last,
+                            .host_len = host * e->opts.page_size};
     return 0;
+}
+
+/* With a host tier: when a match over both tiers serves more than the device's usable
+ * prefix, load the host part up to it back (nodes whose host copy holds the SWA layers come
+ * back holding SWA KV, the rest as tombstones), so that the device match after this serves
+ * it. Best effort: a load the tier declines leaves the device as it was. *op gets the load,
+ * *dev the device tokens before it (UINT64_MAX: nothing loaded). */
+static void swa_restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint64_t *op,
+                        uint64_t *dev)
+{
+    struct rdx_hit part;
+
+    *op = 0;
+    *dev = UINT64_MAX;
+    if (!host_part(e, key, &part)) {
+        if (e->below)
+            tier_matched(e->below, &(struct rdx_hit){.dev_last = part.dev_last}, 0);
+        return;
+    }
+    /* The tier's load moves this lock from the device prefix to the host part's end. */
+    rdx_lock(e->tree, part.dev_last);
+    if (e->below->ops->load(e->below, &part, e->below_pages,
+                            row + part.dev_pages * e->opts.page_size, op)) {
+        rdx_unlock(e->tree, part.dev_last);
+        part.host_pages = 0;
+        *op = 0;
+    } else {
+        rdx_unlock(e->tree, part.host_last);
+        *dev = (uint64_t)part.dev_pages * e->opts.page_size;
+    }
+    tier_matched(e->below, &part, 0);
 }
 
 int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int32_t *row,
                      struct kvt_req *req)
 {
     struct rdx_swa_hit h;
-    uint64_t span = 0;
-    int rc = rdx_match_swa(e->tree, key, e->pages, &h);
+    uint64_t span = 0, load, dev;
+    int rc;
 
-    if (rc || (rc = rdx_swa_lock(e->tree, h.swa_last, &span)))
+    swa_restore(e, key, row, &load, &dev);
+    if ((rc = rdx_match_swa(e->tree, key, e->pages, &h)) ||
+        (rc = rdx_swa_lock(e->tree, h.swa_last, &span)))
         return rc;
     count_match(e, key, &h);
     engine_pages_to_slots(e, e->pages, h.swa_pages, row);
@@ -324,7 +395,11 @@ int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int3
     *req = (struct kvt_req){.pool_idx = idx,
                             .protected_len = len,
                             .last_node = h.swa_last,
+                            .loaded_len = len > dev ? len - dev : 0,
+                            .load_op = load > h.pending ? load : h.pending, /* in order */
                             .gen = req_pool_gen(&e->reqs, idx)};
+    if (e->below)
+        e->below->ops->hit(e->below, h.swa_last);
     return 0;
 }
 

@@ -34,9 +34,14 @@ struct host_tier {
     struct host_pool pool;
     struct xfer_engine *xfer;
     struct op_queue ops[2]; /* by enum xfer_dir */
+    struct swa_alloc *swa;  /* a sliding-window model's pair allocator; NULL: none */
+    const struct swa_pool *swa_pool;
     /* Scratch, one entry per page of the longest key: a load's device pages, and for
-     * backups, which a load's room on the device may start under write_back. */
+     * backups, which a load's room on the device may start under write_back; with swa,
+     * each's SWA pages (0: none) and a load's mask and pages to pair. */
     uint32_t *dev_pages, *bk_host, *bk_dev;
+    uint32_t *ld_swa, *bk_swa, *ld_pair;
+    uint8_t *ld_mask;
     int failed; /* a transfer failed: sticky KVT_EBACKEND */
     struct {
         uint64_t hit, loaded, backed_up, backup_skipped, evicted;
@@ -94,11 +99,12 @@ static void queue_push(struct op_queue *q, uint64_t id, kvt_node_ref node)
 /* Submit an op whose id the tree already carries: ids are predictable (one more than the
  * last per direction), so the nodes are marked before the bytes start to move. */
 static int submit(struct host_tier *h, enum xfer_dir dir, const uint32_t *dev_pages,
-                  const uint32_t *host_pages, size_t n, kvt_node_ref node)
+                  const uint32_t *swa_pages, const uint32_t *host_pages, size_t n,
+                  kvt_node_ref node)
 {
     struct op_queue *q = &h->ops[dir];
     uint64_t id;
-    int rc = xfer_submit(h->xfer, dir, dev_pages, host_pages, n, NULL, &id);
+    int rc = xfer_submit_swa(h->xfer, dir, dev_pages, swa_pages, host_pages, n, NULL, &id);
 
     if (rc)
         return rc;
@@ -217,7 +223,11 @@ static int backup(struct host_tier *h, kvt_node_ref node)
         host_free(&h->pool, h->bk_host, n);
         return 0;
     }
-    if (submit(h, XFER_BACKUP, h->bk_dev, h->bk_host, n, node)) {
+    /* The SWA peer of each page, as it stands now: a node's pages hold SWA KV all or none
+     * (rdx_attach_host recorded which), and SWA eviction leaves them while this runs. */
+    for (size_t i = 0; h->swa && i < n; i++)
+        h->bk_swa[i] = h->swa->peer[h->bk_dev[i]];
+    if (submit(h, XFER_BACKUP, h->bk_dev, h->swa ? h->bk_swa : NULL, h->bk_host, n, node)) {
         /* Undo: the tree drops the host copies it was given, freeing the pages. */
         rdx_op_done(tree, node, tag, 1);
         return 0;
@@ -260,6 +270,26 @@ static bool host_wants_evicted(const struct tier *t)
 
 /* ---- load-back ---- */
 
+/* With sliding-window layers: SWA pages for the device pages of a load whose nodes' host
+ * copies hold the SWA layers (rdx_swa_load_mask), into ld_swa (0 for the rest). 0 or
+ * -ENOMEM, taking nothing. */
+static int pair_load(struct host_tier *h, kvt_node_ref last, size_t n)
+{
+    size_t k = 0;
+    int rc = rdx_swa_load_mask(tree_of(h), last, n, h->ld_mask);
+
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        if (h->ld_mask[i])
+            h->ld_pair[k++] = h->dev_pages[i];
+    if ((rc = swa_give_peers(h->swa, h->ld_pair, k)))
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        h->ld_swa[i] = h->swa->peer[h->dev_pages[i]];
+    return 0;
+}
+
 static int host_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *pages,
                      int32_t *slots, uint64_t *op)
 {
@@ -272,16 +302,23 @@ static int host_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *
 
     if (n == 0 || tokens < h->opts->load_back_min || queue_reserve(q))
         return 1;
-    /* The device prefix is locked by the caller, so making room cannot take it. */
+    /* The device prefix is locked by the caller, so making room cannot take it. Room on
+     * both sides with sliding-window layers: the full pages are taken alone (SWA
+     * tombstones) and pair_load pairs those whose SWA layers the host kept. */
     if (t->up.room(t->up.ctx, n) || slot_alloc(h->alloc, tokens, slots))
         return 1;
     slot_pages_of(h->alloc, slots, tokens, h->dev_pages);
+    if (h->swa && pair_load(h, hit->host_last, n)) {
+        slot_free(h->alloc, slots, tokens);
+        return 1;
+    }
     slot_claim(h->alloc, h->dev_pages, n);
     uint64_t id = q->last_id + 1;
     if ((rc = rdx_attach_device(tree, hit->host_last, h->dev_pages, n, id)))
         goto undo_claim;
     /* The match gave the host pages; the op copies them in the same order. */
-    if ((rc = submit(h, XFER_LOAD, h->dev_pages, pages, n, hit->host_last)))
+    if ((rc = submit(h, XFER_LOAD, h->dev_pages, h->swa ? h->ld_swa : NULL, pages, n,
+                     hit->host_last)))
         goto undo_attach;
     rdx_lock(tree, hit->host_last);
     rdx_unlock(tree, hit->dev_last);
@@ -289,10 +326,12 @@ static int host_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *
     *op = id;
     return 0;
 undo_attach:
-    rdx_op_done(tree, hit->host_last, id, 1); /* gives the device pages back */
+    rdx_op_done(tree, hit->host_last, id, 1); /* gives the device pages back, peers too */
     return rc;
 undo_claim:
     slot_unclaim(h->alloc, h->dev_pages, n);
+    if (h->swa)
+        swa_release_swa(h->swa, h->dev_pages, n);
     slot_free(h->alloc, slots, tokens);
     return rc;
 }
@@ -402,9 +441,12 @@ int host_tier_set_xfer(struct tier *t, const struct xfer_config *xc)
 {
     struct host_tier *h = ht(t);
 
+    struct xfer_config c = xc ? *xc : (struct xfer_config){0};
+
     xfer_destroy(h->xfer);
     h->xfer = NULL;
-    return xfer_create(h->kv, &h->pool, xc, &h->xfer);
+    c.swa = h->swa_pool; /* the engine's pools, whatever the seam's config says */
+    return xfer_create(h->kv, &h->pool, &c, &h->xfer);
 }
 
 /* ---- stats, checks, closing ---- */
@@ -468,6 +510,10 @@ static void host_close(struct tier *t)
     free(h->dev_pages);
     free(h->bk_host);
     free(h->bk_dev);
+    free(h->ld_swa);
+    free(h->bk_swa);
+    free(h->ld_pair);
+    free(h->ld_mask);
     host_pool_finish(&h->pool);
     free(h);
 }
@@ -534,7 +580,15 @@ static int open_parts(struct host_tier *h, const struct host_tier_config *c, uin
     h->bk_dev = malloc(c->scratch_pages * sizeof(uint32_t));
     if (!h->dev_pages || !h->bk_host || !h->bk_dev)
         return -ENOMEM;
-    struct xfer_config xc = {.io = o->io, .serial = o->sim_serial != 0};
+    if (c->swa) {
+        h->ld_swa = malloc(c->scratch_pages * sizeof(uint32_t));
+        h->bk_swa = malloc(c->scratch_pages * sizeof(uint32_t));
+        h->ld_pair = malloc(c->scratch_pages * sizeof(uint32_t));
+        h->ld_mask = malloc(c->scratch_pages);
+        if (!h->ld_swa || !h->bk_swa || !h->ld_pair || !h->ld_mask)
+            return -ENOMEM;
+    }
+    struct xfer_config xc = {.io = o->io, .serial = o->sim_serial != 0, .swa = c->swa_pool};
     return xfer_create(c->kv, &h->pool, &xc, &h->xfer);
 }
 
@@ -561,6 +615,8 @@ int host_tier_open(const struct host_tier_config *c, struct tier_up up, struct t
     h->tree = c->tree;
     h->alloc = c->alloc;
     h->kv = c->kv;
+    h->swa = c->swa;
+    h->swa_pool = c->swa_pool;
     if ((rc = open_parts(h, c, pages))) {
         host_close(&h->base);
         return rc;

@@ -10,6 +10,8 @@
 #include "device/alloc.h"
 #include "device/kv_pool.h"
 #include "host/host_pool.h"
+#include "device/swa_alloc.h"
+#include "device/swa_pool.h"
 #include "host/transfer.h"
 #include "tier.h"
 
@@ -21,6 +23,11 @@ struct host_tier_config {
     struct slot_alloc *alloc; /* the device's allocator: a load-back takes its slots */
     uint64_t device_tokens;   /* the device pool's size: the host pool must be larger */
     size_t scratch_pages;     /* pages of the longest key */
+    /* A sliding-window model (options.swa): kv and alloc are the full-attention side of
+     * these; backups copy each page's SWA peer with it, load-backs give the pages of nodes
+     * whose host copy holds the SWA layers peers to land in. NULL otherwise. */
+    struct swa_alloc *swa;
+    const struct swa_pool *swa_pool;
 };
 
 /* Open the host tier the options ask for; *out NULL when they ask for none. up is the

@@ -384,6 +384,12 @@ int rdx_swa_unlock(struct rdx_tree *t, kvt_node_ref ref, uint64_t span);
  * went or none is left; their full KV stays, as SWA tombstones. Returns the pages freed. */
 size_t rdx_swa_evict(struct rdx_tree *t, size_t pages);
 
+/* rdx_swa_evict for write_back, as rdx_evict_backed_up: nodes with no host copy are named in
+ * defer (at most cap; *ndefer of them) instead, so that the caller can back them up (with
+ * their SWA layers) and evict again. */
+size_t rdx_swa_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                               size_t *ndefer);
+
 /* Whether node ref holds SWA KV (1, 0: a tombstone or no device copy) and its SWA locks. */
 int rdx_swa_state(const struct rdx_tree *t, kvt_node_ref ref, int *live, uint32_t *locks);
 

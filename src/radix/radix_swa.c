@@ -349,10 +349,14 @@ static bool covered_before(const struct rdx_tree *t, uint32_t x, uint32_t y)
     return ax != ay ? ax < ay : x < y;
 }
 
-size_t rdx_swa_evict(struct rdx_tree *t, size_t pages)
+/* Free the SWA part of unlocked nodes, least recently covered first, until pages went. With
+ * defer, nodes with no host copy are named there instead (at most cap), counting toward
+ * pages but not in the result. */
+static size_t swa_evict(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                        size_t *ndefer)
 {
     struct heap h = {.before = covered_before};
-    size_t done = 0;
+    size_t done = 0, seen = 0;
 
     if (!swa_on(t) || pages == 0)
         return 0;
@@ -362,10 +366,28 @@ size_t rdx_swa_evict(struct rdx_tree *t, size_t pages)
         if (node_at(t, i)->pending == 0)
             h.v[h.n++] = i;
     heap_build(t, &h);
-    while (done < pages && h.n) {
+    while (seen < pages && h.n) {
         uint32_t x = heap_pop(t, &h);
+        seen += node_at(t, x)->npages;
+        if (defer && !node_at(t, x)->on_host) {
+            if (*ndefer < cap)
+                defer[(*ndefer)++] = make_ref(t, x);
+            continue;
+        }
         done += node_at(t, x)->npages;
         drop_swa(t, x);
     }
     return done;
+}
+
+size_t rdx_swa_evict(struct rdx_tree *t, size_t pages)
+{
+    return swa_evict(t, pages, NULL, 0, NULL);
+}
+
+size_t rdx_swa_evict_backed_up(struct rdx_tree *t, size_t pages, kvt_node_ref *defer, size_t cap,
+                               size_t *ndefer)
+{
+    *ndefer = 0;
+    return swa_evict(t, pages, defer, cap, ndefer);
 }

@@ -4,7 +4,9 @@
  * last window still has SWA KV, SWA KV evicted alone when the SWA pool is short, options and
  * fingerprints, and a randomized run whose every served row (full layers over the whole
  * prefix, sliding-window layers over its last window) is checked, with the engine's invariant
- * check (the pair allocator's map and peers, the tree's SWA count) after every step. */
+ * check (the pair allocator's map and peers, the tree's SWA count) after every step: on the
+ * device alone, and over a host tier written through (serial copies) or back (threaded), whose
+ * load-backs bring the SWA layers of the nodes backed up while they held SWA KV. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,6 +62,22 @@ static kvt_engine *open_swa(uint32_t window, uint64_t swa_tokens)
     return e;
 }
 
+/* With a host tier of host_tokens (0: none) under the write policy given. */
+static kvt_engine *open_swa_host(uint32_t window, uint64_t swa_tokens, uint64_t host_tokens,
+                                 uint32_t policy, int serial)
+{
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    swa_options(&o, window, swa_tokens);
+    o.host_tokens = host_tokens;
+    o.write_policy = policy;
+    o.sim_serial = serial;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    window_now = window;
+    return e;
+}
+
 /* Whether the rows of tokens [from, to) of layer hold their KV. */
 static int layer_is(kvt_engine *e, uint32_t l, const int32_t *slots, const uint32_t *t, size_t from,
                     size_t to)
@@ -93,6 +111,9 @@ static int begin(const struct harness_run *s, kvt_engine *e, struct run *r, cons
         return rc;
     r->t = t;
     r->len = r->req.protected_len;
+    /* A prefix loaded back from the host is read once its layers land. */
+    for (uint32_t l = 0; r->req.load_op && l < LAYERS; l++)
+        EXPECT_RC(s, kvt_load_wait_layer(e, r->req.load_op, l, NULL), 0);
     EXPECT_RC(s, kvt_req_read(e, &r->req, 0, r->len, r->row), 0);
     size_t from = r->len > window_now ? r->len - window_now : 0;
     for (uint32_t l = 0; l < LAYERS; l++)
@@ -364,8 +385,12 @@ static void test_options(void **state)
     o.swa.full_layers = all;
     o.swa.nfull = 4; /* no sliding-window layer left */
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
-    swa_options(&o, WINDOW, 0);
+    swa_options(&o, WINDOW, 0); /* a store below the host does not carry SWA layers yet */
     o.host_ratio = 2.0;
+    o.disk_dir = "/nonexistent/kvtier-swa";
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    o.disk_dir = NULL;
+    o.remote = "redis://127.0.0.1:1";
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
     swa_options(&o, WINDOW, 0);
     o.mamba = (struct kvt_mamba){
@@ -412,16 +437,22 @@ static void test_options(void **state)
 
 #define NPROMPT 5
 
-static uint64_t revived; /* SWA tombstones the randomized runs saw revived */
+static uint64_t revived;     /* SWA tombstones the randomized runs saw revived */
+static uint64_t host_loaded; /* tokens they served loaded back from the host */
 
-static void run_random(uint64_t seed, uint32_t window)
+/* host: 0 the device alone; 1 a host tier written through, serial copies; 2 one written
+ * back on eviction, copies on the transfer engine's threads. */
+static void run_random(uint64_t seed, uint32_t window, int host)
 {
     char cfg[64];
-    snprintf(cfg, sizeof(cfg), "window=%u", window);
+    snprintf(cfg, sizeof(cfg), "window=%u host=%d", window, host);
     struct harness_run s = {.prog = "test_engine_swa", .config = cfg, .seed = seed};
     uint64_t rng = seed;
     uint32_t prompts[NPROMPT][CTX];
-    kvt_engine *e = open_swa(window, 200);
+    kvt_engine *e = host ? open_swa_host(window, 200, 2048,
+                                         host == 1 ? KVT_WRITE_THROUGH : KVT_WRITE_BACK, host == 1)
+                         : open_swa(window, 200);
+    uint64_t loaded = 0;
     struct run *live = calloc(3, sizeof(*live));
     int nlive = 0;
     uint64_t served = 0;
@@ -440,6 +471,7 @@ static void run_random(uint64_t seed, uint32_t window)
                            1 + rng_next(&rng) % 200);
             EXPECT_RC(&s, rc, 0);
             served += live[nlive].req.protected_len;
+            loaded += live[nlive].req.loaded_len;
             nlive++;
         } else if (op < 7 && nlive) {
             s.op = "forward";
@@ -480,7 +512,10 @@ static void run_random(uint64_t seed, uint32_t window)
     REQUIRE(&s, served > 0 && st.match_hit_tokens == served);
     REQUIRE(&s, st.swa_kv_hit_tokens >= st.match_hit_tokens);
     REQUIRE(&s, st.swa_released_tokens > 0 && st.swa_evicted_tokens > 0);
+    /* With a host tier, prefixes were served from it, windows included. */
+    REQUIRE(&s, !host || (loaded > 0 && st.loaded_tokens >= loaded && st.backed_up_tokens > 0));
     revived += st.swa_revived_tokens;
+    host_loaded += loaded;
     free(live);
     kvt_close(e);
 }
@@ -491,15 +526,16 @@ static void test_random(void **state)
     const char *env = getenv("KVT_SEED");
     static const uint32_t windows[] = {3, 4, 8, 13};
 
-    for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
-        if (env) {
-            run_random(strtoull(env, NULL, 0), windows[w]);
-            continue;
+    for (int host = 0; host <= 2; host++)
+        for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
+            if (env) {
+                run_random(strtoull(env, NULL, 0), windows[w], host);
+                continue;
+            }
+            for (uint64_t seed = 1; seed <= 4; seed++)
+                run_random(seed, windows[w], host);
         }
-        for (uint64_t seed = 1; seed <= 4; seed++)
-            run_random(seed, windows[w]);
-    }
-    assert_true(env || revived > 0);
+    assert_true(env || (revived > 0 && host_loaded > 0));
 }
 
 int main(void)
