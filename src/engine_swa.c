@@ -303,25 +303,33 @@ int kvt_swa_translate(const kvt_engine *e, const int32_t *slots, size_t n, int32
 
 /* ---- requests ---- */
 
-static void count_match(kvt_engine *e, const struct kvt_key *key, const struct rdx_swa_hit *h)
+/* kv: the KV found in every tier, in pages, when more than the device match's. */
+static void count_match(kvt_engine *e, const struct kvt_key *key, const struct rdx_swa_hit *h,
+                        size_t kv)
 {
     uint32_t ps = e->opts.page_size;
 
     e->count.match_calls++;
     e->count.match_query_tokens += key->len / ps * ps;
     e->count.match_hit_tokens += h->swa_pages * ps;
-    e->swa->kv_hit_tokens += h->kv_pages * ps;
+    e->swa->kv_hit_tokens += (kv > h->kv_pages ? kv : h->kv_pages) * ps;
 }
 
 /* What a match over both tiers would serve past the device's usable prefix, in pages; the
- * host part of it in *part (host_last its end) for a load-back. */
-static size_t host_part(kvt_engine *e, const struct kvt_key *key, struct rdx_hit *part)
+ * host part of it in *part (host_last its end) for a load-back. *kv (may be NULL) gets the
+ * KV found in both tiers. */
+static size_t host_part(kvt_engine *e, const struct kvt_key *key, struct rdx_hit *part, size_t *kv)
 {
     struct rdx_swa_hit s;
 
     *part = (struct rdx_hit){0};
-    if (!e->below || rdx_match_swa_tiers(e->tree, key, e->pages, e->below_pages, part, &s) ||
-        s.swa_pages <= part->dev_pages)
+    if (kv)
+        *kv = 0;
+    if (!e->below || rdx_match_swa_tiers(e->tree, key, e->pages, e->below_pages, part, &s))
+        return 0;
+    if (kv)
+        *kv = part->dev_pages + part->host_pages;
+    if (s.swa_pages <= part->dev_pages)
         return 0;
     part->host_pages = s.swa_pages - part->dev_pages;
     part->host_last = s.swa_last;
@@ -332,12 +340,12 @@ int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, s
 {
     struct rdx_swa_hit h;
     struct rdx_hit part;
-    size_t host = host_part(e, key, &part);
+    size_t kv, host = host_part(e, key, &part, &kv);
     int rc = rdx_match_swa(e->tree, key, e->pages, &h);
 
     if (rc)
         return rc;
-    count_match(e, key, &h);
+    count_match(e, key, &h, kv);
     if (slots)
         engine_pages_to_slots(e, e->pages, h.swa_pages, slots);
     *m = (struct kvt_match){.device_len = h.swa_pages * e->opts.page_size,
@@ -350,15 +358,16 @@ int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, s
  * prefix, load the host part up to it back (nodes whose host copy holds the SWA layers come
  * back holding SWA KV, the rest as tombstones), so that the device match after this serves
  * it. Best effort: a load the tier declines leaves the device as it was. *op gets the load,
- * *dev the device tokens before it (UINT64_MAX: nothing loaded). */
+ * *dev the device tokens before it (UINT64_MAX: nothing loaded), *kv the KV pages found in
+ * both tiers. */
 static void swa_restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint64_t *op,
-                        uint64_t *dev)
+                        uint64_t *dev, size_t *kv)
 {
     struct rdx_hit part;
 
     *op = 0;
     *dev = UINT64_MAX;
-    if (!host_part(e, key, &part)) {
+    if (!host_part(e, key, &part, kv)) {
         if (e->below)
             tier_matched(e->below, &(struct rdx_hit){.dev_last = part.dev_last}, 0);
         return;
@@ -382,13 +391,14 @@ int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int3
 {
     struct rdx_swa_hit h;
     uint64_t span = 0, load, dev;
+    size_t kv;
     int rc;
 
-    swa_restore(e, key, row, &load, &dev);
+    swa_restore(e, key, row, &load, &dev, &kv);
     if ((rc = rdx_match_swa(e->tree, key, e->pages, &h)) ||
         (rc = rdx_swa_lock(e->tree, h.swa_last, &span)))
         return rc;
-    count_match(e, key, &h);
+    count_match(e, key, &h, kv);
     engine_pages_to_slots(e, e->pages, h.swa_pages, row);
     uint64_t len = h.swa_pages * e->opts.page_size;
     e->swa->row[idx] = (struct swa_row){span, len, h.kv_pages * e->opts.page_size};

@@ -1074,12 +1074,29 @@ def _():
         check(w["kv_pool_bytes"] < dev * j["config"]["cell_bytes"], f"{g}: pool smaller: {w}")
 
 
+@case("window: a prompt evicted from the device comes back from the host, its window too")
+def _():
+    # Four prompts of 1024 tokens through a 2048-token device: the first is evicted to the
+    # host (written through, its sliding-window layers with it) and its repeat is loaded back
+    # whole; the last window's sliding-window rows are checked as on the device.
+    rows = [(1024, 1, [1, 2]), (1024, 1, [3, 4]), (1024, 1, [5, 6]), (1024, 1, [7, 8]),
+            (1024, 1, [1, 2])]
+    j = run_ok("--trace", trace(rows), "--geometry", WINDOWED, "--device-tokens", 2048,
+               "--host-tokens", 16384)
+    eq((j["tokens_hit"]["device"], j["tokens_hit"]["host"]), (0, 1008), "tokens_hit device, host")
+    w = j["swa"]
+    eq((w["kv_hit_tokens"], w["window_hit_tokens"]), (1008, 1008), "swa kv, window-backed hit")
+    check(w["evicted_tokens"] > 0, f"SWA KV evicted on the device: {w}")
+    eq(j["verify"]["mismatches"], 0, "verify.mismatches")
+
+
 @case("window: usage errors name the option")
 def _():
     for args, pat in ((["--swa-tokens", "64"], r"--swa-tokens needs a sliding-window"),
                       (["--geometry", WINDOWED + ",mamba_layers=1,conv_bytes=8,ssm_bytes=8"],
                        r"recurrent and sliding-window"),
-                      (["--geometry", WINDOWED, "--host-tokens", "65536"], r"--host-tokens"),
+                      (["--geometry", WINDOWED, "--host-tokens", "65536", "--disk-tokens",
+                        "65536", "--dir", os.path.join(TMP, "swa-dir")], r"--disk-tokens/--remote"),
                       (["--geometry", "tiny,swa_window=32,full_every=1"], r"--geometry")):
         usage_case(args, pat)()
 

@@ -1185,7 +1185,7 @@ static void print_hybrid(const struct bench *b)
 static void print_window(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
-    uint64_t kv = b->st.swa_kv_hit_tokens, served = b->c.hit_device;
+    uint64_t kv = b->st.swa_kv_hit_tokens, served = b->c.hit_device + b->c.hit_host;
 
     printf("  window        %u tokens: %u full and %u sliding-window layers; SWA pool %" PRIu64
            " tokens; KV pool ",
@@ -1355,7 +1355,7 @@ static void print_json(const struct bench *b)
                ",\"window_hit_tokens\":%" PRIu64 ",\"released_tokens\":%" PRIu64
                ",\"evicted_tokens\":%" PRIu64 ",\"revived_tokens\":%" PRIu64 "},",
                b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
-               st->swa_kv_hit_tokens, c->hit_device, st->swa_released_tokens,
+               st->swa_kv_hit_tokens, c->hit_device + c->hit_host, st->swa_released_tokens,
                st->swa_evicted_tokens, st->swa_revived_tokens);
     print_json_config(b);
     printf("}\n");
@@ -1663,10 +1663,11 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--geometry: recurrent and sliding-window layers together are "
                              "not supported yet",
                              NULL);
-    if (cfg->swa_window && cfg->host_tokens)
+    if (cfg->swa_window && (cfg->disk_tokens || cfg->remote))
         return cli_bad_usage(PROG,
-                             "--host-tokens: sliding-window KV does not leave the device yet, so "
-                             "a model with sliding-window layers runs without a host or disk tier",
+                             "--disk-tokens/--remote: sliding-window KV reaches the host tier, "
+                             "not yet the disk or a remote store, so a model with sliding-window "
+                             "layers runs with a host tier at most",
                              NULL);
     return check_sizes(cfg);
 }
