@@ -229,8 +229,10 @@ struct kvt_options {
      * disk or remote store each is written there when cached, by the hash of the page it
      * follows, and read back with its KV by a match that runs past the tree. */
     struct kvt_mamba mamba;
-    /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. Not yet with a
-     * host tier or with recurrent layers (-EINVAL): windows do not leave the device. */
+    /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. With a host tier
+     * (since 0.5, sim backend; cuda is KVT_ENOBACKEND until a GPU has run it) the host copies
+     * of pages holding SWA KV keep their sliding-window layers and a match loads them back.
+     * Not yet with a disk or remote store, nor with recurrent layers (-EINVAL). */
     struct kvt_swa swa;
     /* 1: EAGLE bigram keys (since 0.4), SGLang's convert_to_bigram_key. A speculative
      * decoder's draft model writes the KV of position i from tokens i and i + 1, so a cached
