@@ -70,7 +70,7 @@ static int fetch_below(kvt_engine *e, const struct kvt_key *key, struct rdx_hit 
     uint32_t policy = e->opts.prefetch_policy;
 
     /* Not started: too short, no room, or a fetch of it (kvt_prefetch) is under way. */
-    if (ops->fetch(e->below, key, hit, bp->pages, NULL) && !ops->fetching(e->below))
+    if (ops->fetch(e->below, key, hit, bp->pages, 0, NULL) && !ops->fetching(e->below))
         return 0;
     ops->wait_fetches(e->below, policy == KVT_PREFETCH_TIMEOUT ? (int)e->opts.prefetch_timeout_ms
                                                                : wait_ms[policy]);
@@ -155,10 +155,12 @@ int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens)
         return rc;
     /* What the store has on its way, not what it held a moment before: a full store may
      * evict pages between the lookup and the read. */
+    size_t win = 0;
     if (e->below && (rc = rdx_match_tiers(e->tree, key, NULL, NULL, &hit)) == 0 &&
         (n = tier_find(e->below, key, &hit)) &&
-        (!e->mamba || (n = engine_mamba_prefetch_pages(e, key, &hit, n))))
-        e->below->ops->fetch(e->below, key, &hit, n, &reading);
+        (!e->mamba || (n = engine_mamba_prefetch_pages(e, key, &hit, n))) &&
+        (!e->swa || (n = engine_swa_store_pages(e, key, &hit, n, &win))))
+        e->below->ops->fetch(e->below, key, &hit, n, win, &reading);
     if (tokens)
         *tokens = reading * e->opts.page_size;
     return rc;

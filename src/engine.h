@@ -110,6 +110,10 @@ void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg);
  * the pair allocator and both pools. */
 struct swa_alloc;
 struct swa_pool;
+/* Of the n pages of key's store run after hit, the prefix a sliding-window match may use;
+ * *win the pages of it to read with their window copies. */
+size_t engine_swa_store_pages(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit,
+                              size_t n, size_t *win);
 void engine_swa_device(kvt_engine *e, struct kv_pool **kv, struct slot_alloc **alloc,
                        struct swa_alloc **swa, const struct swa_pool **pool);
 void engine_swa_close(kvt_engine *e);

@@ -301,7 +301,8 @@ static void fetch_state(kvt_engine *e, const struct kvt_key *key, uint64_t *disk
         return;
     /* find named the pages to the store tier for the fetch; reading states did not change
      * that, and making room among the host copies of states evicts no KV. */
-    if (e->below->ops->fetch(e->below, key, &hit, p, NULL) && !e->below->ops->fetching(e->below)) {
+    if (e->below->ops->fetch(e->below, key, &hit, p, 0, NULL) &&
+        !e->below->ops->fetching(e->below)) {
         m->hfree[m->hnfree++] = h;
         return;
     }

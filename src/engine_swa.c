@@ -7,8 +7,8 @@
  * its window moves on (kvt_req_swa_slide) and inserting those pages as SWA tombstones, and
  * the cache freeing SWA KV alone when the SWA pool is short. The tree's side is
  * radix_swa.c. A host tier keeps the SWA layers of the pages it backs up while they hold SWA
- * KV, and a request's begin loads back what a match over both tiers can serve; a store below
- * the host does not carry SWA layers yet, so an engine with one is refused.
+ * KV, a store below keeps window copies of those pages, and a request's begin brings back
+ * from the store, then loads back from the host, what a match over every tier can serve.
  */
 #include "device/swa_alloc.h"
 #include "device/swa_pool.h"
@@ -54,9 +54,6 @@ int engine_swa_check_options(const struct kvt_options *o)
             if (s->full_layers[j] == s->full_layers[i])
                 return -EINVAL;
     }
-    /* A store below the host does not carry SWA layers yet. */
-    if (o->disk_dir || o->remote)
-        return -EINVAL;
     return 0;
 }
 
@@ -69,8 +66,6 @@ int engine_swa_open(kvt_engine *e, uint64_t full_tokens)
     struct engine_swa *s;
     int rc;
 
-    if (e->store)
-        return -EINVAL; /* a store below the device: see engine_swa_check_options */
     if (!(s = e->swa = calloc(1, sizeof(*s))))
         return -ENOMEM;
     s->full_ids = malloc(o->nfull * sizeof(*s->full_ids));
@@ -354,22 +349,69 @@ int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, s
     return 0;
 }
 
-/* With a host tier: when a match over both tiers serves more than the device's usable
- * prefix, load the host part up to it back (nodes whose host copy holds the SWA layers come
- * back holding SWA KV, the rest as tombstones), so that the device match after this serves
- * it. Best effort: a load the tier declines leaves the device as it was. *op gets the load,
- * *dev the device tokens before it (UINT64_MAX: nothing loaded), *kv the KV pages found in
- * both tiers. */
+/* Of the n pages of key's store run after hit (tier_find's), the prefix a match may use
+ * (its last window has window copies below, or runs up from the tree's part whose own last
+ * window is there); *win the pages of it read with their window. */
+size_t engine_swa_store_pages(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit,
+                              size_t n, size_t *win)
+{
+    struct rdx_hit h;
+    struct rdx_swa_hit s;
+
+    *win = 0;
+    if (!n || rdx_match_swa_tiers(e->tree, key, NULL, NULL, &h, &s) ||
+        h.dev_pages + h.host_pages != hit->dev_pages + hit->host_pages)
+        return 0;
+    return e->below->ops->window(e->below, n, s.swa_pages == h.dev_pages + h.host_pages, win);
+}
+
+/* With a store below: bring the prefix of its run a match may use into the tree as host
+ * copies (the window's pages whole, from their window copies), waiting as prefetch_policy
+ * says. The pages fetched, or 0. */
+static size_t swa_fetch(kvt_engine *e, const struct kvt_key *key)
+{
+    static const int wait_ms[] = {
+        [KVT_PREFETCH_WAIT_COMPLETE] = -1, [KVT_PREFETCH_BEST_EFFORT] = 0};
+    uint32_t policy = e->opts.prefetch_policy;
+    struct rdx_hit hit, now;
+    size_t n, p, win;
+
+    if (!e->store || rdx_match_tiers(e->tree, key, NULL, NULL, &hit) ||
+        !(n = tier_find(e->below, key, &hit)) ||
+        !(p = engine_swa_store_pages(e, key, &hit, n, &win)))
+        return 0;
+    if (e->below->ops->fetch(e->below, key, &hit, p, win, NULL) &&
+        !e->below->ops->fetching(e->below))
+        return 0;
+    e->below->ops->wait_fetches(e->below, policy == KVT_PREFETCH_TIMEOUT
+                                              ? (int)e->opts.prefetch_timeout_ms
+                                              : wait_ms[policy]);
+    if (rdx_match_tiers(e->tree, key, NULL, NULL, &now) ||
+        now.dev_pages + now.host_pages != hit.dev_pages + hit.host_pages + p)
+        return 0; /* not landed (yet), or shorter */
+    return p;
+}
+
+/* With a tier below: when a match over every tier serves more than the device's usable
+ * prefix, fetch the store's part and load the host part up to it back (nodes whose host
+ * copy holds the SWA layers come back holding SWA KV, the rest as tombstones), so that the
+ * device match after this serves it. Best effort: a fetch or a load a tier declines leaves
+ * the tree as it was. *op gets the load, *dev the device tokens before it (UINT64_MAX:
+ * nothing loaded), *disk the tokens fetched from the store, *kv the KV pages found in the
+ * tree. */
 static void swa_restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, uint64_t *op,
-                        uint64_t *dev, size_t *kv)
+                        uint64_t *dev, uint64_t *disk, size_t *kv)
 {
     struct rdx_hit part;
+    size_t fetched = e->below ? swa_fetch(e, key) : 0;
 
     *op = 0;
     *dev = UINT64_MAX;
+    *disk = (uint64_t)fetched * e->opts.page_size;
     if (!host_part(e, key, &part, kv)) {
         if (e->below)
             tier_matched(e->below, &(struct rdx_hit){.dev_last = part.dev_last}, 0);
+        *disk = 0;
         return;
     }
     /* The tier's load moves this lock from the device prefix to the host part's end. */
@@ -379,22 +421,23 @@ static void swa_restore(kvt_engine *e, const struct kvt_key *key, int32_t *row, 
         rdx_unlock(e->tree, part.dev_last);
         part.host_pages = 0;
         *op = 0;
+        *disk = 0;
     } else {
         rdx_unlock(e->tree, part.host_last);
         *dev = (uint64_t)part.dev_pages * e->opts.page_size;
     }
-    tier_matched(e->below, &part, 0);
+    tier_matched(e->below, &part, *disk / e->opts.page_size);
 }
 
 int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int32_t *row,
                      struct kvt_req *req)
 {
     struct rdx_swa_hit h;
-    uint64_t span = 0, load, dev;
+    uint64_t span = 0, load, dev, disk;
     size_t kv;
     int rc;
 
-    swa_restore(e, key, row, &load, &dev, &kv);
+    swa_restore(e, key, row, &load, &dev, &disk, &kv);
     if ((rc = rdx_match_swa(e->tree, key, e->pages, &h)) ||
         (rc = rdx_swa_lock(e->tree, h.swa_last, &span)))
         return rc;
@@ -406,6 +449,8 @@ int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int3
                             .protected_len = len,
                             .last_node = h.swa_last,
                             .loaded_len = len > dev ? len - dev : 0,
+                            /* what the store gave is the end of what was loaded */
+                            .disk_len = len > dev ? (len - dev < disk ? len - dev : disk) : 0,
                             .load_op = load > h.pending ? load : h.pending, /* in order */
                             .gen = req_pool_gen(&e->reqs, idx)};
     if (e->below)

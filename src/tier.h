@@ -66,9 +66,16 @@ struct tier_ops {
     void (*matched)(struct tier *t, const struct rdx_hit *hit, size_t found);
     /* Start bringing those n pages into the tree (new nodes holding them above): 0 when
      * started, 1 when not (too short, no room, a read of them already under way). *reading
-     * (may be NULL) gets the pages on their way. */
+     * (may be NULL) gets the pages on their way. With sliding-window layers, the last
+     * `window` of them are read with those layers (their window copies; see window). */
     int (*fetch)(struct tier *t, const struct kvt_key *key, const struct rdx_hit *hit, size_t n,
-                 size_t *reading);
+                 size_t window, size_t *reading);
+    /* Sliding-window layers (options.swa): of the n pages find gave last, the longest prefix
+     * a match may use: one whose last window of pages all have window copies below, or that
+     * runs whole from the tree's part (above: that part's own last window is there) when
+     * the window reaches into it. *window gets the pages to read with their window; 0 when
+     * no prefix is usable. A tier that keeps no windows has it NULL. */
+    size_t (*window)(struct tier *t, size_t n, bool above, size_t *window);
     /* Whether a fetch is in flight; wait for the fetches: not at all (0), up to timeout_ms,
      * or until they are applied (-1). */
     bool (*fetching)(const struct tier *t);

@@ -370,11 +370,18 @@ static void host_matched(struct tier *t, const struct rdx_hit *hit, size_t found
 }
 
 static int host_fetch(struct tier *t, const struct kvt_key *key, const struct rdx_hit *hit,
-                      size_t n, size_t *reading)
+                      size_t n, size_t window, size_t *reading)
 {
     if (reading)
         *reading = 0;
-    return t->below ? t->below->ops->fetch(t->below, key, hit, n, reading) : 1;
+    return t->below ? t->below->ops->fetch(t->below, key, hit, n, window, reading) : 1;
+}
+
+static size_t host_window(struct tier *t, size_t n, bool above, size_t *window)
+{
+    *window = 0;
+    return t->below && t->below->ops->window ? t->below->ops->window(t->below, n, above, window)
+                                             : 0;
 }
 
 static bool host_fetching(const struct tier *t)
@@ -523,6 +530,7 @@ static const struct tier_ops host_ops = {
     .find = host_find,
     .matched = host_matched,
     .fetch = host_fetch,
+    .window = host_window,
     .fetching = host_fetching,
     .wait_fetches = host_wait_fetches,
     .load = host_load,

@@ -29,6 +29,12 @@ int page_hasher_digest2(struct page_hasher *h, const void *a, size_t alen, const
  * KVT_STATE_TAG || state bytes as u64 || page index as u32, little-endian). */
 #define KVT_STATE_TAG "kvtier/state/1"
 
+/* A page's sliding-window layers (options.swa) are kept below beside it, when its host copy
+ * held them, as a second copy of the whole page under SHA256(the page's hash ||
+ * KVT_WINDOW_TAG), parent the page's hash, namespace root SHA256(KVT_WINDOW_TAG): the page
+ * under its own hash may have been written from a tombstone, whose window rows are stale. */
+#define KVT_WINDOW_TAG "kvtier/window/1"
+
 /* Root of a namespace: SHA256("kvtier/1" || fingerprint || namespace bytes). */
 int page_hash_root(struct page_hasher *h, const uint8_t fingerprint[KVT_HASH_LEN], const void *ns,
                    size_t ns_len, uint8_t out[KVT_HASH_LEN]);

@@ -46,6 +46,7 @@
 #ifndef KVT_RADIX_H
 #define KVT_RADIX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -209,6 +210,12 @@ int rdx_attach_fill(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref 
  * splits), the rest are dropped with their host pages. */
 int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok);
 
+/* rdx_fill_done for a fill whose pages from live_from on were read with their sliding-window
+ * layers (cfg.swa_window): of what stays, those pages become a node of their own whose host
+ * copy holds them (rdx_swa_host_state), when that split can be made. */
+int rdx_fill_done_window(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok,
+                         size_t live_from);
+
 /* Pages a disk write of ref covers: ref and its ancestors with a finished host copy that are
  * neither on disk nor being written. 0 without page hashes. */
 int rdx_disk_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages);
@@ -220,6 +227,7 @@ struct rdx_disk_page {
     const uint8_t *hash, *parent, *ns;
     const uint32_t *tokens; /* page_size tokens */
     uint32_t host_page;
+    bool window; /* cfg.swa_window: the host copy holds the page's sliding-window layers */
 };
 
 /* Mark that span (n pages) as written by op and describe its pages top-down into out. */

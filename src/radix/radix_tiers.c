@@ -301,16 +301,13 @@ int rdx_attach_fill(struct rdx_tree *t, const struct kvt_key *key, kvt_node_ref 
     return 0;
 }
 
-int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
+/* What stays of a fill: its node, or the upper half holding the ok pages that landed; NONE
+ * when nothing does. */
+static uint32_t fill_done(struct rdx_tree *t, uint32_t idx, size_t ok)
 {
-    uint32_t idx, top;
-    int rc = resolve(t, ref, &idx);
-
-    if (rc)
-        return rc;
-    if (node_at(t, idx)->pending != op || !(op & RDX_OP_DISK))
-        return -EINVAL;
+    uint32_t top = NONE;
     bool whole = ok >= node_at(t, idx)->npages;
+
     if (!whole && ok > 0 && split(t, idx, (uint32_t)ok, &top) == 0) {
         node_at(t, top)->pending = 0;
         update_leaf(t, top);
@@ -322,6 +319,42 @@ int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
         delete_leaf(t, idx); /* what did not land, or all of it when the split failed */
     if (t->orphans)
         prune_orphans(t);
+    return whole ? idx : top;
+}
+
+static int fill_start(const struct rdx_tree *t, kvt_node_ref ref, uint64_t op, uint32_t *idx)
+{
+    int rc = resolve(t, ref, idx);
+
+    if (rc == 0 && (node_at(t, *idx)->pending != op || !(op & RDX_OP_DISK)))
+        rc = -EINVAL;
+    return rc;
+}
+
+int rdx_fill_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok)
+{
+    uint32_t idx;
+    int rc = fill_start(t, ref, op, &idx);
+
+    if (rc == 0)
+        fill_done(t, idx, ok);
+    return rc;
+}
+
+int rdx_fill_done_window(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, size_t ok,
+                         size_t live_from)
+{
+    uint32_t idx, upper;
+    int rc = fill_start(t, ref, op, &idx);
+
+    if (rc)
+        return rc;
+    idx = fill_done(t, idx, ok);
+    if (!t->swa || idx == NONE || ok <= live_from || node_at(t, idx)->pending)
+        return 0;
+    /* A split keeps idx as the lower half, the pages from live_from on. */
+    if (live_from == 0 || split(t, idx, (uint32_t)live_from, &upper) == 0)
+        t->swa[idx].hlive = true;
     return 0;
 }
 
@@ -361,6 +394,7 @@ static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const voi
             .ns = t->ns[n->ns].root_hash,
             .tokens = n->tokens + k * ps,
             .host_page = n->host[k],
+            .window = t->swa && t->swa[idx].hlive,
         };
     n->disk_op = w->op;
     update_leaf(t, idx);

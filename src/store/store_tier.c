@@ -27,13 +27,17 @@ struct store_op {
     size_t n;
     int *results; /* n, written by the store */
     void *stage;  /* OP_STATE: the bytes being written, freed when it completes */
+    size_t win;   /* a fill: its last win pages read with their window; a write: of its n
+                   * pages, the last win are window copies of pages before them */
 };
 
 #define OP_STATE 2u
 
 /* A state's pages are named apart from any page of KV (radix/hash.h, KVT_STATE_TAG); their
- * namespace root tells kvtier-ctl what they are. */
+ * namespace root tells kvtier-ctl what they are. So are the window copies of pages whose
+ * sliding-window layers the host kept (KVT_WINDOW_TAG). */
 #define STATE_TAG KVT_STATE_TAG
+#define WINDOW_TAG KVT_WINDOW_TAG
 
 struct store_tier {
     struct tier base;
@@ -47,6 +51,8 @@ struct store_tier {
     uint8_t (*hashes)[KVT_HASH_LEN];
     struct page_hasher hasher; /* state keys */
     uint8_t state_ns[KVT_HASH_LEN];
+    uint8_t window_ns[KVT_HASH_LEN];
+    uint8_t (*wkeys)[KVT_HASH_LEN]; /* window keys of a fill's or a write's pages */
     uint32_t *fill_host;
     struct rdx_disk_page *dpages;
     struct store_wpage *wpages;
@@ -116,7 +122,7 @@ static void count_op(struct store_tier *s, const struct store_op *op, const stru
 {
     uint32_t ps = s->opts->page_size;
     bool read = op->kind == STORE_OP_READ;
-    size_t ok = read ? leading_ok(op->results, op->n) : count_ok(op->results, op->n);
+    size_t ok = read ? leading_ok(op->results, op->n) : count_ok(op->results, op->n - op->win);
     size_t near = d->split ? d->near_ok : s->store->ops->remote ? 0 : ok;
     size_t remote = d->split ? d->remote_ok : s->store->ops->remote ? ok : 0;
 
@@ -131,10 +137,15 @@ static void apply(struct store_tier *s, struct store_op *op, const struct store_
     if (op->kind == OP_STATE) {
         free(op->stage); /* a state not stored whole is a miss when read: nothing to undo */
     } else if (op->kind == STORE_OP_READ) {
-        rdx_fill_done(tree_of(s), op->node, op->tag, leading_ok(op->results, op->n));
+        size_t ok = leading_ok(op->results, op->n);
+        if (op->win)
+            rdx_fill_done_window(tree_of(s), op->node, op->tag, ok, op->n - op->win);
+        else
+            rdx_fill_done(tree_of(s), op->node, op->tag, ok);
         count_op(s, op, d);
     } else {
-        rdx_disk_done(tree_of(s), op->node, op->tag, op->results, op->n);
+        /* A window copy not kept is a window missing when read: nothing to record. */
+        rdx_disk_done(tree_of(s), op->node, op->tag, op->results, op->n - op->win);
         count_op(s, op, d);
     }
     free(op->results);
@@ -254,7 +265,57 @@ static void store_tier_matched(struct tier *t, const struct rdx_hit *hit, size_t
     s->remote.hit += remote * s->opts->page_size;
 }
 
-static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, size_t n,
+/* The key of the window copy of the page hashed hash. */
+static int window_key(struct store_tier *s, const uint8_t *hash, uint8_t *out)
+{
+    return page_hasher_digest2(&s->hasher, hash, KVT_HASH_LEN, WINDOW_TAG, sizeof(WINDOW_TAG) - 1,
+                               out);
+}
+
+/* Probes per window lookup: a run's window copies lie at the ends of the prompts cached, so
+ * the usable end is found near the run's end or not at all. */
+#define WINDOW_PROBES 64
+
+static bool has_window(struct store_tier *s, size_t i)
+{
+    size_t run = 0;
+
+    return window_key(s, s->hashes[i], s->wkeys[i]) == 0 &&
+           store_leading_run(s->store, s->wkeys[i], 1, &run) == 0 && run == 1;
+}
+
+/* From the run's end down: the first point with a window of copies right before it, or the
+ * run's start when the copies reach it and the tree's part above ends with its window. */
+static size_t store_tier_window(struct tier *t, size_t n, bool above, size_t *window)
+{
+    struct store_tier *s = st_of(t);
+    uint64_t ps = s->opts->page_size, w = s->opts->swa.window;
+    size_t end = n, run = 0, probes = 0, j = n;
+
+    *window = 0;
+    if (w == 0)
+        return 0;
+    while (j > 0 && probes < WINDOW_PROBES) {
+        j--;
+        probes++;
+        if (!has_window(s, j)) {
+            end = j;
+            run = 0;
+            continue;
+        }
+        if (++run * ps >= w) {
+            *window = run;
+            return end;
+        }
+    }
+    if (j == 0 && run == end && run > 0 && above) {
+        *window = run;
+        return end;
+    }
+    return 0;
+}
+
+static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, size_t n, size_t win,
                        size_t *reading)
 {
     const struct tier_up *up = &s->base.up;
@@ -264,21 +325,30 @@ static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, si
 
     if (ops_reserve(s) || !(results = malloc(n * sizeof(int))))
         return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        s->rpages[i] = (struct store_rpage){s->hashes[i], up->addr(up->ctx, s->fill_host[i])};
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *key = s->hashes[i];
+        if (i >= n - win) { /* the page whole, its sliding-window layers current */
+            if (window_key(s, s->hashes[i], s->wkeys[i])) {
+                free(results);
+                return -ENOMEM;
+            }
+            key = s->wkeys[i];
+        }
+        s->rpages[i] = (struct store_rpage){key, up->addr(up->ctx, s->fill_host[i])};
+    }
     int rc = store_read(s->store, s->rpages, n, results, &id, reading);
     if (rc) {
         free(results);
         return rc;
     }
     op = &s->ops[s->nops++];
-    *op = (struct store_op){id, tag, leaf, STORE_OP_READ, n, results, NULL};
+    *op = (struct store_op){id, tag, leaf, STORE_OP_READ, n, results, NULL, win};
     return 0;
 }
 
 /* The pages of key after hit that find left in hashes, read into a new host-only leaf. */
 static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const struct rdx_hit *hit,
-                            size_t n, size_t *reading)
+                            size_t n, size_t window, size_t *reading)
 {
     struct store_tier *s = st_of(t);
     const struct tier_up *up = &t->up;
@@ -288,7 +358,7 @@ static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const str
 
     if (reading)
         *reading = 0;
-    if (n == 0 || n * s->opts->page_size < s->opts->prefetch_min ||
+    if (n == 0 || window > n || n * s->opts->page_size < s->opts->prefetch_min ||
         !up->hold(up->ctx, hit->host_last))
         return 1;
     if (up->alloc(up->ctx, n, s->fill_host))
@@ -301,7 +371,7 @@ static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const str
         return 1;
     }
     s->seq++;
-    if (submit_fill(s, leaf, tag, n, &queued)) {
+    if (submit_fill(s, leaf, tag, n, window, &queued)) {
         rdx_fill_done(tree_of(s), leaf, tag, 0); /* drops the leaf and its host pages */
         return 1;
     }
@@ -312,17 +382,36 @@ static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const str
 
 /* ---- writes ---- */
 
+/* After the n pages of a write, the window copies of those whose host copy holds their
+ * sliding-window layers: how many. */
+static size_t add_windows(struct store_tier *s, size_t n)
+{
+    const struct tier_up *up = &s->base.up;
+    size_t m = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct rdx_disk_page *p = &s->dpages[i];
+        if (!p->window || window_key(s, p->hash, s->wkeys[m]))
+            continue;
+        s->wpages[n + m] = (struct store_wpage){s->wkeys[m], p->hash, s->window_ns, NULL,
+                                                up->addr(up->ctx, p->host_page)};
+        m++;
+    }
+    return m;
+}
+
 /* Write node's chain of host copies not yet stored: 1 when a write was started. */
 static int write_chain(struct store_tier *s, kvt_node_ref node)
 {
     const struct tier_up *up = &s->base.up;
     uint64_t tag = RDX_OP_DISK | (s->seq + 1), id;
     struct rdx_tree *tree = tree_of(s);
-    size_t n = 0;
+    size_t n = 0, m;
     int *results;
 
+    /* Room for a window copy of each page beside it. */
     if (rdx_disk_span(tree, node, &n) || n == 0 || ops_reserve(s) ||
-        !(results = malloc(n * sizeof(int))))
+        !(results = malloc(2 * n * sizeof(int))))
         return 0;
     if (rdx_attach_disk(tree, node, tag, s->dpages, n)) {
         free(results);
@@ -334,7 +423,8 @@ static int write_chain(struct store_tier *s, kvt_node_ref node)
         s->wpages[i] = (struct store_wpage){p->hash, p->parent, p->ns, p->tokens,
                                             up->addr(up->ctx, p->host_page)};
     }
-    int rc = store_write(s->store, s->wpages, n, results, &id);
+    m = s->opts->swa.window ? add_windows(s, n) : 0;
+    int rc = store_write(s->store, s->wpages, n + m, results, &id);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
@@ -342,7 +432,7 @@ static int write_chain(struct store_tier *s, kvt_node_ref node)
         free(results);
         return 0;
     }
-    s->ops[s->nops++] = (struct store_op){id, tag, node, STORE_OP_WRITE, n, results, NULL};
+    s->ops[s->nops++] = (struct store_op){id, tag, node, STORE_OP_WRITE, n + m, results, NULL, m};
     return 1;
 }
 
@@ -436,7 +526,7 @@ static int store_tier_put_state(struct tier *t, const uint8_t *hash, const void 
         free(stage);
         return 0;
     }
-    s->ops[s->nops++] = (struct store_op){id, 0, 0, OP_STATE, n, results, stage};
+    s->ops[s->nops++] = (struct store_op){id, 0, 0, OP_STATE, n, results, stage, 0};
     return 1;
 }
 
@@ -576,6 +666,7 @@ static void store_tier_close(struct tier *t)
     free(s->dpages);
     free(s->wpages);
     free(s->rpages);
+    free(s->wkeys);
     free(s);
 }
 
@@ -584,6 +675,7 @@ static const struct tier_ops store_tier_ops = {
     .find = store_tier_find,
     .matched = store_tier_matched,
     .fetch = store_tier_fetch,
+    .window = store_tier_window,
     .fetching = store_tier_fetching,
     .wait_fetches = store_tier_wait_fetches,
     .load = store_tier_load,
@@ -632,9 +724,11 @@ static int alloc_scratch(struct store_tier *s, size_t n)
     s->hashes = malloc(n * sizeof(*s->hashes));
     s->fill_host = malloc(n * sizeof(*s->fill_host));
     s->dpages = malloc(n * sizeof(*s->dpages));
-    s->wpages = malloc(n * sizeof(*s->wpages));
+    s->wpages = malloc(2 * n * sizeof(*s->wpages)); /* a page and its window copy */
     s->rpages = malloc(n * sizeof(*s->rpages));
-    return s->hashes && s->fill_host && s->dpages && s->wpages && s->rpages ? 0 : -ENOMEM;
+    s->wkeys = malloc(n * sizeof(*s->wkeys));
+    return s->hashes && s->fill_host && s->dpages && s->wpages && s->rpages && s->wkeys ? 0
+                                                                                        : -ENOMEM;
 }
 
 int store_tier_open(const struct store_tier_config *c, struct kvt_store *store, struct tier_up up,
@@ -654,6 +748,9 @@ int store_tier_open(const struct store_tier_config *c, struct kvt_store *store, 
     if ((rc = page_hasher_init(&s->hasher)) == 0)
         rc =
             page_hasher_digest2(&s->hasher, STATE_TAG, sizeof(STATE_TAG) - 1, NULL, 0, s->state_ns);
+    if (rc == 0)
+        rc = page_hasher_digest2(&s->hasher, WINDOW_TAG, sizeof(WINDOW_TAG) - 1, NULL, 0,
+                                 s->window_ns);
     if (rc || (rc = alloc_scratch(s, c->scratch_pages))) {
         store_tier_close(&s->base);
         return rc;

@@ -1095,8 +1095,6 @@ def _():
     for args, pat in ((["--swa-tokens", "64"], r"--swa-tokens needs a sliding-window"),
                       (["--geometry", WINDOWED + ",mamba_layers=1,conv_bytes=8,ssm_bytes=8"],
                        r"recurrent and sliding-window"),
-                      (["--geometry", WINDOWED, "--host-tokens", "65536", "--disk-tokens",
-                        "65536", "--dir", os.path.join(TMP, "swa-dir")], r"--disk-tokens/--remote"),
                       (["--geometry", "tiny,swa_window=32,full_every=1"], r"--geometry")):
         usage_case(args, pat)()
 

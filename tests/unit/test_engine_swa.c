@@ -14,12 +14,16 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvtier.h"
 #include "engine.h"
+#include "store/disk/layout.h"
+#include "store/disk/ops.h"
 #include "engine_fixture.h"
 #include "harness.h"
 #include "prefix_kv.h"
@@ -385,13 +389,6 @@ static void test_options(void **state)
     o.swa.full_layers = all;
     o.swa.nfull = 4; /* no sliding-window layer left */
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
-    swa_options(&o, WINDOW, 0); /* a store below the host does not carry SWA layers yet */
-    o.host_ratio = 2.0;
-    o.disk_dir = "/nonexistent/kvtier-swa";
-    assert_int_equal(kvt_open(&o, &e), -EINVAL);
-    o.disk_dir = NULL;
-    o.remote = "redis://127.0.0.1:1";
-    assert_int_equal(kvt_open(&o, &e), -EINVAL);
     swa_options(&o, WINDOW, 0);
     o.mamba = (struct kvt_mamba){
         .layers = 1, .conv_bytes = 8, .ssm_bytes = 8, .chunk = 64, .track_interval = 256};
@@ -433,6 +430,98 @@ static void test_options(void **state)
     kvt_close(e);
 }
 
+/* Flip bytes of the disk page (under its own key, not a window copy: those have no tokens)
+ * holding tokens[0..PS), so that a read of it fails its check. */
+struct page_flip {
+    const uint32_t *tokens;
+    const char *dir;
+    uint32_t slot_bytes;
+    int done;
+};
+
+static int flip_page(void *arg, const struct dstore_entry *en)
+{
+    struct page_flip *f = arg;
+    char path[512];
+    uint8_t b[16];
+
+    if (en->status || en->ntokens != PS || memcmp(en->tokens, f->tokens, PS * 4))
+        return 0;
+    snprintf(path, sizeof(path), "%s/slabs/%04u.slab", f->dir, en->slab);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    off_t off = (off_t)(SLAB_HEAD_BYTES + (uint64_t)en->slot * f->slot_bytes + 100);
+    assert_int_equal(pread(fd, b, sizeof(b), off), sizeof(b));
+    for (size_t i = 0; i < sizeof(b); i++)
+        b[i] ^= 0xa5;
+    assert_int_equal(pwrite(fd, b, sizeof(b), off), sizeof(b));
+    close(fd);
+    f->done++;
+    return 0;
+}
+
+static void flip_disk_page(kvt_engine *e, const char *dir, const uint32_t *tokens)
+{
+    struct dstore *ds = store_disk_dstore(e->store);
+    struct page_flip f = {.tokens = tokens, .dir = dir};
+    struct dstore_stats st;
+
+    dstore_stats(ds, &st);
+    f.slot_bytes = st.slot_bytes;
+    assert_int_equal(dstore_iterate(ds, flip_page, &f), 0);
+    assert_int_equal(f.done, 1);
+}
+
+/* A window copy below: a prompt cached after its window moved on is written to disk with the
+ * window copies of its last window's pages; a restarted engine (an empty tree) serves the
+ * prompt whole from disk, the sliding-window rows of its last window included, read from the
+ * window copies (the last page's own copy is damaged here: the fill does not read it), and
+ * serves nothing of a prefix of it whose last window has no copies. */
+static void test_disk_restart(void **state)
+{
+    (void)state;
+    char dir[256];
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+    uint32_t a[64];
+    struct run r;
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "swa-disk"), 0);
+    swa_options(&o, WINDOW, 0);
+    o.host_ratio = 2.0;
+    o.write_policy = KVT_WRITE_THROUGH;
+    o.disk_write_policy = KVT_DISK_WRITE_THROUGH;
+    o.disk_dir = dir;
+    o.disk_bytes = 8 << 20;
+    o.prefetch_policy = KVT_PREFETCH_WAIT_COMPLETE;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    tokens_of(a, 64, 1);
+    assert_int_equal(begin(&plain, e, &r, a, 0), 0);
+    assert_int_equal(extend(&plain, e, &r, 64), 0);
+    assert_int_equal(kvt_req_swa_slide(e, &r.req, 64), 0); /* [0, 56) tombstones */
+    finish(&plain, e, &r);
+    assert_int_equal(kvt_sync(e), 0);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+
+    assert_int_equal(kvt_open(&o, &e), 0);
+    window_now = WINDOW;
+    flip_disk_page(e, dir, a + 60);
+    assert_int_equal(begin(&plain, e, &r, a, 48), 0); /* [40, 48) has no window below */
+    assert_int_equal(r.req.protected_len, 0);
+    finish(&plain, e, &r);
+    assert_int_equal(begin(&plain, e, &r, a, 64), 0); /* checks full and window rows */
+    assert_int_equal(r.req.protected_len, 64);
+    assert_int_equal(r.req.loaded_len, 64);
+    assert_int_equal(r.req.disk_len, 64);
+    finish(&plain, e, &r);
+    CHECK_ENGINE(&plain, e);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.disk_hit_tokens, 64);
+    kvt_close(e);
+}
+
 /* ---- randomized ---- */
 
 #define NPROMPT 5
@@ -440,22 +529,67 @@ static void test_options(void **state)
 static uint64_t revived;     /* SWA tombstones the randomized runs saw revived */
 static uint64_t host_loaded; /* tokens they served loaded back from the host */
 
+/* The figures of an engine about to close, added to those of the engines before it. */
+struct totals {
+    uint64_t match_hit, swa_kv_hit, released, evicted, loaded, backed_up, disk_hit, revived;
+};
+
+static void absorb(kvt_engine *e, struct totals *t)
+{
+    struct kvt_stats st = {.size = sizeof(st)};
+
+    assert_int_equal(kvt_stats(e, &st), 0);
+    t->match_hit += st.match_hit_tokens;
+    t->swa_kv_hit += st.swa_kv_hit_tokens;
+    t->released += st.swa_released_tokens;
+    t->evicted += st.swa_evicted_tokens;
+    t->loaded += st.loaded_tokens;
+    t->backed_up += st.backed_up_tokens;
+    t->disk_hit += st.disk_hit_tokens;
+    t->revived += st.swa_revived_tokens;
+}
+
+static uint64_t disk_served; /* tokens the randomized runs served from disk */
+
 /* host: 0 the device alone; 1 a host tier written through, serial copies; 2 one written
- * back on eviction, copies on the transfer engine's threads. */
+ * back on eviction, copies on the transfer engine's threads; 3 a host tier and a disk tier
+ * under it, both written through, the engine closed and reopened on the same dir thrice. */
+static kvt_engine *open_random(uint32_t window, int host, const char *dir)
+{
+    struct kvt_options o;
+    kvt_engine *e = NULL;
+
+    if (host < 3)
+        return host ? open_swa_host(window, 200, 2048,
+                                    host == 1 ? KVT_WRITE_THROUGH : KVT_WRITE_BACK, host == 1)
+                    : open_swa(window, 200);
+    swa_options(&o, window, 200);
+    o.host_tokens = 2048;
+    o.write_policy = KVT_WRITE_THROUGH;
+    o.disk_write_policy = KVT_DISK_WRITE_THROUGH;
+    o.prefetch_policy = KVT_PREFETCH_WAIT_COMPLETE;
+    o.disk_dir = dir;
+    o.disk_bytes = 16 << 20;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    window_now = window;
+    return e;
+}
+
 static void run_random(uint64_t seed, uint32_t window, int host)
 {
-    char cfg[64];
+    char cfg[64], dir[256] = "";
     snprintf(cfg, sizeof(cfg), "window=%u host=%d", window, host);
     struct harness_run s = {.prog = "test_engine_swa", .config = cfg, .seed = seed};
     uint64_t rng = seed;
     uint32_t prompts[NPROMPT][CTX];
-    kvt_engine *e = host ? open_swa_host(window, 200, 2048,
-                                         host == 1 ? KVT_WRITE_THROUGH : KVT_WRITE_BACK, host == 1)
-                         : open_swa(window, 200);
-    uint64_t loaded = 0;
+    if (host == 3)
+        assert_int_equal(fixture_data_dir(dir, sizeof(dir), "swa-random"), 0);
+    kvt_engine *e = open_random(window, host, dir);
+    uint64_t loaded = 0, disk = 0;
     struct run *live = calloc(3, sizeof(*live));
     int nlive = 0;
     uint64_t served = 0;
+    struct totals tot = {0};
 
     assert_non_null(live);
     for (int p = 0; p < NPROMPT; p++) {
@@ -465,13 +599,25 @@ static void run_random(uint64_t seed, uint32_t window, int host)
     }
     for (s.step = 0; s.step < 800; s.step++) {
         uint64_t op = rng_next(&rng) % 10;
-        if (op < 3 && nlive < 3) {
+        if (host == 3 && s.step && s.step % 200 == 0) {
+            s.op = "reopen";
+            while (nlive > 0) {
+                nlive--;
+                finish(&s, e, &live[nlive]);
+            }
+            EXPECT_RC(&s, kvt_sync(e), 0);
+            CHECK_ENGINE(&s, e);
+            absorb(e, &tot);
+            kvt_close(e);
+            e = open_random(window, host, dir);
+        } else if (op < 3 && nlive < 3) {
             s.op = "begin";
             int rc = begin(&s, e, &live[nlive], prompts[rng_next(&rng) % NPROMPT],
                            1 + rng_next(&rng) % 200);
             EXPECT_RC(&s, rc, 0);
             served += live[nlive].req.protected_len;
             loaded += live[nlive].req.loaded_len;
+            disk += live[nlive].req.disk_len;
             nlive++;
         } else if (op < 7 && nlive) {
             s.op = "forward";
@@ -507,15 +653,16 @@ static void run_random(uint64_t seed, uint32_t window, int host)
         finish(&s, e, &live[nlive]);
     }
     CHECK_ENGINE(&s, e);
-    struct kvt_stats st = {.size = sizeof(st)};
-    EXPECT_RC(&s, kvt_stats(e, &st), 0);
-    REQUIRE(&s, served > 0 && st.match_hit_tokens == served);
-    REQUIRE(&s, st.swa_kv_hit_tokens >= st.match_hit_tokens);
-    REQUIRE(&s, st.swa_released_tokens > 0 && st.swa_evicted_tokens > 0);
+    absorb(e, &tot);
+    REQUIRE(&s, served > 0 && tot.match_hit == served);
+    REQUIRE(&s, tot.swa_kv_hit >= tot.match_hit);
+    REQUIRE(&s, tot.released > 0 && tot.evicted > 0);
     /* With a host tier, prefixes were served from it, windows included. */
-    REQUIRE(&s, !host || (loaded > 0 && st.loaded_tokens >= loaded && st.backed_up_tokens > 0));
-    revived += st.swa_revived_tokens;
+    REQUIRE(&s, !host || (loaded > 0 && tot.loaded >= loaded && tot.backed_up > 0));
+    REQUIRE(&s, tot.disk_hit >= disk);
+    revived += tot.revived;
     host_loaded += loaded;
+    disk_served += disk;
     free(live);
     kvt_close(e);
 }
@@ -526,7 +673,7 @@ static void test_random(void **state)
     const char *env = getenv("KVT_SEED");
     static const uint32_t windows[] = {3, 4, 8, 13};
 
-    for (int host = 0; host <= 2; host++)
+    for (int host = 0; host <= 3; host++)
         for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
             if (env) {
                 run_random(strtoull(env, NULL, 0), windows[w], host);
@@ -535,7 +682,7 @@ static void test_random(void **state)
             for (uint64_t seed = 1; seed <= 4; seed++)
                 run_random(seed, windows[w], host);
         }
-    assert_true(env || (revived > 0 && host_loaded > 0));
+    assert_true(env || (revived > 0 && host_loaded > 0 && disk_served > 0));
 }
 
 int main(void)
@@ -547,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_evict_frees_both),
         cmocka_unit_test(test_revive),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_disk_restart),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1663,12 +1663,6 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--geometry: recurrent and sliding-window layers together are "
                              "not supported yet",
                              NULL);
-    if (cfg->swa_window && (cfg->disk_tokens || cfg->remote))
-        return cli_bad_usage(PROG,
-                             "--disk-tokens/--remote: sliding-window KV reaches the host tier, "
-                             "not yet the disk or a remote store, so a model with sliding-window "
-                             "layers runs with a host tier at most",
-                             NULL);
     return check_sizes(cfg);
 }
 
