@@ -1090,6 +1090,40 @@ def _():
     eq(j["verify"]["mismatches"], 0, "verify.mismatches")
 
 
+def window_restart(*where):
+    """Two processes of a sliding-window model over where (--dir or --remote): the second
+    is served each prompt from below, its last window read from the window copies."""
+    rows = [(1024, 1, [1, 2]), (1024, 1, [3, 4]), (1024, 1, [5, 6]), (1024, 1, [7, 8]),
+            (1024, 1, [1, 2])]
+    args = ("--trace", trace(rows), "--geometry", WINDOWED, "--device-tokens", 2048,
+            "--host-tokens", 65536, *where)
+    r = bench(*args, "--json")
+    if r.rc == 1 and "--remote: not built in" in r.err:
+        raise Skip("kvtier-bench was built without hiredis")
+    eq(r.rc, 0, f"exit status{r.where()}")
+    j = run_ok(*args)
+    below = j["tokens_hit"]["disk"] + j["tokens_hit"].get("remote", 0)
+    eq((j["tokens_hit"]["host"], below), (1008, 4032), "tokens_hit host, below the host")
+    w = j["swa"]
+    eq((w["kv_hit_tokens"], w["window_hit_tokens"]), (5040, 5040), "swa kv, window-backed hit")
+    eq(j["verify"]["mismatches"], 0, "verify.mismatches")
+
+
+@case("window: a second run on the same dir is served from disk, windows from their copies")
+def _():
+    window_restart("--disk-tokens", 1 << 20, "--dir", os.path.join(TMP, "window-restart"))
+
+
+@case("window: a second process is served from the Redis tier, windows from their copies")
+def _():
+    p, url = redis_server()
+    try:
+        window_restart("--remote", url)
+    finally:
+        p.kill()
+        p.wait()
+
+
 @case("window: usage errors name the option")
 def _():
     for args, pat in ((["--swa-tokens", "64"], r"--swa-tokens needs a sliding-window"),

@@ -1185,7 +1185,8 @@ static void print_hybrid(const struct bench *b)
 static void print_window(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
-    uint64_t kv = b->st.swa_kv_hit_tokens, served = b->c.hit_device + b->c.hit_host;
+    uint64_t kv = b->st.swa_kv_hit_tokens,
+             served = b->c.hit_device + b->c.hit_host + b->c.hit_disk + b->c.hit_remote;
 
     printf("  window        %u tokens: %u full and %u sliding-window layers; SWA pool %" PRIu64
            " tokens; KV pool ",
@@ -1355,7 +1356,8 @@ static void print_json(const struct bench *b)
                ",\"window_hit_tokens\":%" PRIu64 ",\"released_tokens\":%" PRIu64
                ",\"evicted_tokens\":%" PRIu64 ",\"revived_tokens\":%" PRIu64 "},",
                b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
-               st->swa_kv_hit_tokens, c->hit_device + c->hit_host, st->swa_released_tokens,
+               st->swa_kv_hit_tokens, c->hit_device + c->hit_host + c->hit_disk + c->hit_remote,
+               st->swa_released_tokens,
                st->swa_evicted_tokens, st->swa_revived_tokens);
     print_json_config(b);
     printf("}\n");
