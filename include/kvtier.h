@@ -229,10 +229,11 @@ struct kvt_options {
      * disk or remote store each is written there when cached, by the hash of the page it
      * follows, and read back with its KV by a match that runs past the tree. */
     struct kvt_mamba mamba;
-    /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. With a host tier
+    /* Sliding-window layers of a hybrid model (since 0.4); window 0: none. With tiers below
      * (since 0.5, sim backend; cuda is KVT_ENOBACKEND until a GPU has run it) the host copies
-     * of pages holding SWA KV keep their sliding-window layers and a match loads them back.
-     * Not yet with a disk or remote store, nor with recurrent layers (-EINVAL). */
+     * of pages holding SWA KV keep their sliding-window layers, a store below keeps window
+     * copies of those pages, and a match brings a prefix back with its window. Not with
+     * recurrent layers (-EINVAL). */
     struct kvt_swa swa;
     /* 1: EAGLE bigram keys (since 0.4), SGLang's convert_to_bigram_key. A speculative
      * decoder's draft model writes the KV of position i from tokens i and i + 1, so a cached
