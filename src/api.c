@@ -265,6 +265,11 @@ static int room_up(void *ctx, size_t pages)
     return engine_room_for(ctx, pages);
 }
 
+static int room_split_up(void *ctx, size_t pages, size_t swa_pages)
+{
+    return engine_room_split(ctx, pages, swa_pages);
+}
+
 static size_t scratch_pages(const kvt_engine *e)
 {
     return (size_t)e->opts.max_context / e->opts.page_size + 1;
@@ -381,7 +386,7 @@ static int open_tiers(kvt_engine *e, uint64_t device_tokens)
                                   .alloc = &e->alloc,
                                   .device_tokens = device_tokens,
                                   .scratch_pages = scratch_pages(e)};
-    struct tier_up up = {.ctx = e, .room = room_up};
+    struct tier_up up = {.ctx = e, .room = room_up, .room_split = room_split_up};
     int rc;
 
     if (e->swa)

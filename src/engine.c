@@ -284,11 +284,16 @@ size_t engine_evict(kvt_engine *e, size_t pages)
  * are held back, so there it cannot. Deciding first means a call that fails evicted nothing. */
 int engine_room_for(kvt_engine *e, size_t pages)
 {
+    return engine_room_split(e, pages, pages);
+}
+
+int engine_room_split(kvt_engine *e, size_t pages, size_t swa_pages)
+{
     const struct slot_alloc *a = engine_slots(e);
     struct rdx_sizes s;
     size_t nfree = a->nfree;
 
-    if (e->swa && engine_swa_room_check(e, pages))
+    if (e->swa && engine_swa_room_check(e, swa_pages))
         return -ENOMEM;
     if (pages > nfree) {
         rdx_sizes(e->tree, &s);
@@ -299,7 +304,7 @@ int engine_room_for(kvt_engine *e, size_t pages)
             return -ENOMEM;
     }
     /* Full KV evicted took its SWA KV along; what the SWA side still lacks goes alone. */
-    return e->swa ? engine_swa_room(e, pages) : 0;
+    return e->swa ? engine_swa_room(e, swa_pages) : 0;
 }
 
 /* ---- completions ---- */

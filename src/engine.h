@@ -208,6 +208,9 @@ size_t engine_evict(kvt_engine *e, size_t pages);
 /* Make pages device pages free, evicting as engine_evict does when there are too few: 0, or
  * -ENOMEM having changed nothing when eviction could not free enough. */
 int engine_room_for(kvt_engine *e, size_t pages);
+/* engine_room_for with sliding-window layers taking fewer pages on the SWA side (a load-back
+ * pairs only the pages of its window). */
+int engine_room_split(kvt_engine *e, size_t pages, size_t swa_pages);
 
 /* Check every invariant across tree and allocators: each device page is free, held by a
  * caller, pending in a free group, or cached by exactly one node; each page a tier below

@@ -270,16 +270,25 @@ static bool host_wants_evicted(const struct tier *t)
 
 /* ---- load-back ---- */
 
-/* With sliding-window layers: SWA pages for the device pages of a load whose nodes' host
- * copies hold the SWA layers (rdx_swa_load_mask), into ld_swa (0 for the rest). 0 or
- * -ENOMEM, taking nothing. */
-static int pair_load(struct host_tier *h, kvt_node_ref last, size_t n)
+/* With sliding-window layers: the pages of a load whose nodes' host copies hold the SWA
+ * layers (rdx_swa_load_mask), by position: how many, or an error. */
+static int load_mask(struct host_tier *h, kvt_node_ref last, size_t n, size_t *k)
 {
-    size_t k = 0;
     int rc = rdx_swa_load_mask(tree_of(h), last, n, h->ld_mask);
 
-    if (rc)
-        return rc;
+    *k = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        *k += h->ld_mask[i];
+    return rc;
+}
+
+/* SWA pages for those of the load's device pages, into ld_swa (0 for the rest). 0 or
+ * -ENOMEM, taking nothing. */
+static int pair_load(struct host_tier *h, size_t n)
+{
+    size_t k = 0;
+    int rc;
+
     for (size_t i = 0; i < n; i++)
         if (h->ld_mask[i])
             h->ld_pair[k++] = h->dev_pages[i];
@@ -290,6 +299,14 @@ static int pair_load(struct host_tier *h, kvt_node_ref last, size_t n)
     return 0;
 }
 
+/* Room on the device for n pages, k of them with SWA peers. */
+static int load_room(struct tier *t, size_t n, size_t k)
+{
+    if (t->up.room_split && ht(t)->swa)
+        return t->up.room_split(t->up.ctx, n, k);
+    return t->up.room(t->up.ctx, n);
+}
+
 static int host_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *pages,
                      int32_t *slots, uint64_t *op)
 {
@@ -297,18 +314,20 @@ static int host_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *
     struct op_queue *q = &h->ops[XFER_LOAD];
     struct rdx_tree *tree = tree_of(h);
     uint32_t ps = h->opts->page_size;
-    size_t n = hit->host_pages, tokens = n * ps;
+    size_t n = hit->host_pages, tokens = n * ps, k = 0;
     int rc;
 
     if (n == 0 || tokens < h->opts->load_back_min || queue_reserve(q))
         return 1;
-    /* The device prefix is locked by the caller, so making room cannot take it. Room on
-     * both sides with sliding-window layers: the full pages are taken alone (SWA
-     * tombstones) and pair_load pairs those whose SWA layers the host kept. */
-    if (t->up.room(t->up.ctx, n) || slot_alloc(h->alloc, tokens, slots))
+    if (h->swa && load_mask(h, hit->host_last, n, &k))
+        return 1;
+    /* The device prefix is locked by the caller, so making room cannot take it. With
+     * sliding-window layers the full pages are taken alone (SWA tombstones) and pair_load
+     * pairs the k whose SWA layers the host kept. */
+    if (load_room(t, n, k) || slot_alloc(h->alloc, tokens, slots))
         return 1;
     slot_pages_of(h->alloc, slots, tokens, h->dev_pages);
-    if (h->swa && pair_load(h, hit->host_last, n)) {
+    if (h->swa && pair_load(h, n)) {
         slot_free(h->alloc, slots, tokens);
         return 1;
     }
