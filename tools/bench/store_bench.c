@@ -12,13 +12,14 @@
  *     dstore_read in ops of --batch pages, enough ops in flight to keep queue_depth page I/Os
  *     in the kernel, in random (or written) order. Buffers come from one page-aligned region
  *     registered with io_uring, as the engine registers its host pool.
- *     fio: io_uring, O_DIRECT (as the store got it), registered buffers (likewise), block size
- *     = the store's slot, iodepth = queue depth, size = N slots, on a file in the same dir:
- *     a durable sequential write (--fdatasync=<batch> --end_fsync=1: a sync per store batch,
- *     the last one included), a plain one (no sync at all), and a randread (or read) of the
- *     durable file.
- *     Ratio: fio's time over the store's for the same number of I/Os of one slot each, i.e.
- *     store GB/s over fio GB/s when the page is a whole number of 4 KiB blocks. Target 0.95,
+ *     fio: io_uring, O_DIRECT (as the store got it), registered buffers (likewise), iodepth
+ *     = queue depth, N I/Os on a file of N slots in the same dir: a durable sequential write
+ *     of slots (--fdatasync=<batch> --end_fsync=1: a sync per store batch, the last one
+ *     included), a plain one (no sync at all), and a randread (or a read striding as the
+ *     store's slots do) of the durable file in I/Os of what the store reads a page with
+ *     (read_block_of: a page of whole blocks without its head block, as the store reads
+ *     it).
+ *     Ratio: fio's time over the store's for the same number of I/Os. Target 0.95,
  *     for writes against the durable fio write: like with like. The store's write is durable
  *     when its op completes (data fdatasync'ed, then the index committed), so it pays for
  *     draining the disk's write cache; fio's plain write leaves its bytes in that cache. On a
@@ -112,6 +113,7 @@ struct config {
 /* One page size x queue depth. */
 struct point {
     uint32_t page_bytes, slot_bytes, queue_depth;
+    uint32_t read_block; /* bytes the store reads a page with (read_block_of) */
     uint64_t pages;
     struct cli_timing write, read;                   /* the store */
     struct cli_timing fio_write, fio_sync, fio_read; /* fio: plain write, durable write, read */
@@ -175,6 +177,18 @@ static uint32_t slot_of(uint32_t page_bytes)
     struct slot_layout l;
 
     return layout_init(&l, page_bytes, PAGE_TOKENS) ? 0 : l.slot_bytes;
+}
+
+/* Bytes the store reads a page with: its whole blocks alone when it has no tail (the tail
+ * block then holds only the head, which reads skip), else the whole slot (the body and the
+ * tail block, two adjacent I/Os). fio's read moves as much per I/O. */
+static uint32_t read_block_of(uint32_t page_bytes)
+{
+    struct slot_layout l;
+
+    if (layout_init(&l, page_bytes, PAGE_TOKENS))
+        return 0;
+    return l.tail ? l.slot_bytes : l.body;
 }
 
 /* Why there is no (more) comparison with fio; the report prints it. */
@@ -521,33 +535,52 @@ static void fio_setup(struct bench *b)
 struct bench_job {
     struct fio_job fio;
     char file[PATH_MAX], json[PATH_MAX], log[PATH_MAX];
+    char rw[32];
 };
 
+/* Bytes a job of rw moves: a slot per page written, read_block per page read. */
+static uint64_t job_bytes(const struct point *pt, const char *rw)
+{
+    return pt->pages * (strcmp(rw, "write") ? pt->read_block : pt->slot_bytes);
+}
+
 /* rw: write, read or randread; fdatasync: writes between syncs, 0 for none; when not 0 the
- * job also syncs at its end, after the last writes. */
+ * job also syncs at its end, after the last writes. Writes go a slot at a time, as the store
+ * writes a page and its head; reads as the store reads a page: read_block at a time, one
+ * I/O per page, over the same span of file (a slot per page). A sequential read skips what
+ * the store skips (each slot's head block): fio's rw=read:SKIP. */
 static void job_init(struct bench_job *j, const struct bench *b, const struct point *pt,
                      const char *rw, uint64_t fdatasync)
 {
+    bool read = strcmp(rw, "write") != 0;
+    uint32_t skip = pt->slot_bytes - pt->read_block;
+
     workdir_path(&b->wd, "fio.data", j->file, sizeof(j->file));
     workdir_path(&b->wd, "fio.json", j->json, sizeof(j->json));
     workdir_path(&b->wd, "fio.log", j->log, sizeof(j->log));
-    fio_job_init(&j->fio, &(struct fio_params){.fio = b->fio.path,
-                                               .name = PROG,
-                                               .file = j->file,
-                                               .rw = rw,
-                                               .direct = pt->direct,
-                                               .fixed_buffers = pt->fixed_buffers,
-                                               .block_bytes = pt->slot_bytes,
-                                               .iodepth = pt->queue_depth,
-                                               .size = pt->pages * pt->slot_bytes,
-                                               .fdatasync = fdatasync,
-                                               .json = j->json});
+    if (!strcmp(rw, "read") && skip)
+        snprintf(j->rw, sizeof(j->rw), "read:%u", skip);
+    else
+        snprintf(j->rw, sizeof(j->rw), "%s", rw);
+    fio_job_init(&j->fio,
+                 &(struct fio_params){.fio = b->fio.path,
+                                      .name = PROG,
+                                      .file = j->file,
+                                      .rw = j->rw,
+                                      .direct = pt->direct,
+                                      .fixed_buffers = pt->fixed_buffers,
+                                      .block_bytes = read ? pt->read_block : pt->slot_bytes,
+                                      .iodepth = pt->queue_depth,
+                                      .size = pt->pages * pt->slot_bytes,
+                                      .io_size = read ? job_bytes(pt, rw) : 0,
+                                      .fdatasync = fdatasync,
+                                      .json = j->json});
 }
 
-/* Run a job; its seconds for the point's pages (io_bytes / bw_bytes). On failure the note
- * says why and -1 comes back. */
-static int fio_job_run(struct bench *b, struct bench_job *j, const char *dir,
-                       const struct point *pt, double *seconds)
+/* Run a job that should move want bytes; its seconds for the point's pages (io_bytes /
+ * bw_bytes). On failure the note says why and -1 comes back. */
+static int fio_job_run(struct bench *b, struct bench_job *j, const char *dir, uint64_t want,
+                       double *seconds)
 {
     double io_bytes, bw;
     int rc = fio_spawn_wait(j->fio.argv, j->log);
@@ -559,8 +592,7 @@ static int fio_job_run(struct bench *b, struct bench_job *j, const char *dir,
         fio_note(&b->fio, "fio exited %d (%s); comparison stopped", rc, line);
         return -1;
     }
-    if (fio_read_report(j->json, dir, &io_bytes, &bw) ||
-        io_bytes != (double)(pt->pages * pt->slot_bytes)) {
+    if (fio_read_report(j->json, dir, &io_bytes, &bw) || io_bytes != (double)want) {
         fio_note(&b->fio,
                  "fio's report (%s) lacks a %s bandwidth over the whole size; comparison stopped",
                  j->json, dir);
@@ -577,7 +609,7 @@ static int fio_run(struct bench *b, const struct point *pt, const char *rw, uint
     const char *dir = strcmp(rw, "write") ? "read" : "write";
 
     job_init(&j, b, pt, rw, fdatasync);
-    return fio_job_run(b, &j, dir, pt, seconds);
+    return fio_job_run(b, &j, dir, job_bytes(pt, rw), seconds);
 }
 
 /* One rep of fio: a fresh file written plainly; another written durably (an fdatasync per
@@ -705,6 +737,7 @@ static int run_throughput(struct bench *b)
 
         pt->page_bytes = (uint32_t)cfg->page_bytes.v[i / cfg->queue_depth.n];
         pt->slot_bytes = slot_of(pt->page_bytes);
+        pt->read_block = read_block_of(pt->page_bytes);
         pt->queue_depth = (uint32_t)cfg->queue_depth.v[i % cfg->queue_depth.n];
         pt->pages = point_pages(cfg, pt->page_bytes);
         if (run_point(b, pt))
@@ -920,11 +953,12 @@ static void print_fio_lines(const struct bench *b, const struct point *pt)
     }
 }
 
-/* One row: the store's figure, fio's (when it ran), their ratio and the target when judged. */
+/* One row: the store's figure, fio's (when it ran: GB/s of the fbytes its job moved), their
+ * ratio and the target when judged. */
 static void print_row(const char *name, const struct point *pt, const struct cli_timing *st,
-                      const struct cli_timing *fio, bool judged)
+                      const struct cli_timing *fio, uint64_t fbytes, bool judged)
 {
-    uint64_t bytes = pt->pages * pt->page_bytes, fbytes = pt->pages * pt->slot_bytes;
+    uint64_t bytes = pt->pages * pt->page_bytes;
     double r = cli_ratio(fio->median, st->median);
 
     printf("  %-24s %7.3f (%7.3f) %9.0f", name, cli_gbps(bytes, st->median),
@@ -939,6 +973,7 @@ static void print_row(const char *name, const struct point *pt, const struct cli
 
 static void print_text_point(const struct bench *b, const struct point *pt)
 {
+    uint64_t wbytes = job_bytes(pt, "write"), rbytes = job_bytes(pt, "randread");
     char sync[64];
 
     printf("\npage ");
@@ -955,18 +990,18 @@ static void print_text_point(const struct bench *b, const struct point *pt)
     /* Like with like: a durable store against fio's durable write, a relaxed one (no sync
      * per batch) against its plain write; the other ratio is printed, not judged. */
     if (b->cfg->sync == DSTORE_SYNC_RELAXED) {
-        print_row("write (relaxed)", pt, &pt->write, &pt->fio_write, true);
+        print_row("write (relaxed)", pt, &pt->write, &pt->fio_write, wbytes, true);
         snprintf(sync, sizeof(sync), "  vs fio durable write");
         if (pt->fio_ran)
-            print_row(sync, pt, &pt->write, &pt->fio_sync, false);
+            print_row(sync, pt, &pt->write, &pt->fio_sync, wbytes, false);
     } else {
-        print_row("write (durable)", pt, &pt->write, &pt->fio_sync, true);
+        print_row("write (durable)", pt, &pt->write, &pt->fio_sync, wbytes, true);
         snprintf(sync, sizeof(sync), "  vs fio plain write");
         if (pt->fio_ran)
-            print_row(sync, pt, &pt->write, &pt->fio_write, false);
+            print_row(sync, pt, &pt->write, &pt->fio_write, wbytes, false);
     }
     print_row(b->cfg->order == ORDER_RANDOM ? "read (random order)" : "read (written order)", pt,
-              &pt->read, &pt->fio_read, true);
+              &pt->read, &pt->fio_read, rbytes, true);
     if (pt->fio_ran) {
         printf("  fio, each run (durable write, plain write, read; syncfs before each write):\n");
         print_fio_lines(b, pt);
@@ -1011,6 +1046,9 @@ static void print_json_fio(struct jw *w, const struct bench *b, const struct poi
     }
     jw_object(w, "fio");
     jw_u64(w, "bytes", fbytes);
+    /* What the read moved: read_block a page (the timings' GB/s all count bytes, the file). */
+    jw_u64(w, "read_block_bytes", pt->read_block);
+    jw_u64(w, "read_bytes", job_bytes(pt, "randread"));
     jw_u64(w, "fdatasync_every", b->cfg->batch);
     rpt_json_timing(w, "write", &pt->fio_write, fbytes, true);
     rpt_json_timing(w, "write_fdatasync", &pt->fio_sync, fbytes, true);
@@ -1223,22 +1261,34 @@ static void usage(FILE *f)
             "    fdatasync, one LMDB transaction; two ops in flight) into a fresh data dir,\n"
             "    then read back with dstore_read (ops of --batch pages, enough in flight for\n"
             "    queue-depth I/Os), from page-aligned buffers registered with io_uring. In the\n"
-            "    same run, rep by rep, fio on a file in the same dir with the same block size\n"
-            "    (the store's slot: the page rounded up to 4 KiB), iodepth and size:\n"
+            "    same run, rep by rep, fio on a file in the same dir, as many I/Os as the store\n"
+            "    has pages, iodepth = the queue depth:\n"
             "      fio --name=%s --filename=DIR/fio.data --ioengine=io_uring --direct=1\n"
-            "          --fixedbufs=1 --fallocate=native --bs=SLOT --iodepth=QD --rw=RW\n"
-            "          --size=PAGES*SLOT --fdatasync=K [--end_fsync=1]\n"
+            "          --fixedbufs=1 --fallocate=native --bs=BS --iodepth=QD --rw=RW\n"
+            "          --size=PAGES*SLOT [--io_size=PAGES*BS] --fdatasync=K [--end_fsync=1]\n"
             "          --output=DIR/fio.json --output-format=json\n"
-            "    with RW=write K=--batch and --end_fsync=1 (durable: an fdatasync per store\n"
-            "    batch and one after the last writes, as the store syncs every batch before\n"
-            "    its op completes), RW=write K=0 (plain: nothing synced, the bytes may still\n"
-            "    sit in the disk's write cache), then RW=randread (or read, with --read-order\n"
-            "    seq) K=0 on the durable file. --direct and --fixedbufs follow what the store\n"
-            "    got. Every timed write, the store's and fio's, starts after a syncfs of the\n"
-            "    work dir, so none pays for the write cache or discards an earlier one left.\n"
-            "    Ratio = store GB/s / fio GB/s (per slot-sized I/O); target >= %.2f against\n"
-            "    the durable write and the read, like against like. The ratio against the\n"
-            "    plain write is printed too (what durability costs on this disk), not judged.\n"
+            "    SLOT is what a page takes in the store's slab: its whole 4 KiB blocks, then a\n"
+            "    block with the rest of it and its head (4 KiB pages: 8 KiB; 2 MiB: 2 MiB +\n"
+            "    4 KiB). Writes, BS=SLOT (the store writes the page and its head): RW=write\n"
+            "    K=--batch and --end_fsync=1 (durable: an fdatasync per store batch and one\n"
+            "    after the last writes, as the store syncs every batch before its op\n"
+            "    completes), and RW=write K=0 (plain: nothing synced, the bytes may still sit\n"
+            "    in the disk's write cache). The read, on the durable file, is the store's:\n"
+            "    BS = the bytes the store reads a page with (a page of whole blocks alone, its\n"
+            "    head block skipped: 4 KiB for 4 KiB pages, 2 MiB for 2 MiB; else the whole\n"
+            "    slot, which the store reads as two adjacent I/Os), PAGES I/Os over the same\n"
+            "    PAGES*SLOT bytes of file: RW=randread (random offsets, each read once), or\n"
+            "    with --read-order seq RW=read:SKIP (SLOT-BS skipped after each read, the\n"
+            "    store's stride). --direct and --fixedbufs follow what the store got (O_DIRECT\n"
+            "    on both sides: no page cache; the store's index is its own cost). Every\n"
+            "    timed write, the store's and fio's, starts after a syncfs of the work dir, so\n"
+            "    none pays for the write cache or discards an earlier one left.\n"
+            "    Ratio = fio's time / the store's for as many I/Os (store pages/s over fio\n"
+            "    I/Os/s); target >= %.2f against the durable write and the read, like against\n"
+            "    like. fio's GB/s are of the bytes its job moved (in the JSON every fio timing\n"
+            "    counts fio.bytes, PAGES*SLOT; fio.read_bytes is what the read moved). The\n"
+            "    ratio against the plain write is printed too (what durability costs on this\n"
+            "    disk), not judged.\n"
             "    With --disk-sync relaxed the store syncs no batch (it flushes every 256 MiB\n"
             "    or second) and its write is judged against fio's plain write instead.\n"
             "    Without fio a note says so and (a) reports the store alone (install fio:\n"

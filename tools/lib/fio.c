@@ -106,6 +106,8 @@ void fio_job_init(struct fio_job *j, const struct fio_params *p)
     snprintf(j->args[n++], len, "--iodepth=%u", p->iodepth);
     snprintf(j->args[n++], len, "--rw=%s", p->rw);
     snprintf(j->args[n++], len, "--size=%" PRIu64, p->size);
+    if (p->io_size)
+        snprintf(j->args[n++], len, "--io_size=%" PRIu64, p->io_size);
     snprintf(j->args[n++], len, "--fdatasync=%" PRIu64, p->fdatasync);
     if (p->fdatasync)
         snprintf(j->args[n++], len, "--end_fsync=1");

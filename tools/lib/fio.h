@@ -28,15 +28,16 @@ struct fio_params {
     const char *rw;   /* write, read or randread */
     bool direct, fixed_buffers;
     uint32_t block_bytes, iodepth;
-    uint64_t size;      /* bytes of the file the job moves */
+    uint64_t size;      /* bytes of the file */
+    uint64_t io_size;   /* bytes the job moves, 0: size (--io_size) */
     uint64_t fdatasync; /* writes between syncs, 0 for none; when not 0, one more at the end */
     const char *json;   /* where its JSON report goes */
 };
 
 /* A job's command line; the strings live in the struct. */
 struct fio_job {
-    char args[13][PATH_MAX + 32];
-    char *argv[17];
+    char args[14][PATH_MAX + 32];
+    char *argv[18];
 };
 
 /* The command line of p's job into j: "fio --name=... --output-format=json". */

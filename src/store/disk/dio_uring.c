@@ -1,8 +1,9 @@
 /*
  * The io_uring engine (see dio.h). One thread owns the ring: it moves queued requests into
- * submission entries (at most depth in flight), submits them in one call, then sleeps in
- * io_uring_wait_cqe. Producers wake it through an eventfd whose read always sits in the ring,
- * so a new request never waits behind a slow one.
+ * submission entries (at most depth in flight), submits them a few at a time, sleeps until a
+ * completion, and fills the ring again before it runs the completions' callbacks
+ * (uring_thread). Producers wake it through an eventfd whose read always sits in the ring, so
+ * a new request never waits behind a slow one.
  *
  * The registered region is cut into chunks of at most 1 GiB (the kernel's limit for one
  * fixed buffer); a request that fits inside one chunk uses it.
@@ -19,6 +20,7 @@
 
 #define CHUNK_BYTES (1ull << 30)
 #define MAX_CHUNKS 1024
+#define SUBMIT_BATCH 4 /* requests per submit (submit_ready) */
 
 struct uring {
     struct io_uring ring;
@@ -114,10 +116,13 @@ static void arm_eventfd(struct uring *u)
     io_uring_sqe_set_data(sqe, &efd_tag);
 }
 
-/* Ready requests into the ring while there is room; a faulted one completes here. */
-static void fill(struct dio *io, struct uring *u)
+/* Up to max ready requests into the ring while there is room (a faulted one completes here);
+ * how many went in. */
+static unsigned fill(struct dio *io, struct uring *u, unsigned max)
 {
-    while (u->ready && u->inflight < u->depth) {
+    unsigned n = 0;
+
+    while (u->ready && u->inflight < u->depth && n < max) {
         struct dio_req *r = u->ready;
         struct io_uring_sqe *sqe;
         int f = r->done ? 0 : dio_fault(io, r);
@@ -130,14 +135,58 @@ static void fill(struct dio *io, struct uring *u)
         }
         sqe = io_uring_get_sqe(&u->ring);
         if (!sqe)
-            return;
+            break;
         prep(u, sqe, ready_pop(u));
         u->inflight++;
+        n++;
     }
+    return n;
 }
 
-/* A request's completion entry: finished, failed, or short (continued from the front). */
-static void landed(struct uring *u, struct dio_req *r, int res)
+/* Ready requests into the ring, submitted SUBMIT_BATCH at a time. The kernel hands a submit's
+ * requests to the disk together, at the end of the call: one submit of the ~30 small reads a
+ * wake-up finds kept the disk idle while the kernel prepared all 30 (random 4 KiB pages, qd
+ * 32, on a virtio disk: 0.09 - 0.12 M reads/s, against 0.10 - 0.13 M in submits of 4, faster
+ * in 9 pairs of 10, and fio's 0.13 - 0.14 M, which submits each read as it is ready). Submits
+ * of 1 or 2 cost a syscall and a doorbell each for no more speed. A refused submit (-EAGAIN,
+ * -EBUSY) leaves its entries queued for the next one. */
+static void submit_ready(struct dio *io, struct uring *u)
+{
+    unsigned n;
+
+    do {
+        n = fill(io, u, SUBMIT_BATCH);
+        if (io_uring_submit(&u->ring) < 0)
+            return;
+    } while (n == SUBMIT_BATCH);
+}
+
+/* Finished requests whose callbacks have yet to run, oldest first. */
+struct done_list {
+    struct dio_req *head, **tail;
+};
+
+static void done_push(struct done_list *d, struct dio_req *r)
+{
+    r->next = NULL;
+    *d->tail = r;
+    d->tail = &r->next;
+}
+
+/* The link is read here, before the callback: a callback may hand its request back. */
+static struct dio_req *done_pop(struct done_list *d)
+{
+    struct dio_req *r = d->head;
+
+    d->head = r->next;
+    if (!d->head)
+        d->tail = &d->head;
+    return r;
+}
+
+/* A request's completion entry: finished or failed (onto done, its callback still to run),
+ * or short (continued from the front). */
+static void landed(struct uring *u, struct dio_req *r, int res, struct done_list *done)
 {
     u->inflight--;
     if (res > 0 && r->done + (uint32_t)res < r->len) {
@@ -148,21 +197,16 @@ static void landed(struct uring *u, struct dio_req *r, int res)
     if (res > 0)
         r->done += (uint32_t)res;
     r->res = res < 0 ? res : res == 0 ? (r->write ? -EIO : -ENODATA) : 0;
-    r->complete(r);
+    done_push(done, r);
 }
 
-/* Sleep until at least one completion, then handle every one available. */
-static void reap(struct uring *u)
+/* Every completion entry available, off the ring. */
+static void harvest(struct uring *u, struct done_list *done)
 {
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
     bool rearm = false;
-    int rc;
 
-    while ((rc = io_uring_wait_cqe(&u->ring, &cqe)) == -EINTR)
-        ;
-    if (rc)
-        return;
     io_uring_for_each_cqe(&u->ring, head, cqe)
     {
         void *data = io_uring_cqe_get_data(cqe);
@@ -171,7 +215,7 @@ static void reap(struct uring *u)
         if (data == &efd_tag)
             rearm = true;
         else
-            landed(u, data, cqe->res);
+            landed(u, data, cqe->res, done);
     }
     io_uring_cq_advance(&u->ring, seen);
     if (rearm)
@@ -190,21 +234,56 @@ static bool take(struct dio *io, struct uring *u)
     return stop;
 }
 
+/* The completions off the ring, and the ring filled again at once; their callbacks run
+ * after. */
+static void refill(struct dio *io, struct uring *u, struct done_list *done)
+{
+    harvest(u, done);
+    take(io, u);
+    submit_ready(io, u);
+}
+
+/* Sleep until at least one completion (submitting anything still queued, in the same call). A
+ * refused submit (-EAGAIN, -EBUSY) leaves the entries queued; waiting for a completion makes
+ * room. */
+static void wait_one(struct uring *u)
+{
+    struct io_uring_cqe *cqe;
+    int rc;
+
+    while ((rc = io_uring_submit_and_wait(&u->ring, 1)) == -EINTR)
+        ;
+    if (rc < 0)
+        while (io_uring_wait_cqe(&u->ring, &cqe) == -EINTR)
+            ;
+}
+
+/* The callbacks check whole pages (a checksum each: about 0.3 ms for 2 MiB), and a disk whose
+ * queue waited on them would idle with requests ready. So a request's slot in the ring is
+ * filled again before callbacks run, and between two callbacks whenever more completions
+ * came in. */
 static void *uring_thread(void *arg)
 {
     struct dio *io = arg;
     struct uring *u = io->priv;
+    struct done_list done = {NULL, &done.head};
 
     arm_eventfd(u);
     for (;;) {
         bool stop = take(io, u);
 
-        fill(io, u);
-        /* A refused submit (-EAGAIN, -EBUSY) leaves the entries queued; reaping makes room. */
-        io_uring_submit(&u->ring);
+        submit_ready(io, u);
         if (stop && !u->inflight && !u->ready)
             break;
-        reap(u);
+        wait_one(u);
+        refill(io, u, &done);
+        while (done.head) {
+            struct dio_req *r = done_pop(&done);
+
+            r->complete(r);
+            if (io_uring_cq_ready(&u->ring))
+                refill(io, u, &done);
+        }
     }
     return NULL;
 }
