@@ -430,6 +430,49 @@ static void test_options(void **state)
     kvt_close(e);
 }
 
+/* A load-back takes SWA pages for the window it brings, not for the whole prefix: bringing
+ * back a long prompt whose host copy holds only its last window evicts no SWA KV while the
+ * SWA pool has room for that window. */
+static void test_load_room_is_the_window(void **state)
+{
+    (void)state;
+    uint32_t a[96], b[64];
+    struct run r;
+    struct kvt_stats st = {.size = sizeof(st)}, st2 = {.size = sizeof(st2)};
+    kvt_engine *e = open_swa_host(WINDOW, 128, 2048, KVT_WRITE_THROUGH, 1);
+
+    tokens_of(a, 96, 1);
+    tokens_of(b, 64, 5000);
+    assert_int_equal(begin(&plain, e, &r, a, 0), 0);
+    assert_int_equal(extend(&plain, e, &r, 96), 0);
+    assert_int_equal(kvt_req_swa_slide(e, &r.req, 96), 0); /* [0, 88) tombstones */
+    finish(&plain, e, &r);
+    assert_int_equal(kvt_sync(e), 0);
+    size_t evicted = 0;
+    assert_int_equal(kvt_evict(e, 512, &evicted), 0); /* a leaves the device for the host */
+    assert_int_equal(evicted, 96);
+    /* b (16 SWA pages) and a prompt after its first 16 tokens (12): of the SWA pool's 32
+     * pages, 4 stay free. */
+    assert_int_equal(begin(&plain, e, &r, b, 0), 0);
+    assert_int_equal(extend(&plain, e, &r, 64), 0);
+    finish(&plain, e, &r);
+    assert_int_equal(begin(&plain, e, &r, b + 16, 0), 0);
+    assert_int_equal(extend(&plain, e, &r, 48), 0);
+    finish(&plain, e, &r);
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_int_equal(st.swa_free_tokens, 16);
+
+    assert_int_equal(begin(&plain, e, &r, a, 96), 0); /* 24 pages, 2 of them paired */
+    assert_int_equal(r.req.protected_len, 96);
+    assert_int_equal(r.req.loaded_len, 96);
+    assert_int_equal(kvt_stats(e, &st2), 0);
+    assert_int_equal(st2.swa_evicted_tokens, st.swa_evicted_tokens);
+    assert_int_equal(st2.swa_free_tokens, 8);
+    finish(&plain, e, &r);
+    CHECK_ENGINE(&plain, e);
+    kvt_close(e);
+}
+
 /* Flip bytes of the disk page (under its own key, not a window copy: those have no tokens)
  * holding tokens[0..PS), so that a read of it fails its check. */
 struct page_flip {
@@ -695,6 +738,7 @@ int main(void)
         cmocka_unit_test(test_revive),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_disk_restart),
+        cmocka_unit_test(test_load_room_is_the_window),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
