@@ -459,6 +459,82 @@ def _():
     check(hung and all(t and t % 64 == 0 for t in hung), f"state pages follow checkpoints: {hung}")
 
 
+WINDOW_TAG = b"kvtier/window/1"
+
+
+def window_dir():
+    """A dir a sliding-window model wrote (model id "tiny", 4 layers, every second one full):
+    four prompts of 1024 tokens through a 2048-token device, written through the host to the
+    disk with their window copies, the first repeated; made once, copied."""
+    if "window" not in _dirs:
+        d = os.path.join(TMP, "window")
+        trace = os.path.join(TMP, "window.jsonl")
+        with open(trace, "w") as f:
+            for ids in ([1, 2], [3, 4], [5, 6], [7, 8], [1, 2]):
+                f.write(json.dumps({"timestamp": 0, "input_length": 1024, "output_length": 1,
+                                    "hash_ids": ids}) + "\n")
+        r = subprocess.run([BENCH, "--geometry", "tiny,layers=4,swa_window=32,full_every=2",
+                            "--trace", trace, "--device-tokens", "2048", "--host-tokens",
+                            "16384", "--disk-tokens", "65536", "--dir", d, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
+        _dirs["window"] = d
+    return _dirs["window"]
+
+
+@case("a dir with window copies: namespace windows, each hung from its page, verify and gc keep")
+def _():
+    d = copy_of(window_dir(), "window-gc")
+    j = ok_json("stat", d)
+    root = hashlib.sha256(WINDOW_TAG).hexdigest()
+    wins = [n for n in j["namespaces"] if n["windows"]]
+    eq([(n["root"], n["states"], n["default"]) for n in wins], [(root, False, False)],
+       "one namespace of window copies")
+    eq([n["windows"] for n in j["namespaces"] if n["default"]], [False], "default: no windows")
+    eq((j["problems"]["total"], j["detached"]), (0, 0), "problems, detached")
+    check(re.search(r"^windows +%d " % wins[0]["pages"], ok("stat", d).out, re.M),
+          "stat text row")
+    pages = pages_of(d)
+    ls = ok_json("ls", d, "--ns", "windows")["pages"]
+    eq(len(ls), wins[0]["pages"], "ls --ns windows")
+    check(len(ls) >= 4 * 1024 // PAGE_TOKENS, f"a window copy of each page written: {len(ls)}")
+    for p in ls:
+        # Its key and place are worked out here: SHA256(the page's hash || tag), the page's
+        # own prefix.
+        kv = pages.get(p["parent"])
+        check(kv and kv["namespace"] == ns_root(j["fingerprint"]), f"{p['hash'][:12]}: page")
+        eq(p["hash"], hashlib.sha256(bytes.fromhex(p["parent"]) + WINDOW_TAG).hexdigest(),
+           f"{p['hash'][:12]}: key")
+        eq((p["namespace"], p["state"], p["prefix_tokens"]), (root, "ok", kv["prefix_tokens"]),
+           f"{p['hash'][:12]}: namespace, state, prefix")
+    w = max(ls, key=lambda p: (p["prefix_tokens"], p["hash"]))
+    t = ok("show", d, w["hash"][:12]).out
+    for want in (r"^namespace +windows \(root %s\)$" % root,
+                 r"^window copy +of page %s \(the parent\)" % w["parent"][:12],
+                 r"^position +page 64 of its prefix: tokens 1008-1023$",
+                 r"^chain from the namespace root: 65 pages, 1024 tokens$"):
+        check(re.search(want, t, re.M), f"show text lacks /{want}/:\n{t[:900]}")
+    s = ok_json("show", d, w["hash"])
+    eq([c["hash"] for c in s["chain"][-2:]], [w["parent"], w["hash"]], "show: chain ends")
+    eq(s["chain_complete"], True, "show: chain_complete")
+    v = ok_json("verify", d)
+    eq((v["ok"], v["problems"], v["detached"], v["pages_read"]), (True, 0, 0, len(pages)),
+       "verify: every page read, none bad")
+    eq((ok_json("gc", d)["dropped"], len(pages_of(d))), (0, len(pages)), "gc keeps them")
+    # Once its page is gone a window copy is detached, as a page below it is: kept by gc,
+    # dropped by gc --detached.
+    below = descendants(pages, [w["parent"]])
+    check(w["hash"] in below, "the window copy hangs below its page")
+    fixture("delete", d, w["parent"])
+    eq(ok_json("show", d, w["hash"])["page"]["state"], "detached", "its page gone: detached")
+    eq(ok_json("gc", d)["dropped"], 0, "gc keeps a detached window copy")
+    eq(ok_json("gc", d, "--detached")["dropped"], len(below), "gc --detached drops it")
+    # A record under the windows' root whose key is not its parent's window key is corrupt.
+    bad = "ab" * 32
+    fixture("put", d, bad, ls[0]["parent"], root, 0)
+    eq(ok_json("show", d, bad)["page"]["state"], "corrupt (hash chain)", "a made-up window key")
+
+
 @case("stat, ls and tree on live_engine's dir: three namespaces, named by their bytes")
 def _():
     d = live_dir()

@@ -100,8 +100,9 @@ struct command {
     "has the dir open.\n"
 #define SELECT_HELP                                                                                \
     "  --ns NS               pages of namespace NS: \"default\", \"states\" (recurrent\n"          \
-    "                        states' pages), \"name:TEXT\" (the namespace's\n"                     \
-    "                        bytes) or a hex prefix of its root hash as stat prints it\n"          \
+    "                        states' pages), \"windows\" (window copies of sliding-window\n"       \
+    "                        pages), \"name:TEXT\" (the namespace's bytes) or a hex\n"             \
+    "                        prefix of its root hash as stat prints it\n"                          \
     "  --prefix HASH         the page HASH, its chain to the root and every page below it\n"
 #define JSON_HELP "  --json                one JSON object on stdout instead of text\n"
 #define COPY_STATUS                                                                                \

@@ -111,8 +111,9 @@ struct page {
 struct ns_info {
     uint8_t root[HASH_BYTES];
     bool is_default;
-    bool is_states; /* the pages of recurrent states (KVT_STATE_TAG) */
-    uint32_t first; /* first of its first pages (linked by next), NO_PAGE when none */
+    bool is_states;  /* the pages of recurrent states (KVT_STATE_TAG) */
+    bool is_windows; /* window copies of sliding-window pages (KVT_WINDOW_TAG) */
+    uint32_t first;  /* first of its first pages (linked by next), NO_PAGE when none */
     uint64_t pages, good, detached; /* good: served now */
     uint64_t oldest, newest;        /* created */
 };
@@ -126,10 +127,18 @@ struct ctl_index {
     uint32_t nns;
     uint8_t default_root[HASH_BYTES];
     uint8_t states_root[HASH_BYTES];
+    uint8_t windows_root[HASH_BYTES];
     uint64_t bad_keys;     /* records whose key is not 32 bytes: listed apart, never dropped */
     uint64_t slot_entries; /* the slot table's size */
     bool quiet_dir;        /* no writer held the dir while it was read: slot_entries agrees */
 };
+
+/* Whether the pages of namespace n hang from the page of KV they follow (a state's pages, a
+ * page's window copy) rather than from their namespace root: their depth counts that page. */
+static inline bool ns_follows_kv(const struct ns_info *n)
+{
+    return n->is_states || n->is_windows;
+}
 
 /* Read every record of s into ix and run the record checks (not the page bytes). */
 int index_load(struct dstore *s, struct ctl_index *ix);
@@ -137,8 +146,8 @@ void index_free(struct ctl_index *ix);
 /* The page whose key starts with hex (a unique prefix, 4 to 64 digits): 0 and *out, or an
  * exit status after saying why. */
 int index_find(const struct ctl_index *ix, const char *hex, uint32_t *out);
-/* The namespace named by arg: "default", "name:TEXT" (its bytes) or a unique hex prefix of a
- * root hash; 0 and *out, or an exit status after saying why. */
+/* The namespace named by arg: "default", "states", "windows", "name:TEXT" (its bytes) or a
+ * unique hex prefix of a root hash; 0 and *out, or an exit status after saying why. */
 int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out);
 /* Mark (sel[i] = true) the pages chosen by a's --ns, --prefix (the page, its chain to the
  * root and its descendants) or --all (also when none is given); with good_only, only pages

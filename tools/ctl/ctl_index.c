@@ -74,6 +74,7 @@ static uint32_t ns_of(struct loader *l, const uint8_t *root)
     memcpy(v[ix->nns].root, root, HASH_BYTES);
     v[ix->nns].is_default = !memcmp(root, ix->default_root, HASH_BYTES);
     v[ix->nns].is_states = !memcmp(root, ix->states_root, HASH_BYTES);
+    v[ix->nns].is_windows = !memcmp(root, ix->windows_root, HASH_BYTES);
     v[ix->nns].first = NO_PAGE;
     return ix->nns++;
 }
@@ -114,15 +115,21 @@ static bool caller_keys(const uint8_t *ns_root)
 
 /* Whether the record's key is SHA256(parent || tokens), as the engine names pages, or a
  * caller's own key, or a page of a recurrent state (whose key depends on the state's size,
- * which no record holds: its bytes are checked when read, as every page's are). */
+ * which no record holds: its bytes are checked when read, as every page's are), or a window
+ * copy, whose key is SHA256(parent || KVT_WINDOW_TAG). */
 static bool key_checks_out(struct loader *l, const struct dstore_entry *e)
 {
     uint8_t h[HASH_BYTES];
+    int rc;
 
     if (caller_keys(e->ns) || !memcmp(e->ns, l->ix->states_root, HASH_BYTES))
         return true;
-    return !page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h) &&
-           !memcmp(h, e->key, HASH_BYTES);
+    if (!memcmp(e->ns, l->ix->windows_root, HASH_BYTES))
+        rc = page_hasher_digest2(&l->h, e->parent, HASH_BYTES, KVT_WINDOW_TAG,
+                                 sizeof(KVT_WINDOW_TAG) - 1, h);
+    else
+        rc = page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h);
+    return !rc && !memcmp(h, e->key, HASH_BYTES);
 }
 
 /* The checks a record gets without reading its page. */
@@ -193,8 +200,8 @@ static void link_pages(struct ctl_index *ix)
             p->next = ix->ns[p->ns].first;
             ix->ns[p->ns].first = i;
         } else if (p->key_ok && (up = bsearch(p->parent, ix->p, ix->n, sizeof(*up), cmp_key)) &&
-                   (up->ns == p->ns || ix->ns[p->ns].is_states)) {
-            /* A state's pages hang from the page of KV they follow. */
+                   (up->ns == p->ns || ns_follows_kv(&ix->ns[p->ns]))) {
+            /* A state's pages, a window copy, hang from the page of KV they follow. */
             p->up = (uint32_t)(up - ix->p);
             p->next = up->child;
             up->child = i;
@@ -313,6 +320,9 @@ int index_load(struct dstore *s, struct ctl_index *ix)
         rc = page_hasher_digest2(&l.h, KVT_STATE_TAG, sizeof(KVT_STATE_TAG) - 1, NULL, 0,
                                  ix->states_root);
     if (!rc)
+        rc = page_hasher_digest2(&l.h, KVT_WINDOW_TAG, sizeof(KVT_WINDOW_TAG) - 1, NULL, 0,
+                                 ix->windows_root);
+    if (!rc)
         rc = dstore_iterate(s, on_entry, &l);
     if (!rc)
         rc = ns_sort(&l);
@@ -363,6 +373,8 @@ const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf)
         return strcpy(buf, "default");
     if (ix->ns[ns].is_states)
         return strcpy(buf, "states");
+    if (ix->ns[ns].is_windows)
+        return strcpy(buf, "windows");
     if (caller_keys(ix->ns[ns].root))
         return strcpy(buf, "caller-keys");
     ctl_hex(ix->ns[ns].root, HASH_BYTES, hex);
@@ -483,6 +495,8 @@ int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out)
         return find_ns_root(ix, ix->default_root, arg, out);
     if (!strcmp(arg, "states"))
         return find_ns_root(ix, ix->states_root, arg, out);
+    if (!strcmp(arg, "windows"))
+        return find_ns_root(ix, ix->windows_root, arg, out);
     if (!strncmp(arg, "name:", 5)) {
         if (strlen(arg + 5) > KVT_NS_MAX)
             return ctl_fail("namespace %s: longer than %d bytes", arg, KVT_NS_MAX);

@@ -108,11 +108,12 @@ static void namespaces_json(const struct ctl_index *ix)
 
         printf("%s{\"root\":", n ? "," : "");
         ctl_json_hex(s->root, HASH_BYTES);
-        printf(",\"default\":%s,\"states\":%s,\"pages\":%" PRIu64 ",\"good_pages\":%" PRIu64
-               ",\"detached\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"tokens\":%" PRIu64
-               ",\"oldest_ns\":%" PRIu64 ",\"newest_ns\":%" PRIu64 "}",
-               s->is_default ? "true" : "false", s->is_states ? "true" : "false", s->pages, s->good,
-               s->detached, s->pages * pb, s->pages * ix->info.page_tokens, s->oldest, s->newest);
+        printf(",\"default\":%s,\"states\":%s,\"windows\":%s,\"pages\":%" PRIu64
+               ",\"good_pages\":%" PRIu64 ",\"detached\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"tokens\":%" PRIu64 ",\"oldest_ns\":%" PRIu64 ",\"newest_ns\":%" PRIu64 "}",
+               s->is_default ? "true" : "false", s->is_states ? "true" : "false",
+               s->is_windows ? "true" : "false", s->pages, s->good, s->detached, s->pages * pb,
+               s->pages * ix->info.page_tokens, s->oldest, s->newest);
     }
     printf("]");
 }
@@ -214,10 +215,11 @@ static uint32_t *sorted_selection(const struct ctl_index *ix, const struct ctl_a
     return v;
 }
 
-/* Tokens through the page; a page of a recurrent state counts the prefix it follows. */
+/* Tokens through the page; a page of a recurrent state, a window copy, counts the prefix
+ * through the page of KV it follows. */
 static uint64_t prefix_tokens(const struct ctl_index *ix, const struct page *p)
 {
-    return (uint64_t)(p->depth - ix->ns[p->ns].is_states) * ix->info.page_tokens;
+    return (uint64_t)(p->depth - ns_follows_kv(&ix->ns[p->ns])) * ix->info.page_tokens;
 }
 
 static void ls_line(const struct ctl_index *ix, const struct page *p)
@@ -366,6 +368,14 @@ static bool chain_complete(const struct ctl_index *ix, const uint32_t *chain)
     return top->ns != NO_PAGE && !memcmp(top->parent, ix->ns[top->ns].root, HASH_BYTES);
 }
 
+/* A page of KV at depth (from 1) in its prefix; a window copy is at its page's place. */
+static void print_position(const struct ctl_index *ix, uint32_t depth)
+{
+    printf("position      page %u of its prefix: tokens %" PRIu64 "-%" PRIu64 "\n", depth,
+           (uint64_t)(depth - 1) * ix->info.page_tokens,
+           (uint64_t)depth * ix->info.page_tokens - 1);
+}
+
 static void show_record_text(const struct ctl_index *ix, const struct page *p,
                              const struct record *r)
 {
@@ -379,13 +389,14 @@ static void show_record_text(const struct ctl_index *ix, const struct page *p,
     printf("namespace     %s (root %s)\n", index_ns_name(ix, p->ns, name), hex);
     ctl_hex(p->parent, HASH_BYTES, hex);
     printf("parent        %s\n", hex);
+    if (ix->ns[p->ns].is_windows)
+        printf("window copy   of page %.*s (the parent), its window rows current (formats.md)\n",
+               SHORT_HEX, hex);
     if (p->depth && ix->ns[p->ns].is_states)
         printf("position      a page of the recurrent state after token %" PRIu64 " (formats.md)\n",
                prefix_tokens(ix, p));
     else if (p->depth)
-        printf("position      page %u of its prefix: tokens %" PRIu64 "-%" PRIu64 "\n", p->depth,
-               (uint64_t)(p->depth - 1) * ix->info.page_tokens,
-               (uint64_t)p->depth * ix->info.page_tokens - 1);
+        print_position(ix, p->depth - ix->ns[p->ns].is_windows);
     printf("slot          slab %u, slot %u (offset %" PRIu64 ")", p->slab, p->slot,
            (uint64_t)p->slot * ix->info.slot_bytes);
     if (r->found && !r->e.status) {
@@ -407,6 +418,15 @@ static void show_record_text(const struct ctl_index *ix, const struct page *p,
     printf("\n");
 }
 
+/* Tokens of a chain: its pages of KV (a state's page or a window copy at its end has none). */
+static uint64_t chain_tokens(const struct ctl_index *ix, const uint32_t *chain, uint32_t len)
+{
+    const struct page *end = &ix->p[chain[len - 1]];
+
+    return (uint64_t)(len - (end->ns != NO_PAGE && ns_follows_kv(&ix->ns[end->ns]))) *
+           ix->info.page_tokens;
+}
+
 static int show_chain_text(const struct ctl_index *ix, const uint32_t *chain, uint32_t len)
 {
     char hex[2 * HASH_BYTES + 1];
@@ -420,7 +440,7 @@ static int show_chain_text(const struct ctl_index *ix, const uint32_t *chain, ui
                len == 1 ? "" : "s");
     } else {
         printf("\nchain from the namespace root: %u page%s, %" PRIu64 " tokens\n", len,
-               len == 1 ? "" : "s", (uint64_t)len * ix->info.page_tokens);
+               len == 1 ? "" : "s", chain_tokens(ix, chain, len));
     }
     for (uint32_t k = 0; k < len; k++) {
         const struct page *p = &ix->p[chain[k]];
