@@ -272,16 +272,22 @@ static int window_key(struct store_tier *s, const uint8_t *hash, uint8_t *out)
                                out);
 }
 
-/* Probes per window lookup: a run's window copies lie at the ends of the prompts cached, so
- * the usable end is found near the run's end or not at all. */
-#define WINDOW_PROBES 64
+/* Lookups per window search: each looks at a window's pages at once and, failing, moves
+ * below the first missing one, so a run's window copies (at the ends of the prompts cached)
+ * are found within a few unless they lie far below the run's end. */
+#define WINDOW_LOOKUPS 16
 
-static bool has_window(struct store_tier *s, size_t i)
+/* How many of pages [lo, hi) of the run have window copies, from lo on. */
+static size_t windows_from(struct store_tier *s, size_t lo, size_t hi)
 {
     size_t run = 0;
 
-    return window_key(s, s->hashes[i], s->wkeys[i]) == 0 &&
-           store_leading_run(s->store, s->wkeys[i], 1, &run) == 0 && run == 1;
+    for (size_t i = lo; i < hi; i++)
+        if (window_key(s, s->hashes[i], s->wkeys[i - lo]))
+            return 0;
+    if (store_leading_run(s->store, (const uint8_t *)s->wkeys, hi - lo, &run))
+        return 0;
+    return run;
 }
 
 /* From the run's end down: the first point with a window of copies right before it, or the
@@ -290,27 +296,18 @@ static size_t store_tier_window(struct tier *t, size_t n, bool above, size_t *wi
 {
     struct store_tier *s = st_of(t);
     uint64_t ps = s->opts->page_size, w = s->opts->swa.window;
-    size_t end = n, run = 0, probes = 0, j = n;
+    size_t wp = (size_t)((w + ps - 1) / ps), end = n;
 
     *window = 0;
-    if (w == 0)
-        return 0;
-    while (j > 0 && probes < WINDOW_PROBES) {
-        j--;
-        probes++;
-        if (!has_window(s, j)) {
-            end = j;
-            run = 0;
-            continue;
-        }
-        if (++run * ps >= w) {
-            *window = run;
+    for (int i = 0; w && end > 0 && i < WINDOW_LOOKUPS; i++) {
+        size_t lo = end > wp ? end - wp : 0, run = windows_from(s, lo, end);
+        if (run == end - lo) {
+            if (end - lo < wp && !above)
+                return 0; /* the window reaches into the tree's part, which lacks its own */
+            *window = end - lo;
             return end;
         }
-    }
-    if (j == 0 && run == end && run > 0 && above) {
-        *window = run;
-        return end;
+        end = lo + run; /* a window ending past the first missing copy would hold it */
     }
     return 0;
 }
