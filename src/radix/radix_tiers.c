@@ -381,6 +381,18 @@ struct disk_write {
     uint64_t op;
 };
 
+/* Whether page k of node idx gets a window copy below: the node's host copy holds its
+ * sliding-window layers and the page lies in the last window and a page before the node's
+ * end, where a match ending there reads them (a request repeating a prompt matches up to a
+ * page before its end, its last token computed again). A match ending further inside a node
+ * uses the window before the nearest such end above it. */
+static bool window_page(const struct rdx_tree *t, uint32_t idx, uint32_t k)
+{
+    uint64_t ps = t->cfg.page_size, wp = (t->cfg.swa_window + ps - 1) / ps;
+
+    return t->swa && t->swa[idx].hlive && node_at(t, idx)->npages - k <= wp + 1;
+}
+
 static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
 {
     const struct disk_write *w = arg;
@@ -394,7 +406,7 @@ static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const voi
             .ns = t->ns[n->ns].root_hash,
             .tokens = n->tokens + k * ps,
             .host_page = n->host[k],
-            .window = t->swa && t->swa[idx].hlive,
+            .window = window_page(t, idx, k),
         };
     n->disk_op = w->op;
     update_leaf(t, idx);
