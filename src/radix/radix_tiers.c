@@ -381,16 +381,36 @@ struct disk_write {
     uint64_t op;
 };
 
-/* Whether page k of node idx gets a window copy below: the node's host copy holds its
- * sliding-window layers and the page lies in the last window and a page before the node's
- * end, where a match ending there reads them (a request repeating a prompt matches up to a
- * page before its end, its last token computed again). A match ending further inside a node
- * uses the window before the nearest such end above it. */
-static bool window_page(const struct rdx_tree *t, uint32_t idx, uint32_t k)
+/* Window copies inside a node: the window before every multiple of this many tokens of the
+ * key, so that a match ending inside a node is served from below up to the last such point
+ * under its end (at most this much less than the tree would serve), for copies of about
+ * (window + page) / RDX_WINDOW_EVERY of the pages. 512 is Mooncake's block: the traces' shared
+ * prefixes end on it. */
+#define RDX_WINDOW_EVERY 512
+
+/* Pages above node idx: its first page's index in its key. */
+static uint64_t node_start(const struct rdx_tree *t, uint32_t idx)
+{
+    uint64_t pages = 0;
+
+    for (uint32_t i = node_at(t, idx)->parent; i != ROOT; i = node_at(t, i)->parent)
+        pages += node_at(t, i)->npages;
+    return pages;
+}
+
+/* Whether page k of node idx (start: its first page's index in the key) gets a window copy
+ * below: the node's host copy holds its sliding-window layers, and the page lies in the
+ * window and a page before the node's end or before a multiple of RDX_WINDOW_EVERY tokens
+ * (a match ending there reads it; one a page earlier too, as a repeated prompt's does, its
+ * last token computed again). */
+static bool window_page(const struct rdx_tree *t, uint32_t idx, uint64_t start, uint32_t k)
 {
     uint64_t ps = t->cfg.page_size, wp = (t->cfg.swa_window + ps - 1) / ps;
+    uint64_t every = RDX_WINDOW_EVERY / ps ? RDX_WINDOW_EVERY / ps : 1;
 
-    return t->swa && t->swa[idx].hlive && node_at(t, idx)->npages - k <= wp + 1;
+    if (!t->swa || !t->swa[idx].hlive)
+        return false;
+    return node_at(t, idx)->npages - k <= wp + 1 || every - (start + k) % every <= wp + 1;
 }
 
 static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
@@ -398,6 +418,7 @@ static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const voi
     const struct disk_write *w = arg;
     struct rdx_node *n = node_at(t, idx);
     size_t ps = t->cfg.page_size;
+    uint64_t start = t->swa ? node_start(t, idx) : 0;
 
     for (uint32_t k = 0; k < n->npages; k++)
         w->out[at + k] = (struct rdx_disk_page){
@@ -406,7 +427,7 @@ static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const voi
             .ns = t->ns[n->ns].root_hash,
             .tokens = n->tokens + k * ps,
             .host_page = n->host[k],
-            .window = window_page(t, idx, k),
+            .window = window_page(t, idx, start, k),
         };
     n->disk_op = w->op;
     update_leaf(t, idx);

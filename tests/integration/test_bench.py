@@ -1109,6 +1109,20 @@ def window_restart(*where):
     eq(j["verify"]["mismatches"], 0, "verify.mismatches")
 
 
+@case("window: a prefix ending inside a cached prompt is served from disk up to a 512-token point")
+def _():
+    # The first process caches A (blocks 1, 2: one node of 1024 tokens); the second asks for
+    # blocks 1, 3, sharing A's first 512 tokens: inside A's node, where the window copies of
+    # the 512-token point let the disk serve them (a window at A's end alone would not).
+    d = os.path.join(TMP, "window-inside")
+    common = ("--geometry", WINDOWED, "--device-tokens", 2048, "--host-tokens", 65536,
+              "--disk-tokens", 1 << 20, "--dir", d)
+    run_ok("--trace", trace([(1024, 1, [1, 2])]), *common)
+    j = run_ok("--trace", trace([(1024, 1, [1, 3])]), *common)
+    eq((j["tokens_hit"]["host"], j["tokens_hit"]["disk"]), (0, 512), "tokens_hit host, disk")
+    eq(j["verify"]["mismatches"], 0, "verify.mismatches")
+
+
 @case("window: a second run on the same dir is served from disk, windows from their copies")
 def _():
     window_restart("--disk-tokens", 1 << 20, "--dir", os.path.join(TMP, "window-restart"))
