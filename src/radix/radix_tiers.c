@@ -381,12 +381,20 @@ struct disk_write {
     uint64_t op;
 };
 
-/* Window copies inside a node: the window before every multiple of this many tokens of the
- * key, so that a match ending inside a node is served from below up to the last such point
- * under its end (at most this much less than the tree would serve), for copies of about
- * (window + page) / RDX_WINDOW_EVERY of the pages. 512 is Mooncake's block: the traces' shared
- * prefixes end on it. */
+/* Window copies inside a node: the window before every multiple of RDX_WINDOW_EVERY tokens of
+ * the key, or of a larger multiple of it for a window so long that copies would cover more
+ * than about a third of the pages (gemma-3-27b's 1,024 tokens: every 3,584). A match ending
+ * inside a node is then served from below up to the last such point under its end. 512 is
+ * Mooncake's block: the traces' shared prefixes end on it. */
 #define RDX_WINDOW_EVERY 512
+
+static uint64_t window_every(const struct rdx_tree *t)
+{
+    uint64_t ps = t->cfg.page_size, want = 3 * ((uint64_t)t->cfg.swa_window + ps);
+    uint64_t every = (want + RDX_WINDOW_EVERY - 1) / RDX_WINDOW_EVERY * RDX_WINDOW_EVERY;
+
+    return every / ps ? every / ps : 1; /* in pages */
+}
 
 /* Pages above node idx: its first page's index in its key. */
 static uint64_t node_start(const struct rdx_tree *t, uint32_t idx)
@@ -400,13 +408,13 @@ static uint64_t node_start(const struct rdx_tree *t, uint32_t idx)
 
 /* Whether page k of node idx (start: its first page's index in the key) gets a window copy
  * below: the node's host copy holds its sliding-window layers, and the page lies in the
- * window and a page before the node's end or before a multiple of RDX_WINDOW_EVERY tokens
+ * window and a page before the node's end or before a multiple of window_every pages
  * (a match ending there reads it; one a page earlier too, as a repeated prompt's does, its
  * last token computed again). */
 static bool window_page(const struct rdx_tree *t, uint32_t idx, uint64_t start, uint32_t k)
 {
     uint64_t ps = t->cfg.page_size, wp = (t->cfg.swa_window + ps - 1) / ps;
-    uint64_t every = RDX_WINDOW_EVERY / ps ? RDX_WINDOW_EVERY / ps : 1;
+    uint64_t every = window_every(t);
 
     if (!t->swa || !t->swa[idx].hlive)
         return false;
