@@ -1,7 +1,9 @@
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "kvtier.h"
 #include "engine_fixture.h"
@@ -19,6 +21,23 @@ void fixture_engine_options(struct kvt_options *o, uint32_t layers, uint32_t hea
     o->device_tokens = 64;
     o->max_requests = 4;
     o->max_context = 64;
+}
+
+int fixture_flip_bytes(const char *path, uint64_t off, size_t n)
+{
+    uint8_t b[64];
+    int fd = open(path, O_RDWR), rc = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (n > sizeof(b) || pread(fd, b, n, (off_t)off) != (ssize_t)n)
+        rc = n > sizeof(b) ? -EINVAL : -EIO;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        b[i] ^= 0xa5;
+    if (rc == 0 && pwrite(fd, b, n, (off_t)off) != (ssize_t)n)
+        rc = -EIO;
+    close(fd);
+    return rc;
 }
 
 int fixture_data_dir(char *dir, size_t len, const char *what)

@@ -15,6 +15,9 @@ void fixture_engine_options(struct kvt_options *o, uint32_t layers, uint32_t hea
 /* A fresh directory TMPDIR/kvt-<what>-XXXXXX (/tmp without TMPDIR) in dir; 0 or -errno. */
 int fixture_data_dir(char *dir, size_t len, const char *what);
 
+/* Flip n bytes (at most 64) of file path at off, as a damaged disk would: 0 or -errno. */
+int fixture_flip_bytes(const char *path, uint64_t off, size_t n);
+
 /* Removes dir and everything below it. */
 void fixture_remove_tree(const char *dir);
 

@@ -740,21 +740,14 @@ static int flip_state(void *arg, const struct dstore_entry *en)
 {
     struct state_damage *d = arg;
     char path[512];
-    uint8_t b[16];
 
     if (d->only ? en->status || memcmp(en->key, d->only, 32)
                 : en->status || memcmp(en->parent, d->key, 32) || en->ntokens != PS ||
                       !memcmp(en->tokens, d->tokens + PS, PS * 4))
         return 0; /* not a state page of that parent (a KV page's next has tokens) */
     snprintf(path, sizeof(path), "%s/slabs/%04u.slab", d->dir, en->slab);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    off_t off = (off_t)(SLAB_HEAD_BYTES + (uint64_t)en->slot * d->slot_bytes + 100);
-    assert_int_equal(pread(fd, b, sizeof(b), off), sizeof(b));
-    for (size_t i = 0; i < sizeof(b); i++)
-        b[i] ^= 0xa5;
-    assert_int_equal(pwrite(fd, b, sizeof(b), off), sizeof(b));
-    close(fd);
+    uint64_t off = SLAB_HEAD_BYTES + (uint64_t)en->slot * d->slot_bytes + 100;
+    assert_int_equal(fixture_flip_bytes(path, off, 16), 0);
     d->done++;
     return 0;
 }

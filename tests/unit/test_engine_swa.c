@@ -14,11 +14,9 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kvtier.h"
 #include "engine.h"
@@ -486,19 +484,12 @@ static int flip_page(void *arg, const struct dstore_entry *en)
 {
     struct page_flip *f = arg;
     char path[512];
-    uint8_t b[16];
 
     if (en->status || en->ntokens != PS || memcmp(en->tokens, f->tokens, PS * 4))
         return 0;
     snprintf(path, sizeof(path), "%s/slabs/%04u.slab", f->dir, en->slab);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    off_t off = (off_t)(SLAB_HEAD_BYTES + (uint64_t)en->slot * f->slot_bytes + 100);
-    assert_int_equal(pread(fd, b, sizeof(b), off), sizeof(b));
-    for (size_t i = 0; i < sizeof(b); i++)
-        b[i] ^= 0xa5;
-    assert_int_equal(pwrite(fd, b, sizeof(b), off), sizeof(b));
-    close(fd);
+    uint64_t off = SLAB_HEAD_BYTES + (uint64_t)en->slot * f->slot_bytes + 100;
+    assert_int_equal(fixture_flip_bytes(path, off, 16), 0);
     f->done++;
     return 0;
 }
