@@ -273,8 +273,8 @@ static int window_key(struct store_tier *s, const uint8_t *hash, uint8_t *out)
 }
 
 /* Lookups per window search: each looks at a window's pages at once and, failing, moves
- * below the first missing one, so a run's window copies (at the ends of the prompts cached)
- * are found within a few unless they lie far below the run's end. */
+ * below the first missing one, so a run's window copies (at node ends and at regular points
+ * of the key, radix_tiers.c window_page) are found within a few unless far below its end. */
 #define WINDOW_LOOKUPS 16
 
 /* How many of pages [lo, hi) of the run have window copies, from lo on. */
