@@ -260,12 +260,7 @@ static int open_tree(kvt_engine *e)
 }
 
 /* What the device offers the tier below it: room for a load-back. */
-static int room_up(void *ctx, size_t pages)
-{
-    return engine_room_for(ctx, pages);
-}
-
-static int room_split_up(void *ctx, size_t pages, size_t swa_pages)
+static int room_up(void *ctx, size_t pages, size_t swa_pages)
 {
     return engine_room_split(ctx, pages, swa_pages);
 }
@@ -386,7 +381,7 @@ static int open_tiers(kvt_engine *e, uint64_t device_tokens)
                                   .alloc = &e->alloc,
                                   .device_tokens = device_tokens,
                                   .scratch_pages = scratch_pages(e)};
-    struct tier_up up = {.ctx = e, .room = room_up, .room_split = room_split_up};
+    struct tier_up up = {.ctx = e, .room = room_up};
     int rc;
 
     if (e->swa)

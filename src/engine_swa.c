@@ -349,9 +349,18 @@ int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, s
     return 0;
 }
 
-/* Of the n pages of key's store run after hit (tier_find's), the prefix a match may use
- * (its last window has window copies below, or runs up from the tree's part whose own last
- * window is there); *win the pages of it read with their window. */
+/* Of the n pages of the store's run after the match h (s: under the window), the prefix a
+ * match may use: its last window has window copies below, or it runs up from the tree's part
+ * whose own last window is there. *win: the pages of it read with their window. */
+static size_t store_window(kvt_engine *e, const struct rdx_hit *h, const struct rdx_swa_hit *s,
+                           size_t n, size_t *win)
+{
+    *win = 0;
+    if (!n)
+        return 0;
+    return e->below->ops->window(e->below, n, s->swa_pages == h->dev_pages + h->host_pages, win);
+}
+
 size_t engine_swa_store_pages(kvt_engine *e, const struct kvt_key *key, const struct rdx_hit *hit,
                               size_t n, size_t *win)
 {
@@ -362,7 +371,7 @@ size_t engine_swa_store_pages(kvt_engine *e, const struct kvt_key *key, const st
     if (!n || rdx_match_swa_tiers(e->tree, key, NULL, NULL, &h, &s) ||
         h.dev_pages + h.host_pages != hit->dev_pages + hit->host_pages)
         return 0;
-    return e->below->ops->window(e->below, n, s.swa_pages == h.dev_pages + h.host_pages, win);
+    return store_window(e, &h, &s, n, win);
 }
 
 /* With a store below: bring the prefix of its run a match may use into the tree as host
@@ -374,11 +383,11 @@ static size_t swa_fetch(kvt_engine *e, const struct kvt_key *key)
         [KVT_PREFETCH_WAIT_COMPLETE] = -1, [KVT_PREFETCH_BEST_EFFORT] = 0};
     uint32_t policy = e->opts.prefetch_policy;
     struct rdx_hit hit, now;
+    struct rdx_swa_hit s;
     size_t n, p, win;
 
-    if (!e->store || rdx_match_tiers(e->tree, key, NULL, NULL, &hit) ||
-        !(n = tier_find(e->below, key, &hit)) ||
-        !(p = engine_swa_store_pages(e, key, &hit, n, &win)))
+    if (!e->store || rdx_match_swa_tiers(e->tree, key, NULL, NULL, &hit, &s) ||
+        !(n = tier_find(e->below, key, &hit)) || !(p = store_window(e, &hit, &s, n, &win)))
         return 0;
     if (e->below->ops->fetch(e->below, key, &hit, p, win, NULL) &&
         !e->below->ops->fetching(e->below))

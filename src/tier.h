@@ -41,11 +41,10 @@ struct tier;
  * A function that layer does not offer is NULL. */
 struct tier_up {
     void *ctx;
-    /* Room for pages more pages above, made by eviction there: 0, or -ENOMEM (the host
-     * tier asks it of the device for a load-back). */
-    int (*room)(void *ctx, size_t pages);
-    /* room with sliding-window layers: swa_pages of them on the SWA side. */
-    int (*room_split)(void *ctx, size_t pages, size_t swa_pages);
+    /* Room for pages more pages above, swa_pages of them taking a sliding-window page too
+     * (ignored without sliding-window layers), made by eviction there: 0, or -ENOMEM (the
+     * host tier asks it of the device for a load-back). */
+    int (*room)(void *ctx, size_t pages, size_t swa_pages);
     /* Give node's chain a copy above (a fill's parent must have one): 1 when it has or one
      * was started, 0 when not. */
     int (*hold)(void *ctx, kvt_node_ref node);

@@ -299,14 +299,6 @@ static int pair_load(struct host_tier *h, size_t n)
     return 0;
 }
 
-/* Room on the device for n pages, k of them with SWA peers. */
-static int load_room(struct tier *t, size_t n, size_t k)
-{
-    if (t->up.room_split && ht(t)->swa)
-        return t->up.room_split(t->up.ctx, n, k);
-    return t->up.room(t->up.ctx, n);
-}
-
 static int host_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *pages,
                      int32_t *slots, uint64_t *op)
 {
@@ -324,7 +316,7 @@ static int host_load(struct tier *t, const struct rdx_hit *hit, const uint32_t *
     /* The device prefix is locked by the caller, so making room cannot take it. With
      * sliding-window layers the full pages are taken alone (SWA tombstones) and pair_load
      * pairs the k whose SWA layers the host kept. */
-    if (load_room(t, n, k) || slot_alloc(h->alloc, tokens, slots))
+    if (t->up.room(t->up.ctx, n, k) || slot_alloc(h->alloc, tokens, slots))
         return 1;
     slot_pages_of(h->alloc, slots, tokens, h->dev_pages);
     if (h->swa && pair_load(h, n)) {

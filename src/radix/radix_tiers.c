@@ -379,6 +379,7 @@ int rdx_disk_span(const struct rdx_tree *t, kvt_node_ref ref, size_t *pages)
 struct disk_write {
     struct rdx_disk_page *out;
     uint64_t op;
+    uint64_t first; /* the span's first page's index in its key (cfg.swa_window) */
 };
 
 /* Window copies inside a node: the window before every multiple of RDX_WINDOW_EVERY tokens of
@@ -396,7 +397,7 @@ static uint64_t window_every(const struct rdx_tree *t)
     return every / ps ? every / ps : 1; /* in pages */
 }
 
-/* Pages above node idx: its first page's index in its key. */
+/* Pages above node idx: its first page's index in its key (one walk per disk write). */
 static uint64_t node_start(const struct rdx_tree *t, uint32_t idx)
 {
     uint64_t pages = 0;
@@ -426,7 +427,7 @@ static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const voi
     const struct disk_write *w = arg;
     struct rdx_node *n = node_at(t, idx);
     size_t ps = t->cfg.page_size;
-    uint64_t start = t->swa ? node_start(t, idx) : 0;
+    uint64_t start = w->first + at;
 
     for (uint32_t k = 0; k < n->npages; k++)
         w->out[at + k] = (struct rdx_disk_page){
@@ -445,13 +446,16 @@ int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rd
                     size_t n)
 {
     struct span s = {disk_writable, 0};
-    struct disk_write w = {out, op};
+    struct disk_write w = {out, op, 0};
     uint32_t idx;
     int rc = span_start(t, ref, &s, n, t->cfg.hash_pages && (op & RDX_OP_DISK), &idx);
 
-    if (rc == 0)
-        span_each(t, idx, &s, n, describe_page, &w);
-    return rc;
+    if (rc)
+        return rc;
+    if (t->swa) /* the span ends at idx's end */
+        w.first = node_start(t, idx) + node_at(t, idx)->npages - n;
+    span_each(t, idx, &s, n, describe_page, &w);
+    return 0;
 }
 
 /* The span a disk write's end clears: the nodes it is writing. */

@@ -84,6 +84,12 @@ struct counters {
     uint64_t states_checked, checkpoints; /* hybrid models */
 };
 
+/* Tokens served from the cache, every tier. */
+static uint64_t served_tokens(const struct counters *c)
+{
+    return c->hit_device + c->hit_host + c->hit_disk + c->hit_remote;
+}
+
 /* The first mismatch, for the report. */
 struct mismatch {
     uint64_t request;
@@ -733,10 +739,7 @@ static void progress(const struct bench *b, uint64_t t0, bool done)
     fprintf(
         stderr, "\r\033[K%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit",
         b->c.requests, b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
-        b->c.tokens_total
-            ? 100.0 * (double)(b->c.hit_device + b->c.hit_host + b->c.hit_disk + b->c.hit_remote) /
-                  (double)b->c.tokens_total
-            : 0.0);
+        b->c.tokens_total ? 100.0 * (double)served_tokens(&b->c) / (double)b->c.tokens_total : 0.0);
 }
 
 /* One request of the second pass: 1 served, 0 past the last, -1 on an error (said). */
@@ -1155,8 +1158,7 @@ static void print_hybrid(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
     const struct counters *c = &b->c;
-    uint64_t kv = b->st.mamba_kv_hit_tokens,
-             state = c->hit_device + c->hit_host + c->hit_disk + c->hit_remote;
+    uint64_t kv = b->st.mamba_kv_hit_tokens, state = served_tokens(c);
 
     printf("  recurrent     %u layers, ", cfg->mamba.layers);
     print_bytes(cfg->mamba.layers * (cfg->mamba.conv_bytes + cfg->mamba.ssm_bytes));
@@ -1185,8 +1187,7 @@ static void print_hybrid(const struct bench *b)
 static void print_window(const struct bench *b)
 {
     const struct config *cfg = b->cfg;
-    uint64_t kv = b->st.swa_kv_hit_tokens,
-             served = b->c.hit_device + b->c.hit_host + b->c.hit_disk + b->c.hit_remote;
+    uint64_t kv = b->st.swa_kv_hit_tokens, served = served_tokens(&b->c);
 
     printf("  window        %u tokens: %u full and %u sliding-window layers; SWA pool %" PRIu64
            " tokens; KV pool ",
@@ -1234,7 +1235,7 @@ static void print_text(const struct bench *b)
     }
     if (cfg->remote)
         printf("                remote %s\n", cfg->remote);
-    uint64_t served = c->hit_device + c->hit_host + c->hit_disk + c->hit_remote;
+    uint64_t served = served_tokens(c);
     printf("  input tokens  %" PRIu64 "\n", c->tokens_total);
     printf("  from cache    %" PRIu64 " (%.1f%%): device %" PRIu64 ", host %" PRIu64
            ", disk %" PRIu64,
@@ -1345,9 +1346,8 @@ static void print_json(const struct bench *b)
                ",\"host_slots\":%" PRIu64 ",\"saved_states\":%" PRIu64
                ",\"restored_states\":%" PRIu64 ",\"stored_states\":%" PRIu64
                ",\"fetched_states\":%" PRIu64 "},",
-               b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens,
-               c->hit_device + c->hit_host + c->hit_disk + c->hit_remote, c->checkpoints,
-               st->mamba_evicted_states, c->states_checked, st->mamba_host_slots,
+               b->cfg->mamba.layers, st->mamba_slots, st->mamba_kv_hit_tokens, served_tokens(c),
+               c->checkpoints, st->mamba_evicted_states, c->states_checked, st->mamba_host_slots,
                st->mamba_saved_states, st->mamba_restored_states, st->mamba_stored_states,
                st->mamba_fetched_states);
     if (b->cfg->swa_window)
@@ -1356,8 +1356,7 @@ static void print_json(const struct bench *b)
                ",\"window_hit_tokens\":%" PRIu64 ",\"released_tokens\":%" PRIu64
                ",\"evicted_tokens\":%" PRIu64 ",\"revived_tokens\":%" PRIu64 "},",
                b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
-               st->swa_kv_hit_tokens, c->hit_device + c->hit_host + c->hit_disk + c->hit_remote,
-               st->swa_released_tokens,
+               st->swa_kv_hit_tokens, served_tokens(c), st->swa_released_tokens,
                st->swa_evicted_tokens, st->swa_revived_tokens);
     print_json_config(b);
     printf("}\n");
