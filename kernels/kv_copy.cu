@@ -3,8 +3,10 @@
  *
  * Launch shape: 256 threads (8 warps) per block; one warp copies one item, an item being one
  * page of K or of V in one layer (a contiguous span on both sides). grid.x covers the items
- * of a layer (capped; warps then loop over items), grid.y the layers, so the per-layer and
- * the all-layers copies are one kernel with grid.y 1 or the layer count.
+ * of a layer up to the pool's max_blocks (then warps loop over items), grid.y the layers, so
+ * the per-layer and the all-layers copies are one kernel with grid.y 1 or the layer count.
+ * The link, not the SMs, bounds the copy: a few blocks keep it full, and the rest of the SMs
+ * stay with the forward that runs beside a load.
  *
  * The host side crosses the link as plain loads and stores on mapped pinned memory. Reads
  * over the link have long latency, so each lane issues several loads before it stores
@@ -77,8 +79,9 @@ template <typename W>
 cudaError_t launch(const kvk_pool *p, const uint32_t *idx, uint32_t n, uint32_t layer0,
                    uint32_t nlayers, int to_host, cudaStream_t stream)
 {
+    const uint64_t cap = p->max_blocks && p->max_blocks < kMaxBlocksX ? p->max_blocks : kMaxBlocksX;
     uint64_t blocks = ((uint64_t)n * p->parts + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    dim3 grid((unsigned)(blocks < kMaxBlocksX ? blocks : kMaxBlocksX), nlayers);
+    dim3 grid((unsigned)(blocks < cap ? blocks : cap), nlayers);
 
     page_copy<W><<<grid, kThreads, 0, stream>>>(*p, idx, n, layer0, to_host);
     return cudaGetLastError();

@@ -32,7 +32,8 @@ struct kvk_pool {
     uint64_t host_layer_stride;
     uint64_t host_v_off;
     uint32_t layers;
-    uint32_t parts; /* 2 for MHA (K and V), 1 for MLA */
+    uint32_t parts;      /* 2 for MHA (K and V), 1 for MLA */
+    uint32_t max_blocks; /* blocks per layer at most (each 8 warps); 0: as many as items */
 };
 
 /* Whether this device can run the kernels (the binary holds code it can load): 0 when it

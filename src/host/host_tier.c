@@ -607,7 +607,9 @@ static int open_parts(struct host_tier *h, const struct host_tier_config *c, uin
         if (!h->ld_swa || !h->bk_swa || !h->ld_pair || !h->ld_mask)
             return -ENOMEM;
     }
-    struct xfer_config xc = {.io = o->io, .serial = o->sim_serial != 0, .swa = c->swa_pool};
+    /* Loads on a high-priority stream: the forward waits for them layer by layer. */
+    struct xfer_config xc = {
+        .io = o->io, .serial = o->sim_serial != 0, .swa = c->swa_pool, .high_priority_loads = true};
     return xfer_create(c->kv, &h->pool, &xc, &h->xfer);
 }
 

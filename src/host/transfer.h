@@ -67,6 +67,12 @@ struct xfer_config {
      * which must outlive the engine; dev must be &swa->full, and the host pool's layers are
      * the model's, at the rows of both pools. */
     const struct swa_pool *swa;
+    /* cuda kernel path: blocks (8 warps each) per layer of a copy at most; 0 means
+     * XFER_KERNEL_BLOCKS. Fewer leave more SMs to the forward (docs/measurements.md). */
+    uint32_t kernel_blocks;
+    /* cuda: loads go on a stream of the device's highest priority, so that a load's copies
+     * get the SMs or the copy engine ahead of the forward's work that waits for them. */
+    bool high_priority_loads;
 };
 
 /* Below about this size a copy-engine copy pays more in its fixed cost (a microsecond or
@@ -74,6 +80,11 @@ struct xfer_config {
  * kernels keep the link full with scattered pages instead. A first estimate, to be tuned
  * with kvtier-xfer-bench on the target GPU. */
 #define XFER_AUTO_DMA_MIN_BYTES ((uint64_t)512 << 10)
+
+/* On an H200 (2026-11-26), 16 blocks per layer kept a load's kernels at the link's speed
+ * (0.90 of one cudaMemcpyAsync, as with no cap) while a prefill kernel beside them lost 1.3%
+ * against 3.8% with a block per 8 page parts; 8 blocks lost link speed. */
+#define XFER_KERNEL_BLOCKS 16
 
 struct xfer_engine;
 struct swa_pool;

@@ -495,6 +495,7 @@ static int kern_init(struct cuda_engine *ce)
     kp->host = host;
     kp->layers = x->layers;
     kp->parts = x->host->row[1] ? 2 : 1;
+    kp->max_blocks = x->cfg.kernel_blocks ? x->cfg.kernel_blocks : XFER_KERNEL_BLOCKS;
     kern_host_strides(x->host, kp);
     if (!kern_strides_match(x->host, kp))
         return -EINVAL;
@@ -539,7 +540,12 @@ static int kern_setup(struct xfer_engine *x)
 
 static int cuda_start(struct xfer_stream *s)
 {
-    return cuda_ok(cudaStreamCreateWithFlags(&cs_of(s)->cs, cudaStreamNonBlocking));
+    int prio = 0, least, greatest; /* lower numbers are higher priorities */
+
+    if (s->dir == XFER_LOAD && s->x->cfg.high_priority_loads &&
+        !cuda_ok(cudaDeviceGetStreamPriorityRange(&least, &greatest)))
+        prio = greatest;
+    return cuda_ok(cudaStreamCreateWithPriority(&cs_of(s)->cs, cudaStreamNonBlocking, prio));
 }
 
 static void cuda_stop(struct xfer_stream *s)

@@ -82,8 +82,11 @@ static const struct shape shapes[] = {
 #define NSHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
 /* The io modes under test; auto_dma is auto with a threshold every op passes. */
-enum mode { M_AUTO, M_KERNEL, M_DMA, M_AUTO_DMA, NMODES };
-static const char *const mode_names[NMODES] = {"auto", "kernel", "dma", "auto(dma)"};
+/* M_KERNEL_ONE: the kernels with one block per layer (its warps loop over every page part)
+ * and loads on a high-priority stream. */
+enum mode { M_AUTO, M_KERNEL, M_DMA, M_AUTO_DMA, M_KERNEL_ONE, NMODES };
+static const char *const mode_names[NMODES] = {"auto", "kernel", "dma", "auto(dma)",
+                                               "kernel, one block"};
 
 struct rig {
     struct kv_pool dev;
@@ -100,8 +103,12 @@ static struct xfer_config mode_config(enum mode m)
 {
     struct xfer_config c = {.io = KVT_IO_AUTO};
 
-    if (m == M_KERNEL)
+    if (m == M_KERNEL || m == M_KERNEL_ONE)
         c.io = KVT_IO_KERNEL;
+    if (m == M_KERNEL_ONE) {
+        c.kernel_blocks = 1;
+        c.high_priority_loads = true;
+    }
     if (m == M_DMA)
         c.io = KVT_IO_DMA;
     if (m == M_AUTO_DMA)
@@ -310,7 +317,7 @@ static void check_paths(const struct rig *r, enum mode m, uint64_t ops)
     xfer_path_ops(r->x, &kern, &dma);
     assert_int_equal(kern + dma, ops);
     /* auto: these spans are far below the threshold, so kernels wherever they run */
-    if (m == M_KERNEL || (m == M_AUTO && kernels_expected))
+    if (m == M_KERNEL || m == M_KERNEL_ONE || (m == M_AUTO && kernels_expected))
         assert_int_equal(kern, ops);
     else
         assert_int_equal(dma, ops);
@@ -369,6 +376,12 @@ static void test_round_trip_auto_dma(void **state)
 {
     (void)state;
     round_trips_mode(M_AUTO_DMA);
+}
+
+static void test_round_trip_kernel_one_block(void **state)
+{
+    (void)state;
+    round_trips_mode(M_KERNEL_ONE);
 }
 
 /* ---- how auto picks ---- */
@@ -663,11 +676,16 @@ static bool gpu_is_sm90_or_newer(void)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip_auto),    cmocka_unit_test(test_round_trip_kernel),
-        cmocka_unit_test(test_round_trip_dma),     cmocka_unit_test(test_round_trip_auto_dma),
-        cmocka_unit_test(test_auto_picks),         cmocka_unit_test(test_bad_io),
-        cmocka_unit_test(test_ring_many_ops),      cmocka_unit_test(test_layer_wait_stream),
+        cmocka_unit_test(test_round_trip_auto),
+        cmocka_unit_test(test_round_trip_kernel),
+        cmocka_unit_test(test_round_trip_dma),
+        cmocka_unit_test(test_round_trip_auto_dma),
+        cmocka_unit_test(test_auto_picks),
+        cmocka_unit_test(test_bad_io),
+        cmocka_unit_test(test_ring_many_ops),
+        cmocka_unit_test(test_layer_wait_stream),
         cmocka_unit_test(test_backup_waits_ready),
+        cmocka_unit_test(test_round_trip_kernel_one_block),
     };
 
     if (dev_cuda_device_count() == 0)
