@@ -19,10 +19,12 @@
  *     compute hides the copy), with T, one layer's copy, measured in the same run as a
  *     whole load without compute divided by L.
  *     sim: the compute is a busy-wait on this thread while the worker copies on another.
- *     cuda: the compute stream waits for the layer's event, then runs a host function that
- *     busy-waits C microseconds. That keeps the stream busy for exactly C without
- *     calibrating a spin kernel on a GPU; it does not occupy the SMs, so it shows the copy
- *     engine's overlap, not contention between compute and a gather kernel.
+ *     cuda: the compute stream waits for the layer's event, then runs a kernel of FMA
+ *     chains (xfer_compute.cu) in waves of blocks of about 20 us over every SM, as a
+ *     prefill's matrix products take the SMs and free them tile by tile; a gather kernel
+ *     beside it competes for them. The kernel is sized for C and then timed alone in the
+ *     same run, and that time is the C of the ideal. --compute host keeps the older
+ *     stand-in, a host function busy-waiting on the stream, which takes no SM.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,6 +37,9 @@
 
 #ifdef KVT_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#endif
+#ifdef KVT_HAVE_KERNELS
+#include "xfer_compute.h"
 #endif
 
 #include "kvtier.h"
@@ -58,6 +63,13 @@
 #define TARGET_RATIO_SIM 0.80
 #define TARGET_RATIO_GPU 0.90
 #define TARGET_OVERHEAD_PCT 5.0
+#define BURN_BLOCK_US 20.0 /* kernel compute: each block's share, as a matrix tile's */
+#define BURN_CAL_ITERS 1024
+#ifdef KVT_HAVE_KERNELS
+#define XC_THREADS_OR_0 XC_THREADS
+#else
+#define XC_THREADS_OR_0 0
+#endif
 
 enum scatter { SCATTER_RANDOM = 0, SCATTER_RUNS = 1 };
 
@@ -65,6 +77,11 @@ static const char *const backend_names[] = {"auto", "sim", "cuda"};
 static const char *const io_names[] = {"auto", "kernel", "dma"};
 static const char *const layout_names[] = {"page_first", "layer_first"};
 static const char *const scatter_names[] = {"random", "runs"};
+static const char *const compute_names[] = {"auto", "kernel", "host"};
+static const char *const priority_names[] = {"high", "default"};
+enum { PRIORITY_HIGH = 0, PRIORITY_DEFAULT = 1 };
+
+enum compute { COMPUTE_AUTO = 0, COMPUTE_KERNEL = 1, COMPUTE_HOST = 2 };
 
 /* --layers and friends: applied over --geometry whatever their order on the line. */
 struct override {
@@ -77,7 +94,8 @@ struct config {
     struct kvt_geometry g;
     uint32_t tp_size;
     struct override layers, kv_heads, head_dim, dtype_bytes;
-    uint32_t page_size, backend, io, layout, scatter;
+    uint32_t page_size, backend, io, layout, scatter, compute, load_priority;
+    uint64_t kernel_blocks;
     uint64_t pages, pool_pages, overlap_pages, run_pages, reps, seed;
     uint64_t dma_min_bytes;           /* cuda io=auto: the engine's threshold; 0: its default */
     uint64_t compute_us[MAX_COMPUTE]; /* 0: auto */
@@ -90,7 +108,9 @@ struct bandwidth {
 };
 
 struct overlap_point {
-    double compute, ideal; /* seconds */
+    double asked;          /* the compute asked for, seconds per layer */
+    double compute, ideal; /* seconds: compute as measured alone (kernel) or as asked */
+    uint32_t burn_blocks;  /* kernel compute: blocks per layer */
     struct cli_timing measured;
     bool automatic;
 };
@@ -114,9 +134,15 @@ struct rig {
     uint64_t bytes;          /* N pages: what every copy of (a) moves */
     uint64_t path_ops[2][2]; /* [dir][kernel, dma]: how cuda sent every op, warm-ups too */
     void *base_dev, *base_host; /* the baseline's buffers; base_host lies in the host pool */
-    double spin;                /* cuda: the compute host function's seconds */
+    double spin;                /* host compute: the busy-wait's seconds */
+    bool burn;                  /* cuda: compute is the burn kernel */
+    int sms, burn_per_sm;       /* the GPU's SMs; burn blocks that fit on one at once */
+    double burn_iter_s;         /* one wave's time per FMA round, as calibrated */
+    uint32_t burn_blocks, burn_iters;
 #ifdef KVT_HAVE_CUDA
     cudaStream_t cs; /* the baseline's copies and the emulated compute */
+    cudaEvent_t ev[2];
+    float *sink; /* the burn kernel's output, one float per block */
 #endif
 };
 
@@ -187,6 +213,10 @@ static int base_copy(struct rig *r, bool h2d)
 /* One layer's compute, queued behind the layer's wait (cuda) or done here (sim). */
 static int compute_layer(struct rig *r)
 {
+#ifdef KVT_HAVE_KERNELS
+    if (r->burn)
+        return cuda_ok("burn kernel", xc_burn(r->burn_blocks, r->burn_iters, r->sink, r->cs));
+#endif
 #ifdef KVT_HAVE_CUDA
     if (on_cuda(r))
         return cuda_ok("cudaLaunchHostFunc", cudaLaunchHostFunc(r->cs, spin_host_fn, &r->spin));
@@ -234,9 +264,97 @@ static void stream_destroy(struct rig *r)
     if (r->cs)
         cudaStreamDestroy(r->cs);
     r->cs = NULL;
+    for (int i = 0; i < 2; i++)
+        if (r->ev[i])
+            cudaEventDestroy(r->ev[i]);
+    cudaFree(r->sink);
+    r->sink = NULL;
 #endif
     (void)r;
 }
+
+/* ---- the compute kernel (cuda, in a build with the kernels) ---- */
+
+#ifdef KVT_HAVE_KERNELS
+/* Seconds that launches layers' compute take on the compute stream, by its events. */
+static int burn_time(struct rig *r, uint64_t launches, double *seconds)
+{
+    float ms;
+
+    if (cuda_ok("cudaEventRecord", cudaEventRecord(r->ev[0], r->cs)))
+        return -1;
+    for (uint64_t i = 0; i < launches; i++)
+        if (compute_layer(r))
+            return -1;
+    if (cuda_ok("cudaEventRecord", cudaEventRecord(r->ev[1], r->cs)) ||
+        cuda_ok("cudaEventSynchronize", cudaEventSynchronize(r->ev[1])) ||
+        cuda_ok("cudaEventElapsedTime", cudaEventElapsedTime(&ms, r->ev[0], r->ev[1])))
+        return -1;
+    *seconds = ms * 1e-3;
+    return 0;
+}
+
+/* Size the kernel for blocks blocks of iters rounds; the sink grows to match. */
+static int burn_size(struct rig *r, uint32_t blocks, uint32_t iters)
+{
+    if (blocks > r->burn_blocks || !r->sink) {
+        cudaFree(r->sink);
+        r->sink = NULL;
+        if (cuda_ok("cudaMalloc", cudaMalloc((void **)&r->sink, blocks * sizeof(float))))
+            return -1;
+    }
+    r->burn_blocks = blocks;
+    r->burn_iters = iters;
+    return 0;
+}
+
+/* Read the GPU's shape, bring its clocks up (a few dozen ms of full load), then time one
+ * full wave of BURN_CAL_ITERS rounds: the median of five. */
+static int burn_setup(struct rig *r)
+{
+    double t[5], warm;
+    int dev;
+    uint32_t wave;
+
+    if (cuda_ok("cudaGetDevice", cudaGetDevice(&dev)) ||
+        cuda_ok("SM count", cudaDeviceGetAttribute(&r->sms, cudaDevAttrMultiProcessorCount, dev)) ||
+        cuda_ok("burn kernel occupancy", xc_blocks_per_sm(&r->burn_per_sm)) ||
+        cuda_ok("cudaEventCreate", cudaEventCreate(&r->ev[0])) ||
+        cuda_ok("cudaEventCreate", cudaEventCreate(&r->ev[1])))
+        return -1;
+    wave = (uint32_t)(r->sms * r->burn_per_sm);
+    if (burn_size(r, wave, BURN_CAL_ITERS) || burn_time(r, 2000, &warm))
+        return -1;
+    for (int i = 0; i < 5; i++)
+        if (burn_time(r, 1, &t[i]))
+            return -1;
+    r->burn_iter_s = cli_summarize(t, 5).median / BURN_CAL_ITERS;
+    return 0;
+}
+
+/* Shape the kernel for compute seconds per layer: waves of about BURN_BLOCK_US, as a
+ * matrix product's tiles retire and free their SMs, then measure what L layers of it take
+ * alone; that, not the asked-for figure, is the compute the ideal uses. */
+static int burn_point(struct rig *r, struct overlap_point *p)
+{
+    uint32_t layers = r->cfg->g.layers;
+    double waves = p->asked / (BURN_BLOCK_US * 1e-6), iters;
+    double *t = calloc(r->cfg->reps, sizeof(*t)), warm;
+    int rc = t ? 0 : -1;
+
+    waves = waves < 1 ? 1 : (double)(uint64_t)(waves + 0.5);
+    iters = p->asked / waves / r->burn_iter_s;
+    p->burn_blocks = (uint32_t)waves * (uint32_t)(r->sms * r->burn_per_sm);
+    rc = rc ? rc : burn_size(r, p->burn_blocks, iters < 1 ? 1 : (uint32_t)(iters + 0.5));
+    rc = rc ? rc : burn_time(r, layers, &warm);
+    for (uint64_t i = 0; i < r->cfg->reps && !rc; i++)
+        rc = burn_time(r, layers, &t[i]);
+    if (!rc)
+        p->compute = cli_summarize(t, r->cfg->reps).median / layers;
+    free(t);
+    return rc;
+}
+#endif
 
 /* ---- choosing the pages ---- */
 
@@ -384,8 +502,11 @@ static void fill_sim_pool(struct kv_pool *p)
 static int open_pools(struct rig *r)
 {
     const struct config *cfg = r->cfg;
-    struct xfer_config xc = {
-        .io = cfg->io, .seed = cfg->seed, .auto_dma_min_bytes = cfg->dma_min_bytes};
+    struct xfer_config xc = {.io = cfg->io,
+                             .seed = cfg->seed,
+                             .auto_dma_min_bytes = cfg->dma_min_bytes,
+                             .kernel_blocks = (uint32_t)cfg->kernel_blocks,
+                             .high_priority_loads = cfg->load_priority == PRIORITY_HIGH};
     int rc;
 
     if ((rc = kv_pool_init(&r->dev, r->be, &cfg->g, (cfg->pool_pages + 1) * cfg->page_size)))
@@ -438,6 +559,16 @@ static int setup(struct rig *r)
     r->bytes = cfg->pages * r->page_bytes;
     if (check_ram(r) || pick_pages(r) || open_pools(r) || open_baseline(r))
         return -1;
+#ifdef KVT_HAVE_KERNELS
+    r->burn = on_cuda(r) && cfg->compute != COMPUTE_HOST;
+    if (r->burn && burn_setup(r))
+        return -1;
+#else
+    if (on_cuda(r) && cfg->compute == COMPUTE_KERNEL) {
+        fprintf(stderr, "%s: --compute kernel: this build has no CUDA kernels\n", PROG);
+        return -1;
+    }
+#endif
     return 0;
 }
 
@@ -618,9 +749,13 @@ static int run_overlap(struct rig *r, struct overlap *ov)
         struct overlap_point *p = &ov->pt[i];
 
         p->automatic = cfg->compute_us[i] == 0;
-        p->compute = p->automatic ? auto_compute(ov->layer) : (double)cfg->compute_us[i] * 1e-6;
+        p->asked = p->automatic ? auto_compute(ov->layer) : (double)cfg->compute_us[i] * 1e-6;
+        p->compute = r->spin = p->asked;
+#ifdef KVT_HAVE_KERNELS
+        if (r->burn && burn_point(r, p))
+            return -1;
+#endif
         p->ideal = ideal_prefill(cfg->g.layers, ov->layer, p->compute);
-        r->spin = p->compute;
         rc = repeat(r, n, prefill_once, &p->measured);
     }
     return rc;
@@ -654,6 +789,12 @@ static void print_text_config(const struct rig *r)
     else
         printf("scattered at random");
     printf(" (seed %" PRIu64 "): %zu runs\n", cfg->seed, r->runs);
+    if (on_cuda(r))
+        printf("  streams   loads at %s priority; kernel path at most %" PRIu64
+               " blocks of 8 warps per layer%s\n",
+               priority_names[cfg->load_priority],
+               cfg->kernel_blocks ? cfg->kernel_blocks : (uint64_t)XFER_KERNEL_BLOCKS,
+               cfg->kernel_blocks ? "" : " (the engine's default)");
     if (on_cuda(r))
         printf("  paths     loads: %" PRIu64 " by kernel, %" PRIu64 " by dma; backups: %" PRIu64
                " by kernel, %" PRIu64 " by dma\n",
@@ -697,6 +838,13 @@ static void print_text_overlap(const struct rig *r, const struct overlap *ov)
     cli_print_size(bytes / cfg->g.layers);
     printf(", whole load %.2f ms at %.2f GB/s)\n", ov->load.median * 1e3,
            cli_gbps(bytes, ov->load.median));
+    if (r->burn)
+        printf(
+            "  compute   a kernel of waves of %d SMs x %d blocks of %d threads, each block about "
+            "%.0f us;\n            compute/layer is its time alone, for %u layers in a row\n",
+            r->sms, r->burn_per_sm, XC_THREADS_OR_0, BURN_BLOCK_US, cfg->g.layers);
+    else if (on_cuda(r))
+        printf("  compute   a host function busy-waiting on the compute stream (no SM taken)\n");
     printf("  %-16s %12s %12s %10s %13s   %s\n", "compute/layer", "measured", "ideal", "overhead",
            "copy/compute", "target");
     for (size_t i = 0; i < cfg->ncompute; i++) {
@@ -746,6 +894,8 @@ static void print_json_config(struct jw *w, const struct rig *r)
     jw_object(w, "config");
     jw_string(w, "backend", r->be->name);
     jw_string(w, "io", io_names[cfg->io]);
+    jw_string(w, "load_priority", priority_names[cfg->load_priority]);
+    jw_u64(w, "kernel_blocks", cfg->kernel_blocks ? cfg->kernel_blocks : XFER_KERNEL_BLOCKS);
     jw_string(w, "layout", layout_names[cfg->layout]);
     jw_bool(w, "host_pinned", r->host.pinned);
     print_json_geometry(w, cfg);
@@ -794,6 +944,8 @@ static void print_json_point(struct jw *w, const struct overlap *ov, const struc
 {
     jw_object(w, NULL);
     jw_double(w, "compute_us", "%.3f", p->compute * 1e6);
+    jw_double(w, "asked_us", "%.3f", p->asked * 1e6);
+    jw_u64(w, "compute_blocks", p->burn_blocks);
     jw_bool(w, "auto", p->automatic);
     jw_double(w, "measured_s", "%.9g", p->measured.median);
     jw_double(w, "best_s", "%.9g", p->measured.best);
@@ -815,6 +967,7 @@ static void print_json_overlap(struct jw *w, const struct rig *r, const struct o
     jw_u64(w, "layer_bytes", bytes / cfg->g.layers);
     rpt_json_timing(w, "load", &ov->load, bytes, false);
     jw_double(w, "layer_copy_s", "%.9g", ov->layer);
+    jw_string(w, "compute", r->burn ? "kernel" : on_cuda(r) ? "host" : "busy-wait");
     jw_double(w, "target_overhead_pct", "%.1f", TARGET_OVERHEAD_PCT);
     jw_array(w, "points");
     for (size_t i = 0; i < cfg->ncompute; i++)
@@ -971,6 +1124,19 @@ static const struct cli_option options[] = {
      .help = "with --io auto on cuda: an op whose copies average at\n"
              "least N bytes goes by the copy engine, a shorter one by\n"
              "the kernels (default 0: the engine's own threshold)"},
+    {"--kernel-blocks", CLI_COUNT, OFF(kernel_blocks), 0, 4096, .arg = "N",
+     .help = "cuda kernel path: blocks of 8 warps per layer of a copy at\n"
+             "most (default 0: the engine's, " CLI_STR(XFER_KERNEL_BLOCKS) "; 4096: one warp per\n"
+                                                                           "page part)"},
+    {"--load-priority", CLI_NAME, OFF(load_priority), CLI_NAMES(priority_names), .arg = "P",
+     .help = "cuda: high (default, as the engine's host tier) or\n"
+             "default, the load stream's priority"},
+    {"--compute", CLI_NAME, OFF(compute), CLI_NAMES(compute_names), .arg = "C",
+     .help = "cuda: what (b)'s compute is: kernel, a kernel of FMA\n"
+             "chains over every SM in waves of about 20 us blocks;\n"
+             "host, a host function busy-waiting on the compute\n"
+             "stream (it takes no SM); auto (default): kernel where\n"
+             "this build has the kernels. sim: always a busy-wait"},
     {"--layout", CLI_NAME, OFF(layout), CLI_NAMES(layout_names), .arg = "L",
      .help = "host pool layout: page_first (default) or layer_first"},
     {.kind = CLI_TEXT, .help = "\nOutput:\n"},
@@ -992,9 +1158,10 @@ static void usage(FILE *f)
             "    pool and a device buffer). Target: scattered / one copy >= %.2f on sim,\n"
             "    >= %.2f on a GPU.\n"
             "(b) overlap: a prefill of L layers, each waiting for its layer of a load and then\n"
-            "    computing C us (sim: a busy-wait on this thread; cuda: a host function that\n"
-            "    busy-waits on the compute stream), against the ideal T + C + (L-1) max(T, C)\n"
-            "    (L C + T when C >= T), T one layer's copy measured in the same run.\n"
+            "    computing C us (sim: a busy-wait on this thread; cuda: a kernel over every SM,\n"
+            "    see --compute, C then measured alone in the same run), against the ideal\n"
+            "    T + C + (L-1) max(T, C) (L C + T when C >= T), T one layer's copy measured in\n"
+            "    the same run.\n"
             "    Target: within %.0f%% of the ideal.\n",
             PROG, TARGET_RATIO_SIM, TARGET_RATIO_GPU, TARGET_OVERHEAD_PCT);
     cli_print_options(f, options, CLI_COUNT_OF(options), 22);
