@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(gcc libc6-dev meson ninja-build pkg-config python3 python3-dev python3-venv libssl-dev
-          liburing-dev liblmdb-dev libcmocka-dev libxxhash-dev fio gdb libhiredis-dev
+          liburing-dev liblmdb-dev libcmocka-dev libxxhash-dev fio gdb openssl
           redis-server)
 
 install_missing() {

@@ -264,8 +264,9 @@ struct kvt_options {
      * the disk tier (disk_write_policy); reads come from the nearest tier holding them. Every value
      * read is checked (a failing one is a miss, never served), and a server that is down, slow or
      * emptied costs only hits: ops fail within remote_timeout_ms and the engine serves on. NULL
-     * (default): none. A URL that is not of that form is -EINVAL; in a build without hiredis any
-     * remote is KVT_ENOBACKEND. */
+     * (default): none. "rediss://" in place of "redis://" (every seed alike) speaks TLS: see
+     * remote_tls_ca. A URL that is not of that form is -EINVAL; in a build without the Redis
+     * store (-Dredis=disabled) any remote is KVT_ENOBACKEND. */
     const char *remote;
     uint32_t remote_timeout_ms; /* connect, read and write timeouts; 0: 1000 */
     uint32_t remote_ttl_s;      /* seconds a page lives on the server; 0: until it evicts it */
@@ -276,6 +277,16 @@ struct kvt_options {
      * state's bytes of host memory once used; more than the memory available is refused
      * (KVT_EHOSTRAM). */
     uint32_t mamba_host_states;
+    /* TLS to the remote tier, with a "rediss://" URL (since 0.6): TLS 1.2 or later, the
+     * server's certificate checked against these CAs and against the URL's host (a DNS name,
+     * or an IP address its subjectAltName lists). A server whose certificate does not check
+     * out, or that speaks no TLS, is one the engine cannot reach: its pages miss, counted as
+     * errors. A file that cannot be read or holds no usable PEM is -EINVAL at kvt_open, as is
+     * any of these without "rediss://". */
+    const char *remote_tls_ca;   /* PEM file of the CA certificates; NULL: the system's */
+    const char *remote_tls_cert; /* PEM client certificate (chain), for a server that asks for
+                                    one (tls-auth-clients); NULL: none */
+    const char *remote_tls_key;  /* its private key, PEM; NULL: in remote_tls_cert's file */
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in

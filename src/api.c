@@ -103,10 +103,13 @@ static const struct {
     OPTION(remote_timeout_ms),
     OPTION(remote_ttl_s),
     OPTION(mamba_host_states),
+    OPTION(remote_tls_ca),
+    OPTION(remote_tls_cert),
+    OPTION(remote_tls_key),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, mamba_host_states) -
-                       sizeof(uint32_t) <
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, remote_tls_key) -
+                       sizeof(const char *) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
@@ -310,11 +313,16 @@ static int open_remote(kvt_engine *e, const struct host_pool *hp, struct kvt_sto
                                      .connect_timeout_ms = e->opts.remote_timeout_ms,
                                      .read_timeout_ms = e->opts.remote_timeout_ms,
                                      .write_timeout_ms = e->opts.remote_timeout_ms,
-                                     .ttl_s = e->opts.remote_ttl_s};
+                                     .ttl_s = e->opts.remote_ttl_s,
+                                     .tls_ca = e->opts.remote_tls_ca,
+                                     .tls_cert = e->opts.remote_tls_cert,
+                                     .tls_key = e->opts.remote_tls_key};
     int rc = store_redis_parse_url(e->opts.remote, buf, sizeof(buf), &ro);
 
     if (rc)
         return rc;
+    if (!ro.tls && (ro.tls_ca || ro.tls_cert || ro.tls_key))
+        return -EINVAL; /* TLS files for a plain connection: a mistake, not a preference */
     if (!ro.connect_timeout_ms)
         ro.connect_timeout_ms = ro.read_timeout_ms = ro.write_timeout_ms = 1000;
     memcpy(ro.fingerprint, e->fingerprint, STORE_REDIS_FP_BYTES);

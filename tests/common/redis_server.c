@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +10,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "store/redis/client.h"
 
 bool redis_server_installed(void)
 {
@@ -33,11 +34,40 @@ static uint16_t free_port(void)
     return port;
 }
 
+const char *redis_server_file(const struct redis_server *rs, const char *file, char *out,
+                              size_t len)
+{
+    snprintf(out, len, "%s/%s", rs->dir, file);
+    return out;
+}
+
+/* The test's CA, the server's certificate and a client's, and a CA that signed none of them;
+ * EC keys, so it takes a fraction of a second. 0, or -1 when openssl(1) failed. */
+static int make_certs(const struct redis_server *rs)
+{
+    static const char script[] =
+        "(cd '%s' && K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' &&"
+        " openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=kvtier-test-ca &&"
+        " openssl req -x509 $K -keyout other-ca.key -out other-ca.crt -days 2"
+        " -subj /CN=kvtier-other-ca &&"
+        " openssl req $K -keyout server.key -out server.csr -subj /CN=localhost &&"
+        " printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext &&"
+        " openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+        " -out server.crt -days 2 -extfile san.ext &&"
+        " openssl req $K -keyout client.key -out client.csr -subj /CN=kvtier-test-client &&"
+        " openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+        " -out client.crt -days 2) >/dev/null 2>&1";
+    char cmd[sizeof(script) + 256];
+
+    snprintf(cmd, sizeof(cmd), script, rs->dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
 /* A cluster node keeps serving its slots while another master is down
  * (cluster-require-full-coverage no), and calls one down after 2 s without an answer. */
 static void exec_server(const struct redis_server *rs)
 {
-    char port[8], bus[8], log[160];
+    char port[8], bus[8], log[160], tls_port[8], cert[160], key[160], ca[160];
     int null = open("/dev/null", O_RDWR);
 
     snprintf(port, sizeof(port), "%u", rs->port);
@@ -48,7 +78,17 @@ static void exec_server(const struct redis_server *rs)
         dup2(null, 1);
         dup2(null, 2);
     }
-    if (rs->cluster)
+    snprintf(tls_port, sizeof(tls_port), "%u", rs->tls_port);
+    redis_server_file(rs, "server.crt", cert, sizeof(cert));
+    redis_server_file(rs, "server.key", key, sizeof(key));
+    redis_server_file(rs, "ca.crt", ca, sizeof(ca));
+    if (rs->tls)
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
+               rs->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log,
+               "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", "--tls-port", tls_port,
+               "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca,
+               "--tls-auth-clients", rs->tls_auth_clients ? "yes" : "no", (char *)NULL);
+    else if (rs->cluster)
         execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
                rs->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log,
                "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", "--cluster-enabled",
@@ -62,46 +102,45 @@ static void exec_server(const struct redis_server *rs)
     _exit(127);
 }
 
+/* One command on a fresh plain connection to the server's port; NULL when none came. */
+static struct resp_value *call(const struct redis_server *rs, int argc, const char **argv,
+                               const size_t *lens)
+{
+    const struct redis_wire_timeouts t = {2000, 2000, 2000};
+    struct redis_wire *w;
+    struct resp_value *rep = NULL;
+
+    if (redis_wire_open("127.0.0.1", rs->port, NULL, &t, &w, NULL, 0))
+        return NULL;
+    redis_call(w, argc, argv, lens, &rep);
+    redis_wire_close(w);
+    return rep;
+}
+
 long long redis_server_cmd(const struct redis_server *rs, int argc, const char **argv,
                            const size_t *lens)
 {
-    struct timeval tv = {.tv_sec = 2};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", rs->port, tv);
-    redisReply *rep = NULL;
-    long long v = -1;
+    struct resp_value *rep = call(rs, argc, argv, lens);
+    long long v = !rep                       ? -1
+                  : rep->type == RESP_INT    ? rep->integer
+                  : rep->type == RESP_STATUS ? 0
+                                             : -1;
 
-    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK)
-        rep = redisCommandArgv(c, argc, argv, lens);
-    if (rep && rep->type == REDIS_REPLY_INTEGER)
-        v = rep->integer;
-    else if (rep && rep->type == REDIS_REPLY_STATUS)
-        v = 0;
-    if (rep)
-        freeReplyObject(rep);
-    if (c)
-        redisFree(c);
+    redis_resp_free(rep);
     return v;
 }
 
 int redis_server_cmd_str(const struct redis_server *rs, int argc, const char **argv, char *out,
                          size_t len)
 {
-    struct timeval tv = {.tv_sec = 2};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", rs->port, tv);
-    redisReply *rep = NULL;
+    struct resp_value *rep = call(rs, argc, argv, NULL);
     int rc = -1;
 
-    if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK)
-        rep = redisCommandArgv(c, argc, argv, NULL);
-    if (rep && (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS ||
-                rep->type == REDIS_REPLY_ERROR)) {
-        snprintf(out, len, "%.*s", (int)rep->len, rep->str);
+    if (rep && (rep->type == RESP_BULK || rep->type == RESP_STATUS || rep->type == RESP_ERROR)) {
+        snprintf(out, len, "%s", rep->str);
         rc = 0;
     }
-    if (rep)
-        freeReplyObject(rep);
-    if (c)
-        redisFree(c);
+    redis_resp_free(rep);
     return rc;
 }
 
@@ -137,6 +176,12 @@ int redis_server_start(struct redis_server *rs, uint16_t port)
     rs->port = port ? port : free_port();
     while (rs->cluster && (!rs->bus_port || rs->bus_port == rs->port))
         rs->bus_port = free_port();
+    while (rs->tls && (!rs->tls_port || rs->tls_port == rs->port))
+        rs->tls_port = free_port();
+    if (rs->tls && make_certs(rs)) {
+        redis_server_stop(rs);
+        return -ENOEXEC;
+    }
     if ((rc = launch(rs)))
         redis_server_stop(rs);
     return rc;

@@ -1,7 +1,8 @@
 /*
  * A redis-server of a test's own: on loopback, on a free port (or a given one, to restart
  * one where a store expects it), in a temp dir, without persistence, with maxmemory and LRU
- * eviction so a store's capacity is the server's. Built where hiredis is.
+ * eviction so a store's capacity is the server's. Built with the Redis store. With tls set, it
+ * listens for TLS on a second port too, with certificates made for the test (openssl(1)).
  */
 #ifndef KVT_TEST_REDIS_SERVER_H
 #define KVT_TEST_REDIS_SERVER_H
@@ -16,7 +17,17 @@ struct redis_server {
     char dir[128];
     bool cluster;      /* set before start: a cluster node (nodes.conf in its dir) */
     uint16_t bus_port; /* a cluster node's bus (cluster-port): a free one too, not port + 10000 */
+    /* Set before start: TLS on tls_port (port stays plain, for the test's own commands), its
+     * certificate (subjectAltName DNS:localhost, IP:127.0.0.1) signed by a CA of the test's,
+     * in dir: ca.crt, client.crt and client.key (signed by the same CA), other-ca.crt (a CA
+     * that signed nothing here). tls_auth_clients: a client certificate is required. */
+    bool tls, tls_auth_clients;
+    uint16_t tls_port;
 };
+
+/* The path of file (ca.crt, client.crt, ...) in rs's dir, into out (len bytes). */
+const char *redis_server_file(const struct redis_server *rs, const char *file, char *out,
+                              size_t len);
 
 /* redis-server is on PATH. */
 bool redis_server_installed(void);

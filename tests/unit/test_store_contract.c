@@ -1,8 +1,8 @@
 /*
  * The store contract (src/store/store.h), checked the same way on every backend built in:
- * the in-memory store, the disk block store, a chain of the two, and (where hiredis is) the
- * Redis store over a redis-server the test starts itself and over a 3-master Redis Cluster
- * likewise. A new backend adds one row to BACKENDS and passes these before the engine ever
+ * the in-memory store, the disk block store, a chain of the two, and (where the Redis store is
+ * built) the Redis store over a redis-server the test starts itself and over a 3-master Redis
+ * Cluster likewise. A new backend adds one row to BACKENDS and passes these before the engine ever
  * sees it (docs/tiers.md).
  *
  * Each backend gets a store of CAPACITY pages of PAGE_BYTES, and then:

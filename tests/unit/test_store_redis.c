@@ -19,6 +19,14 @@
  * - a master killed: its slots' pages fail (counted) and the others are served; restarted,
  *   it serves again;
  * - a master stopped (SIGSTOP): its pages fail within the timeouts, the others are served.
+ * And over TLS (a server with a TLS port and certificates of the test's own):
+ * - the CA given, the server named as its certificate names it (IP 127.0.0.1, DNS localhost):
+ *   pages written and read exact;
+ * - another CA, a name the certificate does not carry, a plain server behind rediss://, a TLS
+ *   port spoken to in plain, a server that wants a client certificate and gets none: every
+ *   page fails (counted), none is served, nothing hangs; the reason is kept (last_refusal);
+ * - the client certificate given to that server: pages exact;
+ * - a CA or certificate file that cannot be read: refused at open, the file named.
  * Skipped (exit 77) where redis-server is not installed.
  */
 #include <stdarg.h>
@@ -658,6 +666,140 @@ static void test_acl_users(void **state)
     assert_int_equal(read_pages(f, PAGES, res), PAGES);
 }
 
+/* ---- TLS ---- */
+
+static int setup_tls(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    if (!f || !(f->bufs = malloc((size_t)MAX_PAGES * PAGE_BYTES)))
+        return -1;
+    f->srv.tls = true;
+    f->srv.tls_auth_clients = false;
+    if (redis_server_start(&f->srv, 0) || open_store(f, 0))
+        return -1;
+    make_pages(f, 3);
+    *state = f;
+    return 0;
+}
+
+/* f->s replaced by a TLS store on host:port trusting ca (a file of the server's dir), with
+ * cert and key (files there too) when given. */
+static void reopen_tls(struct fixture *f, const char *host, uint16_t port, const char *ca,
+                       const char *cert)
+{
+    char ca_path[256], cert_path[256], key_path[256], err[400];
+
+    store_close(f->s);
+    f->s = NULL;
+    default_options(f, 0);
+    f->o.host = host;
+    f->o.port = port;
+    f->o.tls = true;
+    f->o.tls_ca = redis_server_file(&f->srv, ca, ca_path, sizeof(ca_path));
+    if (cert) {
+        f->o.tls_cert = redis_server_file(&f->srv, cert, cert_path, sizeof(cert_path));
+        f->o.tls_key = redis_server_file(&f->srv, "client.key", key_path, sizeof(key_path));
+    }
+    assert_int_equal(store_redis_open_err(&f->o, &f->s, err, sizeof(err)), 0);
+}
+
+/* Nothing gets through: writes and reads fail, nothing is served, the store says why. */
+static void expect_unreachable(struct fixture *f, const char *why)
+{
+    struct store_redis_counters c;
+    int res[MAX_PAGES];
+    uint64_t t0 = now_ms();
+
+    write_pages(f, PAGES, res);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] < 0);
+    assert_int_equal(read_pages(f, PAGES, res), 0);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] < 0);
+    assert_true(now_ms() - t0 < 20 * TIMEOUT_MS); /* each exchange bounded by its timeout */
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_int_equal(c.hits, 0);
+    assert_true(c.failed >= 2 * PAGES);
+    assert_int_equal(c.connected, 0);
+    if (why)
+        assert_non_null(strstr(c.last_refusal, why));
+}
+
+static void test_tls(void **state)
+{
+    struct fixture *f = *state;
+    struct store_redis_counters c;
+    int res[MAX_PAGES];
+
+    /* The server's CA, the server named by the IP address its certificate lists. */
+    reopen_tls(f, "127.0.0.1", f->srv.tls_port, "ca.crt", NULL);
+    write_all_ok(f);
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_int_equal(c.failed, 0);
+    assert_int_equal(c.connected, 1);
+    /* By the DNS name it lists: the same pages, read over a new connection. */
+    reopen_tls(f, "localhost", f->srv.tls_port, "ca.crt", NULL);
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+    /* The pages went over TLS to the same database the plain port serves. */
+    assert_int_equal(key_cmd(f, "EXISTS", 0), 1);
+    /* A CA that did not sign the server's certificate. */
+    reopen_tls(f, "127.0.0.1", f->srv.tls_port, "other-ca.crt", NULL);
+    expect_unreachable(f, "certificate");
+    /* A name the certificate does not carry ("127.1" is 127.0.0.1 to the resolver). */
+    reopen_tls(f, "127.1", f->srv.tls_port, "ca.crt", NULL);
+    expect_unreachable(f, "certificate");
+    /* rediss:// to the plain port: the server answers no handshake. */
+    reopen_tls(f, "127.0.0.1", f->srv.port, "ca.crt", NULL);
+    expect_unreachable(f, "TLS");
+    /* redis:// to the TLS port: the server drops what is no handshake. */
+    store_close(f->s);
+    default_options(f, 0);
+    f->o.port = f->srv.tls_port;
+    assert_int_equal(store_redis_open(&f->o, &f->s), 0);
+    expect_unreachable(f, NULL);
+}
+
+static void test_tls_client_cert(void **state)
+{
+    struct fixture *f = *state;
+    int res[MAX_PAGES];
+
+    /* A server that wants a client certificate: none given, no connection. */
+    store_close(f->s);
+    f->s = NULL;
+    redis_server_stop(&f->srv);
+    f->srv = (struct redis_server){.tls = true, .tls_auth_clients = true};
+    assert_int_equal(redis_server_start(&f->srv, 0), 0);
+    reopen_tls(f, "127.0.0.1", f->srv.tls_port, "ca.crt", NULL);
+    expect_unreachable(f, NULL);
+    /* The client certificate the test's CA signed: pages exact. */
+    reopen_tls(f, "127.0.0.1", f->srv.tls_port, "ca.crt", "client.crt");
+    write_all_ok(f);
+    assert_int_equal(read_pages(f, PAGES, res), PAGES);
+}
+
+static void test_tls_bad_files(void **state)
+{
+    struct fixture *f = *state;
+    struct kvt_store *s = NULL;
+    char err[400], path[256];
+
+    default_options(f, 0);
+    f->o.tls = true;
+    f->o.tls_ca = "/nonexistent/ca.crt";
+    assert_int_equal(store_redis_open_err(&f->o, &s, err, sizeof(err)), -EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(err, "/nonexistent/ca.crt"));
+    /* A certificate file that holds a CA's certificate and no key. */
+    f->o.tls_ca = NULL;
+    f->o.tls_cert = redis_server_file(&f->srv, "ca.crt", path, sizeof(path));
+    assert_int_equal(store_redis_open_err(&f->o, &s, err, sizeof(err)), -EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(err, "ca.crt"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +813,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cluster_migration, setup_cluster, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_master_killed, setup_cluster, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_master_stopped, setup_cluster, teardown),
+        cmocka_unit_test_setup_teardown(test_tls, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_client_cert, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_bad_files, setup_tls, teardown),
     };
 
     if (!redis_server_installed()) {

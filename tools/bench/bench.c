@@ -896,7 +896,8 @@ static int open_error(const struct config *cfg, int rc)
         return -1;
     case KVT_ENOBACKEND:
         if (cfg->remote) {
-            fprintf(stderr, "%s: --remote: not built in (kvtier was built without hiredis)\n",
+            fprintf(stderr,
+                    "%s: --remote: not built in (kvtier was built without the Redis store)\n",
                     PROG);
             return -1;
         }

@@ -1379,7 +1379,8 @@ static int run_restart(const struct config *cfg)
     return err;
 #else
     (void)cfg;
-    fprintf(stderr, "%s: --remote-restart: not built in (kvtier was built without hiredis)\n",
+    fprintf(stderr,
+            "%s: --remote-restart: not built in (kvtier was built without the Redis store)\n",
             PROG);
     return 1;
 #endif
@@ -1417,7 +1418,8 @@ static int run_remote(const struct config *cfg)
     return err;
 #else
     (void)cfg;
-    fprintf(stderr, "%s: --remote: not built in (kvtier was built without hiredis)\n", PROG);
+    fprintf(stderr, "%s: --remote: not built in (kvtier was built without the Redis store)\n",
+            PROG);
     return 1;
 #endif
 }

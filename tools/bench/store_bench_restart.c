@@ -27,10 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
 #include "cli.h"
 #include "fio.h"
+#include "store/redis/client.h"
 #include "store/redis/redis.h"
 
 #define PROG "kvtier-store-bench"
@@ -64,14 +63,18 @@ static void sleep_ms(double ms)
 
 static bool answers_ping(uint16_t port)
 {
-    struct timeval tv = {0, 200000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    redisReply *rep = c && !c->err ? redisCommand(c, "PING") : NULL;
-    bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+    const struct redis_wire_timeouts t = {200, 200, 200};
+    const char *ping[] = {"PING"};
+    struct resp_value *rep = NULL;
+    struct redis_wire *w;
+    bool ok;
 
-    freeReplyObject(rep);
-    if (c)
-        redisFree(c);
+    if (redis_wire_open("127.0.0.1", port, NULL, &t, &w, NULL, 0))
+        return false;
+    redis_call(w, 1, ping, NULL, &rep);
+    ok = rep && rep->type == RESP_STATUS;
+    redis_resp_free(rep);
+    redis_wire_close(w);
     return ok;
 }
 

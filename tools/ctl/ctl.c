@@ -219,10 +219,12 @@ static const struct command commands[] = {
      "  --interval SECONDS    time between refreshes (default 1; fractions allowed)\n"
      "  --count N             stop after N refreshes (default: until interrupted)\n"
      "  --json                one JSON object per refresh, one per line\n"},
-    {"remote", cmd_remote, 2, 2, "--json ", "remote stat URL | remote verify URL",
+    {"remote", cmd_remote, 2, 2, "--json --tls-ca --tls-cert --tls-key ",
+     "remote stat URL | remote verify URL [options]",
      "The Redis/Valkey tier (options.remote) on its server, URL as options.remote takes it:\n"
      "redis://[[USER]:PASSWORD@]HOST[:PORT], or a comma-separated list of them naming a\n"
-     "Redis Cluster's seeds (redis://h1:p1,redis://h2:p2). Every kvt:* key is found with SCAN;\n"
+     "Redis Cluster's seeds (redis://h1:p1,redis://h2:p2); rediss:// in place of redis://\n"
+     "speaks TLS. Every kvt:* key is found with SCAN;\n"
      "nothing is written to the server. Keys evicted or expired during the scan are not\n"
      "counted. On a cluster (the first seed to answer answers CLUSTER SLOTS; one node's\n"
      "URL is enough) every master is scanned, the totals are the cluster's and a line per\n"
@@ -233,10 +235,16 @@ static const struct command commands[] = {
      "key matching the key's name, length) and its XXH3-128 checksum; count good and bad\n"
      "pages per fingerprint and name the first bad keys. A kvt:* key not named as a page\n"
      "is bad too. An engine treats a bad value as a miss and deletes it when it reads it.\n"
-     "\n" JSON_HELP
+     "\n"
+     "  --tls-ca FILE         rediss://: PEM CA certificates the server's must chain to\n"
+     "                        (default: the system's); its certificate must also name\n"
+     "                        the URL's host\n"
+     "  --tls-cert FILE       rediss://: a PEM client certificate, for a server that asks\n"
+     "  --tls-key FILE        its private key (default: in --tls-cert's file)\n" JSON_HELP
      "\nExit status: 0 ok (verify: nothing bad), 1 bad pages found (verify) or an error\n"
-     "(server down), 2 on bad usage (a bad URL), or where kvtier-ctl was built without\n"
-     "hiredis.\n"},
+     "(server down, TLS refused), 2 on bad usage (a bad URL, a TLS option without\n"
+     "rediss://, an unusable TLS file), or where kvtier-ctl was built without the Redis\n"
+     "store.\n"},
     {"metrics", cmd_metrics, 1, 1, "--json ", "metrics SOCKET",
      "The engine's figures in Prometheus text format, as its stats socket serves them\n"
      "(kvtier_<field> lines with # HELP and # TYPE).\n\n"
@@ -279,7 +287,8 @@ static void usage(FILE *f)
             "  metrics SOCKET        Prometheus text format\n"
             "\n"
             "On the Redis tier's server or cluster (options.remote, redis://[[USER]:PASSWORD@]\n"
-            "HOST[:PORT] or a comma-separated list of them, a cluster's seeds):\n"
+            "HOST[:PORT] or a comma-separated list of them, a cluster's seeds; rediss:// for\n"
+            "TLS):\n"
             "  remote stat URL       pages and bytes per fingerprint, the server's memory\n"
             "  remote verify URL     read every page and check its header and checksum;\n"
             "                        exit 1 when any is bad\n"
@@ -380,6 +389,12 @@ static int parse_valued(const struct command *c, struct ctl_args *a, const char 
         return parse_interval(c, val, &a->interval);
     else if (!strcmp(opt, "--capacity"))
         return parse_size(c, opt, val, &a->capacity);
+    else if (!strcmp(opt, "--tls-ca"))
+        a->tls_ca = val;
+    else if (!strcmp(opt, "--tls-cert"))
+        a->tls_cert = val;
+    else if (!strcmp(opt, "--tls-key"))
+        a->tls_key = val;
     else if (!strcmp(opt, "--to")) {
         a->to_set = true;
         return parse_size(c, opt, val, &a->to_bytes);

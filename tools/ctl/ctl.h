@@ -39,9 +39,10 @@ struct ctl_args {
     uint64_t limit;    /* ls --limit; 0: all */
     uint64_t to_bytes; /* evict --to */
     bool to_set;
-    uint64_t capacity; /* export/import --capacity; 0: default */
-    uint64_t count;    /* top --count; 0: forever */
-    double interval;   /* top --interval, seconds */
+    uint64_t capacity;                       /* export/import --capacity; 0: default */
+    uint64_t count;                          /* top --count; 0: forever */
+    double interval;                         /* top --interval, seconds */
+    const char *tls_ca, *tls_cert, *tls_key; /* remote --tls-ca, --tls-cert, --tls-key */
 };
 
 /* ---- output helpers (ctl.c) ---- */
@@ -193,7 +194,7 @@ int cmd_import(const struct ctl_args *a);
 int cmd_stat_live(const struct ctl_args *a);
 int cmd_top(const struct ctl_args *a);
 int cmd_metrics(const struct ctl_args *a);
-/* remote stat URL, remote verify URL (pos[0] says which); 2 where hiredis was not found. */
+/* remote stat URL, remote verify URL (pos[0] says which); 2 where the Redis store is not built. */
 int cmd_remote(const struct ctl_args *a);
 
 #endif

@@ -22,15 +22,15 @@
 int cmd_remote(const struct ctl_args *a)
 {
     (void)a;
-    fputs(PROG ": remote commands are not built in (kvtier was built without hiredis)\n", stderr);
+    fputs(PROG ": remote commands are not built in (kvtier was built without the Redis store)\n",
+          stderr);
     return 2;
 }
 
 #else
 
-#include <hiredis/hiredis.h>
-
 #include "kvtier.h"
+#include "store/redis/client.h"
 #include "store/redis/redis.h"
 
 #define SCAN_COUNT "1000"
@@ -59,7 +59,8 @@ struct remote {
     bool cluster;
     struct node_count node[MAX_NODES];
     size_t nnodes;
-    redisContext *ctx;
+    struct redis_wire *ctx;
+    SSL_CTX *tls; /* rediss:// */
     bool verify;
     struct fp_count *fp;
     size_t nfp;
@@ -74,48 +75,81 @@ struct remote {
 
 /* ---- the connection ---- */
 
-static int reply_error(struct remote *r, const redisReply *rep, const char *what)
+static int reply_error(struct remote *r, const struct resp_value *rep, const char *what)
 {
     if (!rep)
-        return ctl_fail("%s: %s: %s", r->server, what, r->ctx->errstr);
+        return ctl_fail("%s: %s: the connection failed or timed out", r->server, what);
     return ctl_fail("%s: %s: %s", r->server, what,
-                    rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+                    rep->type == RESP_ERROR ? rep->str : "unexpected reply");
+}
+
+/* One command and its reply; NULL (said) when the connection failed. */
+static struct resp_value *call(struct remote *r, int argc, const char **argv, const char *what)
+{
+    struct resp_value *rep;
+
+    if (redis_call(r->ctx, argc, argv, NULL, &rep)) {
+        reply_error(r, NULL, what);
+        return NULL;
+    }
+    return rep;
 }
 
 /* AUTH [user] password on r->ctx: 0, or 1 with the refusal named (WRONGPASS, ...). */
 static int authenticate(struct remote *r)
 {
     const char *argv[] = {"AUTH", r->user[0] ? r->user : r->password, r->password};
-    redisReply *rep = redisCommandArgv(r->ctx, r->user[0] ? 3 : 2, argv, NULL);
+    struct resp_value *rep = call(r, r->user[0] ? 3 : 2, argv, "AUTH");
 
-    if (rep && rep->type != REDIS_REPLY_ERROR) {
-        freeReplyObject(rep);
+    if (!rep)
+        return 1;
+    if (rep->type != RESP_ERROR) {
+        redis_resp_free(rep);
         return 0;
     }
     ctl_fail("%s: AUTH%s%s refused: %s", r->server, r->user[0] ? " as user " : "", r->user,
-             rep ? rep->str : r->ctx->errstr);
-    freeReplyObject(rep);
+             rep->str);
+    redis_resp_free(rep);
     return 1;
 }
 
 /* A connection to host:port (AUTH when the URL had a password) as r->ctx. */
 static int connect_to(struct remote *r, const char *host, unsigned port)
 {
-    struct timeval tv = {.tv_sec = TIMEOUT_S};
+    const struct redis_wire_timeouts t = {TIMEOUT_S * 1000, TIMEOUT_S * 1000, TIMEOUT_S * 1000};
+    char why[300];
 
-    if (r->ctx)
-        redisFree(r->ctx);
+    redis_wire_close(r->ctx);
+    r->ctx = NULL;
     snprintf(r->server, sizeof(r->server), "%s:%u", host, port);
-    r->ctx = redisConnectWithTimeout(host, (int)port, tv);
-    if (!r->ctx || r->ctx->err)
-        return ctl_fail("cannot connect to %s: %s", r->server,
-                        r->ctx ? r->ctx->errstr : "out of memory");
-    redisSetTimeout(r->ctx, tv);
+    if (redis_wire_open(host, (uint16_t)port, r->tls, &t, &r->ctx, why, sizeof(why)))
+        return ctl_fail("cannot connect to %s: %s", r->server, why);
     return r->password[0] ? authenticate(r) : 0;
 }
 
+/* The TLS context --tls-* ask for; 2 (bad usage) when they come without rediss:// or name a
+ * file that cannot be used. */
+static int tls_setup(struct remote *r, const struct ctl_args *a, bool tls)
+{
+    char why[400];
+
+    if (!tls && (a->tls_ca || a->tls_cert || a->tls_key)) {
+        fprintf(stderr, PROG ": --tls-ca, --tls-cert and --tls-key need a rediss:// URL\n");
+        return 2;
+    }
+    if (tls && a->tls_key && !a->tls_cert) {
+        fprintf(stderr, PROG ": --tls-key needs --tls-cert\n");
+        return 2;
+    }
+    if (tls && redis_tls_ctx(a->tls_ca, a->tls_cert, a->tls_key, &r->tls, why, sizeof(why))) {
+        fprintf(stderr, PROG ": TLS: %s\n", why);
+        return 2;
+    }
+    return 0;
+}
+
 /* The first seed of the URL that answers; an error naming the last one when none does. */
-static int remote_connect(struct remote *r)
+static int remote_connect(struct remote *r, const struct ctl_args *a)
 {
     char buf[1024];
     struct store_redis_options o = {0};
@@ -123,11 +157,14 @@ static int remote_connect(struct remote *r)
 
     if (store_redis_parse_url(r->url, buf, sizeof(buf), &o)) {
         fprintf(stderr,
-                PROG ": bad URL '%s': expected redis://[[USER]:PASSWORD@]HOST[:PORT] or a "
-                     "comma-separated list of them (a cluster's seeds)\n",
+                PROG ": bad URL '%s': expected redis://[[USER]:PASSWORD@]HOST[:PORT] (or "
+                     "rediss:// for TLS) or a comma-separated list of them (a cluster's seeds)\n",
                 r->url);
         return 2;
     }
+    if ((rc = tls_setup(r, a, o.tls)))
+        return rc;
+    rc = 1;
     snprintf(r->user, sizeof(r->user), "%s", o.user ? o.user : "");
     snprintf(r->password, sizeof(r->password), "%s", o.password ? o.password : "");
     for (uint32_t i = 0; i < o.n_seeds && rc; i++)
@@ -136,19 +173,18 @@ static int remote_connect(struct remote *r)
 }
 
 /* The masters of a CLUSTER SLOTS reply, each once; "" as a host is the asked node's. */
-static int add_masters(struct remote *r, const redisReply *rep, const char *asked)
+static int add_masters(struct remote *r, const struct resp_value *rep, const char *asked)
 {
-    for (size_t i = 0; i < rep->elements; i++) {
-        const redisReply *e = rep->element[i], *m;
+    for (size_t i = 0; i < rep->n; i++) {
+        const struct resp_value *e = rep->elem[i], *m;
         char server[300];
         size_t k;
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-            (m = e->element[2])->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-            m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER)
+        if (e->type != RESP_ARRAY || e->n < 3 || (m = e->elem[2])->type != RESP_ARRAY || m->n < 2 ||
+            m->elem[0]->type != RESP_BULK || m->elem[1]->type != RESP_INT)
             return ctl_fail("%s: CLUSTER SLOTS: unexpected reply", r->server);
         if (snprintf(server, sizeof(server), "%s:%lld",
-                     m->element[0]->len ? m->element[0]->str : asked,
-                     m->element[1]->integer) >= (int)sizeof(server))
+                     m->elem[0]->integer ? m->elem[0]->str : asked,
+                     m->elem[1]->integer) >= (int)sizeof(server))
             return ctl_fail("%s: CLUSTER SLOTS: a host name too long", r->server);
         for (k = 0; k < r->nnodes && strcmp(r->node[k].server, server); k++)
             ;
@@ -163,20 +199,21 @@ static int add_masters(struct remote *r, const redisReply *rep, const char *aske
 /* The servers to scan: the one connected, or, when it answers as a cluster, its masters. */
 static int find_nodes(struct remote *r)
 {
-    redisReply *rep = redisCommand(r->ctx, "CLUSTER SLOTS");
+    const char *argv[] = {"CLUSTER", "SLOTS"};
+    struct resp_value *rep = call(r, 2, argv, "CLUSTER SLOTS");
     char asked[300];
     int rc = 0;
 
     snprintf(asked, sizeof(asked), "%s", r->server);
     *strrchr(asked, ':') = '\0';
     if (!rep)
-        return reply_error(r, NULL, "CLUSTER SLOTS");
-    r->cluster = rep->type == REDIS_REPLY_ARRAY;
+        return 1;
+    r->cluster = rep->type == RESP_ARRAY;
     if (r->cluster)
         rc = add_masters(r, rep, asked);
     else
         snprintf(r->node[r->nnodes++].server, sizeof(r->server), "%s", r->server);
-    freeReplyObject(rep);
+    redis_resp_free(rep);
     return rc;
 }
 
@@ -198,12 +235,15 @@ static const char *info_field(const char *info, const char *name, char *out, siz
 
 static int read_memory(struct remote *r, struct node_count *n)
 {
-    redisReply *rep = redisCommand(r->ctx, "INFO memory");
+    const char *argv[] = {"INFO", "memory"};
+    struct resp_value *rep = call(r, 2, argv, "INFO memory");
     char v[64];
 
-    if (!rep || rep->type != REDIS_REPLY_STRING) {
+    if (!rep)
+        return 1;
+    if (rep->type != RESP_BULK) {
         int rc = reply_error(r, rep, "INFO memory");
-        freeReplyObject(rep);
+        redis_resp_free(rep);
         return rc;
     }
     n->used_memory = strtoull(info_field(rep->str, "used_memory", v, sizeof(v)), NULL, 10);
@@ -212,7 +252,7 @@ static int read_memory(struct remote *r, struct node_count *n)
     r->maxmemory += n->maxmemory;
     if (!r->policy[0])
         info_field(rep->str, "maxmemory_policy", r->policy, sizeof(r->policy));
-    freeReplyObject(rep);
+    redis_resp_free(rep);
     return 0;
 }
 
@@ -262,69 +302,76 @@ static void note_bad(struct remote *r, const char *name, size_t len)
 }
 
 /* The value (verify: GET) or its length (stat: STRLEN) of one key SCAN named. */
-static int count_key(struct remote *r, const redisReply *name, const redisReply *rep)
+static int count_key(struct remote *r, const struct resp_value *name, const struct resp_value *rep)
 {
     uint8_t fp[STORE_REDIS_FP_BYTES], key[STORE_KEY_BYTES];
-    bool page = parse_name(name->str, name->len, fp, key);
+    size_t name_len = (size_t)name->integer,
+           len = rep->type == RESP_BULK ? (size_t)rep->integer : 0;
+    bool page = parse_name(name->str, name_len, fp, key);
     struct fp_count *f = page ? fp_of(r, name->str) : NULL;
-    uint64_t bytes =
-        r->verify ? (rep->type == REDIS_REPLY_STRING ? rep->len : 0) : (uint64_t)rep->integer;
+    uint64_t bytes = r->verify ? len : (uint64_t)rep->integer;
 
     if (page && !f)
         return ctl_fail("out of memory");
-    if ((r->verify && rep->type == REDIS_REPLY_NIL) || (!r->verify && !bytes)) {
+    if ((r->verify && rep->type == RESP_NIL) || (!r->verify && !bytes)) {
         r->gone++; /* evicted or expired between SCAN and the read */
         return 0;
     }
     if (!page) {
         r->other++;
         if (r->verify)
-            note_bad(r, name->str, name->len);
+            note_bad(r, name->str, name_len);
         return 0;
     }
     f->pages++, f->bytes += bytes, r->pages++, r->bytes += bytes;
     if (!r->verify)
         return 0;
-    bool ok = rep->type == REDIS_REPLY_STRING && rep->len >= STORE_REDIS_HEAD_BYTES &&
-              rep->len - STORE_REDIS_HEAD_BYTES <= UINT32_MAX &&
-              !store_redis_value_check(fp, key, (uint32_t)(rep->len - STORE_REDIS_HEAD_BYTES),
-                                       (const uint8_t *)rep->str, rep->len);
-    ok ? (f->good++, r->good++) : (f->bad++, note_bad(r, name->str, name->len));
+    bool ok = rep->type == RESP_BULK && len >= STORE_REDIS_HEAD_BYTES &&
+              len - STORE_REDIS_HEAD_BYTES <= UINT32_MAX &&
+              !store_redis_value_check(fp, key, (uint32_t)(len - STORE_REDIS_HEAD_BYTES),
+                                       (const uint8_t *)rep->str, len);
+    ok ? (f->good++, r->good++) : (f->bad++, note_bad(r, name->str, name_len));
     return 0;
 }
 
 /* ---- the scan ---- */
 
 /* Read the keys of one SCAN reply, pipelined. */
-static int read_batch(struct remote *r, const redisReply *keys)
+static int read_batch(struct remote *r, const struct resp_value *keys)
 {
-    redisReply *rep;
+    const char *what = r->verify ? "GET" : "STRLEN";
+    struct resp_value *rep;
     int rc = 0;
 
-    for (size_t i = 0; i < keys->elements; i++)
-        redisAppendCommand(r->ctx, r->verify ? "GET %b" : "STRLEN %b", keys->element[i]->str,
-                           keys->element[i]->len);
-    for (size_t i = 0; i < keys->elements; i++) {
-        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK)
-            return reply_error(r, NULL, r->verify ? "GET" : "STRLEN");
-        if (!rc && rep->type == REDIS_REPLY_ERROR &&
+    for (size_t i = 0; i < keys->n; i++) {
+        const char *argv[] = {what, keys->elem[i]->str};
+        size_t lens[] = {strlen(what), (size_t)keys->elem[i]->integer};
+        if (keys->elem[i]->type != RESP_BULK)
+            return reply_error(r, keys, "SCAN");
+        if (redis_wire_append(r->ctx, 2, argv, lens))
+            return ctl_fail("out of memory");
+    }
+    if (redis_wire_flush(r->ctx))
+        return reply_error(r, NULL, what);
+    for (size_t i = 0; i < keys->n; i++) {
+        if (redis_resp_read(r->ctx, &rep))
+            return reply_error(r, NULL, what);
+        if (!rc && rep->type == RESP_ERROR &&
             (!strncmp(rep->str, "MOVED ", 6) || !strncmp(rep->str, "ASK ", 4)))
             r->gone++; /* its slot moved to another node during the scan */
-        else if (!rc && (rep->type == REDIS_REPLY_ERROR ||
-                         (!r->verify && rep->type != REDIS_REPLY_INTEGER)))
-            rc = reply_error(r, rep, r->verify ? "GET" : "STRLEN");
+        else if (!rc && (rep->type == RESP_ERROR || (!r->verify && rep->type != RESP_INT)))
+            rc = reply_error(r, rep, what);
         else if (!rc)
-            rc = count_key(r, keys->element[i], rep);
-        freeReplyObject(rep);
+            rc = count_key(r, keys->elem[i], rep);
+        redis_resp_free(rep);
     }
     return rc;
 }
 
-static bool scan_reply_ok(const redisReply *rep)
+static bool scan_reply_ok(const struct resp_value *rep)
 {
-    return rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-           rep->element[0]->type == REDIS_REPLY_STRING &&
-           rep->element[1]->type == REDIS_REPLY_ARRAY;
+    return rep->type == RESP_ARRAY && rep->n == 2 && rep->elem[0]->type == RESP_BULK &&
+           rep->elem[1]->type == RESP_ARRAY;
 }
 
 static int scan_all(struct remote *r)
@@ -333,15 +380,18 @@ static int scan_all(struct remote *r)
     int rc = 0;
 
     do {
-        redisReply *rep = redisCommand(r->ctx, "SCAN %s MATCH kvt:* COUNT " SCAN_COUNT, cursor);
+        const char *argv[] = {"SCAN", cursor, "MATCH", "kvt:*", "COUNT", SCAN_COUNT};
+        struct resp_value *rep = call(r, 6, argv, "SCAN");
+        if (!rep)
+            return 1;
         if (!scan_reply_ok(rep)) {
             rc = reply_error(r, rep, "SCAN");
-            freeReplyObject(rep);
+            redis_resp_free(rep);
             return rc;
         }
-        snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
-        rc = read_batch(r, rep->element[1]);
-        freeReplyObject(rep);
+        snprintf(cursor, sizeof(cursor), "%s", rep->elem[0]->str);
+        rc = read_batch(r, rep->elem[1]);
+        redis_resp_free(rep);
     } while (!rc && strcmp(cursor, "0"));
     return rc;
 }
@@ -500,9 +550,10 @@ static int scan_node(struct remote *r, struct node_count *n)
     return rc;
 }
 
-static int remote_run(struct remote *r, bool json)
+static int remote_run(struct remote *r, const struct ctl_args *a)
 {
-    int rc = remote_connect(r);
+    bool json = a->json;
+    int rc = remote_connect(r, a);
 
     if (!rc)
         rc = find_nodes(r);
@@ -528,9 +579,9 @@ int cmd_remote(const struct ctl_args *a)
         return ctl_fail("out of memory");
     r->verify = !strcmp(a->pos[0], "verify");
     r->url = a->pos[1];
-    rc = remote_run(r, a->json);
-    if (r->ctx)
-        redisFree(r->ctx);
+    rc = remote_run(r, a);
+    redis_wire_close(r->ctx);
+    redis_tls_ctx_free(r->tls);
     free(r->fp);
     free(r);
     return rc;

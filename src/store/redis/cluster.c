@@ -33,12 +33,8 @@ uint16_t redis_node_find(struct redis_store *r, const char *host, size_t host_le
     }
     n = &r->nodes[r->n_nodes];
     *n = (struct redis_node){.port = port, .backoff_ms = BACKOFF_START_MS, .round_err = 1};
-    n->rb = malloc(RESP_BUF_BYTES);
-    if (!(n->host = strndup(host, host_len)) || !n->rb) {
-        free(n->host);
-        free(n->rb);
+    if (!(n->host = strndup(host, host_len)))
         return NODE_NONE;
-    }
     return (uint16_t)r->n_nodes++;
 }
 
@@ -47,7 +43,6 @@ void redis_nodes_free(struct redis_store *r)
     for (size_t i = 0; i < r->n_nodes; i++) {
         redis_conn_close(&r->nodes[i]);
         free(r->nodes[i].host);
-        free(r->nodes[i].rb);
     }
     free(r->nodes);
     r->nodes = NULL;
@@ -65,25 +60,26 @@ static void host_of(const struct redis_store *r, uint16_t from, const char *h, s
 }
 
 /* One entry of CLUSTER SLOTS: [start, end, [host, port, id...], replicas...] into map. */
-static int map_range(struct redis_store *r, uint16_t from, const redisReply *e, uint16_t *map)
+static int map_range(struct redis_store *r, uint16_t from, const struct resp_value *e,
+                     uint16_t *map)
 {
-    const redisReply *m;
+    const struct resp_value *m;
     const char *host;
     size_t host_len;
     uint16_t node;
 
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER)
+    if (e->type != RESP_ARRAY || e->n < 3 || e->elem[0]->type != RESP_INT ||
+        e->elem[1]->type != RESP_INT)
         return -EIO;
-    m = e->element[2];
-    if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-        m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER)
+    m = e->elem[2];
+    if (m->type != RESP_ARRAY || m->n < 2 || m->elem[0]->type != RESP_BULK ||
+        m->elem[1]->type != RESP_INT || m->elem[1]->integer < 1 || m->elem[1]->integer > 65535)
         return -EIO;
-    long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+    long long lo = e->elem[0]->integer, hi = e->elem[1]->integer;
     if (lo < 0 || hi >= STORE_REDIS_SLOTS || lo > hi)
         return -EIO;
-    host_of(r, from, m->element[0]->str, m->element[0]->len, &host, &host_len);
-    if ((node = redis_node_find(r, host, host_len, (uint16_t)m->element[1]->integer)) == NODE_NONE)
+    host_of(r, from, m->elem[0]->str, (size_t)m->elem[0]->integer, &host, &host_len);
+    if ((node = redis_node_find(r, host, host_len, (uint16_t)m->elem[1]->integer)) == NODE_NONE)
         return -ENOMEM;
     for (long long s = lo; s <= hi; s++)
         map[s] = node;
@@ -91,7 +87,7 @@ static int map_range(struct redis_store *r, uint16_t from, const redisReply *e, 
 }
 
 /* The map from a CLUSTER SLOTS reply; the nodes it names are the masters from now on. */
-static int apply_map(struct redis_store *r, uint16_t from, const redisReply *rep)
+static int apply_map(struct redis_store *r, uint16_t from, const struct resp_value *rep)
 {
     uint16_t *map = malloc(STORE_REDIS_SLOTS * sizeof(*map));
     int rc = 0;
@@ -100,8 +96,8 @@ static int apply_map(struct redis_store *r, uint16_t from, const redisReply *rep
         return -ENOMEM;
     for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
         map[s] = NODE_NONE;
-    for (size_t i = 0; i < rep->elements && !rc; i++)
-        rc = map_range(r, from, rep->element[i], map);
+    for (size_t i = 0; i < rep->n && !rc; i++)
+        rc = map_range(r, from, rep->elem[i], map);
     if (rc == 0) { /* half an answer leaves the old map */
         memcpy(r->slot_node, map, STORE_REDIS_SLOTS * sizeof(*map));
         for (size_t i = 0; i < r->n_nodes; i++)
@@ -117,17 +113,16 @@ static int apply_map(struct redis_store *r, uint16_t from, const redisReply *rep
 /* CLUSTER SLOTS on node i: 0 with the map applied, 1 when it is no cluster, or -errno. */
 static int read_slots(struct redis_store *r, uint16_t i)
 {
-    redisReply *rep = redisCommand(r->nodes[i].ctx, "CLUSTER SLOTS");
-    int rc;
+    const char *argv[] = {"CLUSTER", "SLOTS"};
+    struct resp_value *rep;
+    int rc = redis_call(r->nodes[i].ctx, 2, argv, NULL, &rep);
 
-    if (!rep) {
+    if (rc) {
         redis_conn_lost(r, &r->nodes[i]);
-        return -EIO;
+        return rc;
     }
-    rc = rep->type == REDIS_REPLY_ERROR   ? 1
-         : rep->type == REDIS_REPLY_ARRAY ? apply_map(r, i, rep)
-                                          : -EIO;
-    freeReplyObject(rep);
+    rc = rep->type == RESP_ERROR ? 1 : rep->type == RESP_ARRAY ? apply_map(r, i, rep) : -EIO;
+    redis_resp_free(rep);
     return rc;
 }
 

@@ -26,11 +26,6 @@ uint64_t redis_now_ms(void)
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-static struct timeval tv_of(uint32_t ms)
-{
-    return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-}
-
 /* Published under the lock: leading_run reads them to answer at once while every node is
  * down; stats read the capacity (the masters' together on a cluster). */
 void redis_conn_publish(struct redis_store *r)
@@ -55,10 +50,8 @@ void redis_conn_publish(struct redis_store *r)
 
 void redis_conn_close(struct redis_node *n)
 {
-    if (n->ctx)
-        redisFree(n->ctx);
+    redis_wire_close(n->ctx); /* and what was read off it, which belongs to nothing now */
     n->ctx = NULL;
-    n->rb_pos = n->rb_len = 0; /* what was read off it belongs to nothing now */
 }
 
 static void backoff(struct redis_store *r, struct redis_node *n, int err)
@@ -90,37 +83,30 @@ void redis_conn_lost(struct redis_store *r, struct redis_node *n)
     backoff(r, n, -EIO);
 }
 
-/* A command whose reply must be +OK or a value; NULL on any failure. */
-static redisReply *command(struct redis_node *n, int argc, const char **argv)
-{
-    redisReply *rep = redisCommandArgv(n->ctx, argc, argv, NULL);
-
-    if (rep && rep->type == REDIS_REPLY_ERROR) {
-        freeReplyObject(rep);
-        return NULL;
-    }
-    return rep;
-}
-
 /* The server's maxmemory, or its machine's memory where it has no limit (or will not say):
- * what stats report as capacity; eviction itself is the server's. */
-static void probe_capacity(struct redis_node *n)
+ * what stats report as capacity; eviction itself is the server's. -EIO when the connection
+ * failed; an error reply (CONFIG refused to this user) is no failure. */
+static int probe_capacity(struct redis_node *n)
 {
     const char *cfg[] = {"CONFIG", "GET", "maxmemory"}, *info[] = {"INFO", "memory"};
-    redisReply *rep = command(n, 3, cfg);
+    struct resp_value *rep;
     uint64_t bytes = 0;
     const char *t;
 
-    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-        rep->element[1]->type == REDIS_REPLY_STRING)
-        bytes = strtoull(rep->element[1]->str, NULL, 10);
-    freeReplyObject(rep);
-    if (bytes == 0 && n->ctx && !n->ctx->err && (rep = command(n, 2, info))) {
-        if (rep->type == REDIS_REPLY_STRING && (t = strstr(rep->str, "total_system_memory:")))
+    if (redis_call(n->ctx, 3, cfg, NULL, &rep))
+        return -EIO;
+    if (rep->type == RESP_ARRAY && rep->n == 2 && rep->elem[1]->type == RESP_BULK)
+        bytes = strtoull(rep->elem[1]->str, NULL, 10);
+    redis_resp_free(rep);
+    if (bytes == 0) {
+        if (redis_call(n->ctx, 2, info, NULL, &rep))
+            return -EIO;
+        if (rep->type == RESP_BULK && (t = strstr(rep->str, "total_system_memory:")))
             bytes = strtoull(t + strlen("total_system_memory:"), NULL, 10);
-        freeReplyObject(rep);
+        redis_resp_free(rep);
     }
     n->capacity = bytes;
+    return 0;
 }
 
 /* What the server said when it refused us, kept for tools (store_redis_counters). */
@@ -137,49 +123,46 @@ void redis_note_refusal(struct redis_store *r, const char *text, bool auth)
 static int authenticate(struct redis_store *r, struct redis_node *n)
 {
     const char *argv[] = {"AUTH", r->user ? r->user : r->password, r->password};
-    redisReply *rep = redisCommandArgv(n->ctx, r->user ? 3 : 2, argv, NULL);
+    struct resp_value *rep;
     char text[160];
     int rc = 0;
 
-    if (!rep)
+    if (redis_call(n->ctx, r->user ? 3 : 2, argv, NULL, &rep))
         return -EIO;
-    if (rep->type == REDIS_REPLY_ERROR) {
+    if (rep->type == RESP_ERROR) {
         snprintf(text, sizeof(text), "AUTH%s%s refused by %s:%u: %s", r->user ? " as " : "",
                  r->user ? r->user : "", n->host, n->port, rep->str);
         redis_note_refusal(r, text, true);
         rc = -EACCES;
     }
-    freeReplyObject(rep);
+    redis_resp_free(rep);
     return rc;
 }
 
 static int handshake(struct redis_store *r, struct redis_node *n)
 {
-    struct timeval wt = tv_of(r->o.write_timeout_ms);
     int rc;
 
-    if (redisSetTimeout(n->ctx, tv_of(r->o.read_timeout_ms)) != REDIS_OK ||
-        setsockopt(n->ctx->fd, SOL_SOCKET, SO_SNDTIMEO, &wt, sizeof(wt)))
-        return -EIO;
-    redisEnableKeepAlive(n->ctx);
     if (r->password && (rc = authenticate(r, n)))
         return rc;
-    probe_capacity(n);
-    return n->ctx->err ? -EIO : 0;
+    return probe_capacity(n);
 }
 
 int redis_conn_ensure(struct redis_store *r, struct redis_node *n)
 {
+    struct redis_wire_timeouts t = {r->o.connect_timeout_ms, r->o.read_timeout_ms,
+                                    r->o.write_timeout_ms};
+    char why[sizeof(r->c.last_refusal)];
     int err;
 
     if (n->ctx)
         return 0;
     if (redis_now_ms() < n->retry_at_ms)
         return n->conn_err;
-    n->ctx = redisConnectWithTimeout(n->host, n->port, tv_of(r->o.connect_timeout_ms));
-    if (!n->ctx || n->ctx->err) {
-        err = n->ctx && strstr(n->ctx->errstr, "refused") ? -ECONNREFUSED : -EIO;
-        backoff(r, n, n->ctx ? err : -ENOMEM);
+    if ((err = redis_wire_open(n->host, n->port, r->tls, &t, &n->ctx, why, sizeof(why)))) {
+        if (err == -EPROTO) /* TLS refused, or a certificate that does not check out */
+            redis_note_refusal(r, why, false);
+        backoff(r, n, err);
         return n->conn_err;
     }
     if ((err = handshake(r, n))) {

@@ -167,28 +167,33 @@ static void run_chunk(struct redis_store *r, struct redis_op *op, size_t p, size
  * fingerprints' too. Pipelined to each node that holds a connection now. */
 static void refresh_pages(struct redis_store *r)
 {
+    const char *argv[] = {"DBSIZE"};
     uint64_t pages = 0;
-    redisReply *rep;
+    struct resp_value *rep;
     bool any = false;
 
     for (size_t i = 0; i < r->n_nodes; i++) {
         struct redis_node *n = &r->nodes[i];
         bool wanted = r->cluster ? n->master : r->mode_known && i == r->standalone;
-        n->sent = wanted && n->ctx && redisAppendCommand(n->ctx, "DBSIZE") == REDIS_OK;
+        n->sent = wanted && n->ctx && !redis_wire_append(n->ctx, 1, argv, NULL);
+        if (n->sent && redis_wire_flush(n->ctx)) {
+            redis_conn_lost(r, n);
+            n->sent = false;
+        }
     }
     for (size_t i = 0; i < r->n_nodes; i++) {
         struct redis_node *n = &r->nodes[i];
         if (!n->sent || !n->ctx)
             continue;
-        if (redisGetReply(n->ctx, (void **)&rep) != REDIS_OK || !rep) {
+        if (redis_resp_read(n->ctx, &rep)) {
             redis_conn_lost(r, n);
             continue;
         }
-        if (rep->type == REDIS_REPLY_INTEGER) {
+        if (rep->type == RESP_INT) {
             pages += (uint64_t)rep->integer;
             any = true;
         }
-        freeReplyObject(rep);
+        redis_resp_free(rep);
     }
     pthread_mutex_lock(&r->lock);
     if (any)

@@ -278,6 +278,7 @@ static void free_store(struct redis_store *r)
     free(r->slot_node);
     free(r->password);
     free(r->user);
+    redis_tls_ctx_free(r->tls);
     free(r);
 }
 
@@ -375,11 +376,14 @@ static int start_thread(struct redis_store *r)
     return -rc;
 }
 
-int store_redis_open(const struct store_redis_options *o, struct kvt_store **out)
+int store_redis_open_err(const struct store_redis_options *o, struct kvt_store **out, char *err,
+                         size_t len)
 {
     struct redis_store *r;
     int rc;
 
+    if (err && len)
+        err[0] = '\0';
     if (!o || !out || !o->page_bytes || o->page_bytes > MAX_PAGE_BYTES - STORE_REDIS_HEAD_BYTES ||
         o->n_seeds > STORE_REDIS_MAX_SEEDS || (o->user && !o->password))
         return -EINVAL;
@@ -391,10 +395,17 @@ int store_redis_open(const struct store_redis_options *o, struct kvt_store **out
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     pthread_cond_init(&r->done, NULL);
-    if ((rc = alloc_store(r, o)) || (rc = start_thread(r))) {
+    if ((o->tls && (rc = redis_tls_ctx(o->tls_ca, o->tls_cert, o->tls_key, &r->tls, err, len))) ||
+        (rc = alloc_store(r, o)) || (rc = start_thread(r))) {
         free_store(r);
         return rc;
     }
+    r->o.tls_ca = r->o.tls_cert = r->o.tls_key = NULL; /* read at open, not kept */
     *out = &r->base;
     return 0;
+}
+
+int store_redis_open(const struct store_redis_options *o, struct kvt_store **out)
+{
+    return store_redis_open_err(o, out, NULL, 0);
 }

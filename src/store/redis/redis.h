@@ -20,6 +20,9 @@
 #ifndef KVT_STORE_REDIS_H
 #define KVT_STORE_REDIS_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "store/store.h"
 
 #define STORE_REDIS_FP_BYTES 32
@@ -46,6 +49,11 @@ struct store_redis_options {
     uint32_t exists_timeout_ms;  /* the most leading_run waits; 0: read_timeout_ms */
     uint32_t backoff_max_ms;     /* the longest wait between reconnects; 0: 1000 */
     uint32_t ttl_s;              /* seconds a page lives (SET EX); 0: until evicted */
+    /* TLS (wire.c): every connection, the server checked against the CAs and its host. */
+    bool tls;
+    const char *tls_ca;   /* PEM CA file; NULL: the system's */
+    const char *tls_cert; /* PEM client certificate chain; NULL: none */
+    const char *tls_key;  /* its key; NULL: in tls_cert's file */
     /* Where to start: 0 seeds, host and port alone; else these, tried in order (host and port
      * ignored). Several seeds name one cluster's nodes; the first that answers tells whether
      * it is a cluster, and a standalone server that answers is the one server used. */
@@ -55,8 +63,12 @@ struct store_redis_options {
 
 /* Start the store's I/O thread; connects on the first op, not here, so a server that is down
  * at open is one that comes later. -EINVAL (a zero page size, a page over 512 MiB, a user
- * without a password), -ENOMEM, or pthread_create's error. */
+ * without a password, a TLS file that cannot be read or used: store_redis_open_err says
+ * which and why), -ENOMEM, or pthread_create's error. */
 int store_redis_open(const struct store_redis_options *o, struct kvt_store **out);
+/* store_redis_open, with err (len bytes) saying why when it fails. */
+int store_redis_open_err(const struct store_redis_options *o, struct kvt_store **out, char *err,
+                         size_t len);
 
 /* What the store saw, for tests and tools; page counts unless named otherwise. */
 struct store_redis_counters {
@@ -96,11 +108,12 @@ void store_redis_value_head(const uint8_t fp[STORE_REDIS_FP_BYTES],
                             const uint8_t key[STORE_KEY_BYTES], const void *page,
                             uint32_t page_bytes, uint8_t *out);
 
-/* options.remote into o's seeds, host, port, user and password, which point into buf (len
- * bytes, valid while buf is); o's other fields are left alone. One URL,
+/* options.remote into o's seeds, host, port, user, password and tls, which point into buf
+ * (len bytes, valid while buf is); o's other fields are left alone. One URL,
  * "redis://[[USER]:PASSWORD@]HOST[:PORT]", or a comma-separated list of them, the seeds of one
  * cluster (up to STORE_REDIS_MAX_SEEDS; "redis://" may be left off after the first; a user and
- * password given on several must be the same). USER and PASSWORD are percent-decoded (%XX;
+ * password given on several must be the same). "rediss://" asks for TLS: every seed's scheme
+ * must then be "rediss://" or left off. USER and PASSWORD are percent-decoded (%XX;
  * ':' in USER, ',' in either must be written so; '@' and ':' may stand as they are in
  * PASSWORD). host and port are the first seed's. 0 or -EINVAL. */
 int store_redis_parse_url(const char *url, char *buf, size_t len, struct store_redis_options *o);

@@ -3,18 +3,18 @@
  * (keys last seen stored), io.c (the I/O thread: ops and leading runs), route.c (pipelined
  * batches of one-key commands, split per node, redirects followed), resp.c (their replies,
  * a GET's page read straight into the host page), cluster.c (the nodes and the slot map),
- * conn.c (a node's connection and its backoff), slot.c (hash slots), value.c (the value
- * format). The lock guards the queues, the leading-run request, the hint table and
- * the counters; the nodes, their connections, the slot map and the batch's items are the
- * I/O thread's alone.
+ * conn.c (a node's connection and its backoff), wire.c (a connection, plain or TLS), slot.c
+ * (hash slots), value.c (the value format). The lock guards the queues, the leading-run request,
+ * the hint table and the counters; the nodes, their connections, the slot map and the batch's items
+ * are the I/O thread's alone.
  */
 #ifndef KVT_STORE_REDIS_INT_H
 #define KVT_STORE_REDIS_INT_H
 
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "store/redis/client.h"
 #include "store/redis/redis.h"
 
 /* A submitted op: its keys copied, its buffers the caller's until it completes. */
@@ -44,30 +44,17 @@ struct exists_req {
 struct redis_node {
     char *host;
     uint16_t port;
-    redisContext *ctx;
+    struct redis_wire *ctx; /* NULL: not connected */
     uint32_t backoff_ms;
     uint64_t retry_at_ms; /* without a connection, no connect before this */
     int conn_err;         /* what pages fail with while no connection can be made */
     bool master;          /* holds slots in the map */
     uint64_t capacity;    /* its maxmemory (or machine's memory) in bytes, from its handshake */
     size_t sent;          /* commands pipelined on it and not yet answered (route.c) */
-    char *rb;             /* RESP_BUF_BYTES: bytes read off its socket, not yet parsed (resp.c) */
-    size_t rb_pos, rb_len;
-    int round_err; /* route.c: this round's connect result, or 1 while not tried */
+    int round_err;        /* route.c: this round's connect result, or 1 while not tried */
 };
 
 #define NODE_NONE UINT16_MAX
-
-#define RESP_BUF_BYTES (64u << 10)
-
-enum resp_type { RESP_STATUS, RESP_ERROR, RESP_INT, RESP_NIL, RESP_BULK };
-
-/* A reply as resp.c reads it: its type, its first line (truncated) and number. */
-struct resp_reply {
-    enum resp_type type;
-    long long integer; /* RESP_INT's value, RESP_BULK's length */
-    char line[160];    /* after the type byte: a status's or an error's text */
-};
 
 /* One command of a routed batch (route.c): its key and page, where it goes, what came back. */
 struct redis_item {
@@ -95,6 +82,7 @@ struct redis_store {
     struct kvt_store base;
     struct store_redis_options o;
     char *user, *password;
+    SSL_CTX *tls; /* NULL: plain TCP */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;                    /* the I/O thread: work, or stop */
@@ -131,16 +119,15 @@ uint64_t redis_now_ms(void);
 int redis_head_check(const struct redis_store *r, const uint8_t *key, const uint8_t *head);
 int redis_payload_check(const struct redis_store *r, const uint8_t *head, const uint8_t *payload);
 
-/* resp.c, on the I/O thread; -EIO when the connection failed (the caller drops it). */
+/* resp.c; -EIO when the connection failed (the caller drops it). */
 /* The next reply's first line; a bulk's bytes are left for redis_resp_page or _skip. */
-int redis_resp_head(struct redis_node *n, struct resp_reply *rep);
+int redis_resp_head(struct redis_wire *w, struct resp_reply *rep);
 /* Drop a bulk reply's bytes. */
-int redis_resp_skip(struct redis_node *n, const struct resp_reply *rep);
+int redis_resp_skip(struct redis_wire *w, const struct resp_reply *rep);
 /* A GET's value into page: 0 when it is key's page, whole and unchanged; KVT_ECORRUPT when
  * not (the header is checked before the payload lands, the checksum after). */
-int redis_resp_page(struct redis_store *r, struct redis_node *n, const struct resp_reply *rep,
+int redis_resp_page(struct redis_store *r, struct redis_wire *w, const struct resp_reply *rep,
                     const uint8_t *key, void *page);
-
 /* conn.c, on the I/O thread: 0 with node's ctx usable, or the error pages fail with now. */
 int redis_conn_ensure(struct redis_store *r, struct redis_node *n);
 /* The connection failed mid-exchange: drop it and wait before the next. */

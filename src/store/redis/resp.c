@@ -1,59 +1,62 @@
 /*
- * Replies read off a node's socket by the store itself, for the routed batches (route.c):
- * a reply's first line from a small buffer of the node's, and a GET's value straight into
- * the page it is for. hiredis's reader copies a value twice (into its buffer, then into a
- * reply object) and reads 16 KiB at a time; with the check and the copy into the page that
- * was four passes over every page and sixteen wakeups, and reads ran at 0.4 of
- * redis-benchmark's rate. Here the kernel copies a page's bytes into the page and the
- * checksum reads them once. Only the header (104 bytes) goes through the buffer, and it is
- * checked before a byte of the payload lands, so a value of another key, fingerprint or size
- * never reaches the page; one that fails only its checksum has (its result says so).
+ * Replies read off a connection (wire.c), for the routed batches (route.c): a reply's first
+ * line from the connection's small buffer, and a GET's value straight into the page it is
+ * for. A client library's reader (hiredis's, which the store used before) copies a value twice
+ * (into its buffer, then into a reply object) and reads 16 KiB at a time; with the check and the
+ * copy into the page that was four passes over every page and sixteen wakeups, and reads ran at 0.4
+ * of redis-benchmark's rate. Here the kernel copies a page's bytes into the page and the checksum
+ * reads them once. Only the header (104 bytes) goes through the buffer, and it is checked before a
+ * byte of the payload lands, so a value of another key, fingerprint or size never reaches the page;
+ * one that fails only its checksum has (its result says so).
  *
- * hiredis still writes the commands and reads the replies of the one-off exchanges (the
- * handshake, DBSIZE, CLUSTER SLOTS); a round reads every reply it asked for, so neither
- * reader leaves the other's bytes behind.
+ * The one-off exchanges (the handshake, DBSIZE, CLUSTER SLOTS, and kvtier-ctl's commands)
+ * read whole replies, arrays too, as trees (redis_resp_read) through the same buffer.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kvtier.h"
 #include "store/redis/redis_int.h"
 
-/* More bytes into the node's buffer (after compacting it); -EIO when none come. */
-static int fill(struct redis_node *n)
+/* More bytes into the wire's buffer (after compacting it); -EIO when none come. */
+static int fill(struct redis_wire *w)
 {
     ssize_t k;
 
-    if (n->rb_pos) {
-        memmove(n->rb, n->rb + n->rb_pos, n->rb_len - n->rb_pos);
-        n->rb_len -= n->rb_pos;
-        n->rb_pos = 0;
+    if (w->in_pos) {
+        memmove(w->in, w->in + w->in_pos, w->in_len - w->in_pos);
+        w->in_len -= w->in_pos;
+        w->in_pos = 0;
     }
-    if (n->rb_len == RESP_BUF_BYTES)
+    if (w->in_len == RESP_BUF_BYTES)
         return -EIO; /* a line longer than the buffer: not a reply of ours */
-    do
-        k = read(n->ctx->fd, n->rb + n->rb_len, RESP_BUF_BYTES - n->rb_len);
-    while (k < 0 && errno == EINTR);
-    if (k <= 0)
+    if ((k = redis_wire_read(w, w->in + w->in_len, RESP_BUF_BYTES - w->in_len)) < 0)
         return -EIO; /* closed, or the read timeout (SO_RCVTIMEO) ran out */
-    n->rb_len += (size_t)k;
+    w->in_len += (size_t)k;
     return 0;
 }
 
-int redis_resp_head(struct redis_node *n, struct resp_reply *rep)
+/* The next line, without its CRLF: *line points into the buffer until the next read. */
+static int next_line(struct redis_wire *w, char **line, size_t *len)
 {
-    char *line, *cr;
+    char *cr;
+
+    while (!(cr = memmem(w->in + w->in_pos, w->in_len - w->in_pos, "\r\n", 2)))
+        if (fill(w))
+            return -EIO;
+    *line = w->in + w->in_pos;
+    *len = (size_t)(cr - *line);
+    w->in_pos += *len + 2;
+    return *len < 1 ? -EIO : 0;
+}
+
+int redis_resp_head(struct redis_wire *w, struct resp_reply *rep)
+{
+    char *line;
     size_t len;
 
-    while (!(cr = memmem(n->rb + n->rb_pos, n->rb_len - n->rb_pos, "\r\n", 2)))
-        if (fill(n))
-            return -EIO;
-    line = n->rb + n->rb_pos;
-    len = (size_t)(cr - line);
-    n->rb_pos += len + 2;
-    if (len < 1)
+    if (next_line(w, &line, &len))
         return -EIO;
     memset(rep, 0, sizeof(*rep));
     snprintf(rep->line, sizeof(rep->line), "%.*s", (int)(len - 1), line + 1);
@@ -72,56 +75,134 @@ int redis_resp_head(struct redis_node *n, struct resp_reply *rep)
         rep->integer = strtoll(rep->line, NULL, 10);
         rep->type = rep->integer < 0 ? RESP_NIL : RESP_BULK;
         return 0;
+    case '*':
+        rep->integer = strtoll(rep->line, NULL, 10);
+        rep->type = rep->integer < 0 ? RESP_NIL : RESP_ARRAY;
+        return 0;
     default:
-        return -EIO; /* arrays and the rest: no command of ours answers so */
+        return -EIO; /* RESP3's types: no connection of ours asks for them */
     }
 }
 
 /* The next len bytes of the stream into dst (NULL: dropped): what the buffer holds first,
- * the rest straight off the socket. */
-static int take(struct redis_node *n, void *dst, size_t len)
+ * the rest straight off the connection. */
+static int take(struct redis_wire *w, void *dst, size_t len)
 {
-    size_t have = n->rb_len - n->rb_pos, k = have < len ? have : len;
+    size_t have = w->in_len - w->in_pos, k = have < len ? have : len;
     ssize_t got;
 
     if (dst)
-        memcpy(dst, n->rb + n->rb_pos, k);
-    n->rb_pos += k;
+        memcpy(dst, w->in + w->in_pos, k);
+    w->in_pos += k;
     for (size_t done = k; done < len; done += (size_t)got) {
         if (!dst) { /* dropping: through the buffer */
-            n->rb_pos = n->rb_len;
-            if (fill(n))
+            w->in_pos = w->in_len;
+            if (fill(w))
                 return -EIO;
-            got = (ssize_t)(n->rb_len < len - done ? n->rb_len : len - done);
-            n->rb_pos = (size_t)got;
+            got = (ssize_t)(w->in_len < len - done ? w->in_len : len - done);
+            w->in_pos = (size_t)got;
             continue;
         }
-        do
-            got = read(n->ctx->fd, (char *)dst + done, len - done);
-        while (got < 0 && errno == EINTR);
-        if (got <= 0)
+        if ((got = redis_wire_read(w, (char *)dst + done, len - done)) < 0)
             return -EIO;
     }
     return 0;
 }
 
-int redis_resp_skip(struct redis_node *n, const struct resp_reply *rep)
+int redis_resp_skip(struct redis_wire *w, const struct resp_reply *rep)
 {
-    return rep->type == RESP_BULK ? take(n, NULL, (size_t)rep->integer + 2) : 0;
+    return rep->type == RESP_BULK ? take(w, NULL, (size_t)rep->integer + 2) : 0;
 }
 
-int redis_resp_page(struct redis_store *r, struct redis_node *n, const struct resp_reply *rep,
+int redis_resp_page(struct redis_store *r, struct redis_wire *w, const struct resp_reply *rep,
                     const uint8_t *key, void *page)
 {
     uint8_t head[STORE_REDIS_HEAD_BYTES], crlf[2];
 
     if ((size_t)rep->integer != STORE_REDIS_HEAD_BYTES + (size_t)r->base.page_bytes)
-        return redis_resp_skip(n, rep) ? -EIO : KVT_ECORRUPT;
-    if (take(n, head, sizeof(head)))
+        return redis_resp_skip(w, rep) ? -EIO : KVT_ECORRUPT;
+    if (take(w, head, sizeof(head)))
         return -EIO;
     if (redis_head_check(r, key, head))
-        return take(n, NULL, r->base.page_bytes + 2) ? -EIO : KVT_ECORRUPT;
-    if (take(n, page, r->base.page_bytes) || take(n, crlf, 2))
+        return take(w, NULL, r->base.page_bytes + 2) ? -EIO : KVT_ECORRUPT;
+    if (take(w, page, r->base.page_bytes) || take(w, crlf, 2))
         return -EIO;
     return redis_payload_check(r, head, page);
+}
+
+/* ---- whole replies, for the one-off exchanges ---- */
+
+void redis_resp_free(struct resp_value *v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < v->n; i++)
+        redis_resp_free(v->elem[i]);
+    free(v->elem);
+    free(v->str);
+    free(v);
+}
+
+static int read_value(struct redis_wire *w, unsigned depth, struct resp_value **out)
+{
+    struct resp_reply h;
+    struct resp_value *v;
+    int rc;
+
+    *out = NULL;
+    if (depth > RESP_MAX_DEPTH || redis_resp_head(w, &h))
+        return -EIO;
+    if ((h.type == RESP_BULK && (unsigned long long)h.integer > RESP_MAX_BULK) ||
+        (h.type == RESP_ARRAY && (unsigned long long)h.integer > RESP_MAX_ELEMENTS))
+        return -EIO; /* not what any command of ours is answered with */
+    if (!(v = calloc(1, sizeof(*v))))
+        return -ENOMEM;
+    v->type = h.type;
+    v->integer = h.integer;
+    *out = v;
+    switch (h.type) {
+    case RESP_STATUS:
+    case RESP_ERROR:
+        return (v->str = strdup(h.line)) ? 0 : -ENOMEM;
+    case RESP_BULK:
+        if (!(v->str = malloc((size_t)h.integer + 2)))
+            return -ENOMEM;
+        if (take(w, v->str, (size_t)h.integer + 2))
+            return -EIO;
+        v->str[h.integer] = '\0';
+        return 0;
+    case RESP_ARRAY:
+        if (h.integer && !(v->elem = calloc((size_t)h.integer, sizeof(*v->elem))))
+            return -ENOMEM;
+        for (; v->n < (size_t)h.integer; v->n++)
+            if ((rc = read_value(w, depth + 1, &v->elem[v->n]))) {
+                v->n++; /* what the element got is freed with the rest */
+                return rc;
+            }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int redis_resp_read(struct redis_wire *w, struct resp_value **out)
+{
+    int rc = read_value(w, 0, out);
+
+    if (rc) {
+        redis_resp_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int redis_call(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens,
+               struct resp_value **out)
+{
+    *out = NULL;
+    if (redis_wire_append(w, argc, argv, lens))
+        return -ENOMEM;
+    if (redis_wire_flush(w))
+        return -EIO;
+    return redis_resp_read(w, out);
 }

@@ -18,7 +18,9 @@
 #define MAX_ROUNDS 5 /* an ASK, then a MOVED after the migration ends, and spare rounds */
 
 /* GET, EXISTS or DEL of it's key (ASKING first when an ASK sent it there). */
-static int append_cmd(struct redis_store *r, redisContext *c, enum redis_cmd cmd,
+static const char *const asking[] = {"ASKING"};
+
+static int append_cmd(struct redis_store *r, struct redis_wire *c, enum redis_cmd cmd,
                       const struct redis_item *it)
 {
     static const char *const names[] = {"GET", "SET", "EXISTS", "DEL"};
@@ -26,54 +28,30 @@ static int append_cmd(struct redis_store *r, redisContext *c, enum redis_cmd cmd
     const char *argv[] = {names[cmd], name};
     size_t lens[] = {strlen(names[cmd]), STORE_REDIS_KEY_CHARS};
 
-    if (it->ask && redisAppendCommand(c, "ASKING") != REDIS_OK)
+    if (it->ask && redis_wire_append(c, 1, asking, NULL))
         return -ENOMEM;
     store_redis_key(r->o.fingerprint, it->key, name);
-    return redisAppendCommandArgv(c, 2, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
+    return redis_wire_append(c, 2, argv, lens);
 }
 
 /* Write out node's pipeline, all of it; false (the connection dropped) when that failed. */
 static bool flush_node(struct redis_store *r, struct redis_node *n)
 {
-    int done = !n->ctx;
-
-    while (!done)
-        if (redisBufferWrite(n->ctx, &done) != REDIS_OK) {
-            redis_conn_lost(r, n);
-            return false;
-        }
-    return true;
-}
-
-/* All of iov to fd; the socket's send timeout (SO_SNDTIMEO) bounds each wait. */
-static int send_all(int fd, struct iovec *iov, int n)
-{
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t k;
-
-    while (m.msg_iovlen) {
-        if ((k = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0) {
-            if (errno == EINTR)
-                continue;
-            return -EIO;
-        }
-        for (; m.msg_iovlen && (size_t)k >= m.msg_iov->iov_len; m.msg_iov++, m.msg_iovlen--)
-            k -= (ssize_t)m.msg_iov->iov_len;
-        if (m.msg_iovlen) {
-            m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + k;
-            m.msg_iov->iov_len -= (size_t)k;
-        }
+    if (n->ctx && redis_wire_flush(n->ctx)) {
+        redis_conn_lost(r, n);
+        return false;
     }
-    return 0;
+    return true;
 }
 
 /* SET key value NX [EX ttl]: written once; a page is a function of its key, so one there
  * already is the same page (or damage, which its next read finds). Sent straight from the
  * page: the framing and the value's header from a small buffer, the page's bytes from where
- * they lie, so only the kernel copies them. Through hiredis's pipeline a page was copied
- * three times (the value built, the command formatted, the buffer grown and shifted), and
- * writes ran at a third of redis-benchmark's rate. Whatever the pipeline holds (an ASKING,
- * say) goes first, so the order on the wire is the order of the replies read. */
+ * they lie, so only the kernel copies them (or OpenSSL, which must). Through a client
+ * library's pipeline (hiredis's, before) a page was copied three times (the value built, the
+ * command formatted, the buffer grown and shifted), and writes ran at a third of
+ * redis-benchmark's rate. Whatever the pipeline holds (an ASKING, say) goes first, so the
+ * order on the wire is the order of the replies read. */
 static int send_set(struct redis_store *r, struct redis_node *n, const struct redis_item *it)
 {
     char head[256 + STORE_REDIS_HEAD_BYTES], tail[64], name[STORE_REDIS_KEY_CHARS + 1], ttl[16];
@@ -90,11 +68,9 @@ static int send_set(struct redis_store *r, struct redis_node *n, const struct re
     struct iovec iov[] = {{head, (size_t)hl + STORE_REDIS_HEAD_BYTES},
                           {(void *)it->page, r->base.page_bytes},
                           {tail, (size_t)tl}};
-    if (it->ask && redisAppendCommand(n->ctx, "ASKING") != REDIS_OK)
+    if (it->ask && redis_wire_append(n->ctx, 1, asking, NULL))
         return -ENOMEM;
-    if (!flush_node(r, n))
-        return -EIO;
-    if (send_all(n->ctx->fd, iov, 3)) {
+    if (redis_wire_writev(n->ctx, iov, 3)) {
         redis_conn_lost(r, n);
         return -EIO;
     }
@@ -156,7 +132,8 @@ static int read_body(struct redis_store *r, struct redis_node *n, enum redis_cmd
 
     if (rep->type != RESP_BULK)
         return 0;
-    rc = cmd == CMD_GET ? redis_resp_page(r, n, rep, it->key, it->dst) : redis_resp_skip(n, rep);
+    rc = cmd == CMD_GET ? redis_resp_page(r, n->ctx, rep, it->key, it->dst)
+                        : redis_resp_skip(n->ctx, rep);
     if (rc == -EIO)
         return -EIO;
     it->page_rc = rc;
@@ -177,8 +154,8 @@ static void read_item(struct redis_store *r, enum redis_cmd cmd, struct redis_it
         it->err = -EIO;
         return;
     }
-    if ((it->ask && (redis_resp_head(n, &rep) || redis_resp_skip(n, &rep))) ||
-        redis_resp_head(n, &rep) || read_body(r, n, cmd, it, &rep)) {
+    if ((it->ask && (redis_resp_head(n->ctx, &rep) || redis_resp_skip(n->ctx, &rep))) ||
+        redis_resp_head(n->ctx, &rep) || read_body(r, n, cmd, it, &rep)) {
         redis_conn_lost(r, n);
         it->err = -EIO;
         return;

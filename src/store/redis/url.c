@@ -1,9 +1,9 @@
 /*
- * The remote URL: "redis://[[USER]:PASSWORD@]HOST[:PORT]", or a comma-separated list of them
- * naming one cluster's seeds: one parser for the engine's options.remote and the tools that
- * look at the same servers. USER and PASSWORD may carry any byte as %XX (':', '@', ',', '%'
- * itself), so a password holding them can be written down; a '%' not followed by two hex
- * digits is kept as it is.
+ * The remote URL: "redis://[[USER]:PASSWORD@]HOST[:PORT]" ("rediss://": over TLS), or a
+ * comma-separated list of them naming one cluster's seeds: one parser for the engine's
+ * options.remote and the tools that look at the same servers. USER and PASSWORD may carry any byte
+ * as %XX (':', '@', ',', '%' itself), so a password holding them can be written down; a '%' not
+ * followed by two hex digits is kept as it is.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,7 +11,14 @@
 
 #include "store/redis/redis.h"
 
-static const char scheme[] = "redis://";
+static const char plain[] = "redis://", secure[] = "rediss://";
+
+/* The length of s's scheme when it is scheme (secure or not); 0 when it has none of ours. */
+static size_t scheme_len(const char *s, bool *tls)
+{
+    *tls = !strncmp(s, secure, strlen(secure));
+    return *tls ? strlen(secure) : !strncmp(s, plain, strlen(plain)) ? strlen(plain) : 0;
+}
 
 static int hex_digit(char c)
 {
@@ -85,18 +92,24 @@ static bool same(const char *a, const char *b)
     return (!a && !b) || (a && b && !strcmp(a, b));
 }
 
-/* Every seed after the scheme of the first, each item of the list cut out of buf. */
-static int parse_list(char *buf, struct store_redis_options *ro)
+/* Every seed after the scheme of the first, each item of the list cut out of buf; a seed's
+ * own scheme, if it has one, must ask for what the first's does (tls). */
+static int parse_list(char *buf, bool tls, struct store_redis_options *ro)
 {
     const char *u, *pw, *user = NULL, *password = NULL;
     uint32_t n = 0;
+    size_t k;
+    bool t;
     int rc = 0;
 
     for (char *item = buf, *next; item && !rc; item = next) {
         if ((next = strchr(item, ',')))
             *next++ = '\0';
-        if (n > 0 && !strncmp(item, scheme, strlen(scheme)))
-            item += strlen(scheme);
+        if (n > 0 && (k = scheme_len(item, &t))) {
+            if (t != tls)
+                return -EINVAL; /* one cluster, one kind of connection */
+            item += k;
+        }
         if (n == STORE_REDIS_MAX_SEEDS || (rc = parse_seed(item, &ro->seeds[n], &u, &pw)))
             return -EINVAL;
         if (pw && password && (strcmp(pw, password) || !same(u, user)))
@@ -116,12 +129,13 @@ static int parse_list(char *buf, struct store_redis_options *ro)
 int store_redis_parse_url(const char *url, char *buf, size_t len, struct store_redis_options *ro)
 {
     struct store_redis_options o = *ro;
+    size_t k = scheme_len(url, &o.tls);
     int rc;
 
-    if (strncmp(url, scheme, strlen(scheme)) || strlen(url) >= len)
+    if (!k || strlen(url) >= len)
         return -EINVAL;
-    strcpy(buf, url + strlen(scheme));
-    if ((rc = parse_list(buf, &o)))
+    strcpy(buf, url + k);
+    if ((rc = parse_list(buf, o.tls, &o)))
         return rc;
     *ro = o;
     return 0;

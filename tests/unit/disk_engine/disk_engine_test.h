@@ -25,11 +25,11 @@
  *   host copies were evicted, are never served: the request computes them (or takes the
  *   leading pages that are intact), errors are counted, the engine goes on, and after a
  *   restart the pages written again are served from disk.
- * - test_redis_shared, test_redis_faults, test_redis_evicting (redis.c, where hiredis is; skipped
- *   where redis-server is not installed): the engine over the Redis store on a redis-server of
- *   the test's own: engines sharing it serve what the others wrote; values overwritten with
- *   bad ones, FLUSHALL, the server killed and restarted, stopped and continued, and at its
- *   maxmemory evicting, with every page served checked and no engine call blocked past the
+ * - test_redis_shared, test_redis_faults, test_redis_evicting (redis.c, where the Redis store
+ *   is built; skipped where redis-server is not installed): the engine over the Redis store on a
+ * redis-server of the test's own: engines sharing it serve what the others wrote; values
+ * overwritten with bad ones, FLUSHALL, the server killed and restarted, stopped and continued, and
+ * at its maxmemory evicting, with every page served checked and no engine call blocked past the
  *   store's timeouts.
  *
  * KVT_SEED=<n> reruns a sequence (the kill times of test_crash excepted); the seed is printed.

@@ -1,6 +1,5 @@
 #include "disk_engine_test.h"
 
-#include <hiredis/hiredis.h>
 #include <stdbool.h>
 
 #include "redis_server.h"
@@ -155,18 +154,14 @@ static long long dbsize(const struct remote *rm)
 /* A number from the server's INFO section (used_memory, evicted_keys); -1 when absent. */
 static long long info_field(const struct remote *rm, const char *section, const char *field)
 {
-    redisContext *c = redisConnect("127.0.0.1", rm->port);
-    redisReply *rep = c && !c->err ? redisCommand(c, "INFO %s", section) : NULL;
+    const char *argv[] = {"INFO", section};
+    char info[16 << 10];
     long long v = -1;
     char *at;
 
-    if (rep && rep->type == REDIS_REPLY_STRING && (at = strstr(rep->str, field)) &&
-        at[strlen(field)] == ':')
+    if (!redis_server_cmd_str(&rm->srv, 2, argv, info, sizeof(info)) &&
+        (at = strstr(info, field)) && at[strlen(field)] == ':')
         v = strtoll(at + strlen(field) + 1, NULL, 10);
-    if (rep)
-        freeReplyObject(rep);
-    if (c)
-        redisFree(c);
     return v;
 }
 

@@ -1,0 +1,87 @@
+/*
+ * A Redis client of the store's own, for the store's I/O thread and for kvtier-ctl: one
+ * connection (wire.c), plain TCP or TLS, blocking with a timeout on every wait; commands framed
+ * into its output buffer and written by a flush; replies read through its input buffer, a
+ * reply's first line alone (the store's batches, resp.c) or whole, arrays too.
+ */
+#ifndef KVT_STORE_REDIS_CLIENT_H
+#define KVT_STORE_REDIS_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <openssl/ssl.h>
+
+#define RESP_BUF_BYTES (64u << 10)
+
+/* One connection (wire.c): a socket, TLS on it or not, and its buffers. */
+struct redis_wire {
+    int fd;
+    SSL *ssl; /* NULL: plain TCP */
+    char *in; /* RESP_BUF_BYTES: bytes read, not yet parsed (resp.c) */
+    size_t in_pos, in_len;
+    char *out; /* commands appended, not yet written */
+    size_t out_len, out_cap;
+};
+
+struct redis_wire_timeouts {
+    uint32_t connect_ms, read_ms, write_ms;
+};
+
+enum resp_type { RESP_STATUS, RESP_ERROR, RESP_INT, RESP_NIL, RESP_BULK, RESP_ARRAY };
+
+/* A whole reply (redis_resp_read): arrays hold their elements. */
+struct resp_value {
+    enum resp_type type;
+    long long integer; /* RESP_INT's value; a bulk's length; an array's count */
+    char *str;         /* a status's, an error's or a bulk's bytes, NUL-terminated */
+    struct resp_value **elem;
+    size_t n;
+};
+
+/* Bounds on a whole reply: no command of ours is answered with more. */
+#define RESP_MAX_DEPTH 8
+#define RESP_MAX_BULK (64u << 20)
+#define RESP_MAX_ELEMENTS (1u << 20)
+
+/* A reply as resp.c reads it: its type, its first line (truncated) and number. */
+struct resp_reply {
+    enum resp_type type;
+    long long integer; /* RESP_INT's value, RESP_BULK's length */
+    char line[160];    /* after the type byte: a status's or an error's text */
+};
+
+/* wire.c. A client TLS context: the CAs in ca (NULL: the system's), a client certificate
+ * chain in cert and its key in key (NULL: in cert's file) when cert is given. -EINVAL with
+ * the file and OpenSSL's reason in err. */
+int redis_tls_ctx(const char *ca, const char *cert, const char *key, SSL_CTX **out, char *err,
+                  size_t len);
+void redis_tls_ctx_free(SSL_CTX *c);
+/* Connect to host:port (TLS over it when tls is given, the peer checked against host): 0,
+ * -ECONNREFUSED, -EIO (no answer, a timeout), -EPROTO (TLS refused or the peer's
+ * certificate did not check out) or -ENOMEM; err says why. */
+int redis_wire_open(const char *host, uint16_t port, SSL_CTX *tls,
+                    const struct redis_wire_timeouts *t, struct redis_wire **out, char *err,
+                    size_t len);
+void redis_wire_close(struct redis_wire *w); /* NULL: a no-op */
+/* Up to len bytes (at least one); -1 when the peer closed, failed or the timeout ran out. */
+ssize_t redis_wire_read(struct redis_wire *w, void *buf, size_t len);
+/* Frame a command (argv[i] of lens[i] bytes; lens NULL: strings) into the output buffer. */
+int redis_wire_append(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens);
+/* Write out what was appended: 0 or -EIO. */
+int redis_wire_flush(struct redis_wire *w);
+/* What was appended, then the pieces of iov (consumed: iov is changed); 0 or -EIO. */
+int redis_wire_writev(struct redis_wire *w, struct iovec *iov, int n);
+
+/* The next reply, whole (-ENOMEM, or -EIO: also one past RESP_MAX_*); free it with
+ * redis_resp_free. */
+int redis_resp_read(struct redis_wire *w, struct resp_value **out);
+void redis_resp_free(struct resp_value *v);
+/* One command and its whole reply. */
+int redis_call(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens,
+               struct resp_value **out);
+
+#endif
