@@ -139,6 +139,62 @@ def start_redis(tmp):
     raise Failure("redis-server did not come up")
 
 
+def make_test_certs(d):
+    """A CA of the test's own, a server certificate it signed (subjectAltName DNS:localhost and
+    IP:127.0.0.1), a client certificate it signed, and another CA that signed nothing, as PEM
+    files in d (ca.crt, server.crt/.key, client.crt/.key, other-ca.crt); Skip without
+    openssl(1)."""
+    if not shutil.which("openssl"):
+        raise Skip("openssl is not installed")
+    k = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def ossl(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+
+    with open(os.path.join(d, "san.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for ca in ("ca", "other-ca"):
+        ossl("req", "-x509", *k, "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-days", "2",
+             "-subj", f"/CN=kvtier-test-{ca}")
+    for who, ext in (("server", ["-extfile", "san.ext"]), ("client", [])):
+        ossl("req", *k, "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", f"/CN={who}")
+        ossl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", f"{who}.crt", "-days", "2", *ext)
+    return {name: os.path.join(d, name) for name in
+            ("ca.crt", "other-ca.crt", "client.crt", "client.key")}
+
+
+def start_redis_tls(tmp, auth_clients=False):
+    """A redis-server of our own that also speaks TLS: (process, plain port, TLS port, the
+    files of make_test_certs) once its plain port accepts connections; Skip without
+    redis-server or openssl."""
+    exe = shutil.which("redis-server")
+    if not exe:
+        raise Skip("redis-server is not installed")
+    port, tls_port = _free_ports(2)
+    d = os.path.join(tmp, f"redis-tls-{tls_port}")
+    os.makedirs(d, exist_ok=True)
+    files = make_test_certs(d)
+    p = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", d, "--tls-port", str(tls_port),
+                          "--tls-cert-file", os.path.join(d, "server.crt"),
+                          "--tls-key-file", os.path.join(d, "server.key"),
+                          "--tls-ca-cert-file", os.path.join(d, "ca.crt"),
+                          "--tls-auth-clients", "yes" if auth_clients else "no"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return p, port, tls_port, files
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    p.wait()
+    raise Failure("redis-server (TLS) did not come up")
+
+
 def _free_ports(n):
     """n loopback ports the kernel calls free now, all different."""
     socks = [socket.socket() for _ in range(n)]

@@ -1193,6 +1193,59 @@ def _():
             p.wait()
 
 
+@case("remote over TLS (rediss://): a second process is served what the first wrote; a server "
+      "whose certificate does not check out serves nothing")
+def _():
+    p, port, tls_port, files = harness.start_redis_tls(TMP)
+    url = f"rediss://127.0.0.1:{tls_port}"
+    try:
+        args, first = first_remote_run(url)  # the system's CAs: the test's CA is not one
+        eq(first["tokens_hit"]["remote"], 0, "nothing over TLS without the test's CA")
+        check(first["remote_errors"] > 0, f"the refused connections counted: {first['remote_errors']}")
+        args = args + ("--remote-tls-ca", files["ca.crt"])
+        first = run_ok(*args)
+        second = run_ok(*args)
+        check(second["tokens_hit"]["remote"] > first["tokens_hit"]["remote"],
+              f"the remote serves the second over TLS: {first['tokens_hit']} -> "
+              f"{second['tokens_hit']}")
+        eq((second["remote_errors"], second["verify"]["mismatches"]), (0, 0),
+           "remote errors, mismatches")
+        # The same pages through the plain port: one database, reached either way.
+        plain = run_ok(*args[:-4], "--remote", f"redis://127.0.0.1:{port}")
+        check(plain["tokens_hit"]["remote"] > 0, f"the plain port serves them: {plain['tokens_hit']}")
+        # Another CA: the certificate does not check out; served from the engine's own tiers.
+        other = run_ok(*args[:-1], files["other-ca.crt"])
+        eq(other["tokens_hit"]["remote"], 0, "nothing from a server whose certificate fails")
+        check(other["remote_errors"] > 0, "counted")
+        eq(other["verify"]["mismatches"], 0, "mismatches")
+    finally:
+        p.kill()
+        p.wait()
+
+
+@case("remote over TLS: bad TLS options are usage errors that name the option")
+def _():
+    cert = os.path.join(TMP, "not-a-cert.pem")
+    with open(cert, "w") as f:
+        f.write("no PEM here\n")
+    base = ("--requests", 2, "--host-tokens", 65536)
+    for args, pat in (
+            (("--remote", "redis://127.0.0.1:1", "--remote-tls-ca", cert),
+             r"--remote-tls-ca needs a rediss://"),
+            (("--remote", "rediss://127.0.0.1:1", "--remote-tls-ca", "/nonexistent/ca.pem"),
+             r"--remote-tls-ca: cannot read /nonexistent/ca.pem"),
+            (("--remote", "rediss://127.0.0.1:1", "--remote-tls-key", cert),
+             r"--remote-tls-key needs --remote-tls-cert"),
+            (("--remote", "rediss://127.0.0.1:1,redis://127.0.0.1:2"), r"--remote needs")):
+        r = bench(*base, *args)
+        eq(r.rc, 2, f"exit status of {args}{r.where()}")
+        check(re.search(pat, r.err), f"stderr should match {pat!r}{r.where()}")
+    # A readable file that holds no PEM: refused at open, saying so.
+    r = bench(*base, "--remote", "rediss://127.0.0.1:1", "--remote-tls-ca", cert)
+    eq(r.rc, 1, f"exit status{r.where()}")
+    check("no usable PEM" in r.err, f"stderr should say the file is no PEM{r.where()}")
+
+
 @case("remote: under a disk tier, hits are counted where they came from: disk or remote")
 def _():
     p, url = redis_server()

@@ -1798,7 +1798,7 @@ def redis_url():
         return _redis["url"]
     r = ctl("remote", "stat", "redis://127.0.0.1:1")
     if r.rc == 2 and "not built in" in r.err:
-        raise harness.Skip("kvtier-ctl built without hiredis")
+        raise harness.Skip("kvtier-ctl built without the Redis store")
     _redis["proc"], port = harness.start_redis(TMP)
     url = f"redis://127.0.0.1:{port}"
     b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic", "mixed",
@@ -1912,7 +1912,7 @@ def _():
 def _():
     r = ctl("remote", "stat", "redis://127.0.0.1:1")
     if r.rc == 2 and "not built in" in r.err:
-        raise harness.Skip("kvtier-ctl built without hiredis")
+        raise harness.Skip("kvtier-ctl built without the Redis store")
     for url in ("http://127.0.0.1:6379", "redis://", "redis://host:99999", "redis://u@host"):
         fails(2, re.escape(f"bad URL '{url}'"), "remote", "verify", url)
     port = free_port()
@@ -1923,6 +1923,53 @@ def _():
     dead = f"redis://127.0.0.1:{port}"
     fails(2, re.escape(f"bad URL '{dead},http://x'"), "remote", "stat", f"{dead},http://x")
     fails(1, f"cannot connect to 127.0.0.1:{port}: ", "remote", "stat", f"{dead},{dead}")
+
+
+@case("remote over TLS: stat and verify with --tls-ca; another CA or a plain URL fails clearly")
+def _():
+    redis_url()  # skips where ctl or redis-server lack
+    p, port, tls_port, files = harness.start_redis_tls(TMP)
+    try:
+        url = f"rediss://127.0.0.1:{tls_port}"
+        b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--remote-tls-ca",
+                            files["ca.crt"], "--synthetic", "mixed", "--requests", "50"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        check(b.returncode == 0, f"kvtier-bench over rediss:// failed: {b.stderr[-400:]!r}")
+        dbsize = int(resp(port, b"DBSIZE")[1:])
+        check(dbsize > 0, "kvtier-bench over TLS stored no page")
+        j = ok_json("remote", "stat", url, "--tls-ca", files["ca.crt"])
+        eq(j["pages"], dbsize, "pages over TLS against DBSIZE on the plain port")
+        j = ok_json("remote", "verify", url, "--tls-ca", files["ca.crt"])
+        eq((j["good"], j["bad"], j["ok"]), (dbsize, 0, True), "verify over TLS")
+        # The system's CAs, or another CA: the server's certificate does not check out.
+        fails(1, rf"cannot connect to 127.0.0.1:{tls_port}: .*certificate", "remote", "stat", url)
+        fails(1, rf"cannot connect to 127.0.0.1:{tls_port}: .*certificate", "remote", "verify",
+              url, "--tls-ca", files["other-ca.crt"])
+        # TLS options are for rediss:// alone; a file that is no PEM is named.
+        fails(2, "need a rediss:// URL", "remote", "stat", f"redis://127.0.0.1:{port}",
+              "--tls-ca", files["ca.crt"])
+        fails(2, re.escape(f"TLS: {files['client.key']}"), "remote", "stat", url, "--tls-ca",
+              files["client.key"])
+        fails(2, "--tls-key needs --tls-cert", "remote", "stat", url, "--tls-key",
+              files["client.key"])
+    finally:
+        p.kill()
+        p.wait()
+
+
+@case("remote over TLS: a server that asks for a client certificate is read with --tls-cert")
+def _():
+    redis_url()
+    p, port, tls_port, files = harness.start_redis_tls(TMP, auth_clients=True)
+    try:
+        url = f"rediss://127.0.0.1:{tls_port}"
+        fails(1, f"127.0.0.1:{tls_port}", "remote", "stat", url, "--tls-ca", files["ca.crt"])
+        j = ok_json("remote", "stat", url, "--tls-ca", files["ca.crt"], "--tls-cert",
+                    files["client.crt"], "--tls-key", files["client.key"])
+        eq(j["pages"], 0, "an empty server, read with a client certificate")
+    finally:
+        p.kill()
+        p.wait()
 
 
 @case("remote: an ACL user reads the server; a refused AUTH or command exits 1 naming it")

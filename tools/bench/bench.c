@@ -54,6 +54,7 @@ static const char *const disk_sync_names[] = {"durable", "relaxed"}; /* enum kvt
 
 struct config {
     const char *trace, *synthetic, *dir, *remote;
+    const char *remote_tls_ca, *remote_tls_cert, *remote_tls_key;
     uint64_t requests;      /* 0: the whole trace */
     uint32_t shard, shards; /* --shard K/N: the workload's requests at K modulo N; 0/0: all */
     const char *geometry_arg;
@@ -916,6 +917,13 @@ static int open_error(const struct config *cfg, int rc)
                 cfg->dir ? " or --disk-tokens" : "");
         return -1;
     case -EINVAL:
+        if (cfg->remote_tls_ca || cfg->remote_tls_cert) {
+            fprintf(stderr,
+                    "%s: --remote-tls-ca, --remote-tls-cert or --remote-tls-key: a file holds no "
+                    "usable PEM certificate or key (or the key is not the certificate's)\n",
+                    PROG);
+            return -1;
+        }
         return invalid_error(cfg);
     default:
         return engine_error("kvt_open", rc);
@@ -1018,6 +1026,9 @@ static int open_engine(struct bench *b)
         o.disk_sync = cfg->disk_sync;
     }
     o.remote = cfg->remote;
+    o.remote_tls_ca = cfg->remote_tls_ca;
+    o.remote_tls_cert = cfg->remote_tls_cert;
+    o.remote_tls_key = cfg->remote_tls_key;
     int rc = kvt_open(&o, &b->e);
     if (rc)
         return open_error(cfg, rc);
@@ -1551,7 +1562,16 @@ static const struct cli_option options[] = {
              "node, or a comma-separated list of such URLs (a\n"
              "cluster's seeds: redis://h1:p1,redis://h2:p2); below the\n"
              "disk tier (or the host tier); needs --host-tokens. Its\n"
-             "hits are counted apart (tokens_hit.remote)"},
+             "hits are counted apart (tokens_hit.remote). rediss:// in\n"
+             "place of redis:// speaks TLS, the server's certificate\n"
+             "checked against the system's CAs (or --remote-tls-ca) and\n"
+             "the URL's host"},
+    {"--remote-tls-ca", CLI_STRING, OFF(remote_tls_ca), .arg = "FILE",
+     .help = "rediss://: PEM CA certificates to check the server's against"},
+    {"--remote-tls-cert", CLI_STRING, OFF(remote_tls_cert), .arg = "FILE",
+     .help = "rediss://: a PEM client certificate, for a server that asks"},
+    {"--remote-tls-key", CLI_STRING, OFF(remote_tls_key), .arg = "FILE",
+     .help = "its private key (default: in --remote-tls-cert's file)"},
     {"--disk-sync", CLI_NAME, OFF(disk_sync), CLI_NAMES(disk_sync_names), .arg = "S",
      .help = "durable (default: each write batch synced) or relaxed\n"
              "(synced every second or 256 MiB; a power cut may lose\n"
@@ -1618,17 +1638,44 @@ static int check_sizes(const struct config *cfg)
     return 0;
 }
 
-/* options.remote's form: redis:// first, and every later item of the list redis:// or no
- * scheme at all (the engine's parser checks the rest). */
+/* options.remote's form: redis:// (or rediss://) first, and every later item of the list the
+ * same scheme or none at all (the engine's parser checks the rest). */
 static bool remote_url_ok(const char *url)
 {
-    if (strncmp(url, "redis://", 8) != 0)
+    const char *scheme = !strncmp(url, "rediss://", 9) ? "rediss://" : "redis://";
+    size_t n = strlen(scheme);
+
+    if (strncmp(url, scheme, n) != 0)
         return false;
     for (const char *item = strchr(url, ','); item; item = strchr(item + 1, ','))
-        if (strncmp(item + 1, "redis://", 8) != 0 && strstr(item + 1, "://") &&
+        if (strncmp(item + 1, scheme, n) != 0 && strstr(item + 1, "://") &&
             (!strchr(item + 1, ',') || strstr(item + 1, "://") < strchr(item + 1, ',')))
             return false;
     return true;
+}
+
+/* The --remote-tls-* files: with rediss:// only, and each one readable. */
+static int check_tls_files(const struct config *cfg)
+{
+    const char *names[] = {"--remote-tls-ca", "--remote-tls-cert", "--remote-tls-key"};
+    const char *files[] = {cfg->remote_tls_ca, cfg->remote_tls_cert, cfg->remote_tls_key};
+    bool tls = cfg->remote && !strncmp(cfg->remote, "rediss://", 9);
+
+    char msg[320];
+
+    for (size_t i = 0; i < 3; i++) {
+        if (files[i] && !tls)
+            snprintf(msg, sizeof(msg), "%s needs a rediss:// --remote", names[i]);
+        else if (files[i] && access(files[i], R_OK))
+            snprintf(msg, sizeof(msg), "%s: cannot read %.200s: %s", names[i], files[i],
+                     strerror(errno));
+        else
+            continue;
+        return cli_bad_usage(PROG, msg, NULL);
+    }
+    if (cfg->remote_tls_key && !cfg->remote_tls_cert)
+        return cli_bad_usage(PROG, "--remote-tls-key needs --remote-tls-cert", NULL);
+    return 0;
 }
 
 /* 0 to go on, -1 after --help, else the exit status. */
@@ -1650,9 +1697,11 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "--remote needs a host tier (--host-tokens)", NULL);
     if (cfg->remote && !remote_url_ok(cfg->remote))
         return cli_bad_usage(PROG,
-                             "--remote needs a redis://[[USER]:PASSWORD@]HOST[:PORT] URL or a "
-                             "comma-separated list of them",
+                             "--remote needs a redis://[[USER]:PASSWORD@]HOST[:PORT] URL "
+                             "(rediss:// for TLS) or a comma-separated list of them",
                              cfg->remote);
+    if ((rc = check_tls_files(cfg)))
+        return rc;
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
     if (cfg->mamba_slots && !cfg->mamba.layers)

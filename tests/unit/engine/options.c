@@ -256,7 +256,7 @@ void test_fingerprint(void **state)
     assert_memory_not_equal(a, c, 32);
 }
 
-/* options.remote: a URL that is not redis://[:PASSWORD@]HOST[:PORT] is -EINVAL; a good one
+/* options.remote: a URL that is not redis(s)://[:PASSWORD@]HOST[:PORT] is -EINVAL; a good one
  * opens without a server (it connects on the first op) where this build has the Redis store,
  * else KVT_ENOBACKEND; it needs the host tier. */
 void test_remote_url(void **state)
@@ -296,4 +296,25 @@ void test_remote_url(void **state)
         assert_int_equal(rc, KVT_ENOBACKEND);
 #endif
     }
+#ifdef KVT_HAVE_REDIS
+    /* TLS (since 0.6): rediss:// opens with the system's CAs; TLS files with redis://, a
+     * mixed list, a file that cannot be read or holds no PEM are -EINVAL. */
+    o.remote = "rediss://127.0.0.1:1,127.0.0.1:2";
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_close(e);
+    o.remote = "rediss://127.0.0.1:1,redis://127.0.0.1:2";
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    char not_pem[] = "/tmp/kvt-not-pem-XXXXXX";
+    int fd = mkstemp(not_pem);
+    assert_true(fd >= 0 && write(fd, "no PEM here\n", 12) == 12);
+    close(fd);
+    o.remote = "redis://127.0.0.1:1";
+    o.remote_tls_ca = not_pem;
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    o.remote = "rediss://127.0.0.1:1";
+    assert_int_equal(kvt_open(&o, &e), -EINVAL); /* no PEM in it */
+    unlink(not_pem);
+    o.remote_tls_ca = "/nonexistent/ca.pem";
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+#endif
 }
