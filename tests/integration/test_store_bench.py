@@ -369,7 +369,7 @@ REMOTE_KEYS = {"remote": str, "cluster": bool, "masters": int, "page_bytes": int
 def remote_json(url, *extra):
     r = run("--remote", url, *REMOTE_SMALL, *extra, "--json")
     if r.rc == 1 and "not built in" in r.err:
-        raise Skip("kvtier-store-bench was built without hiredis")
+        raise Skip("kvtier-store-bench was built without the Redis store")
     eq(r.rc, 0, f"exit status{r.where()}")
     j = r.json()
     has_types(j, REMOTE_KEYS, "--remote report")
@@ -424,13 +424,45 @@ def _():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@case("--remote rediss://: the store over TLS against redis-benchmark --tls; TLS usage errors")
+def _():
+    if not shutil.which("redis-benchmark"):
+        raise Skip("redis-benchmark is not installed")
+    tmp = tempfile.mkdtemp(prefix="test_store_bench_tls.")
+    p = None
+    try:
+        p, port, tls_port, files = harness.start_redis_tls(tmp)
+        url = f"rediss://127.0.0.1:{tls_port}"
+        j = remote_json(url, "--remote-tls-ca", files["ca.crt"])
+        eq((j["cluster"], j["masters"], j["note"]), (False, 1, ""), "over TLS")
+        check_ratios(j)
+        t = run("--remote", url, "--remote-tls-ca", files["ca.crt"], *REMOTE_SMALL)
+        check("--tls" in t.out, f"the text names redis-benchmark's --tls: {t.out!r}")
+        # Another CA: the store cannot connect, and says why.
+        r = run("--remote", url, "--remote-tls-ca", files["other-ca.crt"], *REMOTE_SMALL)
+        eq(r.rc, 1, f"a certificate that fails{r.where()}")
+        check("pages written (page 0:" in r.err, f"the first failure named{r.where()}")
+        r = run("--remote", f"redis://127.0.0.1:{port}", "--remote-tls-ca", files["ca.crt"],
+                *REMOTE_SMALL)
+        eq(r.rc, 2, f"--remote-tls-ca without rediss://{r.where()}")
+        check("--remote-tls-ca needs a rediss://" in r.err, f"said so{r.where()}")
+        r = run("--remote", url, "--remote-tls-ca", os.path.join(tmp, "none.pem"), *REMOTE_SMALL)
+        eq(r.rc, 1, f"an unreadable CA file{r.where()}")
+        check("none.pem" in r.err, f"the file named{r.where()}")
+    finally:
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @case("--remote-restart: the store serves again after its server restarts, within the backoff")
 def _():
     if not shutil.which("redis-server"):
         raise Skip("redis-server is not installed")
     r = run("--remote-restart", "50,700", "--reps", "1", "--backoff-max-ms", "200", "--json")
     if r.rc == 1 and "not built in" in r.err:
-        raise Skip("kvtier-store-bench was built without hiredis")
+        raise Skip("kvtier-store-bench was built without the Redis store")
     eq(r.rc, 0, f"exit status{r.where()}")
     j = r.json()
     eq((j["page_bytes"], j["batch"], j["backoff_max_ms"]), (65536, 8, 200), "config")

@@ -99,6 +99,7 @@ struct config {
     const char *parent; /* --dir: the work dir is made inside it */
     const char *fio;
     const char *remote, *redis_benchmark; /* --remote: the Redis store instead of (a), (b) */
+    const char *remote_tls_ca;            /* --remote rediss://: the CA file */
     struct cli_list down_ms;              /* --remote-restart: its recovery instead */
     const char *redis_server;
     uint64_t backoff_max_ms;
@@ -1224,7 +1225,12 @@ static const struct cli_option options[] = {
              "form: redis://HOST:PORT, or a cluster's seeds\n"
              "redis://h1:p1,redis://h2:p2) against redis-benchmark:\n"
              "--page-bytes (its first), --pages or --bytes (default\n"
-             "256 MiB), --batch, --reps, --seed apply"},
+             "256 MiB), --batch, --reps, --seed apply; rediss:// over TLS\n"
+             "(redis-benchmark over TLS too)"},
+    {"--remote-tls-ca", CLI_STRING, OFF(remote_tls_ca), 1, .arg = "FILE",
+     .help = "rediss://: the PEM CA certificates to check the server's\n"
+             "against, for the store and redis-benchmark (default: the\n"
+             "system's)"},
     {"--redis-benchmark", CLI_STRING, OFF(redis_benchmark), 1, .arg = "PATH",
      .help = "the redis-benchmark program (default: redis-benchmark on PATH)"},
     {"--remote-restart", CLI_COUNTS, OFF(down_ms), 1, 600000, .arg = "MS,...",
@@ -1401,13 +1407,18 @@ static int run_remote(const struct config *cfg)
                                      .batch = cfg->batch,
                                      .reps = cfg->reps,
                                      .seed = cfg->seed,
-                                     .json = cfg->json};
+                                     .json = cfg->json,
+                                     .tls_ca = cfg->remote_tls_ca};
+    bool tls = !strncmp(cfg->remote, "rediss://", 9);
     char log[PATH_MAX];
     int err;
 
-    if (strncmp(cfg->remote, "redis://", 8) || rc.pages == 0)
-        return cli_bad_usage(PROG, "--remote needs a redis:// URL and at least one page",
-                             cfg->remote);
+    if ((!tls && strncmp(cfg->remote, "redis://", 8)) || rc.pages == 0)
+        return cli_bad_usage(
+            PROG, "--remote needs a redis:// URL (rediss:// for TLS) and at least one page",
+            cfg->remote);
+    if (cfg->remote_tls_ca && !tls)
+        return cli_bad_usage(PROG, "--remote-tls-ca needs a rediss:// --remote", NULL);
     if (workdir_make(&wd, PROG, cfg->parent))
         return 1;
     workdir_path(&wd, "redis-benchmark.log", log, sizeof(log));
@@ -1435,6 +1446,8 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (cfg.redis_benchmark && !cfg.remote)
         return cli_bad_usage(PROG, "--redis-benchmark goes with --remote", NULL);
+    if (cfg.remote_tls_ca && !cfg.remote)
+        return cli_bad_usage(PROG, "--remote-tls-ca goes with --remote", NULL);
     if ((cfg.backoff_max_ms || cfg.redis_server) && !cfg.down_ms.n)
         return cli_bad_usage(PROG, "--backoff-max-ms and --redis-server go with --remote-restart",
                              NULL);

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "kvtier.h"
 #include "fio.h"
 #include "store/redis/redis.h"
 
@@ -105,10 +106,30 @@ static int open_store(const struct remote_bench_config *c, uint64_t rep, struct 
                                     .ttl_s = TTL_S};
     uint64_t fp[4] = {c->seed, rep, 0x6b76746265, 0};
 
+    char err[400];
+
     if (store_redis_parse_url(c->url, buf, sizeof(buf), &o))
         return 2;
+    o.tls_ca = c->tls_ca;
     memcpy(o.fingerprint, fp, sizeof(fp));
-    return store_redis_open(&o, s) ? 1 : 0;
+    if (store_redis_open_err(&o, s, err, sizeof(err))) {
+        fprintf(stderr, PROG ": --remote: %s\n", err[0] ? err : "cannot open the Redis store");
+        return 1;
+    }
+    return 0;
+}
+
+/* " (page I: why)" for the first page of an op that failed, "" when none did. */
+static const char *first_failure(const int *results, uint64_t n)
+{
+    static char buf[96];
+
+    for (uint64_t i = 0; i < n; i++)
+        if (results[i]) {
+            snprintf(buf, sizeof(buf), " (page %" PRIu64 ": %s)", i, kvt_strerror(results[i]));
+            return buf;
+        }
+    return "";
 }
 
 /* One rep of the store: write, read, check. */
@@ -125,15 +146,15 @@ static int store_rep(const struct remote_bench_config *c, uint64_t rep, struct f
     fill(data, c, rep);
     f->write_s[rep] = run_ops(s, c, true, keys, data, results, &ok);
     if (f->write_s[rep] < 0 || ok != c->pages) {
-        fprintf(stderr, PROG ": --remote: %" PRIu64 " of %" PRIu64 " pages written\n", ok,
-                c->pages);
+        fprintf(stderr, PROG ": --remote: %" PRIu64 " of %" PRIu64 " pages written%s\n", ok,
+                c->pages, first_failure(results, c->pages));
         err = 1;
     }
     memset(back, 0, c->pages * c->page_bytes);
     if (!err && ((f->read_s[rep] = run_ops(s, c, false, keys, back, results, &ok)) < 0 ||
                  ok != c->pages || memcmp(back, data, c->pages * c->page_bytes))) {
-        fprintf(stderr, PROG ": --remote: %" PRIu64 " of %" PRIu64 " pages read back exact\n", ok,
-                c->pages);
+        fprintf(stderr, PROG ": --remote: %" PRIu64 " of %" PRIu64 " pages read back exact%s\n", ok,
+                c->pages, first_failure(results, c->pages));
         err = 1;
     }
     store_redis_counters(s, &rc);
@@ -161,7 +182,7 @@ static double bench_run(const struct remote_bench_config *c, const char *path, s
 {
     char buf[1024], port[8], clients[8], size[16], n[24], r[24];
     struct store_redis_options o = {0};
-    char *argv[24], *out;
+    char *argv[32], *out;
     double rps = 0;
     int a = 0, rc;
 
@@ -180,6 +201,10 @@ static double bench_run(const struct remote_bench_config *c, const char *path, s
         argv[a++] = "-a", argv[a++] = (char *)o.password;
     if (f->cluster)
         argv[a++] = "--cluster";
+    if (o.tls)
+        argv[a++] = "--tls";
+    if (o.tls && c->tls_ca)
+        argv[a++] = "--cacert", argv[a++] = (char *)c->tls_ca;
     argv[a] = NULL;
     if ((rc = fio_spawn_wait(argv, c->log)) != 0 || !(out = fio_slurp(c->log))) {
         snprintf(f->note, sizeof(f->note), "redis-benchmark failed (status %d), see %s", rc,
@@ -249,9 +274,10 @@ static void report(const struct remote_bench_config *c, const struct figures *f)
            " reps\n",
            c->pages, c->page_bytes, c->page_bytes + STORE_REDIS_HEAD_BYTES, c->batch, c->reps);
     printf("  redis-benchmark -P " PIPELINE " -c %u -d %u -n %" PRIu64
-           "%s: -t set -r 1000000000 (new keys), then -t set,get -r %" PRIu64 " (GET)\n",
+           "%s%s: -t set -r 1000000000 (new keys), then -t set,get -r %" PRIu64 " (GET)\n",
            f->masters, c->page_bytes + STORE_REDIS_HEAD_BYTES, c->pages,
-           f->cluster ? " --cluster" : "", c->pages / 4 ? c->pages / 4 : 1);
+           f->cluster ? " --cluster" : "", strncmp(c->url, "rediss://", 9) ? "" : " --tls",
+           c->pages / 4 ? c->pages / 4 : 1);
     printf("\n  %-8s %12s %10s %16s %8s\n", "", "store op/s", "MB/s", "redis-bench op/s", "ratio");
     printf("  %-8s %12.0f %10.1f %16.0f %8.2f  (goal >= %.1f)\n", "write", w, w * mb, set,
            cli_ratio(w, set), TARGET);

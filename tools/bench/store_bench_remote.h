@@ -11,6 +11,7 @@ struct remote_bench_config {
     const char *url;             /* options.remote's form */
     const char *redis_benchmark; /* the program: a path, or a name looked up on PATH */
     const char *log;             /* where redis-benchmark's output goes */
+    const char *tls_ca;          /* rediss://: the CA file, for the store and redis-benchmark */
     uint32_t page_bytes;
     uint64_t pages, batch, reps, seed;
     bool json;

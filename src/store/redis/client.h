@@ -73,7 +73,9 @@ ssize_t redis_wire_read(struct redis_wire *w, void *buf, size_t len);
 int redis_wire_append(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens);
 /* Write out what was appended: 0 or -EIO. */
 int redis_wire_flush(struct redis_wire *w);
-/* What was appended, then the pieces of iov (consumed: iov is changed); 0 or -EIO. */
+/* What was appended, then the pieces of iov (consumed: iov is changed): on plain TCP written
+ * now, straight from where they lie; over TLS appended, written by a flush (or once the
+ * pipeline passes 1 MiB). 0, -ENOMEM or -EIO. */
 int redis_wire_writev(struct redis_wire *w, struct iovec *iov, int n);
 
 /* The next reply, whole (-ENOMEM, or -EIO: also one past RESP_MAX_*); free it with
