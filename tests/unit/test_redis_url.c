@@ -2,7 +2,8 @@
  * store_redis_parse_url (src/store/redis/url.c), the one parser of options.remote,
  * kvtier-bench --remote and kvtier-ctl remote: hosts and ports, a password alone
  * (":PASSWORD@", the default user), an ACL user ("USER:PASSWORD@"), percent-decoding of both,
- * cluster seed lists with one user and password, and the URLs it refuses. No server needed.
+ * cluster seed lists with one user and password, rediss:// (TLS) and the URLs it refuses. No
+ * server needed.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -110,6 +111,26 @@ static void test_seed_list(void **state)
     assert_int_equal(parse("redis://:pw@a:1,redis://:other@b:2", &p), -EINVAL);
 }
 
+/* rediss:// asks for TLS, for every seed: a later seed may repeat the scheme or leave it off,
+ * not name the other one. */
+static void test_tls_scheme(void **state)
+{
+    struct parsed p;
+
+    (void)state;
+    assert_int_equal(parse("redis://a:1", &p), 0);
+    assert_false(p.o.tls);
+    assert_int_equal(parse("rediss://kv:pw@a:1,rediss://kv:pw@b:2,c:3", &p), 0);
+    assert_true(p.o.tls);
+    assert_int_equal(p.o.n_seeds, 3);
+    expect_auth(&p, "kv", "pw");
+    assert_string_equal(p.o.seeds[1].host, "b");
+    assert_int_equal(parse("rediss://a:1,redis://b:2", &p), -EINVAL);
+    assert_int_equal(parse("redis://a:1,rediss://b:2", &p), -EINVAL);
+    assert_int_equal(parse("redisss://a:1", &p), -EINVAL);
+    assert_int_equal(parse("rediss://", &p), -EINVAL);
+}
+
 static void test_refused(void **state)
 {
     static const char *bad[] = {
@@ -133,9 +154,10 @@ static void test_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_host_port), cmocka_unit_test(test_password_alone),
-        cmocka_unit_test(test_acl_user),  cmocka_unit_test(test_percent_decoding),
-        cmocka_unit_test(test_seed_list), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_host_port),  cmocka_unit_test(test_password_alone),
+        cmocka_unit_test(test_acl_user),   cmocka_unit_test(test_percent_decoding),
+        cmocka_unit_test(test_seed_list),  cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_tls_scheme),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

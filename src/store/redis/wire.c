@@ -276,18 +276,18 @@ static int reserve(struct redis_wire *w, size_t more)
 
 int redis_wire_append(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens)
 {
-    size_t need = 16;
+    size_t need = 16; /* "*N\r\n", N an int */
     int k;
 
-    for (int i = 0; i < argc; i++)
-        need += 24 + (lens ? lens[i] : strlen(argv[i]));
+    for (int i = 0; i < argc; i++) /* "$L\r\n" (L at most 20 digits), the bytes, "\r\n" */
+        need += 32 + (lens ? lens[i] : strlen(argv[i]));
     if (reserve(w, need))
         return -ENOMEM;
     k = snprintf(w->out + w->out_len, need, "*%d\r\n", argc);
     w->out_len += (size_t)k;
     for (int i = 0; i < argc; i++) {
         size_t l = lens ? lens[i] : strlen(argv[i]);
-        k = snprintf(w->out + w->out_len, 24, "$%zu\r\n", l);
+        k = snprintf(w->out + w->out_len, 32, "$%zu\r\n", l);
         w->out_len += (size_t)k;
         memcpy(w->out + w->out_len, argv[i], l);
         memcpy(w->out + w->out_len + l, "\r\n", 2);
