@@ -66,11 +66,16 @@ static int wait_ok(const struct redis_cluster *c)
 
 int redis_cluster_start(struct redis_cluster *c)
 {
+    bool tls = c->tls;
     int rc = 0;
 
     memset(c, 0, sizeof(*c));
+    c->tls = tls;
     for (int i = 0; i < REDIS_CLUSTER_NODES && !rc; i++) {
         c->node[i].cluster = true;
+        c->node[i].tls = tls;
+        if (tls && i > 0) /* one CA for the cluster: node 0's certificates for every node */
+            snprintf(c->node[i].cert_dir, sizeof(c->node[i].cert_dir), "%s", c->node[0].dir);
         if (!(rc = redis_server_start(&c->node[i], 0)))
             rc = prepare(c, i) ? -EIO : 0;
     }
@@ -94,9 +99,11 @@ void redis_cluster_url(const struct redis_cluster *c, int first, char *out, size
     size_t used = 0;
 
     out[0] = '\0';
-    for (int k = 0; k < REDIS_CLUSTER_NODES && used < len; k++)
-        used += (size_t)snprintf(out + used, len - used, "%sredis://127.0.0.1:%u", k ? "," : "",
-                                 c->node[(first + k) % REDIS_CLUSTER_NODES].port);
+    for (int k = 0; k < REDIS_CLUSTER_NODES && used < len; k++) {
+        const struct redis_server *n = &c->node[(first + k) % REDIS_CLUSTER_NODES];
+        used += (size_t)snprintf(out + used, len - used, "%s%s://127.0.0.1:%u", k ? "," : "",
+                                 c->tls ? "rediss" : "redis", c->tls ? n->tls_port : n->port);
+    }
 }
 
 int redis_cluster_flush(const struct redis_cluster *c)

@@ -7,6 +7,7 @@
 #ifndef KVT_TEST_REDIS_CLUSTER_H
 #define KVT_TEST_REDIS_CLUSTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "redis_server.h"
@@ -16,6 +17,8 @@
 struct redis_cluster {
     struct redis_server node[REDIS_CLUSTER_NODES];
     char id[REDIS_CLUSTER_NODES][48]; /* CLUSTER MYID */
+    bool tls; /* set before start: every node TLS too, its bus as well (tls-cluster), with node
+                 0's certificates (redis_server_file of node 0 names them) */
 };
 
 /* Start the nodes and form the cluster; 0 once every node says cluster_state:ok (10 s at
@@ -25,7 +28,8 @@ int redis_cluster_start(struct redis_cluster *c);
 /* Stop every node and remove its dir. */
 void redis_cluster_stop(struct redis_cluster *c);
 
-/* "redis://127.0.0.1:P0,redis://127.0.0.1:P1,..." into out; first: the node listed first. */
+/* "redis://127.0.0.1:P0,redis://127.0.0.1:P1,..." into out (rediss:// and the TLS ports on a
+ * TLS cluster); first: the node listed first. */
 void redis_cluster_url(const struct redis_cluster *c, int first, char *out, size_t len);
 
 /* The node that holds slot as the cluster was formed (before any migration). */

@@ -37,7 +37,7 @@ static uint16_t free_port(void)
 const char *redis_server_file(const struct redis_server *rs, const char *file, char *out,
                               size_t len)
 {
-    snprintf(out, len, "%s/%s", rs->dir, file);
+    snprintf(out, len, "%s/%s", rs->cert_dir[0] ? rs->cert_dir : rs->dir, file);
     return out;
 }
 
@@ -64,41 +64,53 @@ static int make_certs(const struct redis_server *rs)
 }
 
 /* A cluster node keeps serving its slots while another master is down
- * (cluster-require-full-coverage no), and calls one down after 2 s without an answer. */
+ * (cluster-require-full-coverage no), and calls one down after 2 s without an answer. A TLS
+ * node of a cluster speaks TLS on its bus too (tls-cluster), so the slot map names TLS ports. */
 static void exec_server(const struct redis_server *rs)
 {
     char port[8], bus[8], log[160], tls_port[8], cert[160], key[160], ca[160];
+    const char *argv[48] = {
+        "redis-server", "--port",    port, "--bind",       "127.0.0.1", "--dir",
+        rs->dir,        "--save",    "",   "--appendonly", "no",        "--daemonize",
+        "no",           "--logfile", log,  "--maxmemory",  "64mb",      "--maxmemory-policy",
+        "allkeys-lru"};
+    const char *cluster[] = {"--cluster-enabled",
+                             "yes",
+                             "--cluster-port",
+                             bus,
+                             "--cluster-config-file",
+                             "nodes.conf",
+                             "--cluster-node-timeout",
+                             "2000",
+                             "--cluster-require-full-coverage",
+                             "no"};
+    const char *tls[] = {"--tls-port",         tls_port,
+                         "--tls-cert-file",    cert,
+                         "--tls-key-file",     key,
+                         "--tls-ca-cert-file", ca,
+                         "--tls-auth-clients", rs->tls_auth_clients ? "yes" : "no",
+                         "--tls-cluster",      rs->cluster ? "yes" : "no"};
+    size_t n = 19;
     int null = open("/dev/null", O_RDWR);
 
     snprintf(port, sizeof(port), "%u", rs->port);
     snprintf(bus, sizeof(bus), "%u", rs->bus_port);
+    snprintf(tls_port, sizeof(tls_port), "%u", rs->tls_port);
     snprintf(log, sizeof(log), "%s/redis.log", rs->dir);
+    redis_server_file(rs, "server.crt", cert, sizeof(cert));
+    redis_server_file(rs, "server.key", key, sizeof(key));
+    redis_server_file(rs, "ca.crt", ca, sizeof(ca));
     if (null >= 0) {
         dup2(null, 0);
         dup2(null, 1);
         dup2(null, 2);
     }
-    snprintf(tls_port, sizeof(tls_port), "%u", rs->tls_port);
-    redis_server_file(rs, "server.crt", cert, sizeof(cert));
-    redis_server_file(rs, "server.key", key, sizeof(key));
-    redis_server_file(rs, "ca.crt", ca, sizeof(ca));
-    if (rs->tls)
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-               rs->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log,
-               "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", "--tls-port", tls_port,
-               "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca,
-               "--tls-auth-clients", rs->tls_auth_clients ? "yes" : "no", (char *)NULL);
-    else if (rs->cluster)
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-               rs->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log,
-               "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", "--cluster-enabled",
-               "yes", "--cluster-port", bus, "--cluster-config-file", "nodes.conf",
-               "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
-               (char *)NULL);
-    else
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-               rs->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log,
-               "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", (char *)NULL);
+    for (size_t i = 0; rs->cluster && i < sizeof(cluster) / sizeof(cluster[0]); i++)
+        argv[n++] = cluster[i];
+    for (size_t i = 0; rs->tls && i < sizeof(tls) / sizeof(tls[0]); i++)
+        argv[n++] = tls[i];
+    argv[n] = NULL;
+    execvp("redis-server", (char *const *)argv);
     _exit(127);
 }
 
@@ -178,7 +190,7 @@ int redis_server_start(struct redis_server *rs, uint16_t port)
         rs->bus_port = free_port();
     while (rs->tls && (!rs->tls_port || rs->tls_port == rs->port))
         rs->tls_port = free_port();
-    if (rs->tls && make_certs(rs)) {
+    if (rs->tls && !rs->cert_dir[0] && make_certs(rs)) {
         redis_server_stop(rs);
         return -ENOEXEC;
     }

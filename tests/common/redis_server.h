@@ -23,9 +23,11 @@ struct redis_server {
      * that signed nothing here). tls_auth_clients: a client certificate is required. */
     bool tls, tls_auth_clients;
     uint16_t tls_port;
+    char cert_dir[128]; /* set before start: take the certificates from here (another
+                           server's dir, as a cluster's nodes share a CA), none made */
 };
 
-/* The path of file (ca.crt, client.crt, ...) in rs's dir, into out (len bytes). */
+/* The path of file (ca.crt, client.crt, ...) among rs's certificates, into out (len bytes). */
 const char *redis_server_file(const struct redis_server *rs, const char *file, char *out,
                               size_t len);
 

@@ -26,7 +26,8 @@
  *   port spoken to in plain, a server that wants a client certificate and gets none: every
  *   page fails (counted), none is served, nothing hangs; the reason is kept (last_refusal);
  * - the client certificate given to that server: pages exact;
- * - a CA or certificate file that cannot be read: refused at open, the file named.
+ * - a CA or certificate file that cannot be read: refused at open, the file named;
+ * - a 3-master cluster over TLS (its bus too): pages spread over every master, read exact.
  * Skipped (exit 77) where redis-server is not installed.
  */
 #include <stdarg.h>
@@ -780,6 +781,53 @@ static void test_tls_client_cert(void **state)
     assert_int_equal(read_pages(f, PAGES, res), PAGES);
 }
 
+/* A cluster over TLS (tls-cluster: its slot map names TLS ports to a TLS client): pages
+ * spread over every master through rediss:// seeds, read exact. */
+static int setup_tls_cluster(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    char ca[256], err[400];
+
+    if (!f || !(f->bufs = malloc((size_t)MAX_PAGES * PAGE_BYTES)))
+        return -1;
+    f->cl.tls = true;
+    if (redis_cluster_start(&f->cl))
+        return -1;
+    f->cluster = true;
+    redis_cluster_url(&f->cl, 1, f->url, sizeof(f->url));
+    default_options(f, 0);
+    if (store_redis_parse_url(f->url, f->url_buf, sizeof(f->url_buf), &f->o) || !f->o.tls)
+        return -1;
+    f->o.tls_ca = redis_server_file(&f->cl.node[0], "ca.crt", ca, sizeof(ca));
+    if (store_redis_open_err(&f->o, &f->s, err, sizeof(err)))
+        return -1;
+    make_pages(f, 4);
+    *state = f;
+    return 0;
+}
+
+static void test_tls_cluster(void **state)
+{
+    struct fixture *f = *state;
+    const char *dbsize[] = {"DBSIZE"};
+    struct store_redis_counters c;
+    long long total = 0, on;
+    int res[MAX_PAGES];
+
+    write_n_ok(f, CLUSTER_PAGES);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    for (int k = 0; k < REDIS_CLUSTER_NODES; k++) {
+        assert_true((on = node_cmd(f, k, 1, dbsize)) > 0); /* every master holds some */
+        total += on;
+    }
+    assert_int_equal(total, CLUSTER_PAGES);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_int_equal(c.cluster, 1);
+    assert_int_equal(c.masters, REDIS_CLUSTER_NODES);
+    assert_int_equal(c.failed, 0);
+    assert_true(c.connects >= REDIS_CLUSTER_NODES);
+}
+
 static void test_tls_bad_files(void **state)
 {
     struct fixture *f = *state;
@@ -816,6 +864,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tls, setup_tls, teardown),
         cmocka_unit_test_setup_teardown(test_tls_client_cert, setup_tls, teardown),
         cmocka_unit_test_setup_teardown(test_tls_bad_files, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_cluster, setup_tls_cluster, teardown),
     };
 
     if (!redis_server_installed()) {
