@@ -415,23 +415,31 @@ static void expect_counters(struct fixture *f, struct store_redis_counters *c)
     assert_int_equal(c->cluster, 1);
 }
 
-static void test_cluster_spread(void **state)
+/* CLUSTER_PAGES written and read exact, every master holding some of them. */
+static void spread_over_masters(struct fixture *f)
 {
-    struct fixture *f = *state;
     const char *dbsize[] = {"DBSIZE"};
-    struct store_redis_counters c;
-    struct store_stats st;
     long long total = 0, on;
-    size_t run = 0;
     int res[MAX_PAGES];
 
     write_n_ok(f, CLUSTER_PAGES);
     assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
     for (int k = 0; k < REDIS_CLUSTER_NODES; k++) {
-        assert_true((on = node_cmd(f, k, 1, dbsize)) > 0); /* every master holds some */
+        assert_true((on = node_cmd(f, k, 1, dbsize)) > 0);
         total += on;
     }
     assert_int_equal(total, CLUSTER_PAGES);
+}
+
+static void test_cluster_spread(void **state)
+{
+    struct fixture *f = *state;
+    struct store_redis_counters c;
+    struct store_stats st;
+    size_t run = 0;
+    int res[MAX_PAGES];
+
+    spread_over_masters(f);
     expect_counters(f, &c);
     assert_int_equal(c.masters, REDIS_CLUSTER_NODES);
     assert_int_equal(c.moved + c.asked, 0);
@@ -809,18 +817,9 @@ static int setup_tls_cluster(void **state)
 static void test_tls_cluster(void **state)
 {
     struct fixture *f = *state;
-    const char *dbsize[] = {"DBSIZE"};
     struct store_redis_counters c;
-    long long total = 0, on;
-    int res[MAX_PAGES];
 
-    write_n_ok(f, CLUSTER_PAGES);
-    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
-    for (int k = 0; k < REDIS_CLUSTER_NODES; k++) {
-        assert_true((on = node_cmd(f, k, 1, dbsize)) > 0); /* every master holds some */
-        total += on;
-    }
-    assert_int_equal(total, CLUSTER_PAGES);
+    spread_over_masters(f);
     assert_int_equal(store_redis_counters(f->s, &c), 0);
     assert_int_equal(c.cluster, 1);
     assert_int_equal(c.masters, REDIS_CLUSTER_NODES);

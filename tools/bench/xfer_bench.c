@@ -1067,6 +1067,7 @@ static void print_presets(FILE *f)
 
 /* Figures the help quotes, as strings. */
 #define OVERLAP_PAGES_S CLI_STR(DEFAULT_OVERLAP_PAGES)
+#define KERNEL_BLOCKS_S CLI_STR(XFER_KERNEL_BLOCKS)
 #define MAX_COMPUTE_S CLI_STR(MAX_COMPUTE)
 #define AUTO_COMPUTE_S CLI_STR(AUTO_COMPUTE_FACTOR)
 
@@ -1126,8 +1127,8 @@ static const struct cli_option options[] = {
              "the kernels (default 0: the engine's own threshold)"},
     {"--kernel-blocks", CLI_COUNT, OFF(kernel_blocks), 0, 4096, .arg = "N",
      .help = "cuda kernel path: blocks of 8 warps per layer of a copy at\n"
-             "most (default 0: the engine's, " CLI_STR(XFER_KERNEL_BLOCKS) "; 4096: one warp per\n"
-                                                                           "page part)"},
+             "most (default 0: the engine's, " KERNEL_BLOCKS_S ";\n"
+             "4096: one warp per page part)"},
     {"--load-priority", CLI_NAME, OFF(load_priority), CLI_NAMES(priority_names), .arg = "P",
      .help = "cuda: high (default, as the engine's host tier) or\n"
              "default, the load stream's priority"},
