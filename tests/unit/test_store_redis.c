@@ -27,7 +27,9 @@
  *   page fails (counted), none is served, nothing hangs; the reason is kept (last_refusal);
  * - the client certificate given to that server: pages exact;
  * - a CA or certificate file that cannot be read: refused at open, the file named;
- * - a 3-master cluster over TLS (its bus too): pages spread over every master, read exact.
+ * - a 3-master cluster over TLS (its bus too): pages spread over every master, read exact;
+ * - the client writing over TLS to a server that died, on a thread that lets SIGPIPE kill:
+ *   -EIO, the process lives.
  * Skipped (exit 77) where redis-server is not installed.
  */
 #include <stdarg.h>
@@ -47,6 +49,7 @@
 #include "kvtier.h"
 #include "redis_cluster.h"
 #include "redis_server.h"
+#include "store/redis/client.h"
 #include "store/redis/redis.h"
 #include "store/store.h"
 
@@ -827,6 +830,39 @@ static void test_tls_cluster(void **state)
     assert_true(c.connects >= REDIS_CLUSTER_NODES);
 }
 
+/* The client on an application thread (SIGPIPE not blocked, its default action to kill):
+ * writing over TLS to a server that died is -EIO, not the end of the process. */
+static void test_tls_dead_server_sigpipe(void **state)
+{
+    struct fixture *f = *state;
+    const struct redis_wire_timeouts t = {1000, 1000, 1000};
+    size_t big = 1 << 20, lens[] = {3, 1, big};
+    char ca[256], *value = calloc(1, big);
+    const char *argv[] = {"SET", "k", value};
+    struct redis_wire *w;
+    SSL_CTX *tls;
+    int rc = 0;
+
+    assert_non_null(value);
+    signal(SIGPIPE, SIG_DFL); /* as a program that never touched it has it */
+    assert_int_equal(redis_tls_ctx(redis_server_file(&f->srv, "ca.crt", ca, sizeof(ca)), NULL, NULL,
+                                   &tls, NULL, 0),
+                     0);
+    assert_int_equal(redis_wire_open("127.0.0.1", f->srv.tls_port, tls, &t, &w, NULL, 0), 0);
+    redis_server_kill(&f->srv);
+    /* Past the first failure (a reset), a write raises SIGPIPE where nothing stops it. */
+    for (int i = 0; i < 16; i++)
+        rc = rc ? rc : redis_wire_append(w, 3, argv, lens) ? -ENOMEM : redis_wire_flush(w);
+    for (int i = 0; i < 4; i++) {
+        struct iovec iov = {value, big};
+        assert_int_equal(redis_wire_writev(w, &iov, 1), -EIO);
+    }
+    assert_int_equal(rc, -EIO);
+    redis_wire_close(w);
+    redis_tls_ctx_free(tls);
+    free(value);
+}
+
 static void test_tls_bad_files(void **state)
 {
     struct fixture *f = *state;
@@ -863,6 +899,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tls, setup_tls, teardown),
         cmocka_unit_test_setup_teardown(test_tls_client_cert, setup_tls, teardown),
         cmocka_unit_test_setup_teardown(test_tls_bad_files, setup_tls, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_dead_server_sigpipe, setup_tls, teardown),
         cmocka_unit_test_setup_teardown(test_tls_cluster, setup_tls_cluster, teardown),
     };
 

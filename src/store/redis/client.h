@@ -25,6 +25,9 @@ struct redis_wire {
     size_t in_pos, in_len;
     char *out; /* commands appended, not yet written */
     size_t out_len, out_cap;
+    /* Set by a caller whose thread keeps SIGPIPE blocked: TLS calls then skip blocking it
+     * around themselves (a write to a closed connection must raise nothing that kills). */
+    bool sigpipe_blocked;
 };
 
 struct redis_wire_timeouts {

@@ -165,6 +165,7 @@ int redis_conn_ensure(struct redis_store *r, struct redis_node *n)
         backoff(r, n, err);
         return n->conn_err;
     }
+    n->ctx->sigpipe_blocked = true; /* the I/O thread runs with every signal blocked */
     if ((err = handshake(r, n))) {
         backoff(r, n, err);
         return err;

@@ -13,7 +13,7 @@
 
 static const char plain[] = "redis://", secure[] = "rediss://";
 
-/* The length of s's scheme when it is scheme (secure or not); 0 when it has none of ours. */
+/* The length of s's scheme, redis:// or rediss:// (*tls: which); 0 when it has neither. */
 static size_t scheme_len(const char *s, bool *tls)
 {
     *tls = !strncmp(s, secure, strlen(secure));

@@ -17,6 +17,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,41 @@
 
 #define OUT_MIN_BYTES 4096
 #define TLS_FLUSH_BYTES (1u << 20) /* a TLS connection's pipeline is written out past this */
+
+/* OpenSSL writes to the socket with write(2), which raises SIGPIPE on a connection the peer
+ * closed; plain sends pass MSG_NOSIGNAL. Around each TLS call SIGPIPE is blocked on this
+ * thread and one it raised is taken back, so a dead server costs an error, never the process
+ * (kvtier-ctl, an application thread), whatever its signal handling. */
+struct quiet {
+    sigset_t old;
+    bool skip; /* the thread blocks SIGPIPE for good (the store's I/O thread) */
+};
+
+static void quiet_begin(const struct redis_wire *w, struct quiet *q)
+{
+    sigset_t pipe;
+
+    if ((q->skip = w->sigpipe_blocked))
+        return;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &q->old);
+}
+
+static void quiet_end(struct quiet *q)
+{
+    struct timespec zero = {0, 0};
+    sigset_t pipe, pending;
+
+    if (q->skip)
+        return;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    if (!sigismember(&q->old, SIGPIPE) && sigpending(&pending) == 0 &&
+        sigismember(&pending, SIGPIPE))
+        sigtimedwait(&pipe, NULL, &zero);
+    pthread_sigmask(SIG_SETMASK, &q->old, NULL);
+}
 
 static struct timeval tv_of(uint32_t ms)
 {
@@ -167,8 +204,14 @@ static int tls_start(struct redis_wire *w, SSL_CTX *tls, const char *host, uint1
     if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(w->ssl), host) != 1
               : SSL_set_tlsext_host_name(w->ssl, host) != 1 || SSL_set1_host(w->ssl, host) != 1)
         goto fail;
+    struct quiet q;
+    int ok;
+
     errno = 0;
-    if (SSL_connect(w->ssl) == 1)
+    quiet_begin(w, &q);
+    ok = SSL_connect(w->ssl) == 1;
+    quiet_end(&q);
+    if (ok)
         return 0;
 fail:
     say(err, len, "%s:%u: TLS: %s", host, port, tls_why(w->ssl, why, sizeof(why)));
@@ -224,7 +267,12 @@ ssize_t redis_wire_read(struct redis_wire *w, void *buf, size_t len)
     ssize_t k;
 
     if (w->ssl) {
-        int n = SSL_read(w->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+        struct quiet q;
+        int n;
+
+        quiet_begin(w, &q); /* a read may write too (a TLS 1.3 key update's answer) */
+        n = SSL_read(w->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+        quiet_end(&q);
         if (n <= 0)
             ERR_clear_error();
         return n > 0 ? n : -1;
@@ -242,7 +290,12 @@ static int write_all(struct redis_wire *w, const void *buf, size_t len)
         ssize_t k;
         if (w->ssl) {
             size_t part = len - done > INT32_MAX ? INT32_MAX : len - done;
-            int n = SSL_write(w->ssl, (const char *)buf + done, (int)part);
+            struct quiet q;
+            int n;
+
+            quiet_begin(w, &q);
+            n = SSL_write(w->ssl, (const char *)buf + done, (int)part);
+            quiet_end(&q);
             if (n <= 0) {
                 ERR_clear_error();
                 return -EIO;
