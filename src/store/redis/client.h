@@ -31,7 +31,7 @@ struct redis_wire {
 };
 
 struct redis_wire_timeouts {
-    uint32_t connect_ms, read_ms, write_ms;
+    uint32_t connect_ms, read_ms, write_ms; /* each above 0 (0 would not bound the wait) */
 };
 
 enum resp_type { RESP_STATUS, RESP_ERROR, RESP_INT, RESP_NIL, RESP_BULK, RESP_ARRAY };

@@ -198,15 +198,14 @@ static int tls_start(struct redis_wire *w, SSL_CTX *tls, const char *host, uint1
     unsigned char addr[16];
     bool is_ip = inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1;
     char why[200];
+    struct quiet q;
+    int ok;
 
     if (!(w->ssl = SSL_new(tls)) || SSL_set_fd(w->ssl, w->fd) != 1)
         goto fail;
     if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(w->ssl), host) != 1
               : SSL_set_tlsext_host_name(w->ssl, host) != 1 || SSL_set1_host(w->ssl, host) != 1)
         goto fail;
-    struct quiet q;
-    int ok;
-
     errno = 0;
     quiet_begin(w, &q);
     ok = SSL_connect(w->ssl) == 1;
