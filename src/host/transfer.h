@@ -73,6 +73,11 @@ struct xfer_config {
     /* cuda: loads go on a stream of the device's highest priority, so that a load's copies
      * get the SMs or the copy engine ahead of the forward's work that waits for them. */
     bool high_priority_loads;
+    /* cuda, copy engine: ask cudaMemcpyBatchAsync to prefer overlapping compute
+     * (cudaMemcpyFlagPreferOverlapWithCompute, a hint). On an H200 the batches without it lost
+     * 29-40% beside a forward that fills the SMs; with it: not yet measured (issue 19), so off
+     * by default. */
+    bool dma_prefer_overlap;
 };
 
 /* Below about this size a copy-engine copy pays more in its fixed cost (a microsecond or

@@ -134,13 +134,15 @@ static bool ring_take(struct idx_ring *r, size_t k, size_t *off, size_t *take)
 #if CUDART_VERSION >= 12080
 /* One call for the whole batch; sources are read in stream order, after what the stream
  * waits for (the ready event, earlier ops). */
-static cudaError_t batch_call(struct cuda_stream *cs, struct dma_batch *b, size_t n)
+static cudaError_t batch_call(struct cuda_stream *cs, struct dma_batch *b, size_t n,
+                              bool prefer_overlap)
 {
     struct cudaMemcpyAttributes attr;
     size_t first = 0;
 
     memset(&attr, 0, sizeof(attr));
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = prefer_overlap ? cudaMemcpyFlagPreferOverlapWithCompute : 0;
 #if CUDART_VERSION >= 13000
     return cudaMemcpyBatchAsync(b->dst, b->src, b->size, n, &attr, &first, 1, cs->cs);
 #else
@@ -169,7 +171,7 @@ static int dma_flush(struct xfer_stream *s)
     b->n = 0;
 #if CUDART_VERSION >= 12080
     if (n > 1 && eng_of(s->x)->batch_api) {
-        if (batch_call(cs, b, n) == cudaSuccess)
+        if (batch_call(cs, b, n, s->x->cfg.dma_prefer_overlap) == cudaSuccess)
             return 0;
         cudaGetLastError();
         eng_of(s->x)->batch_api = false;

@@ -53,6 +53,7 @@ run() {
     xb xfer-auto
     xb xfer-kernel --io kernel
     xb xfer-dma --io dma
+    xb xfer-dma-hint --io dma --dma-hint overlap
     xb xfer-kernel-all --io kernel --kernel-blocks 4096
     xb xfer-sweep --compute-us 200,400,800,1600
     step demo 90 "$B/kvtier-bench" --backend cuda --host-tokens 262144 --disk-tokens 2000000 --dir /tmp/kvt-demo

@@ -84,9 +84,9 @@ static const struct shape shapes[] = {
 /* The io modes under test; auto_dma is auto with a threshold every op passes. */
 /* M_KERNEL_ONE: the kernels with one block per layer (its warps loop over every page part)
  * and loads on a high-priority stream. */
-enum mode { M_AUTO, M_KERNEL, M_DMA, M_AUTO_DMA, M_KERNEL_ONE, NMODES };
-static const char *const mode_names[NMODES] = {"auto", "kernel", "dma", "auto(dma)",
-                                               "kernel, one block"};
+enum mode { M_AUTO, M_KERNEL, M_DMA, M_AUTO_DMA, M_KERNEL_ONE, M_DMA_HINT, NMODES };
+static const char *const mode_names[NMODES] = {
+    "auto", "kernel", "dma", "auto(dma)", "kernel, one block", "dma, overlap hint"};
 
 struct rig {
     struct kv_pool dev;
@@ -109,8 +109,9 @@ static struct xfer_config mode_config(enum mode m)
         c.kernel_blocks = 1;
         c.high_priority_loads = true;
     }
-    if (m == M_DMA)
+    if (m == M_DMA || m == M_DMA_HINT)
         c.io = KVT_IO_DMA;
+    c.dma_prefer_overlap = m == M_DMA_HINT;
     if (m == M_AUTO_DMA)
         c.auto_dma_min_bytes = 1;
     return c;
@@ -382,6 +383,12 @@ static void test_round_trip_kernel_one_block(void **state)
 {
     (void)state;
     round_trips_mode(M_KERNEL_ONE);
+}
+
+static void test_round_trip_dma_hint(void **state)
+{
+    (void)state;
+    round_trips_mode(M_DMA_HINT);
 }
 
 /* ---- how auto picks ---- */
@@ -686,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_layer_wait_stream),
         cmocka_unit_test(test_backup_waits_ready),
         cmocka_unit_test(test_round_trip_kernel_one_block),
+        cmocka_unit_test(test_round_trip_dma_hint),
     };
 
     if (dev_cuda_device_count() == 0)

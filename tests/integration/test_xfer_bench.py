@@ -68,7 +68,7 @@ CONFIG_KEYS = {
     "kv_lora_rank": int, "qk_rope_head_dim": int, "dtype_bytes": int, "page_size": int,
     "page_bytes": int, "pages": int, "pool_pages": int, "scatter": str, "run_pages": (int, type(None)),
     "runs": int, "reps": int, "seed": int, "dma_min_bytes": int, "path_ops": dict,
-    "load_priority": str, "kernel_blocks": int,
+    "load_priority": str, "kernel_blocks": int, "dma_hint": str,
 }
 TIMING_KEYS = ["median_s", "best_s", "median_gbps", "best_gbps"]
 
@@ -285,10 +285,12 @@ def _():
     j = check_report(run_json(*SMALL, "--reps", 1))
     eq((j["config"]["load_priority"], j["config"]["kernel_blocks"]), ("high", 16),
        "config defaults (the host tier's: high-priority loads, 16 blocks)")
+    eq(j["config"]["dma_hint"], "none", "config.dma_hint default")
     j = check_report(run_json(*SMALL, "--reps", 1, "--load-priority", "default",
-                              "--kernel-blocks", 4096, "--compute", "host"))
-    eq((j["config"]["load_priority"], j["config"]["kernel_blocks"]), ("default", 4096),
-       "config knobs")
+                              "--kernel-blocks", 4096, "--compute", "host", "--dma-hint",
+                              "overlap"))
+    eq((j["config"]["load_priority"], j["config"]["kernel_blocks"], j["config"]["dma_hint"]),
+       ("default", 4096, "overlap"), "config knobs")
 
 
 BAD = [
@@ -308,6 +310,7 @@ BAD = [
     (["--kernel-blocks", "4097"], "--kernel-blocks"),
     (["--load-priority", "low"], "--load-priority"),
     (["--compute", "gpu"], "--compute"),
+    (["--dma-hint", "fast"], "--dma-hint"),
     (["--scatter", "everywhere"], "--scatter"),
     (["--run-pages", "0"], "--run-pages"),
     (["--compute-us", "0"], "--compute-us"),
@@ -343,7 +346,8 @@ def _():
     wanted = {"--pages", "--pool-pages", "--page-size", "--layers", "--kv-heads", "--head-dim",
               "--dtype-bytes", "--geometry", "--reps", "--seed", "--backend", "--io", "--layout",
               "--json", "--help", "--scatter", "--run-pages", "--overlap-pages", "--compute-us",
-              "--dma-min-bytes", "--kernel-blocks", "--load-priority", "--compute"}
+              "--dma-min-bytes", "--kernel-blocks", "--load-priority", "--compute",
+              "--dma-hint"}
     check(wanted <= documented, f"--help lacks {sorted(wanted - documented)}")
     for p in ["tiny", "llama3-8b", "deepseek-v3", "page_first", "layer_first", "kernel", "dma"]:
         check(p in r.out, f"--help does not mention {p}")

@@ -79,6 +79,7 @@ static const char *const layout_names[] = {"page_first", "layer_first"};
 static const char *const scatter_names[] = {"random", "runs"};
 static const char *const compute_names[] = {"auto", "kernel", "host"};
 static const char *const priority_names[] = {"high", "default"};
+static const char *const dma_hint_names[] = {"none", "overlap"};
 enum { PRIORITY_HIGH = 0, PRIORITY_DEFAULT = 1 };
 
 enum compute { COMPUTE_AUTO = 0, COMPUTE_KERNEL = 1, COMPUTE_HOST = 2 };
@@ -94,7 +95,7 @@ struct config {
     struct kvt_geometry g;
     uint32_t tp_size;
     struct override layers, kv_heads, head_dim, dtype_bytes;
-    uint32_t page_size, backend, io, layout, scatter, compute, load_priority;
+    uint32_t page_size, backend, io, layout, scatter, compute, load_priority, dma_hint;
     uint64_t kernel_blocks;
     uint64_t pages, pool_pages, overlap_pages, run_pages, reps, seed;
     uint64_t dma_min_bytes;           /* cuda io=auto: the engine's threshold; 0: its default */
@@ -506,7 +507,8 @@ static int open_pools(struct rig *r)
                              .seed = cfg->seed,
                              .auto_dma_min_bytes = cfg->dma_min_bytes,
                              .kernel_blocks = (uint32_t)cfg->kernel_blocks,
-                             .high_priority_loads = cfg->load_priority == PRIORITY_HIGH};
+                             .high_priority_loads = cfg->load_priority == PRIORITY_HIGH,
+                             .dma_prefer_overlap = cfg->dma_hint == 1};
     int rc;
 
     if ((rc = kv_pool_init(&r->dev, r->be, &cfg->g, (cfg->pool_pages + 1) * cfg->page_size)))
@@ -791,10 +793,10 @@ static void print_text_config(const struct rig *r)
     printf(" (seed %" PRIu64 "): %zu runs\n", cfg->seed, r->runs);
     if (on_cuda(r))
         printf("  streams   loads at %s priority; kernel path at most %" PRIu64
-               " blocks of 8 warps per layer%s\n",
+               " blocks of 8 warps per layer%s; copy-engine hint %s\n",
                priority_names[cfg->load_priority],
                cfg->kernel_blocks ? cfg->kernel_blocks : (uint64_t)XFER_KERNEL_BLOCKS,
-               cfg->kernel_blocks ? "" : " (the engine's default)");
+               cfg->kernel_blocks ? "" : " (the engine's default)", dma_hint_names[cfg->dma_hint]);
     if (on_cuda(r))
         printf("  paths     loads: %" PRIu64 " by kernel, %" PRIu64 " by dma; backups: %" PRIu64
                " by kernel, %" PRIu64 " by dma\n",
@@ -896,6 +898,7 @@ static void print_json_config(struct jw *w, const struct rig *r)
     jw_string(w, "io", io_names[cfg->io]);
     jw_string(w, "load_priority", priority_names[cfg->load_priority]);
     jw_u64(w, "kernel_blocks", cfg->kernel_blocks ? cfg->kernel_blocks : XFER_KERNEL_BLOCKS);
+    jw_string(w, "dma_hint", dma_hint_names[cfg->dma_hint]);
     jw_string(w, "layout", layout_names[cfg->layout]);
     jw_bool(w, "host_pinned", r->host.pinned);
     print_json_geometry(w, cfg);
@@ -1132,6 +1135,9 @@ static const struct cli_option options[] = {
     {"--load-priority", CLI_NAME, OFF(load_priority), CLI_NAMES(priority_names), .arg = "P",
      .help = "cuda: high (default, as the engine's host tier) or\n"
              "default, the load stream's priority"},
+    {"--dma-hint", CLI_NAME, OFF(dma_hint), CLI_NAMES(dma_hint_names), .arg = "H",
+     .help = "cuda copy engine: none (default) or overlap, which asks\n"
+             "cudaMemcpyBatchAsync to prefer overlapping compute"},
     {"--compute", CLI_NAME, OFF(compute), CLI_NAMES(compute_names), .arg = "C",
      .help = "cuda: what (b)'s compute is: kernel, a kernel of FMA\n"
              "chains over every SM in waves of about 20 us blocks;\n"
