@@ -974,7 +974,7 @@ def hybrid_from_remote(url):
             "--host-tokens", 65536, "--remote", url)
     r = bench(*args, "--json")
     if r.rc == 1 and "--remote: not built in" in r.err:
-        raise Skip("kvtier-bench was built without hiredis")
+        raise Skip("kvtier-bench was built without the Redis store")
     eq(r.rc, 0, f"exit status{r.where()}")
     eq(r.json()["mamba"]["stored_states"], 3, "checkpoints written")
     j = run_ok(*args)
@@ -1099,7 +1099,7 @@ def window_restart(*where):
             "--host-tokens", 65536, *where)
     r = bench(*args, "--json")
     if r.rc == 1 and "--remote: not built in" in r.err:
-        raise Skip("kvtier-bench was built without hiredis")
+        raise Skip("kvtier-bench was built without the Redis store")
     eq(r.rc, 0, f"exit status{r.where()}")
     j = run_ok(*args)
     below = j["tokens_hit"]["disk"] + j["tokens_hit"].get("remote", 0)
@@ -1157,11 +1157,11 @@ def redis_server():
 
 
 def first_remote_run(url):
-    """The first of two processes on url: (its args, its report); Skip without hiredis."""
+    """The first of two processes on url: (its args, its report); Skip without the Redis store."""
     args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536, "--remote", url)
     r = bench(*args, "--json")
     if r.rc == 1 and "--remote: not built in" in r.err:
-        raise Skip("kvtier-bench was built without hiredis")
+        raise Skip("kvtier-bench was built without the Redis store")
     eq(r.rc, 0, f"exit status{r.where()}")
     first = r.json()
     eq(first["verify"]["mismatches"], 0, "mismatches")
@@ -1255,7 +1255,7 @@ def _():
                 "--disk-tokens", 1 << 20, "--remote", url)
         r = bench(*args, "--dir", d1, "--json")
         if r.rc == 1 and "--remote: not built in" in r.err:
-            raise Skip("kvtier-bench was built without hiredis")
+            raise Skip("kvtier-bench was built without the Redis store")
         eq(r.rc, 0, f"exit status{r.where()}")
         # Its own disk holds what it wrote: the disk is nearer, so the disk serves.
         own = run_ok(*args, "--dir", d1)

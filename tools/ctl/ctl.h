@@ -7,7 +7,7 @@
  *   ctl_check.c   verify, gc, evict
  *   ctl_copy.c    export, import
  *   ctl_live.c    stat --live, top, metrics (a running engine's stats socket)
- *   ctl_remote.c  remote stat, remote verify (the Redis tier's server; needs hiredis)
+ *   ctl_remote.c  remote stat, remote verify (the Redis tier's server, plain or TLS)
  */
 #ifndef KVT_TOOLS_CTL_H
 #define KVT_TOOLS_CTL_H
