@@ -1660,7 +1660,6 @@ static int check_tls_files(const struct config *cfg)
     const char *names[] = {"--remote-tls-ca", "--remote-tls-cert", "--remote-tls-key"};
     const char *files[] = {cfg->remote_tls_ca, cfg->remote_tls_cert, cfg->remote_tls_key};
     bool tls = cfg->remote && !strncmp(cfg->remote, "rediss://", 9);
-
     char msg[320];
 
     for (size_t i = 0; i < 3; i++) {
