@@ -119,13 +119,9 @@ static struct resp_value *call(const struct redis_server *rs, int argc, const ch
                                const size_t *lens)
 {
     const struct redis_wire_timeouts t = {2000, 2000, 2000};
-    struct redis_wire *w;
-    struct resp_value *rep = NULL;
+    struct resp_value *rep;
 
-    if (redis_wire_open("127.0.0.1", rs->port, NULL, &t, &w, NULL, 0))
-        return NULL;
-    redis_call(w, argc, argv, lens, &rep);
-    redis_wire_close(w);
+    redis_call_once("127.0.0.1", rs->port, &t, argc, argv, lens, &rep);
     return rep;
 }
 

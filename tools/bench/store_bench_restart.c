@@ -65,16 +65,12 @@ static bool answers_ping(uint16_t port)
 {
     const struct redis_wire_timeouts t = {200, 200, 200};
     const char *ping[] = {"PING"};
-    struct resp_value *rep = NULL;
-    struct redis_wire *w;
+    struct resp_value *rep;
     bool ok;
 
-    if (redis_wire_open("127.0.0.1", port, NULL, &t, &w, NULL, 0))
-        return false;
-    redis_call(w, 1, ping, NULL, &rep);
+    redis_call_once("127.0.0.1", port, &t, 1, ping, NULL, &rep);
     ok = rep && rep->type == RESP_STATUS;
     redis_resp_free(rep);
-    redis_wire_close(w);
     return ok;
 }
 

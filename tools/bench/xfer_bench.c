@@ -140,6 +140,7 @@ struct rig {
     int sms, burn_per_sm;       /* the GPU's SMs; burn blocks that fit on one at once */
     double burn_iter_s;         /* one wave's time per FMA round, as calibrated */
     uint32_t burn_blocks, burn_iters;
+    uint32_t sink_blocks; /* what sink holds, burn_blocks at most */
 #ifdef KVT_HAVE_CUDA
     cudaStream_t cs; /* the baseline's copies and the emulated compute */
     cudaEvent_t ev[2];
@@ -298,11 +299,13 @@ static int burn_time(struct rig *r, uint64_t launches, double *seconds)
 /* Size the kernel for blocks blocks of iters rounds; the sink grows to match. */
 static int burn_size(struct rig *r, uint32_t blocks, uint32_t iters)
 {
-    if (blocks > r->burn_blocks || !r->sink) {
+    if (blocks > r->sink_blocks) {
         cudaFree(r->sink);
         r->sink = NULL;
+        r->sink_blocks = 0;
         if (cuda_ok("cudaMalloc", cudaMalloc((void **)&r->sink, blocks * sizeof(float))))
             return -1;
+        r->sink_blocks = blocks;
     }
     r->burn_blocks = blocks;
     r->burn_iters = iters;

@@ -88,5 +88,8 @@ void redis_resp_free(struct resp_value *v);
 /* One command and its whole reply. */
 int redis_call(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens,
                struct resp_value **out);
+/* One command on a plain connection of its own, closed after the reply (tests and tools). */
+int redis_call_once(const char *host, uint16_t port, const struct redis_wire_timeouts *t, int argc,
+                    const char *const *argv, const size_t *lens, struct resp_value **out);
 
 #endif

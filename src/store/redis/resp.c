@@ -196,6 +196,20 @@ int redis_resp_read(struct redis_wire *w, struct resp_value **out)
     return rc;
 }
 
+int redis_call_once(const char *host, uint16_t port, const struct redis_wire_timeouts *t, int argc,
+                    const char *const *argv, const size_t *lens, struct resp_value **out)
+{
+    struct redis_wire *w;
+    int rc;
+
+    *out = NULL;
+    if ((rc = redis_wire_open(host, port, NULL, t, &w, NULL, 0)))
+        return rc;
+    rc = redis_call(w, argc, argv, lens, out);
+    redis_wire_close(w);
+    return rc;
+}
+
 int redis_call(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens,
                struct resp_value **out)
 {
