@@ -143,10 +143,10 @@ def check_point(p, c, fio_wanted):
         close(r[k], f[fk]["median_s"] / s[sk]["median_s"], f"{what}: ratio.{k}")
 
 
-def check_open(o, pages, reps):
+def check_open(o, pages, reps, page_bytes=4096):
     has_keys(o, ["pages", "page_bytes", "keys", "reps", "build_s", "build_pages_per_s", "cold",
                  "warm", "target_serve_s"], "open")
-    eq((o["pages"], o["page_bytes"], o["keys"], o["reps"]), (pages, 4096, min(64, pages), reps),
+    eq((o["pages"], o["page_bytes"], o["keys"], o["reps"]), (pages, page_bytes, min(64, pages), reps),
        "open: pages, page_bytes, keys, reps")
     eq(o["target_serve_s"], 0.2, "open.target_serve_s")
     positive(o["build_s"], "open.build_s")
@@ -253,7 +253,7 @@ def _():
             r"^page 64\.0 KiB \(slot 69632 B\), queue depth 4: 24 pages, 1\.5 MiB a run",
             r"^  store: (io_uring|psync), (O_DIRECT|buffered), ",
             r"^  write \(durable\) +[0-9.]+ \(",
-            r"^  read \(random order\) +[0-9.]+ \(", r"^open: 300 pages of 4 KiB, built in",
+            r"^  read \(random order\) +[0-9.]+ \(", r"^open: 300 pages of 4096 bytes, built in",
             r"^  cold +[0-9.]+ \(", r"^  warm +[0-9.]+ \(", r"^  serve <= 200 ms: cold "]
     if has_fio():
         want += [r"^    vs fio plain write ", r"^  write \(durable\) .*>= 0\.95 (met|MISSED)",
@@ -275,6 +275,13 @@ def _():
     check(m and len(serve) == 2, f"open table or verdict missing{r.where()}")
     eq((m.group(1), m.group(2)), tuple("met" if serve[k] <= 200 else "MISSED"
                                        for k in ["cold", "warm"]), "open verdicts")
+
+
+@case("--open-page-bytes: the open test's dir of small pages serves what it wrote")
+def _():
+    j = run_json("--pages", 0, "--open-pages", 200, "--open-page-bytes", "2K", "--open-reps", 1,
+                 "--no-fio")
+    check_open(j["open"], 200, 1, page_bytes=2048)
 
 
 @case("--keep keeps the work dir and the open test's data dir")
@@ -308,6 +315,8 @@ BAD = [
     (["--reps", "0"], "--reps"),
     (["--open-reps", "0"], "--open-reps"),
     (["--open-pages", "x"], "--open-pages"),
+    (["--open-page-bytes", "100"], "--open-page-bytes"),
+    (["--open-page-bytes", "1G"], "--open-page-bytes"),
     (["--seed", "x"], "--seed"),
     (["--read-order", "backwards"], "--read-order"),
     (["--io", "fast"], "--io"),
@@ -334,10 +343,11 @@ def _():
     documented = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", r.out))
     wanted = {"--page-bytes", "--queue-depth", "--bytes", "--pages", "--batch", "--reps",
               "--read-order", "--io", "--disk-sync", "--fio", "--no-fio", "--open-pages",
-              "--open-reps", "--remote", "--redis-benchmark",
+              "--open-page-bytes", "--open-reps", "--remote", "--redis-benchmark",
               "--dir", "--keep", "--seed", "--json", "--help"}
     check(wanted <= documented, f"--help lacks {sorted(wanted - documented)}")
-    for w in ["--ioengine=io_uring", "--direct=1", "apt-get install fio", "--open-pages 1000000"]:
+    for w in ["--ioengine=io_uring", "--direct=1", "apt-get install fio",
+              "--open-pages 10000000 --open-page-bytes 2K"]:
         check(w in r.out, f"--help does not mention {w}")
     # fio's options named in --help are not ours; every other one is taken, and with a bad
     # value it complains about the value, never that the option is unknown.

@@ -38,8 +38,8 @@
  *     page (XXH3-128) on both paths. fio has no index, and its fdatasync is one more op
  *     queued after every N writes.
  *
- * (b) Open: a data dir indexing M pages of 4 KiB is built (written in batches of 4096 pages,
- *     timed), closed, then opened again and again: the time to dstore_open, to the first
+ * (b) Open: a data dir indexing M pages (4 KiB, or --open-page-bytes) is built (written in batches
+ * of 4096 pages, timed), closed, then opened again and again: the time to dstore_open, to the first
  *     dstore_leading_run that finds all of 64 known keys (ready to serve; target 200 ms), to
  *     one page read back, and to dstore_wait_ready (the background rebuild done). Each rep
  *     opens once cold (the dir's files dropped from the page cache with posix_fadvise) and
@@ -82,7 +82,7 @@
 #define DEFAULT_OPEN_REPS 5
 #define PAGE_TOKENS 16 /* records carry tokens as the engine's do */
 #define SLOT_ALIGN 4096u
-#define OPEN_PAGE_BYTES 4096u
+#define DEFAULT_OPEN_PAGE_BYTES 4096u
 #define OPEN_BATCH 4096u
 #define OPEN_KEYS 64u
 #define INDEX_BYTES_PER_PAGE 1024u /* a generous guess of the LMDB index per page, for space */
@@ -107,7 +107,7 @@ struct config {
     struct cli_list page_bytes, queue_depth;
     uint64_t bytes, pages; /* pages per run when pages_set (0 skips (a)), else bytes / page */
     bool pages_set;
-    uint64_t batch, reps, seed, open_pages, open_reps;
+    uint64_t batch, reps, seed, open_pages, open_reps, open_page_bytes;
     uint32_t order, io, sync;
 };
 
@@ -751,8 +751,8 @@ static int run_throughput(struct bench *b)
 
 static void open_options(struct dstore_options *o, const char *dir, const struct config *cfg)
 {
-    store_options(o, dir, OPEN_PAGE_BYTES);
-    o->disk_bytes = cfg->open_pages * slot_of(OPEN_PAGE_BYTES);
+    store_options(o, dir, (uint32_t)cfg->open_page_bytes);
+    o->disk_bytes = cfg->open_pages * slot_of((uint32_t)cfg->open_page_bytes);
     o->io = cfg->io;
 }
 
@@ -769,7 +769,7 @@ static int open_build(struct bench *b, const char *dir)
     int rc;
 
     p.batch = cfg->open_pages < OPEN_BATCH ? (uint32_t)cfg->open_pages : OPEN_BATCH;
-    if (ring_create(&ring, OPEN_PAGE_BYTES, 2ull * p.batch))
+    if (ring_create(&ring, (uint32_t)cfg->open_page_bytes, 2ull * p.batch))
         return -1;
     open_options(&o, dir, cfg);
     o.max_batch = p.batch;
@@ -858,7 +858,8 @@ static int open_reps(struct bench *b, const char *dir, double *t)
     size_t reps = b->cfg->open_reps;
     uint8_t keys[OPEN_KEYS * DSTORE_KEY_BYTES];
     void *buf = NULL;
-    int rc = posix_memalign(&buf, SLOT_ALIGN, OPEN_PAGE_BYTES) ? fail("buffer", -ENOMEM) : 0;
+    int rc =
+        posix_memalign(&buf, SLOT_ALIGN, b->cfg->open_page_bytes) ? fail("buffer", -ENOMEM) : 0;
 
     open_keys(b->cfg, keys, b->open.keys);
     for (size_t i = 0; i < reps && !rc; i++) {
@@ -887,7 +888,8 @@ static int run_open(struct bench *b)
     b->open.pages = cfg->open_pages;
     b->open.keys = cfg->open_pages < OPEN_KEYS ? cfg->open_pages : OPEN_KEYS;
     if (workdir_check_space(&b->wd, PROG,
-                            cfg->open_pages * (slot_of(OPEN_PAGE_BYTES) + INDEX_BYTES_PER_PAGE),
+                            cfg->open_pages *
+                                (slot_of((uint32_t)cfg->open_page_bytes) + INDEX_BYTES_PER_PAGE),
                             "lower --open-pages, or pick another --dir"))
         return -1;
     workdir_path(&b->wd, "open", dir, sizeof(dir));
@@ -1022,9 +1024,10 @@ static void print_text_open(const struct bench *b)
 {
     const struct open_result *o = &b->open;
 
-    printf("\nopen: %" PRIu64 " pages of 4 KiB, built in %.2f s (%.0f pages/s); ms from "
-           "dstore_open, median (worst) of %" PRIu64 "\n",
-           o->pages, o->build, o->build > 0 ? (double)o->pages / o->build : 0.0, b->cfg->open_reps);
+    printf("\nopen: %" PRIu64 " pages of %" PRIu64 " bytes, built in %.2f s (%.0f pages/s); "
+           "ms from dstore_open, median (worst) of %" PRIu64 "\n",
+           o->pages, b->cfg->open_page_bytes, o->build,
+           o->build > 0 ? (double)o->pages / o->build : 0.0, b->cfg->open_reps);
     printf("  %-5s %-19s %-19s %-19s %-21s\n", "", "open returned", "serve (64 keys)",
            "+ one page read", "ready (rebuild done)");
     print_open_row("cold", o, 0);
@@ -1134,7 +1137,7 @@ static void print_json_open(struct jw *w, const struct bench *b)
     }
     jw_object(w, "open");
     jw_u64(w, "pages", o->pages);
-    jw_u64(w, "page_bytes", OPEN_PAGE_BYTES);
+    jw_u64(w, "page_bytes", b->cfg->open_page_bytes);
     jw_u64(w, "keys", o->keys);
     jw_u64(w, "reps", b->cfg->open_reps);
     jw_double(w, "build_s", "%.6g", o->build);
@@ -1217,6 +1220,8 @@ static const struct cli_option options[] = {
     {"--open-pages", CLI_COUNT, OFF(open_pages), 0, 1ull << 30, .arg = "N",
      .help =
          "pages the open test's dir indexes (default " CLI_STR(DEFAULT_OPEN_PAGES) "; 0: skip)"},
+    {"--open-page-bytes", CLI_SIZE, OFF(open_page_bytes), 512, 256ull << 20, .arg = "SIZE",
+     .help = "the open test's page size (default 4K; 2K is the tiny\ngeometry's)"},
     {"--open-reps", CLI_COUNT, OFF(open_reps), 1, 100, .arg = "N",
      .help = "opens of each kind, cold and warm (default " CLI_STR(DEFAULT_OPEN_REPS) ")"},
     {.kind = CLI_TEXT, .help = "\nRemote (instead of (a) and (b)):\n"},
@@ -1299,13 +1304,14 @@ static void usage(FILE *f)
             "    or second) and its write is judged against fio's plain write instead.\n"
             "    Without fio a note says so and (a) reports the store alone (install fio:\n"
             "    apt-get install fio).\n"
-            "(b) Open: a data dir indexing --open-pages pages of 4 KiB is built (timed), then\n"
-            "    opened --open-reps times cold (its files dropped from the page cache) and\n"
-            "    warm: ms to dstore_open, to a dstore_leading_run finding all of 64 known\n"
-            "    keys (ready to serve; target <= %.0f ms), to one page read, and to\n"
-            "    dstore_wait_ready (the background rebuild done).\n"
-            "    The issue's figure, a million pages (about 5 GiB of disk):\n"
-            "      %s --pages 0 --open-pages 1000000\n"
+            "(b) Open: a data dir indexing --open-pages pages of --open-page-bytes is built\n"
+            "    (timed), then opened --open-reps times cold (its files dropped from the\n"
+            "    page cache) and warm: ms to dstore_open, to a dstore_leading_run finding\n"
+            "    all of 64 known keys (ready to serve; target <= %.0f ms), to one page read,\n"
+            "    and to dstore_wait_ready (the background rebuild done).\n"
+            "    The issue's figure, ten million pages of the tiny geometry (2 KiB, a 4 KiB\n"
+            "    slot each: 43 GiB of slabs and index; it asks for 48 GiB free):\n"
+            "      %s --pages 0 --open-pages 10000000 --open-page-bytes 2K\n"
             "(r) --remote URL: the Redis store instead (a server or a cluster; it writes pages\n"
             "    under fingerprints of its own, with a 10-minute TTL): N pages written with\n"
             "    store_write in ops of --batch pages, all queued at once, then read back and\n"
@@ -1336,6 +1342,7 @@ static void config_defaults(struct config *cfg)
                            .reps = DEFAULT_REPS,
                            .seed = 1,
                            .open_pages = DEFAULT_OPEN_PAGES,
+                           .open_page_bytes = DEFAULT_OPEN_PAGE_BYTES,
                            .open_reps = DEFAULT_OPEN_REPS,
                            .page_bytes = {.v = {DEFAULT_PAGE_BYTES}, .n = 1},
                            .queue_depth = {.v = {DEFAULT_QUEUE_DEPTH}, .n = 1}};

@@ -473,10 +473,7 @@ static int map_alloc(struct dstore *s)
     s->map_size = size;
     s->map_shift = 64 - bits;
     s->map = malloc(size * sizeof(*s->map));
-    if (!s->map)
-        return -ENOMEM;
-    memset(s->map, 0xff, size * sizeof(*s->map)); /* NO_SLOT everywhere */
-    return 0;
+    return s->map ? 0 : -ENOMEM;
 }
 
 int table_alloc(struct dstore *s)
@@ -503,8 +500,13 @@ int table_alloc(struct dstore *s)
         !s->ptag || !s->kids || !s->lru.prev || !s->lru.next || !s->ends || !s->end_pos ||
         !s->freestk || !s->dirty_bit || !s->dirty || map_alloc(s))
         return -ENOMEM;
-    lists_reset_locked(s); /* no other thread yet */
     return 0;
+}
+
+void table_init(struct dstore *s)
+{
+    memset(s->map, 0xff, s->map_size * sizeof(*s->map)); /* NO_SLOT everywhere */
+    lists_reset_locked(s);
 }
 
 void table_free(struct dstore *s)

@@ -225,7 +225,10 @@ void rebuild(struct dstore *s)
     struct drops d = {0};
     struct scan_counts c = {0};
     uint64_t nfree, dropped = 0;
-    int rc = scan(s, &d, &c);
+    int rc;
+
+    table_init(s); /* the committer alone touches the table until ready */
+    rc = scan(s, &d, &c);
 
     if (!rc)
         dropped = drop_all(s, &d);

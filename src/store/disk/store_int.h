@@ -421,7 +421,10 @@ void rebuild(struct dstore *s);
 
 int dir_prepare(struct dstore *s);   /* classify, create or refuse the dir; take the lock */
 int index_prepare(struct dstore *s); /* open, check or rebuild the index; adopt its meta */
-int table_alloc(struct dstore *s);   /* the slot table and its maps */
+/* The slot table and its maps: table_alloc at open takes the memory, which the committer
+ * fills first (table_init, then the rebuild), so an open's time does not grow with the dir. */
+int table_alloc(struct dstore *s);
+void table_init(struct dstore *s);
 void table_free(struct dstore *s);
 
 #endif
