@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 6
+#define KVT_VERSION_MINOR 7
 #define KVT_VERSION_PATCH 0
 
 /* kvtier-specific error codes, below the errno range. */

@@ -23,6 +23,14 @@ void fixture_engine_options(struct kvt_options *o, uint32_t layers, uint32_t hea
     o->max_context = 64;
 }
 
+uint64_t fixture_disk_slot(uint64_t page_bytes, uint32_t page_tokens)
+{
+    uint64_t head = 160 + 4 * (uint64_t)page_tokens, body = page_bytes / 4096 * 4096;
+    uint64_t tail = (page_bytes - body + 7) / 8 * 8 + head;
+
+    return body + (body ? (tail + 4095) / 4096 * 4096 : (tail + 63) / 64 * 64);
+}
+
 int fixture_flip_bytes(const char *path, uint64_t off, size_t n)
 {
     uint8_t b[64];

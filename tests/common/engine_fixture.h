@@ -15,6 +15,10 @@ void fixture_engine_options(struct kvt_options *o, uint32_t layers, uint32_t hea
 /* A fresh directory TMPDIR/kvt-<what>-XXXXXX (/tmp without TMPDIR) in dir; 0 or -errno. */
 int fixture_data_dir(char *dir, size_t len, const char *what);
 
+/* Bytes of the slot a page of page_bytes with page_tokens tokens takes in a disk tier's slab
+ * (docs/formats.md, format 3), so a test can size a disk tier in pages. */
+uint64_t fixture_disk_slot(uint64_t page_bytes, uint32_t page_tokens);
+
 /* Flip n bytes (at most 64) of file path at off, as a damaged disk would: 0 or -errno. */
 int fixture_flip_bytes(const char *path, uint64_t off, size_t n);
 

@@ -323,6 +323,8 @@ static int grow_batches(struct dstore *s, struct grower *g, uint64_t n)
     return rc;
 }
 
+#define CREATE_SLOTS 16384
+
 static int create(const char *dir, const char *fp, uint64_t map)
 {
     struct dstore_options o;
@@ -335,7 +337,7 @@ static int create(const char *dir, const char *fp, uint64_t map)
         return 2;
     o.page_bytes = 2048;
     o.page_tokens = 16;
-    o.disk_bytes = o.slab_bytes = 64ull << 20;
+    o.disk_bytes = o.slab_bytes = CREATE_SLOTS * 2304ull; /* a packed slot each (format 3) */
     o.map_bytes = map;
     if ((rc = dstore_open(&o, &s)) || (rc = dstore_wait_ready(s)))
         return fail("dstore_open", rc);

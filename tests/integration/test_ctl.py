@@ -47,7 +47,7 @@ TMP = None
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGE_TOKENS = 16
 PAGE_BYTES = 16 * 2 * 2 * 16 * 2  # page x (layers 2 x K,V x 16 elements x 2 bytes)
-SLOT_BYTES = 4096  # the page, then its head (docs/formats.md)
+SLOT_BYTES = 2304  # the page, then its head, in 64-byte steps (docs/formats.md, format 3)
 SLAB_HEAD = 4096  # a slab file starts with its head block
 
 
@@ -413,7 +413,7 @@ def _():
     j = ok_json("stat", d)
     fp = fingerprint("tiny")
     eq(j["fingerprint"], fp, "fingerprint")
-    eq(j["format_version"], 2, "format_version")
+    eq(j["format_version"], 3, "format_version")
     eq((j["page_tokens"], j["page_bytes"], j["slot_bytes"]), (PAGE_TOKENS, PAGE_BYTES, SLOT_BYTES),
        "geometry")
     eq(j["capacity_slots"], 300000 // PAGE_TOKENS, "capacity_slots (300000 tokens of 16)")
@@ -427,7 +427,7 @@ def _():
        [(ns_root(fp), True, len(pages))], "namespaces")
     check(j["oldest_ns"] <= j["newest_ns"] <= j["last_access_ns"], "oldest/newest order")
     t = ok("stat", d).out
-    for want in (fp, "version 2", "16 tokens", f"{len(pages)} ", "default"):
+    for want in (fp, "version 3", "16 tokens", f"{len(pages)} ", "default"):
         check(want in t, f"stat text lacks {want!r}:\n{t}")
 
 
@@ -868,10 +868,10 @@ def _():
     fails(1, "not a kvtier data dir", "gc", empty)
     eq(os.listdir(empty), [], "an empty dir after gc")
     newer = copy_of(bench_dir(), "newer")
-    r = subprocess.run([FIXTURE, "version", newer, "3"], capture_output=True)
+    r = subprocess.run([FIXTURE, "version", newer, "4"], capture_output=True)
     eq(r.returncode, 0, f"ctl_fixture version: {r.stderr!r}")
     for cmd in ("stat", "ls", "verify", "gc"):
-        fails(1, r"version 3 is newer", cmd, newer)
+        fails(1, r"version 4 is newer", cmd, newer)
     bad = copy_of(bench_dir(), "badindex")
     with open(os.path.join(bad, "index", "data.mdb"), "r+b") as fh:
         fh.write(os.urandom(16384))
@@ -1071,7 +1071,7 @@ def _():
     for args in (("stat", d), ("ls", d), ("verify", d), ("gc", d), ("evict", d, "--to", "0"),
                  ("recover", d), ("export", d, os.path.join(TMP, "format1-exp"), "--all")):
         fails(1, r"data format version 1, written by kvtier before 0\.2, which this version "
-              r"\(format 2\) does not read; the dir is a cache: remove it", *args)
+              r"\(format 3\) does not read; the dir is a cache: remove it", *args)
 
 
 @case("beside a running engine: reads work, writes are refused as locked")
@@ -1345,7 +1345,7 @@ def _():
 
 
 def small_map_dir(name, pages=2000):
-    """A dir of the bench's geometry (64 MiB: 16384 slots) whose index map is 4 MiB: LMDB
+    """A dir of the bench's geometry (16384 slots) whose index map is 4 MiB: LMDB
     records it, and a reader opening the dir takes it; pages written in chains of 32."""
     d = os.path.join(TMP, name)
     shutil.rmtree(d, ignore_errors=True)

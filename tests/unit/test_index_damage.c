@@ -34,10 +34,11 @@
 #include <unistd.h>
 
 #include "rng.h"
+#include "store/disk/layout.h"
 #include "store/disk/store.h"
 
 #define PAGES 1500
-#define PAGE_BYTES 2048 /* the tiny geometry's page: all tail, one block a slot */
+#define PAGE_BYTES 2048 /* the tiny geometry's page: all tail, a packed slot */
 #define TOKENS 16
 #define BATCH 100
 #define KEY DSTORE_KEY_BYTES
@@ -68,13 +69,16 @@ static void fill_page(const uint8_t *key, uint8_t *buf)
 
 static void options(struct dstore_options *o, const char *dir, uint32_t flags)
 {
+    struct slot_layout l;
+
+    assert_int_equal(layout_init(&l, PAGE_BYTES, TOKENS, DSTORE_FORMAT_VERSION), 0);
     dstore_options_init(o, sizeof(*o));
     o->dir = dir;
     memset(o->fingerprint, 0x5c, sizeof(o->fingerprint));
     o->page_bytes = PAGE_BYTES;
     o->page_tokens = TOKENS;
-    o->disk_bytes = 2ull * PAGES * 4096;
-    o->slab_bytes = 1ull * PAGES * 4096 / 2;
+    o->disk_bytes = 2ull * PAGES * l.slot_bytes;
+    o->slab_bytes = 1ull * PAGES * l.slot_bytes / 2;
     o->flags = flags;
     if (flags & DSTORE_AS_FOUND)
         o->page_bytes = 0;

@@ -106,7 +106,7 @@ static void options(struct dstore_options *o, const char *dir, uint64_t slots)
 {
     struct slot_layout l;
 
-    CHECK(layout_init(&l, PAGE_BYTES, TOKENS) == 0 && l.slot_bytes == 4096);
+    CHECK(layout_init(&l, PAGE_BYTES, TOKENS, DSTORE_FORMAT_VERSION) == 0 && l.slot_bytes == 2304);
     dstore_options_init(o, sizeof(*o));
     o->dir = dir;
     memset(o->fingerprint, 0x3d, sizeof(o->fingerprint));

@@ -790,12 +790,18 @@ static int replay(struct bench *b)
 
 /* ---- kvt_open's errors, told in terms of the options given ---- */
 
-/* Bytes of the disk tier's slab files: a page takes a 4 KiB-aligned slot. */
+/* Bytes of the disk tier's slab files for --disk-tokens (docs/formats.md): a page below 4 KiB
+ * takes its bytes and its head (160 bytes and 4 a token) in 64-byte steps, a larger one its
+ * whole blocks and one more for the rest and the head. */
 static uint64_t disk_bytes(const struct config *cfg)
 {
     uint32_t ps = cfg->page_size;
-    uint64_t page = kvt_cell_bytes(&cfg->g) * ps, slot = (page + 4095) / 4096 * 4096;
+    uint64_t page = kvt_cell_bytes(&cfg->g) * ps, head = 160 + 4 * (uint64_t)ps, slot;
 
+    if (page < 4096)
+        slot = ((page + 7) / 8 * 8 + head + 63) / 64 * 64;
+    else
+        slot = page / 4096 * 4096 + ((page % 4096 + 7) / 8 * 8 + head + 4095) / 4096 * 4096;
     return (cfg->disk_tokens + ps - 1) / ps * slot;
 }
 

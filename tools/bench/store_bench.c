@@ -177,7 +177,7 @@ static uint32_t slot_of(uint32_t page_bytes)
 {
     struct slot_layout l;
 
-    return layout_init(&l, page_bytes, PAGE_TOKENS) ? 0 : l.slot_bytes;
+    return layout_init(&l, page_bytes, PAGE_TOKENS, DSTORE_FORMAT_VERSION) ? 0 : l.slot_bytes;
 }
 
 /* Bytes the store reads a page with: its whole blocks alone when it has no tail (the tail
@@ -187,7 +187,7 @@ static uint32_t read_block_of(uint32_t page_bytes)
 {
     struct slot_layout l;
 
-    if (layout_init(&l, page_bytes, PAGE_TOKENS))
+    if (layout_init(&l, page_bytes, PAGE_TOKENS, DSTORE_FORMAT_VERSION))
         return 0;
     return l.tail ? l.slot_bytes : l.body;
 }

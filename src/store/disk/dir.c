@@ -117,7 +117,7 @@ static void geometry_new(struct dstore *s, struct dmeta *m)
     uint64_t slab_slots = s->o.slab_bytes / s->slot_bytes;
 
     memset(m, 0, sizeof(*m));
-    m->version = DSTORE_FORMAT_VERSION;
+    m->version = s->o.format ? s->o.format : DSTORE_FORMAT_VERSION;
     m->page_bytes = s->page_bytes;
     m->page_tokens = s->page_tokens;
     m->slot_bytes = s->slot_bytes;
@@ -197,7 +197,7 @@ static int meta_from_slabs(struct dstore *s, struct dmeta *m)
 
     if (rc)
         return rc;
-    if (h.version != DSTORE_FORMAT_VERSION)
+    if (h.version < DSTORE_FORMAT_OLDEST || h.version > DSTORE_FORMAT_VERSION)
         return KVT_EFORMAT;
     if (!(s->o.flags & DSTORE_AS_FOUND) &&
         (memcmp(h.fingerprint, s->o.fingerprint, DSTORE_FINGERPRINT_BYTES) ||
@@ -355,7 +355,7 @@ static int check_meta(struct dstore *s, const struct dmeta *m)
     if (memcmp(m->fingerprint, s->o.fingerprint, DSTORE_FINGERPRINT_BYTES) ||
         m->page_bytes != s->page_bytes || m->page_tokens != s->page_tokens)
         return KVT_EFINGERPRINT;
-    if (layout_init(&s->lay, m->page_bytes, m->page_tokens) || !m->slab_slots ||
+    if (layout_init(&s->lay, m->page_bytes, m->page_tokens, m->version) || !m->slab_slots ||
         m->slot_bytes != s->lay.slot_bytes)
         return KVT_ECORRUPT;
     s->meta = *m;

@@ -203,7 +203,8 @@ static enum index_verdict meta_verdict(const uint8_t *v, size_t len, uint32_t *v
         return INDEX_BAD_RECORD;
     if (memcmp(v, META_MAGIC, 8) != 0)
         return INDEX_FOREIGN;
-    return *version == DSTORE_FORMAT_VERSION ? INDEX_OURS : INDEX_OTHER;
+    return *version >= DSTORE_FORMAT_OLDEST && *version <= DSTORE_FORMAT_VERSION ? INDEX_OURS
+                                                                                 : INDEX_OTHER;
 }
 
 static int meta_decode(const uint8_t *v, size_t len, struct dmeta *m)

@@ -7,7 +7,7 @@
  *   0 magic "KVTIERDS" | 8 format version | 12 page_bytes | 16 page_tokens | 20 slot_bytes |
  *   24 slab_slots | 28 zero | 32 fingerprint[32] | 64 created ns | 72 XXH3-64 of bytes 0..71
  * Every format's record starts with the magic and its version and ends with such a check
- * (index_verdict).
+ * (index_verdict). Versions DSTORE_FORMAT_OLDEST .. DSTORE_FORMAT_VERSION are ours (store.h).
  *
  * "pages", key = 32-byte page hash, value (128 + 4 * ntokens bytes, little-endian):
  *   0 record version | 4 slab | 8 slot | 12 length | 16 XXH3-128 of the page (canonical) |
@@ -31,7 +31,6 @@
 
 #include "store/disk/store.h"
 
-#define DSTORE_FORMAT_VERSION 2
 #define DSTORE_RECORD_VERSION 1
 #define META_BYTES 80
 #define REC_HEAD_BYTES 128

@@ -19,7 +19,7 @@ static uint64_t round_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
-int layout_init(struct slot_layout *l, uint32_t page_bytes, uint32_t page_tokens)
+int layout_init(struct slot_layout *l, uint32_t page_bytes, uint32_t page_tokens, uint32_t version)
 {
     uint64_t tail_bytes, slot;
 
@@ -30,7 +30,8 @@ int layout_init(struct slot_layout *l, uint32_t page_bytes, uint32_t page_tokens
     l->body = page_bytes / LAYOUT_BLOCK * LAYOUT_BLOCK;
     l->tail = page_bytes - l->body;
     l->head_off = (uint32_t)round_up(l->tail, 8);
-    tail_bytes = round_up(l->head_off + page_head_bytes(page_tokens), LAYOUT_BLOCK);
+    tail_bytes = round_up(l->head_off + page_head_bytes(page_tokens),
+                          !l->body && version >= FORMAT_PACKED ? PACKED_ALIGN : LAYOUT_BLOCK);
     slot = l->body + tail_bytes;
     if (slot > UINT32_MAX - LAYOUT_BLOCK)
         return -EINVAL;

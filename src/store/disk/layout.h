@@ -5,12 +5,16 @@
  *   slab file   | slab head (4 KiB) | slot 0 | slot 1 | ... | slot slab_slots-1 |
  *   slot        | body | tail block                                   |
  *   tail block  | the page's last bytes | pad to 8 | page head | zeros to 4 KiB |
+ *   packed slot | the page | pad to 8 | page head | zeros to 64 bytes |   (format 3, page < 4 KiB)
  *
  * The body is the page's leading whole 4 KiB blocks: it goes to and from the caller's buffer
  * untouched (O_DIRECT, registered buffers). The rest of the page travels with its page head
  * in the tail block, through a bounce buffer. A page of whole blocks has an empty tail and a
- * tail block holding only the head, which normal reads skip; a page smaller than a block is
- * all tail. Every I/O is block-aligned in offset and length.
+ * tail block holding only the head, which normal reads skip. A page smaller than a block is
+ * all tail: in format 2 its slot was a whole block; from format 3 slots of such pages are
+ * packed, 64-byte aligned, several to a block (a 2 KiB page of 16 tokens takes 2,304 bytes, not
+ * 4,096). Such pages go through the page cache, which does the block I/O; every other I/O is
+ * block-aligned in offset and length.
  *
  * A page head names the page (key, parent, namespace, tokens), its checksum, where it was
  * written and the dir's fingerprint; it is checked on its own (magic, position, check digest).
@@ -29,6 +33,8 @@
 #define SLAB_HEAD_BYTES 4096u /* a slab file's first block */
 #define PAGE_HEAD_FIXED 160u  /* page head bytes before its tokens */
 #define SLAB_HEAD_USED 80u    /* slab head bytes that carry data; the rest are zeros */
+#define PACKED_ALIGN 64u      /* a packed slot's alignment */
+#define FORMAT_PACKED 3u      /* the first format version that packs pages below a block */
 
 struct slot_layout {
     uint32_t page_bytes, page_tokens;
@@ -39,9 +45,9 @@ struct slot_layout {
     uint32_t slot_bytes; /* body + tail_bytes */
 };
 
-/* The layout for pages of page_bytes with page_tokens tokens: 0, or -EINVAL when a slot
- * would not fit in 32 bits. */
-int layout_init(struct slot_layout *l, uint32_t page_bytes, uint32_t page_tokens);
+/* The layout for pages of page_bytes with page_tokens tokens in a dir of format version: 0,
+ * or -EINVAL when a slot would not fit in 32 bits. */
+int layout_init(struct slot_layout *l, uint32_t page_bytes, uint32_t page_tokens, uint32_t version);
 
 /* Byte offset of slot (within its slab) in the slab file. */
 static inline uint64_t layout_slot_off(const struct slot_layout *l, uint32_t slot)

@@ -430,6 +430,12 @@ void dstore_options_init(struct dstore_options *o, size_t size)
     o->max_batch = 256;
 }
 
+/* The format version a new dir is made in. */
+static uint32_t new_format(const struct dstore_options *o)
+{
+    return o->format ? o->format : DSTORE_FORMAT_VERSION;
+}
+
 static int check_options(const struct dstore_options *o)
 {
     struct slot_layout l;
@@ -446,8 +452,10 @@ static int check_options(const struct dstore_options *o)
         return -EINVAL;
     if ((o->flags & DSTORE_RECOVER) && (o->flags & DSTORE_READONLY))
         return -EINVAL;
-    if (o->page_bytes &&
-        (layout_init(&l, o->page_bytes, o->page_tokens) || o->disk_bytes < l.slot_bytes))
+    if (o->format && (o->format < DSTORE_FORMAT_OLDEST || o->format > DSTORE_FORMAT_VERSION))
+        return -EINVAL;
+    if (o->page_bytes && (layout_init(&l, o->page_bytes, o->page_tokens, new_format(o)) ||
+                          o->disk_bytes < l.slot_bytes))
         return -EINVAL;
     return 0;
 }
@@ -482,7 +490,7 @@ static struct dstore *store_new(const struct dstore_options *o)
     s->page_tokens = o->page_tokens;
     /* DSTORE_AS_FOUND gives no geometry: the dir's comes with its meta. */
     s->slot_bytes = LAYOUT_BLOCK;
-    if (o->page_bytes && !layout_init(&s->lay, o->page_bytes, o->page_tokens))
+    if (o->page_bytes && !layout_init(&s->lay, o->page_bytes, o->page_tokens, new_format(o)))
         s->slot_bytes = s->lay.slot_bytes;
     s->nslots = o->disk_bytes / s->slot_bytes; /* until the dir's own slot size is known */
     if (!s->dir || sync_init(s)) {

@@ -116,6 +116,12 @@ struct dstore_notify {
     void *arg;
 };
 
+/* A data dir's format version (docs/formats.md): new dirs are made in the current one; this
+ * build opens every one from the oldest (format 3 packs pages below 4 KiB into slots of 64-byte
+ * steps, format 2 gave each a block). */
+#define DSTORE_FORMAT_VERSION 3
+#define DSTORE_FORMAT_OLDEST 2
+
 struct dstore_options {
     size_t size;     /* sizeof(struct dstore_options); set by dstore_options_init */
     const char *dir; /* the data dir; created (0700) when missing unless read-only */
@@ -146,6 +152,8 @@ struct dstore_options {
      * this old (0: DSTORE_SYNC_MS), or once this many page bytes wait (0: DSTORE_SYNC_BYTES). */
     uint32_t sync_ms;
     uint64_t sync_bytes;
+    uint32_t format; /* test seam: the format version a new dir is made in (0: the current;
+                        DSTORE_FORMAT_OLDEST up to it); an existing dir keeps its own */
 };
 
 /* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay

@@ -3,7 +3,7 @@
 /* ---- crashes ---- */
 
 #define CRASH_HOST_TOKENS 256
-#define CRASH_DISK_BYTES (96 * 4096) /* 96 slots, 384 tokens: the family does not fit */
+#define CRASH_DISK_BYTES (96 * DISK_SLOT) /* 96 slots, 384 tokens: the family does not fit */
 #define CRASH_PARENT_REQS 16
 #define CRASH_MAX_DELAY_US 30000
 #define CRASH_FRESH_EVERY 25 /* rounds: a fresh dir, the child killed at any moment */

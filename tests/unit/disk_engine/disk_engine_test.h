@@ -90,7 +90,9 @@
 #define HARNESS_RUN(ctx) (&(struct harness_run){.prog = "test_disk_engine", .note = (ctx)})
 
 #define FAULT_HOST_TOKENS 128
-#define FAULT_DISK_BYTES (4 << 20) /* 1024 slots: the disk tier does not evict here */
+/* The slot a page takes in the disk tier's slabs: its K and V rows of every layer, and its head. */
+#define DISK_SLOT fixture_disk_slot((uint64_t)LAYERS * 2 * ROW * PS, PS)
+#define FAULT_DISK_BYTES (1024 * DISK_SLOT) /* 1024 slots: the disk tier does not evict here */
 
 struct recs {
     struct rec *v;

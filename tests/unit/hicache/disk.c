@@ -9,17 +9,22 @@ static void disk_options(struct kvt_options *o, const char *dir)
     o->disk_bytes = 1 << 20;
 }
 
-/* Flip the first byte of every slot of a slab file (4 KiB slots). */
+/* Flip the first byte of every slot of a slab file (the slot size from its head: bytes 24..27;
+ * the slots follow the head's 4 KiB). */
 static void damage_slab(const char *dir)
 {
     char path[128];
     struct stat st;
+    uint8_t sb[4];
 
     snprintf(path, sizeof(path), "%s/slabs/0000.slab", dir);
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
     assert_int_equal(fstat(fd, &st), 0);
-    for (off_t off = 0; off < st.st_size; off += 4096) {
+    assert_int_equal(pread(fd, sb, 4, 24), 4);
+    off_t slot = sb[0] | sb[1] << 8 | sb[2] << 16 | (off_t)sb[3] << 24;
+    assert_int_equal(slot, fixture_disk_slot(PAGE_BYTES(4), 4));
+    for (off_t off = 4096; off < st.st_size; off += slot) {
         uint8_t b;
         assert_int_equal(pread(fd, &b, 1, off), 1);
         b ^= 0x5a;
@@ -50,7 +55,7 @@ void test_disk_restart(void **state)
     assert_int_equal(st.disk_written_tokens, 28);
     assert_int_equal(st.disk_cached_tokens, 28);
     assert_int_equal(st.disk_errors, 0);
-    assert_int_equal(st.disk_tokens, (1 << 20) / 4096 * 4);
+    assert_int_equal(st.disk_tokens, (1 << 20) / fixture_disk_slot(PAGE_BYTES(4), 4) * 4);
     kvt_engine *second = NULL;
     assert_int_equal(kvt_open(&o, &second), -EBUSY);
     kvt_close(e);

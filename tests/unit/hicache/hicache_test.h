@@ -54,7 +54,9 @@
 #define HEAD_DIM 8
 #define DTYPE 2
 #define ROW (HEAD_DIM * DTYPE) /* bytes of one K or V row: one KV head */
-#define MAX_TOK 48             /* longest request */
+/* A page of ps tokens: the K and V rows of every layer. */
+#define PAGE_BYTES(ps) ((uint64_t)LAYERS * 2 * ROW * (ps))
+#define MAX_TOK 48 /* longest request */
 #define MAX_CONTEXT 64
 #define N_REQ 4 /* request slots, and requests in flight at most */
 #define N_BASE 6

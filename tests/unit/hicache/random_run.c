@@ -492,7 +492,8 @@ void run(const struct rcfg *cfg)
         make_data_dir(dir, sizeof(dir));
         o.disk_dir = dir;
         o.disk_write_policy = cfg->disk_write_policy;
-        o.disk_bytes = 2 << 20; /* 512 slots of 4 KiB: the disk tier evicts too */
+        /* 512 slots: the disk tier evicts too */
+        o.disk_bytes = 512 * fixture_disk_slot(PAGE_BYTES(cfg->ps), cfg->ps);
         o.prefetch_policy = cfg->prefetch_policy;
     }
     o.host_layout = cfg->layout;

@@ -100,7 +100,7 @@ int fx_setup(void **state)
     struct fx *f = calloc(1, sizeof(*f));
     struct slot_layout l;
 
-    if (layout_init(&l, PAGE, TOKENS) || l.slot_bytes != SLOT)
+    if (layout_init(&l, PAGE, TOKENS, DSTORE_FORMAT_VERSION) || l.slot_bytes != SLOT)
         return -1; /* the tests' arithmetic no longer matches the format */
     snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-store-XXXXXX");
     if (!mkdtemp(f->dir))

@@ -62,6 +62,8 @@ int main(void)
         T(test_fingerprint),
         T(test_foreign_dir),
         T(test_format_version),
+        T(test_packed_slots),
+        T(test_format2_dir),
         T(test_meta_damaged),
         T(test_meta_flipped),
         T(test_meta_flipped_no_slabs),

@@ -117,6 +117,8 @@ void test_hollow_index(void **state);
 void test_fingerprint(void **state);
 void test_foreign_dir(void **state);
 void test_format_version(void **state);
+void test_packed_slots(void **state);
+void test_format2_dir(void **state);
 void test_meta_damaged(void **state);
 void test_meta_flipped(void **state);
 void test_meta_flipped_no_slabs(void **state);
