@@ -17,10 +17,11 @@
  *                                          every token T, bytes of zeros
  *   ctl_fixture tokens DIR HASH N          HASH's record, still well formed, holds N tokens
  *                                          (the first ones kept, then zeros)
- *   ctl_fixture create DIR FP MAP          a new dir as kvtier-bench's tiny geometry makes
+ *   ctl_fixture create DIR FP MAP [FORMAT] a new dir as kvtier-bench's tiny geometry makes
  *                                          (pages of 16 tokens, 2 KiB), fingerprint FP (64 hex
- *                                          digits), 64 MiB, its index map MAP bytes (LMDB
- *                                          records it, and readers take it)
+ *                                          digits), 16384 slots, its index map MAP bytes (LMDB
+ *                                          records it, and readers take it), in data format
+ *                                          FORMAT (default: the current one)
  *   ctl_fixture grow DIR MAP N SEED        write N pages as the engine names them (chains of
  *                                          up to 32 from the default namespace's root, tokens
  *                                          drawn from SEED) by a writer whose index map is MAP
@@ -35,6 +36,7 @@
 
 #include "radix/hash.h"
 #include "store/disk/index.h"
+#include "store/disk/layout.h"
 #include "store/disk/store.h"
 
 #define GROW_BATCH 256u
@@ -325,9 +327,10 @@ static int grow_batches(struct dstore *s, struct grower *g, uint64_t n)
 
 #define CREATE_SLOTS 16384
 
-static int create(const char *dir, const char *fp, uint64_t map)
+static int create(const char *dir, const char *fp, uint64_t map, uint32_t format)
 {
     struct dstore_options o;
+    struct slot_layout l;
     struct dstore *s;
     int rc;
 
@@ -337,7 +340,10 @@ static int create(const char *dir, const char *fp, uint64_t map)
         return 2;
     o.page_bytes = 2048;
     o.page_tokens = 16;
-    o.disk_bytes = o.slab_bytes = CREATE_SLOTS * 2304ull; /* a packed slot each (format 3) */
+    o.format = format;
+    if (layout_init(&l, o.page_bytes, o.page_tokens, format ? format : DSTORE_FORMAT_VERSION))
+        return 2;
+    o.disk_bytes = o.slab_bytes = CREATE_SLOTS * (uint64_t)l.slot_bytes;
     o.map_bytes = map;
     if ((rc = dstore_open(&o, &s)) || (rc = dstore_wait_ready(s)))
         return fail("dstore_open", rc);
@@ -382,8 +388,9 @@ int main(int argc, char **argv)
     uint8_t key[DSTORE_KEY_BYTES];
     const char *cmd = argc > 2 ? argv[1] : "";
 
-    if (!strcmp(cmd, "create") && argc == 5)
-        return create(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    if (!strcmp(cmd, "create") && (argc == 5 || argc == 6))
+        return create(argv[2], argv[3], strtoull(argv[4], NULL, 10),
+                      argc == 6 ? (uint32_t)strtoul(argv[5], NULL, 10) : 0);
     if (!strcmp(cmd, "grow") && argc == 6)
         return grow(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
                     strtoull(argv[5], NULL, 10));

@@ -431,6 +431,31 @@ def _():
         check(want in t, f"stat text lacks {want!r}:\n{t}")
 
 
+@case("a dir of format 2 (before 0.7): stat, verify and gc read it; export makes a format 3 copy")
+def _():
+    d = os.path.join(TMP, "format2")
+    shutil.rmtree(d, ignore_errors=True)
+    fixture("create", d, fingerprint("tiny"), 64 << 20, 2)
+    fixture("grow", d, 64 << 20, 300, 7)
+    j = ok_json("stat", d)
+    eq((j["format_version"], j["slot_bytes"], j["pages"], j["capacity_slots"]),
+       (2, 4096, 300, 16384), "stat of a format 2 dir: a block a page")
+    check("version 2" in ok("stat", d).out, "stat text names format 2")
+    v = ok_json("verify", d)
+    eq((v["pages"], v["pages_read"], v["problems"], v["ok"]), (300, 300, 0, True), "verify")
+    g = ok_json("gc", d)
+    eq((g["pages"], g["problems"], g["dropped"], g["ok"]), (300, 0, 0, True), "gc")
+    eq(ok_json("stat", d)["format_version"], 2, "the dir keeps its format")
+    t = os.path.join(TMP, "format2-exp")
+    shutil.rmtree(t, ignore_errors=True)
+    ok("export", d, t, "--all")
+    j = ok_json("stat", t)
+    eq((j["format_version"], j["slot_bytes"], j["pages"]), (3, SLOT_BYTES, 300),
+       "the export: format 3, packed slots, every page")
+    v = ok_json("verify", t)
+    eq((v["pages_read"], v["ok"]), (300, True), "verify of the export")
+
+
 @case("a dir with recurrent states: their own row, hung from the KV they follow, verify OK")
 def _():
     d = os.path.join(TMP, "hybrid")
