@@ -288,7 +288,8 @@ enum { SMALL_PAGE = 2048, SMALL_PAGES = 24 };
  * of one batch differ) and read every page 1 .. upto back byte-exact. */
 static void small_put(struct fx *f, uint64_t first, size_t n)
 {
-    uint8_t *bufs = aligned_alloc(4096, n * SMALL_PAGE), keys[SMALL_PAGES][KEY];
+    uint8_t *bufs = aligned_alloc(4096, (n * SMALL_PAGE + 4095) / 4096 * 4096);
+    uint8_t keys[SMALL_PAGES][KEY];
     struct dstore_wpage w[SMALL_PAGES];
     int res[SMALL_PAGES];
 
@@ -306,7 +307,7 @@ static void small_put(struct fx *f, uint64_t first, size_t n)
 
 static void small_all_served(struct fx *f, uint64_t upto)
 {
-    uint8_t key[KEY], *buf = aligned_alloc(4096, SMALL_PAGE);
+    uint8_t key[KEY], *buf = aligned_alloc(4096, 4096); /* a size of whole alignments */
 
     assert_non_null(buf);
     for (uint64_t id = 1; id <= upto; id++) {
