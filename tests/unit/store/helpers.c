@@ -49,7 +49,7 @@ int readback_visit(void *arg, const struct dstore_entry *e)
     assert_int_equal(dstore_get(c->f->s, &r, 1, &res), 0);
     assert_true(res == 0 || res == -ENOENT);
     if (res == 0) {
-        assert_true(page_ok(e->key, buf_at(c->f, 1), PAGE));
+        assert_true(page_ok(e->key, buf_at(c->f, 1), page_len));
         c->served++;
     }
     return 0;
@@ -74,12 +74,14 @@ void rm_rf(const char *path)
     nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+uint32_t page_len = PAGE;
+
 void fx_options(struct fx *f)
 {
     dstore_options_init(&f->o, sizeof(f->o));
     f->o.dir = f->dir;
     memset(f->o.fingerprint, 0xab, sizeof(f->o.fingerprint));
-    f->o.page_bytes = PAGE;
+    f->o.page_bytes = page_len = PAGE;
     f->o.page_tokens = TOKENS;
     f->o.disk_bytes = 64ull * SLOT;
     f->o.slab_bytes = 16ull * SLOT;
@@ -162,7 +164,7 @@ int put_core(struct dstore *s, uint8_t *bufs, const uint64_t *ids, size_t n, int
     for (size_t i = 0; i < n; i++) {
         make_key(ids[i], keys[i]);
         tokens_of(ids[i], toks[i]);
-        fill_page(keys[i], bufs + i * PAGE, PAGE);
+        fill_page(keys[i], bufs + i * PAGE, page_len);
         w[i] = (struct dstore_wpage){keys[i], parent, NULL, toks[i], bufs + i * PAGE};
     }
     return dstore_put(s, w, n, res);
@@ -213,7 +215,7 @@ int get_id(struct fx *f, uint64_t id)
     memset(buf_at(f, 0), 0, PAGE);
     assert_int_equal(dstore_get(f->s, &r, 1, &res), 0);
     if (res == 0)
-        assert_true(page_ok(key, buf_at(f, 0), PAGE));
+        assert_true(page_ok(key, buf_at(f, 0), page_len));
     return res;
 }
 

@@ -94,6 +94,7 @@ int main(void)
         T(test_flush_fails_no_reuse),
         T(test_power_cut_relaxed),
         T(test_power_cut_durable),
+        T(test_power_cut_packed),
         T(test_reads_cost_no_flush),
         T(test_access_order_after_close),
         T(test_access_period),

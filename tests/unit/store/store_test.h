@@ -63,8 +63,10 @@ struct fx {
     size_t nbufs;
 };
 
-extern uint32_t io_kind; /* the variant the group runs */
-extern int uring_err;    /* 1: not probed yet; 0: works; else the refusal */
+extern uint32_t io_kind;  /* the variant the group runs */
+extern uint32_t page_len; /* the pages the helpers write and check: f->o.page_bytes, at most
+                             PAGE (buffers stay PAGE apart); fx_options sets PAGE */
+extern int uring_err;     /* 1: not probed yet; 0: works; else the refusal */
 
 /* helpers.c */
 void make_key(uint64_t id, uint8_t *key);
@@ -164,6 +166,7 @@ void test_flush_fails_no_reuse(void **state);
 /* powercut.c */
 void test_power_cut_relaxed(void **state);
 void test_power_cut_durable(void **state);
+void test_power_cut_packed(void **state);
 
 /* access.c */
 void test_reads_cost_no_flush(void **state);
