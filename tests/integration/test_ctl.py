@@ -440,7 +440,9 @@ def _():
     j = ok_json("stat", d)
     eq((j["format_version"], j["slot_bytes"], j["pages"], j["capacity_slots"]),
        (2, 4096, 300, 16384), "stat of a format 2 dir: a block a page")
-    check("version 2" in ok("stat", d).out, "stat text names format 2")
+    t = ok("stat", d).out
+    check("version 2" in t and f"kvtier-ctl export {d} NEW --all" in t,
+          f"stat text names format 2 and how to pack it:\n{t}")
     v = ok_json("verify", d)
     eq((v["pages"], v["pages_read"], v["problems"], v["ok"]), (300, 300, 0, True), "verify")
     g = ok_json("gc", d)

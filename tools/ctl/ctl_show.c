@@ -67,6 +67,10 @@ static void stat_text(const char *dir, const struct ctl_index *ix)
     printf("data dir      %s\n", dir);
     printf("format        version %u, created %s\n", in->format_version,
            ctl_time(in->created_ns, t1));
+    if (in->format_version < DSTORE_FORMAT_VERSION && in->page_bytes < 4096)
+        printf("              (a block a page below 4 KiB; `kvtier-ctl export %s NEW --all`\n"
+               "              copies the pages into a dir of format %u, packed)\n",
+               dir, DSTORE_FORMAT_VERSION);
     printf("fingerprint   %s\n", hex);
     printf("page          %u tokens, %s (%u bytes a slot)\n", in->page_tokens,
            ctl_bytes(in->page_bytes, b1), in->slot_bytes);
