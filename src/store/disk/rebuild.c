@@ -16,8 +16,51 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#define DROP_CHUNK 4096 /* deletions per transaction */
+#define DROP_CHUNK 4096       /* deletions per transaction */
+#define WARM_CHUNK (256u << 10) /* bytes per read when warming the index */
+
+/* The scan walks `slots` leaf by leaf, and a leaf not in the page cache is a page fault and a
+ * 4 KiB read of its own (LMDB maps the file for random access): at three million pages, 3.9 s
+ * of a cold rebuild against 0.7 s to read the whole file in order. So an index that a quarter
+ * of the memory holds is read through first, each MiB of it that is not all in the page cache
+ * already (mincore on a map of our own); the `pages` leaves it brings in serve the lookups
+ * after it. A hint: a failure changes nothing but the time. */
+static void warm_index(struct dstore *s)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    size_t per = page > 0 ? WARM_CHUNK / (size_t)page : 0, n, len;
+    unsigned char *in = NULL;
+    void *buf = NULL, *map = MAP_FAILED;
+    struct stat st;
+    int fd;
+
+    if (per == 0 || pages <= 0 || mdb_env_get_fd(s->ix.env, &fd) || fstat(fd, &st) ||
+        st.st_size <= 0 || (uint64_t)st.st_size > (uint64_t)pages * (uint64_t)page / 4)
+        return;
+    n = ((size_t)st.st_size + (size_t)page - 1) / (size_t)page;
+    len = n * (size_t)page;
+    map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED || !(in = malloc(n)) || !(buf = malloc(WARM_CHUNK)) ||
+        mincore(map, len, in))
+        goto out;
+    for (size_t first = 0; first < n; first += per) {
+        size_t last = first + per < n ? first + per : n, i = first;
+
+        while (i < last && (in[i] & 1))
+            i++;
+        if (i < last && pread(fd, buf, WARM_CHUNK, (off_t)(first * (size_t)page)) <= 0)
+            break;
+    }
+out:
+    if (map != MAP_FAILED)
+        munmap(map, len);
+    free(in);
+    free(buf);
+}
 
 struct drop {
     uint32_t g;
@@ -228,6 +271,7 @@ void rebuild(struct dstore *s)
     int rc;
 
     table_init(s); /* the committer alone touches the table until ready */
+    warm_index(s);
     rc = scan(s, &d, &c);
 
     if (!rc)
