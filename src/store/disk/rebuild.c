@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DROP_CHUNK 4096       /* deletions per transaction */
+#define DROP_CHUNK 4096         /* deletions per transaction */
 #define WARM_CHUNK (256u << 10) /* bytes per read when warming the index */
 
 /* The scan walks `slots` leaf by leaf, and a leaf not in the page cache is a page fault and a
