@@ -38,9 +38,9 @@
  *     page (XXH3-128) on both paths. fio has no index, and its fdatasync is one more op
  *     queued after every N writes.
  *
- * (b) Open: a data dir indexing M pages (4 KiB, or --open-page-bytes) is built (written in batches
- * of 4096 pages, timed), closed, then opened again and again: the time to dstore_open, to the first
- *     dstore_leading_run that finds all of 64 known keys (ready to serve; target 200 ms), to
+ * (b) Open: a data dir indexing M pages (4 KiB, or --open-page-bytes) is built (written in
+ *     batches of 4096 pages, timed), closed, then opened again and again: the time to
+ *     dstore_open, to the first dstore_leading_run that finds all of 64 known keys (ready to serve; target 200 ms), to
  *     one page read back, and to dstore_wait_ready (the background rebuild done). Each rep
  *     opens once cold (the dir's files dropped from the page cache with posix_fadvise) and
  *     once warm.

@@ -26,8 +26,8 @@
 /* The scan walks `slots` leaf by leaf, and a leaf not in the page cache is a page fault and a
  * 4 KiB read of its own (LMDB maps the file for random access): at three million pages, 3.9 s
  * of a cold rebuild against 0.7 s to read the whole file in order. So an index that a quarter
- * of the memory holds is read through first, each MiB of it that is not all in the page cache
- * already (mincore on a map of our own); the `pages` leaves it brings in serve the lookups
+ * of the memory holds is read through first, each 256 KiB of it that is not all in the page
+ * cache already (mincore on a map of our own; larger reads delay the first lookups); the `pages` leaves it brings in serve the lookups
  * after it. A hint: a failure changes nothing but the time. */
 static void warm_index(struct dstore *s)
 {
