@@ -40,10 +40,10 @@
  *
  * (b) Open: a data dir indexing M pages (4 KiB, or --open-page-bytes) is built (written in
  *     batches of 4096 pages, timed), closed, then opened again and again: the time to
- *     dstore_open, to the first dstore_leading_run that finds all of 64 known keys (ready to serve; target 200 ms), to
- *     one page read back, and to dstore_wait_ready (the background rebuild done). Each rep
- *     opens once cold (the dir's files dropped from the page cache with posix_fadvise) and
- *     once warm.
+ *     dstore_open, to the first dstore_leading_run that finds all of 64 known keys (ready to
+ *     serve; target 200 ms), to one page read back, and to dstore_wait_ready (the background
+ *     rebuild done). Each rep opens once cold (the dir's files dropped from the page cache
+ *     with posix_fadvise) and once warm.
  */
 #include <errno.h>
 #include <inttypes.h>

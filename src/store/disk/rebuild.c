@@ -27,8 +27,9 @@
  * 4 KiB read of its own (LMDB maps the file for random access): at three million pages, 3.9 s
  * of a cold rebuild against 0.7 s to read the whole file in order. So an index that a quarter
  * of the memory holds is read through first, each 256 KiB of it that is not all in the page
- * cache already (mincore on a map of our own; larger reads delay the first lookups); the `pages` leaves it brings in serve the lookups
- * after it. A hint: a failure changes nothing but the time. */
+ * cache already (mincore on a map of our own; larger reads delay the first lookups), and the
+ * `pages` leaves it brings in serve the lookups after it. A hint: a failure changes nothing
+ * but the time. */
 static void warm_index(struct dstore *s)
 {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
