@@ -284,43 +284,11 @@ void test_format_version(void **state)
 
 enum { SMALL_PAGE = 2048, SMALL_PAGES = 24 };
 
-/* Write pages first .. first + n - 1 of SMALL_PAGE bytes (buffers of their own, so the pages
- * of one batch differ) and read every page 1 .. upto back byte-exact. */
-static void small_put(struct fx *f, uint64_t first, size_t n)
-{
-    uint8_t *bufs = aligned_alloc(4096, (n * SMALL_PAGE + 4095) / 4096 * 4096);
-    uint8_t keys[SMALL_PAGES][KEY];
-    struct dstore_wpage w[SMALL_PAGES];
-    int res[SMALL_PAGES];
-
-    assert_true(bufs && n <= SMALL_PAGES);
-    for (size_t i = 0; i < n; i++) {
-        make_key(first + i, keys[i]);
-        fill_page(keys[i], bufs + i * SMALL_PAGE, SMALL_PAGE);
-        w[i] = (struct dstore_wpage){.key = keys[i], .buf = bufs + i * SMALL_PAGE};
-    }
-    assert_int_equal(dstore_put(f->s, w, n, res), 0);
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(res[i], 0);
-    free(bufs);
-}
-
+/* Pages 1 .. upto served byte-exact (the helpers write and check page_len bytes). */
 static void small_all_served(struct fx *f, uint64_t upto)
 {
-    uint8_t key[KEY], *buf = aligned_alloc(4096, 4096); /* a size of whole alignments */
-
-    assert_non_null(buf);
-    for (uint64_t id = 1; id <= upto; id++) {
-        struct dstore_rpage r = {key, buf};
-        int res = 1;
-
-        make_key(id, key);
-        memset(buf, 0, SMALL_PAGE);
-        assert_int_equal(dstore_get(f->s, &r, 1, &res), 0);
-        assert_int_equal(res, 0);
-        assert_true(page_ok(key, buf, SMALL_PAGE));
-    }
-    free(buf);
+    for (uint64_t id = 1; id <= upto; id++)
+        assert_int_equal(get_id(f, id), 0);
 }
 
 /* The index lost: the next open rebuilds it from the slabs' page heads, all n pages back. */
@@ -345,14 +313,14 @@ void test_packed_slots(void **state)
     struct fx *f = *state;
     uint32_t version;
 
-    f->o.page_bytes = SMALL_PAGE;
+    f->o.page_bytes = page_len = SMALL_PAGE;
     f->o.disk_bytes = 64ull * 4096;
     f->o.slab_bytes = 16ull * 4096;
     fx_open(f);
     struct dstore_stats st = stats_of(f);
     assert_int_equal(st.slot_bytes, 2240);
     assert_int_equal(st.capacity_slots, 64 * 4096 / 2240);
-    small_put(f, 1, SMALL_PAGES);
+    put_range(f, 1, SMALL_PAGES);
     small_all_served(f, SMALL_PAGES);
     fx_reopen(f);
     small_all_served(f, SMALL_PAGES);
@@ -370,17 +338,17 @@ void test_format2_dir(void **state)
     struct fx *f = *state;
     uint32_t version;
 
-    f->o.page_bytes = SMALL_PAGE;
+    f->o.page_bytes = page_len = SMALL_PAGE;
     f->o.format = 2;
     fx_open(f);
     assert_int_equal(stats_of(f).slot_bytes, 4096);
-    small_put(f, 1, SMALL_PAGES / 2);
+    put_range(f, 1, SMALL_PAGES / 2);
     fx_close(f);
     f->o.format = 0; /* this build's own from here on */
     fx_reopen(f);
     assert_int_equal(stats_of(f).slot_bytes, 4096);
     small_all_served(f, SMALL_PAGES / 2);
-    small_put(f, SMALL_PAGES / 2 + 1, SMALL_PAGES / 2);
+    put_range(f, SMALL_PAGES / 2 + 1, SMALL_PAGES / 2);
     fx_close(f);
     assert_int_equal(verdict_of(f->dir, &version), INDEX_OURS);
     assert_int_equal(version, 2);
