@@ -22,8 +22,7 @@
 #define PC_SECTOR 512 /* what a disk writes whole */
 #define PC_FILES 8
 #define PC_MAX_DELAY_US 20000
-#define PC_PACKED 2048      /* pages packed several to a block (format 3) */
-#define PC_PACKED_SLOT 2240 /* such a page and its head (160 + 4 x 4 token bytes) */
+#define PC_PACKED 2048 /* pages packed several to a block (format 3) */
 
 enum pc_image { PC_OLD = 0, PC_NEW = 1, PC_MIX = 2 };
 
@@ -250,12 +249,14 @@ static void power_cut(struct fx *f, const char *mode)
     int rounds = env ? atoi(env) / 4 : 24;
     uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32, rng = seed;
     struct pc_tally t = {0};
+    struct slot_layout l;
     volatile uint64_t *last =
         mmap(NULL, sizeof(*last), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
     need_io();
     assert_true(last != MAP_FAILED);
-    f->o.disk_bytes = PC_SLOTS * (page_len == PAGE ? SLOT : PC_PACKED_SLOT);
+    assert_int_equal(layout_init(&l, page_len, TOKENS, DSTORE_FORMAT_VERSION), 0);
+    f->o.disk_bytes = PC_SLOTS * (uint64_t)l.slot_bytes;
     f->o.sync_ms = 3600000; /* no flush but the child's own: the old image is the disk's */
     f->o.sync_bytes = UINT64_MAX;
     for (int round = 0; round < rounds; round++)
