@@ -234,6 +234,15 @@ struct rdx_disk_page {
 int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rdx_disk_page *out,
                     size_t n);
 
+/* A store page of `group` pages (options.store_page_tokens) starts at a multiple of group
+ * pages of its key. For ref's span of n pages (rdx_attach_disk): *first = the span's first
+ * page's index in its key, and the *head pages of the key before it back to such a start,
+ * described top-down into out (at most group - 1), from the nodes above the span. Those are
+ * not marked: the caller copies their host pages before the tree next changes. -EAGAIN (and
+ * *head 0) when one of those nodes has no finished host copy. */
+int rdx_disk_head(const struct rdx_tree *t, kvt_node_ref ref, size_t n, size_t group,
+                  struct rdx_disk_page *out, size_t *head, uint64_t *first);
+
 /* The disk write op of ref finished: results[i] (n, top-down) is 0 for each page stored. A
  * node is on disk when all of its pages are. */
 int rdx_disk_done(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, const int *results, size_t n);

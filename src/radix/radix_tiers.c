@@ -422,22 +422,30 @@ static bool window_page(const struct rdx_tree *t, uint32_t idx, uint64_t start, 
     return node_at(t, idx)->npages - k <= wp + 1 || every - (start + k) % every <= wp + 1;
 }
 
+/* Page k of node idx, as a disk write names it. */
+static struct rdx_disk_page page_of(const struct rdx_tree *t, uint32_t idx, uint32_t k)
+{
+    const struct rdx_node *n = node_at(t, idx);
+
+    return (struct rdx_disk_page){
+        .hash = n->hash[k],
+        .parent = k ? n->hash[k - 1] : last_hash(t, n->parent, n->ns),
+        .ns = t->ns[n->ns].root_hash,
+        .tokens = n->tokens + (size_t)k * t->cfg.page_size,
+        .host_page = n->host[k],
+    };
+}
+
 static void describe_page(struct rdx_tree *t, uint32_t idx, size_t at, const void *arg)
 {
     const struct disk_write *w = arg;
     struct rdx_node *n = node_at(t, idx);
-    size_t ps = t->cfg.page_size;
     uint64_t start = w->first + at;
 
-    for (uint32_t k = 0; k < n->npages; k++)
-        w->out[at + k] = (struct rdx_disk_page){
-            .hash = n->hash[k],
-            .parent = k ? n->hash[k - 1] : last_hash(t, n->parent, n->ns),
-            .ns = t->ns[n->ns].root_hash,
-            .tokens = n->tokens + k * ps,
-            .host_page = n->host[k],
-            .window = window_page(t, idx, start, k),
-        };
+    for (uint32_t k = 0; k < n->npages; k++) {
+        w->out[at + k] = page_of(t, idx, k);
+        w->out[at + k].window = window_page(t, idx, start, k);
+    }
     n->disk_op = w->op;
     update_leaf(t, idx);
 }
@@ -455,6 +463,40 @@ int rdx_attach_disk(struct rdx_tree *t, kvt_node_ref ref, uint64_t op, struct rd
     if (t->swa) /* the span ends at idx's end */
         w.first = node_start(t, idx) + node_at(t, idx)->npages - n;
     span_each(t, idx, &s, n, describe_page, &w);
+    return 0;
+}
+
+int rdx_disk_head(const struct rdx_tree *t, kvt_node_ref ref, size_t n, size_t group,
+                  struct rdx_disk_page *out, size_t *head, uint64_t *first)
+{
+    uint32_t idx, i;
+    size_t h, got = 0;
+    int rc = resolve(t, ref, &idx);
+
+    *head = 0;
+    if (rc || group == 0)
+        return rc ? rc : -EINVAL;
+    *first = node_start(t, idx) + node_at(t, idx)->npages;
+    if (n > *first)
+        return -EINVAL;
+    *first -= n;
+    h = (size_t)(*first % group);
+    /* Up past the span, whole nodes, to the node that ends right before it. */
+    for (i = idx; n; i = node_at(t, i)->parent) {
+        if (node_at(t, i)->npages > n)
+            return -EINVAL;
+        n -= node_at(t, i)->npages;
+    }
+    for (; got < h; i = node_at(t, i)->parent) {
+        const struct rdx_node *a = node_at(t, i);
+        if (i == ROOT)
+            return -EINVAL; /* cannot happen: the key holds *first pages above the span */
+        if (!a->on_host || (a->pending & (RDX_OP_BACKUP | RDX_OP_DISK)))
+            return -EAGAIN; /* its host copy is lost, or not yet all there */
+        for (uint32_t k = a->npages; k-- > 0 && got < h; got++)
+            out[h - 1 - got] = page_of(t, i, k);
+    }
+    *head = h;
     return 0;
 }
 

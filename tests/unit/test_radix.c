@@ -822,6 +822,78 @@ static void test_disk_write(void **state)
     rdx_destroy(t);
 }
 
+/* A store page of several pages (rdx_disk_head): the pages before a disk write's span back to
+ * a multiple of the store page, from the host copies above it, top-down; -EAGAIN while one of
+ * those copies has not landed. */
+static void test_disk_head(void **state)
+{
+    struct tiers r = {0};
+    struct rdx_tree *t = hitree(&r);
+    struct rdx_disk_page pg[8];
+    uint8_t hashes[6][KVT_HASH_LEN];
+    struct kvt_key k = {.tokens = KEY(1, 2, 3, 4, 5, 6)};
+    const uint64_t op = RDX_OP_DISK | 1;
+    size_t n = 0, head = 99;
+    uint64_t first = 99;
+
+    (void)state;
+    put(t, KEY(1, 2, 3, 4, 5, 6));
+    struct rdx_hit h = hit_of(t, KEY(1, 2, 3, 4, 5, 6), NULL, NULL);
+    back_up(t, h.dev_last, RDX_OP_BACKUP | 1);
+    assert_int_equal(rdx_op_done(t, h.dev_last, RDX_OP_BACKUP | 1, 0), 0);
+    struct rdx_hit top = hit_of(t, KEY(1, 2, 3), NULL, NULL); /* split: [1,2,3] [4,5,6] */
+    assert_int_equal(rdx_attach_disk(t, top.dev_last, op, pg, 3), 0);
+    assert_int_equal(rdx_disk_done(t, top.dev_last, op, (const int[]){0, 0, 0}, 3), 0);
+    assert_int_equal(rdx_disk_span(t, h.dev_last, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(rdx_key_hashes(t, &k, rdx_root(t), 0, 6, hashes), 0);
+
+    /* Store pages of 4: the span's first starts at page 0, three pages above it. */
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 3, 4, pg, &head, &first), 0);
+    assert_int_equal(first, 3);
+    assert_int_equal(head, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_memory_equal(pg[i].hash, hashes[i], KVT_HASH_LEN);
+        assert_int_equal(pg[i].tokens[0], (uint32_t)i + 1);
+        assert_int_equal(pg[i].host_page, 900 + (uint32_t)i);
+        if (i)
+            assert_memory_equal(pg[i].parent, hashes[i - 1], KVT_HASH_LEN);
+    }
+    /* Of 2: page 2 alone; of 3 or 1: none. */
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 3, 2, pg, &head, &first), 0);
+    assert_int_equal(head, 1);
+    assert_memory_equal(pg[0].hash, hashes[2], KVT_HASH_LEN);
+    assert_memory_equal(pg[0].parent, hashes[1], KVT_HASH_LEN);
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 3, 3, pg, &head, &first), 0);
+    assert_int_equal(head, 0);
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 3, 1, pg, &head, &first), 0);
+    assert_int_equal(head, 0);
+    /* A span that does not end nodes whole, or longer than the key: refused. */
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 4, 4, pg, &head, &first), -EINVAL);
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 7, 4, pg, &head, &first), -EINVAL);
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 3, 0, pg, &head, &first), -EINVAL);
+    rdx_destroy(t);
+
+    /* The node above still being backed up: its host copy is not all there. */
+    t = hitree(&r);
+    put(t, KEY(1, 2));
+    struct rdx_hit up = hit_of(t, KEY(1, 2), NULL, NULL);
+    back_up(t, up.dev_last, RDX_OP_BACKUP | 1);
+    put(t, KEY(1, 2, 3, 4));
+    h = hit_of(t, KEY(1, 2, 3, 4), NULL, NULL);
+    assert_int_equal(back_up(t, h.dev_last, RDX_OP_BACKUP | 2), 2);
+    assert_int_equal(rdx_op_done(t, h.dev_last, RDX_OP_BACKUP | 2, 0), 0);
+    assert_int_equal(rdx_disk_span(t, h.dev_last, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 2, 4, pg, &head, &first), -EAGAIN);
+    assert_int_equal(head, 0);
+    assert_int_equal(first, 2);
+    assert_int_equal(rdx_op_done(t, up.dev_last, RDX_OP_BACKUP | 1, 0), 0);
+    assert_int_equal(rdx_disk_head(t, h.dev_last, 2, 4, pg, &head, &first), 0);
+    assert_int_equal(head, 2);
+    rdx_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -844,6 +916,7 @@ int main(void)
         cmocka_unit_test(test_disk_key_hashes),
         cmocka_unit_test(test_disk_fill),
         cmocka_unit_test(test_disk_write),
+        cmocka_unit_test(test_disk_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
