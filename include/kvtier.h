@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 7
+#define KVT_VERSION_MINOR 8
 #define KVT_VERSION_PATCH 0
 
 /* kvtier-specific error codes, below the errno range. */
@@ -287,6 +287,15 @@ struct kvt_options {
     const char *remote_tls_cert; /* PEM client certificate (chain), for a server that asks for
                                     one (tls-auth-clients); NULL: none */
     const char *remote_tls_key;  /* its private key, PEM; NULL: in remote_tls_cert's file */
+    /* Tokens per page of the tiers below the host, the disk and the remote store (since
+     * 0.8): a multiple of page_size, at most 4096; 0 (the default) is page_size. Each small
+     * page costs those tiers a record of its own (an index entry, a server key); a larger
+     * store page holds that many tokens of a key, from a multiple of them on, as one. What is
+     * left at a key's end short of a whole store page is not written below; it goes down
+     * with the store page it starts once the key grows past it. It is part of the
+     * fingerprint: a data dir written with another store page size is refused
+     * (KVT_EFINGERPRINT). Not with mamba or swa layers (-EINVAL). */
+    uint32_t store_page_tokens;
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in

@@ -106,10 +106,11 @@ static const struct {
     OPTION(remote_tls_ca),
     OPTION(remote_tls_cert),
     OPTION(remote_tls_key),
+    OPTION(store_page_tokens),
 };
 #undef OPTION
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, remote_tls_key) -
-                       sizeof(const char *) <
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, store_page_tokens) -
+                       sizeof(uint32_t) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
 
@@ -147,6 +148,11 @@ static int check_options(const struct kvt_options *o)
     if (kv_geometry_check(&o->geometry))
         return -EINVAL;
     if (engine_mamba_check_options(o))
+        return -EINVAL;
+    /* A store page of several pages: whole pages, and only where a page's KV is all there is
+     * to keep (a state or a window copy is kept per page). */
+    if (o->store_page_tokens % ps || o->store_page_tokens > STORE_PAGE_TOKENS_MAX ||
+        (store_pages(o) > 1 && (o->mamba.layers || o->swa.window)))
         return -EINVAL;
     return engine_swa_check_options(o);
 }
@@ -196,7 +202,11 @@ static int make_fingerprint(kvt_engine *e)
     uint32_t hybrid[] = {m->layers, (uint32_t)m->conv_bytes, (uint32_t)(m->conv_bytes >> 32),
                          (uint32_t)m->ssm_bytes, (uint32_t)(m->ssm_bytes >> 32)};
     size_t nv = sizeof(v) / sizeof(v[0]), nh = m->layers ? sizeof(hybrid) / sizeof(hybrid[0]) : 0;
-    size_t nw = w->window ? 2 + (size_t)w->nfull : 0, len = 4 * (nv + nh + nw);
+    size_t nw = w->window ? 2 + (size_t)w->nfull : 0;
+    /* So does a store page of several pages: its pages are named by the hash of their last
+     * page, as a page of its own would be, so engines of either kind never share a name. */
+    uint32_t spt = store_pages(&e->opts) > 1 ? e->opts.store_page_tokens : 0;
+    size_t len = 4 * (nv + nh + nw + (spt != 0));
     uint8_t *tail = malloc(len);
     struct page_hasher h;
     int rc = tail ? page_hasher_init(&h) : -ENOMEM;
@@ -213,6 +223,8 @@ static int make_fingerprint(kvt_engine *e)
         put_u32(tail + 4 * (nv + nh + i), i == 0   ? w->window
                                           : i == 1 ? w->nfull
                                                    : w->full_layers[i - 2]);
+    if (spt)
+        put_u32(tail + 4 * (nv + nh + nw), spt);
     /* The model id is NUL-terminated in the input so "ab"+fields and "a"+"b..." differ. */
     rc = page_hasher_digest2(&h, e->model_id, strlen(e->model_id) + 1, tail, len, e->fingerprint);
     free(tail);
@@ -285,8 +297,8 @@ static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store
     dstore_options_init(so, sizeof(*so));
     so->dir = e->opts.disk_dir;
     memcpy(so->fingerprint, e->fingerprint, DSTORE_FINGERPRINT_BYTES);
-    so->page_bytes = (uint32_t)hp->page_bytes;
-    so->page_tokens = e->opts.page_size;
+    so->page_bytes = (uint32_t)(hp->page_bytes * store_pages(&e->opts));
+    so->page_tokens = (uint32_t)(e->opts.page_size * store_pages(&e->opts));
     if (e->opts.disk_bytes)
         so->disk_bytes = e->opts.disk_bytes;
     if (so->slab_bytes > so->disk_bytes)
@@ -308,8 +320,9 @@ static int open_remote(kvt_engine *e, const struct host_pool *hp, struct kvt_sto
 {
 #ifdef KVT_HAVE_REDIS
     char buf[1024];
-    struct store_redis_options ro = {.page_bytes = (uint32_t)hp->page_bytes,
-                                     .page_tokens = e->opts.page_size,
+    size_t group = store_pages(&e->opts);
+    struct store_redis_options ro = {.page_bytes = (uint32_t)(hp->page_bytes * group),
+                                     .page_tokens = (uint32_t)(e->opts.page_size * group),
                                      .connect_timeout_ms = e->opts.remote_timeout_ms,
                                      .read_timeout_ms = e->opts.remote_timeout_ms,
                                      .write_timeout_ms = e->opts.remote_timeout_ms,
@@ -361,6 +374,7 @@ static int open_store_tier(kvt_engine *e)
 {
     struct tier *host = e->below;
     const struct host_pool *hp = host ? host_tier_pool(host) : NULL;
+    size_t group = store_pages(&e->opts);
     int rc;
 
     if (!e->store && !e->opts.disk_dir && !e->opts.remote)
@@ -368,7 +382,8 @@ static int open_store_tier(kvt_engine *e)
     if ((rc = store_tier_check_options(&e->opts, host != NULL, hp ? hp->page_bytes : 0)) ||
         (!e->store && (rc = open_stores(e, hp, &e->store))))
         return rc;
-    if (e->store->page_bytes != hp->page_bytes || e->store->page_tokens != e->opts.page_size)
+    if (e->store->page_bytes != hp->page_bytes * group ||
+        e->store->page_tokens != e->opts.page_size * group)
         return -EINVAL; /* a store given for pages of another size */
     struct store_tier_config c = {&e->opts, &e->tree, scratch_pages(e)};
     if ((rc = store_tier_open(&c, e->store, host_tier_up(host), &e->bottom))) {

@@ -39,7 +39,7 @@ MODULES = [
     ("src/host/host_tier.", "host-tier", 4),
     ("src/host/", "host-memory", 2),
     ("src/tier.", "tier", 3),
-    ("src/store/store_tier.", "store-tier", 4),
+    ("src/store/store_tier", "store-tier", 4),
     ("src/", "engine", 5),
 ]
 BACKENDS = {"store-disk", "store-mem", "store-chain", "store-redis"}

@@ -9,85 +9,25 @@
  * Every store op holds what it touches: a write marks its chain (disk_op) so the host copies
  * it reads stay, a fill is pending so nothing matches, extends or evicts it. Ops complete in
  * any order; poll applies them. Nothing here names a backend.
+ *
+ * A store page may hold several of the engine's pages (options.store_page_tokens: `group`
+ * pages), so that small pages cost the store one record per group: the store page ending at
+ * page e of a key holds its pages from e - group + 1 to e, starts at a multiple of group,
+ * and is named by page e's hash, which names the whole prefix. A write takes the whole store
+ * pages of its chain, with the pages before the chain that its first one starts with (from the
+ * host copies above it, rdx_disk_head); what is left at its end is not written: the tree
+ * counts it as stored, and it goes down with its store page once a chain below it fills that
+ * page. A store page's pages are copied through a staging buffer (the host copies are not
+ * contiguous); with one page to a store page the host pages are the store's buffers.
  */
-#include "store/store_tier.h"
+#include "store/store_tier_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* A store op in flight: a fill (read into a new host-only leaf), a write of a chain, or a
- * write of a recurrent state from a staging copy (OP_STATE: no node, no tag). */
-struct store_op {
-    uint64_t id;  /* the store's op id */
-    uint64_t tag; /* the tree's mark: RDX_OP_DISK | a sequence number */
-    kvt_node_ref node;
-    uint32_t kind; /* enum store_op_kind, or OP_STATE */
-    size_t n;
-    int *results; /* n, written by the store */
-    void *stage;  /* OP_STATE: the bytes being written, freed when it completes */
-    size_t win;   /* a fill: its last win pages read with their window; a write: of its n
-                   * pages, the last win are window copies of pages before them */
-};
-
-#define OP_STATE 2u
-
-/* A state's pages are named apart from any page of KV (radix/hash.h, KVT_STATE_TAG); their
- * namespace root tells kvtier-ctl what they are. So are the window copies of pages whose
- * sliding-window layers the host kept (KVT_WINDOW_TAG). */
-#define STATE_TAG KVT_STATE_TAG
-#define WINDOW_TAG KVT_WINDOW_TAG
-
-struct store_tier {
-    struct tier base;
-    const struct kvt_options *opts;
-    struct rdx_tree *const *tree;
-    struct kvt_store *store;
-    struct store_op *ops; /* submitted and not yet applied, in no order */
-    size_t nops, cap;
-    uint64_t seq; /* the last tree tag handed out (RDX_OP_DISK | seq) */
-    /* Scratch, one entry per page of the longest key. */
-    uint8_t (*hashes)[KVT_HASH_LEN];
-    struct page_hasher hasher; /* state keys */
-    uint8_t state_ns[KVT_HASH_LEN];
-    uint8_t window_ns[KVT_HASH_LEN];
-    uint8_t (*wkeys)[KVT_HASH_LEN]; /* window keys of a fill's or a write's pages */
-    uint32_t *fill_host;
-    struct rdx_disk_page *dpages;
-    struct store_wpage *wpages;
-    struct store_rpage *rpages;
-    /* Tokens, by the kind of store that found, read or kept them: near (this machine's
-     * disk) and remote (store_ops.remote), so the stats count the remote tier apart. */
-    struct {
-        uint64_t hit, read, written;
-    } count, remote;
-};
-
-static struct store_tier *st_of(const struct tier *t)
-{
-    return (struct store_tier *)t;
-}
-
-static struct rdx_tree *tree_of(const struct store_tier *s)
-{
-    return *s->tree;
-}
-
 /* ---- ops in flight ---- */
-
-static int ops_reserve(struct store_tier *s)
-{
-    if (s->nops < s->cap)
-        return 0;
-    size_t ncap = s->cap ? s->cap * 2 : 16;
-    struct store_op *v = realloc(s->ops, ncap * sizeof(*v));
-    if (!v)
-        return -ENOMEM;
-    s->ops = v;
-    s->cap = ncap;
-    return 0;
-}
 
 static struct store_op *find_id(const struct store_tier *s, uint64_t id)
 {
@@ -116,18 +56,67 @@ static size_t count_ok(const int *results, size_t n)
     return ok;
 }
 
-/* A completed op's pages read or kept, near (count) and remote: a chain says which were
- * which; any other store's are all of its kind. */
+/* Of the first `units` store pages of a fill, the engine's pages they bring (its first store
+ * page holds skip pages above it). */
+static size_t fill_pages(const struct store_tier *s, const struct store_op *op, size_t units)
+{
+    size_t p = units * s->group;
+
+    p = p > op->skip ? p - op->skip : 0;
+    return p < op->pages ? p : op->pages;
+}
+
+/* Tokens a completed op read (the fill's pages kept) or wrote (its store pages kept), near
+ * (count) and remote: a chain says which were which; any other store's are all of its kind. */
 static void count_op(struct store_tier *s, const struct store_op *op, const struct store_done *d)
 {
-    uint32_t ps = s->opts->page_size;
-    bool read = op->kind == STORE_OP_READ;
-    size_t ok = read ? leading_ok(op->results, op->n) : count_ok(op->results, op->n - op->win);
-    size_t near = d->split ? d->near_ok : s->store->ops->remote ? 0 : ok;
-    size_t remote = d->split ? d->remote_ok : s->store->ops->remote ? ok : 0;
+    bool read = op->kind == STORE_OP_READ, remote_store = s->store->ops->remote;
+    size_t ps = s->opts->page_size, near, remote;
 
-    *(read ? &s->count.read : &s->count.written) += near * ps;
-    *(read ? &s->remote.read : &s->remote.written) += remote * ps;
+    if (read) {
+        size_t ok = fill_pages(s, op, leading_ok(op->results, op->n));
+        near = d->split ? fill_pages(s, op, d->near_ok) : remote_store ? 0 : ok;
+        if (near > ok)
+            near = ok;
+        remote = d->split || remote_store ? ok - near : 0;
+        s->count.read += near * ps;
+        s->remote.read += remote * ps;
+    } else {
+        size_t ok = count_ok(op->results, op->n - op->win), spt = s->store->page_tokens;
+        near = d->split ? d->near_ok : remote_store ? 0 : ok;
+        remote = d->split ? d->remote_ok : remote_store ? ok : 0;
+        s->count.written += near * spt;
+        s->remote.written += remote * spt;
+    }
+}
+
+/* A fill's store pages that landed, from the first, into its host pages: how many of its
+ * pages they bring. */
+static size_t fill_landed(struct store_tier *s, const struct store_op *op)
+{
+    const struct tier_up *up = &s->base.up;
+    size_t ok = fill_pages(s, op, leading_ok(op->results, op->n));
+
+    for (size_t i = 0; op->host && i < ok; i++)
+        memcpy(up->addr(up->ctx, op->host[i]),
+               (const uint8_t *)op->stage + (op->skip + i) * s->page_bytes, s->page_bytes);
+    return ok;
+}
+
+/* A write's result for each page of its span (op->pages), for the tree: a page of a store
+ * page the store's; one of its lead, not written, -EAGAIN (a later write tries again); one
+ * past its last store page 0, left for a later write's head. */
+static const int *span_results(struct store_tier *s, const struct store_op *op)
+{
+    size_t units = op->n - op->win;
+
+    if (s->group == 1)
+        return op->results;
+    for (size_t i = 0, at = op->skip; i < op->pages; i++, at++) {
+        size_t u = at < op->lead ? 0 : (at - op->lead) / s->group;
+        s->presults[i] = at < op->lead ? -EAGAIN : u < units ? op->results[u] : 0;
+    }
+    return s->presults;
 }
 
 /* Apply a completed op (d: what the store said of it) to the tree and forget it. The nodes
@@ -135,19 +124,21 @@ static void count_op(struct store_tier *s, const struct store_op *op, const stru
 static void apply(struct store_tier *s, struct store_op *op, const struct store_done *d)
 {
     if (op->kind == OP_STATE) {
-        free(op->stage); /* a state not stored whole is a miss when read: nothing to undo */
+        /* a state not stored whole is a miss when read: nothing to undo */
     } else if (op->kind == STORE_OP_READ) {
-        size_t ok = leading_ok(op->results, op->n);
+        size_t ok = fill_landed(s, op);
         if (op->win)
-            rdx_fill_done_window(tree_of(s), op->node, op->tag, ok, op->n - op->win);
+            rdx_fill_done_window(tree_of(s), op->node, op->tag, ok, op->pages - op->win);
         else
             rdx_fill_done(tree_of(s), op->node, op->tag, ok);
         count_op(s, op, d);
     } else {
         /* A window copy not kept is a window missing when read: nothing to record. */
-        rdx_disk_done(tree_of(s), op->node, op->tag, op->results, op->n - op->win);
+        rdx_disk_done(tree_of(s), op->node, op->tag, span_results(s, op), op->pages);
         count_op(s, op, d);
     }
+    free(op->stage);
+    free(op->host);
     free(op->results);
     *op = s->ops[--s->nops];
 }
@@ -242,104 +233,103 @@ static void store_tier_wait_fetches(struct tier *t, int timeout_ms)
     }
 }
 
+/* The name of the store page that holds page k of the run find hashed (the run starts off
+ * pages into a store page): its last page's hash. */
+static const uint8_t *unit_key(const struct store_tier *s, size_t off, size_t k)
+{
+    return s->hashes[(k + off) / s->group * s->group + s->group - 1 - off];
+}
+
+/* Pages of the run after hit that the store holds, whole store pages from the one holding
+ * the run's first page (which may start above it, in the tree's part). Their names go to
+ * wkeys, which only sliding-window layers use otherwise, and they have one page to a store
+ * page. */
 static size_t store_tier_find(struct tier *t, const struct kvt_key *key, const struct rdx_hit *hit)
 {
     struct store_tier *s = st_of(t);
-    size_t first = hit->dev_pages + hit->host_pages, rest, run = 0;
+    size_t first = hit->dev_pages + hit->host_pages, rest, run = 0, off, units;
+    const uint8_t *keys = (const uint8_t *)s->hashes;
 
     rest = key->len / s->opts->page_size - first;
-    if (rest == 0 || rdx_key_hashes(tree_of(s), key, hit->host_last, first, rest, s->hashes) ||
-        store_leading_run(s->store, (const uint8_t *)s->hashes, rest, &run))
-        run = 0;
-    return run;
+    if (rest == 0 || rdx_key_hashes(tree_of(s), key, hit->host_last, first, rest, s->hashes))
+        return 0;
+    off = first % s->group;
+    units = (off + rest) / s->group;
+    if (s->group > 1) {
+        for (size_t k = 0; k < units; k++)
+            memcpy(s->wkeys[k], unit_key(s, off, k * s->group), KVT_HASH_LEN);
+        keys = (const uint8_t *)s->wkeys;
+    }
+    if (units == 0 || store_leading_run(s->store, keys, units, &run) || run == 0)
+        return 0;
+    return run * s->group - off;
 }
 
 /* found: the first pages of the run find's leading_run answered. */
 static void store_tier_matched(struct tier *t, const struct rdx_hit *hit, size_t found)
 {
     struct store_tier *s = st_of(t);
-    size_t remote = found ? store_run_remote(s->store, found) : 0;
+    size_t off = (hit->dev_pages + hit->host_pages) % s->group, remote = 0;
 
-    (void)hit;
+    if (found) { /* the remote store's share, in store pages, of those found */
+        size_t units = (off + found + s->group - 1) / s->group;
+        remote = store_run_remote(s->store, units) * s->group;
+        remote = remote < found ? remote : found;
+    }
     s->count.hit += (found - remote) * s->opts->page_size;
     s->remote.hit += remote * s->opts->page_size;
 }
 
-/* The key of the window copy of the page hashed hash. */
-static int window_key(struct store_tier *s, const uint8_t *hash, uint8_t *out)
+/* The fill's store reads: one per page, into its host pages, or one per store page of
+ * several pages, into a staging buffer (op->stage, op->host) that the op copies out. */
+static int fill_reads(struct store_tier *s, struct store_op *op, size_t win)
 {
-    return page_hasher_digest2(&s->hasher, hash, KVT_HASH_LEN, WINDOW_TAG, sizeof(WINDOW_TAG) - 1,
-                               out);
-}
+    const struct tier_up *up = &s->base.up;
+    size_t n = op->n, sb = s->store->page_bytes;
 
-/* Lookups per window search: each looks at a window's pages at once and, failing, moves
- * below the first missing one, so a run's window copies (at node ends and at regular points
- * of the key, radix_tiers.c window_page) are found within a few unless far below its end. */
-#define WINDOW_LOOKUPS 16
-
-/* How many of pages [lo, hi) of the run have window copies, from lo on. */
-static size_t windows_from(struct store_tier *s, size_t lo, size_t hi)
-{
-    size_t run = 0;
-
-    for (size_t i = lo; i < hi; i++)
-        if (window_key(s, s->hashes[i], s->wkeys[i - lo]))
-            return 0;
-    if (store_leading_run(s->store, (const uint8_t *)s->wkeys, hi - lo, &run))
-        return 0;
-    return run;
-}
-
-/* From the run's end down: the first point with a window of copies right before it, or the
- * run's start when the copies reach it and the tree's part above ends with its window. */
-static size_t store_tier_window(struct tier *t, size_t n, bool above, size_t *window)
-{
-    struct store_tier *s = st_of(t);
-    uint64_t ps = s->opts->page_size, w = s->opts->swa.window;
-    size_t wp = (size_t)((w + ps - 1) / ps), end = n;
-
-    *window = 0;
-    for (int i = 0; w && end > 0 && i < WINDOW_LOOKUPS; i++) {
-        size_t lo = end > wp ? end - wp : 0, run = windows_from(s, lo, end);
-        if (run == end - lo) {
-            if (end - lo < wp && !above)
-                return 0; /* the window reaches into the tree's part, which lacks its own */
-            *window = end - lo;
-            return end;
+    if (s->group > 1 && (posix_memalign(&op->stage, 4096, n * sb) ||
+                         !(op->host = malloc(op->pages * sizeof(uint32_t)))))
+        return -ENOMEM;
+    if (op->host)
+        memcpy(op->host, s->fill_host, op->pages * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *key = unit_key(s, op->skip, i * s->group);
+        void *buf = op->stage ? (uint8_t *)op->stage + i * sb : up->addr(up->ctx, s->fill_host[i]);
+        if (i >= n - win) { /* the page whole, its sliding-window layers current */
+            if (store_window_key(s, s->hashes[i], s->wkeys[i]))
+                return -ENOMEM;
+            key = s->wkeys[i];
         }
-        end = lo + run; /* a window ending past the first missing copy would hold it */
+        s->rpages[i] = (struct store_rpage){key, buf};
     }
     return 0;
 }
 
-static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, size_t n, size_t win,
-                       size_t *reading)
+static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, size_t n, size_t off,
+                       size_t win, size_t *reading)
 {
-    const struct tier_up *up = &s->base.up;
-    struct store_op *op;
-    int *results;
-    uint64_t id;
+    size_t units = (off + n + s->group - 1) / s->group, leading = 0;
+    struct store_op op = {.tag = tag,
+                          .node = leaf,
+                          .kind = STORE_OP_READ,
+                          .n = units,
+                          .win = win,
+                          .pages = n,
+                          .skip = off};
+    int rc = -ENOMEM;
 
-    if (ops_reserve(s) || !(results = malloc(n * sizeof(int))))
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *key = s->hashes[i];
-        if (i >= n - win) { /* the page whole, its sliding-window layers current */
-            if (window_key(s, s->hashes[i], s->wkeys[i])) {
-                free(results);
-                return -ENOMEM;
-            }
-            key = s->wkeys[i];
-        }
-        s->rpages[i] = (struct store_rpage){key, up->addr(up->ctx, s->fill_host[i])};
-    }
-    int rc = store_read(s->store, s->rpages, n, results, &id, reading);
+    if (ops_reserve(s) == 0 && (op.results = malloc(units * sizeof(int))) &&
+        (rc = fill_reads(s, &op, win)) == 0)
+        rc = store_read(s->store, s->rpages, units, op.results, &op.id, &leading);
     if (rc) {
-        free(results);
+        free(op.results);
+        free(op.stage);
+        free(op.host);
         return rc;
     }
-    op = &s->ops[s->nops++];
-    *op = (struct store_op){id, tag, leaf, STORE_OP_READ, n, results, NULL, win};
+    s->ops[s->nops++] = op;
+    if (reading)
+        *reading = fill_pages(s, &op, leading);
     return 0;
 }
 
@@ -368,7 +358,7 @@ static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const str
         return 1;
     }
     s->seq++;
-    if (submit_fill(s, leaf, tag, n, window, &queued)) {
+    if (submit_fill(s, leaf, tag, n, first % s->group, window, &queued)) {
         rdx_fill_done(tree_of(s), leaf, tag, 0); /* drops the leaf and its host pages */
         return 1;
     }
@@ -379,57 +369,80 @@ static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const str
 
 /* ---- writes ---- */
 
-/* After the n pages of a write, the window copies of those whose host copy holds their
- * sliding-window layers: how many. */
-static size_t add_windows(struct store_tier *s, size_t n)
+/* The store pages of a write whose pages (its head, then its span) are described in dpages,
+ * from op->lead on, into wpages: a page's own host page and tokens, or a copy of a store
+ * page's pages and tokens, back to back, in op->stage and gtokens. */
+static int write_units(struct store_tier *s, struct store_op *op, size_t units)
 {
     const struct tier_up *up = &s->base.up;
-    size_t m = 0;
+    size_t g = s->group, ps = s->opts->page_size, sb = s->store->page_bytes;
 
-    for (size_t i = 0; i < n; i++) {
-        const struct rdx_disk_page *p = &s->dpages[i];
-        if (!p->window || window_key(s, p->hash, s->wkeys[m]))
-            continue;
-        s->wpages[n + m] = (struct store_wpage){s->wkeys[m], p->hash, s->window_ns, NULL,
-                                                up->addr(up->ctx, p->host_page)};
-        m++;
+    if (g > 1 && posix_memalign(&op->stage, 4096, units * sb))
+        return -ENOMEM;
+    for (size_t u = 0; u < units; u++) {
+        const struct rdx_disk_page *p = &s->dpages[op->lead + u * g];
+        const uint32_t *tokens = p->tokens;
+        void *buf = up->addr(up->ctx, p->host_page);
+        if (g > 1) {
+            buf = (uint8_t *)op->stage + u * sb;
+            tokens = s->gtokens + u * g * ps;
+            for (size_t k = 0; k < g; k++) {
+                memcpy((uint8_t *)buf + k * s->page_bytes, up->addr(up->ctx, p[k].host_page),
+                       s->page_bytes);
+                memcpy(s->gtokens + (u * g + k) * ps, p[k].tokens, ps * sizeof(uint32_t));
+            }
+        }
+        s->wpages[u] = (struct store_wpage){p[g - 1].hash, p->parent, p->ns, tokens, buf};
     }
-    return m;
+    return 0;
 }
 
-/* Write node's chain of host copies not yet stored: 1 when a write was started. */
+/* Write node's chain of host copies not yet stored: 1 when a write was started, or when the
+ * chain was all left for a later write's head (its store page not yet whole). */
 static int write_chain(struct store_tier *s, kvt_node_ref node)
 {
-    const struct tier_up *up = &s->base.up;
-    uint64_t tag = RDX_OP_DISK | (s->seq + 1), id;
+    uint64_t tag = RDX_OP_DISK | (s->seq + 1), first = 0;
     struct rdx_tree *tree = tree_of(s);
-    size_t n = 0, m;
-    int *results;
+    struct store_op op = {.tag = tag, .node = node, .kind = STORE_OP_WRITE};
+    size_t n = 0, g = s->group, units;
+    int rc;
 
-    /* Room for a window copy of each page beside it. */
-    if (rdx_disk_span(tree, node, &n) || n == 0 || ops_reserve(s) ||
-        !(results = malloc(2 * n * sizeof(int))))
+    if (rdx_disk_span(tree, node, &n) || n == 0 || ops_reserve(s))
         return 0;
-    if (rdx_attach_disk(tree, node, tag, s->dpages, n)) {
-        free(results);
+    /* Its store pages start at multiples of g pages of the key: the first may hold pages
+     * above the span, which their host copies give. A head lost leaves the span's lead. */
+    if (g > 1 && (rc = rdx_disk_head(tree, node, n, g, s->dpages, &op.skip, &first)) &&
+        rc != -EAGAIN)
+        return 0;
+    /* Room for a window copy of each page beside it. */
+    if (!(op.results = malloc(2 * n * sizeof(int))) ||
+        rdx_attach_disk(tree, node, tag, s->dpages + op.skip, n)) {
+        free(op.results);
         return 0;
     }
     s->seq++;
-    for (size_t i = 0; i < n; i++) {
-        const struct rdx_disk_page *p = &s->dpages[i];
-        s->wpages[i] = (struct store_wpage){p->hash, p->parent, p->ns, p->tokens,
-                                            up->addr(up->ctx, p->host_page)};
+    op.pages = n;
+    op.lead = (g - (first - op.skip) % g) % g;
+    units = op.skip + n > op.lead ? (op.skip + n - op.lead) / g : 0;
+    if (units == 0) { /* nothing whole to write yet */
+        rdx_disk_done(tree, node, tag, span_results(s, &op), n);
+        free(op.results);
+        return 1;
     }
-    m = s->opts->swa.window ? add_windows(s, n) : 0;
-    int rc = store_write(s->store, s->wpages, n + m, results, &id);
+    op.win =
+        s->opts->swa.window ? store_add_windows(s, n) : 0; /* only with one page to a store page */
+    op.n = units + op.win;
+    if ((rc = write_units(s, &op, units)) == 0)
+        rc = store_write(s->store, s->wpages, op.n, op.results, &op.id);
     if (rc) {
-        for (size_t i = 0; i < n; i++)
-            results[i] = rc;
-        rdx_disk_done(tree, node, tag, results, n); /* nothing was stored */
-        free(results);
+        for (size_t i = 0; i < op.n; i++)
+            op.results[i] = rc;
+        rdx_disk_done(tree, node, tag, span_results(s, &op), n); /* nothing was stored */
+        free(op.results);
+        free(op.stage);
         return 0;
     }
-    s->ops[s->nops++] = (struct store_op){id, tag, node, STORE_OP_WRITE, n + m, results, NULL, m};
+    s->ops[s->nops++] = op;
     return 1;
 }
 
@@ -447,123 +460,6 @@ static void store_tier_copied_above(struct tier *t, kvt_node_ref node)
 static bool store_tier_wants_evicted(const struct tier *t)
 {
     return st_of(t)->opts->disk_write_policy == KVT_DISK_WRITE_ON_EVICT;
-}
-
-/* ---- recurrent states ---- */
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* The n page keys of a state of `bytes` kept under hash. */
-static int state_keys(struct store_tier *s, const uint8_t *hash, size_t bytes, size_t n,
-                      uint8_t (*keys)[KVT_HASH_LEN])
-{
-    uint8_t b[KVT_HASH_LEN + sizeof(STATE_TAG) - 1 + 12];
-    size_t tag = sizeof(STATE_TAG) - 1;
-
-    memcpy(b, hash, KVT_HASH_LEN);
-    memcpy(b + KVT_HASH_LEN, STATE_TAG, tag);
-    put_le(b + KVT_HASH_LEN + tag, bytes, 8);
-    for (size_t i = 0; i < n; i++) {
-        put_le(b + KVT_HASH_LEN + tag + 8, i, 4);
-        if (page_hasher_digest2(&s->hasher, b, sizeof(b), NULL, 0, keys[i]))
-            return -ENOMEM;
-    }
-    return 0;
-}
-
-/* Keys for a state of `bytes` and, when stage is given, a page-aligned staging buffer for its
- * pages: its page count, or 0. */
-static size_t state_begin(struct store_tier *s, const uint8_t *hash, size_t bytes,
-                          uint8_t (**keys)[KVT_HASH_LEN], void **stage)
-{
-    size_t pb = s->store->page_bytes, n = bytes ? (bytes + pb - 1) / pb : 0;
-
-    *keys = NULL;
-    if (stage)
-        *stage = NULL;
-    if (n == 0 || !(*keys = malloc(n * sizeof(**keys))) || state_keys(s, hash, bytes, n, *keys) ||
-        (stage && posix_memalign(stage, 4096, n * pb))) {
-        free(*keys);
-        *keys = NULL;
-        if (stage)
-            *stage = NULL;
-        return 0;
-    }
-    return n;
-}
-
-static int store_tier_put_state(struct tier *t, const uint8_t *hash, const void *buf, size_t bytes)
-{
-    struct store_tier *s = st_of(t);
-    size_t pb = s->store->page_bytes;
-    uint8_t(*keys)[KVT_HASH_LEN];
-    void *stage;
-    size_t n = state_begin(s, hash, bytes, &keys, &stage);
-    struct store_wpage *w = n ? malloc(n * sizeof(*w)) : NULL;
-    int *results = n ? malloc(n * sizeof(int)) : NULL;
-    uint64_t id;
-    int rc = w && results && !ops_reserve(s) ? 0 : -ENOMEM;
-
-    if (rc == 0) {
-        memcpy(stage, buf, bytes);
-        memset((uint8_t *)stage + bytes, 0, n * pb - bytes);
-        for (size_t i = 0; i < n; i++)
-            w[i] =
-                (struct store_wpage){keys[i], hash, s->state_ns, NULL, (uint8_t *)stage + i * pb};
-        rc = store_write(s->store, w, n, results, &id);
-    }
-    free(keys);
-    free(w);
-    if (rc) {
-        free(results);
-        free(stage);
-        return 0;
-    }
-    s->ops[s->nops++] = (struct store_op){id, 0, 0, OP_STATE, n, results, stage, 0};
-    return 1;
-}
-
-static bool store_tier_has_state(struct tier *t, const uint8_t *hash, size_t bytes)
-{
-    struct store_tier *s = st_of(t);
-    uint8_t(*keys)[KVT_HASH_LEN];
-    size_t n = state_begin(s, hash, bytes, &keys, NULL), run = 0;
-
-    if (n && store_leading_run(s->store, (const uint8_t *)keys, n, &run))
-        run = 0;
-    free(keys);
-    return n && run == n;
-}
-
-static int store_tier_get_state(struct tier *t, const uint8_t *hash, void *buf, size_t bytes)
-{
-    struct store_tier *s = st_of(t);
-    uint8_t(*keys)[KVT_HASH_LEN];
-    void *stage;
-    size_t n = state_begin(s, hash, bytes, &keys, &stage), pb = s->store->page_bytes;
-    struct store_rpage *r = n ? malloc(n * sizeof(*r)) : NULL;
-    int *results = n ? malloc(n * sizeof(int)) : NULL;
-    struct store_done d;
-    uint64_t id;
-    int rc = r && results ? 0 : -ENOMEM;
-
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        r[i] = (struct store_rpage){keys[i], (uint8_t *)stage + i * pb};
-    if (rc == 0 && (rc = store_read(s->store, r, n, results, &id, NULL)) == 0 &&
-        (rc = store_wait_for(s->store, id, -1, &d)) == 0)
-        for (size_t i = 0; rc == 0 && i < n; i++)
-            rc = results[i];
-    if (rc == 0)
-        memcpy(buf, stage, bytes);
-    free(keys);
-    free(r);
-    free(results);
-    free(stage);
-    return rc;
 }
 
 /* The engine's copies (inserted, hit) reach a store from the host tier, not straight down. */
@@ -597,7 +493,7 @@ static uint64_t store_tier_pending_load(const struct tier *t, uint64_t op)
 static void store_tier_stats(const struct tier *t, struct kvt_stats *st)
 {
     const struct store_tier *s = st_of(t);
-    uint32_t ps = s->opts->page_size;
+    uint32_t ps = s->store->page_tokens; /* the store counts its own pages */
     struct store_stats ss;
 
     store_stats(s->store, &ss);
@@ -655,6 +551,7 @@ static void store_tier_close(struct tier *t)
     for (size_t i = 0; i < s->nops; i++) {
         free(s->ops[i].results);
         free(s->ops[i].stage);
+        free(s->ops[i].host);
     }
     page_hasher_finish(&s->hasher);
     free(s->ops);
@@ -664,6 +561,8 @@ static void store_tier_close(struct tier *t)
     free(s->wpages);
     free(s->rpages);
     free(s->wkeys);
+    free(s->gtokens);
+    free(s->presults);
     free(s);
 }
 
@@ -712,12 +611,19 @@ int store_tier_check_options(const struct kvt_options *o, bool has_host, size_t 
         o->disk_io > KVT_DISK_IO_PSYNC || o->disk_write_policy > KVT_DISK_WRITE_ON_EVICT ||
         o->prefetch_policy > KVT_PREFETCH_TIMEOUT || o->disk_sync > KVT_DISK_SYNC_RELAXED)
         return -EINVAL;
-    /* A page is one store I/O: its bytes, with a disk page's head, fit a 32-bit length. */
-    return page_bytes > UINT32_MAX / 2 ? -EINVAL : 0;
+    /* A store page is one store I/O: its bytes, with a disk page's head, fit a 32-bit
+     * length. */
+    return page_bytes > UINT32_MAX / 2 / store_pages(o) ? -EINVAL : 0;
 }
 
+/* n: pages of the longest key, and a store page's more (a write's head). */
 static int alloc_scratch(struct store_tier *s, size_t n)
 {
+    n += s->group;
+    s->gtokens = malloc(n * s->opts->page_size * sizeof(*s->gtokens));
+    s->presults = malloc(n * sizeof(*s->presults));
+    if (!s->gtokens || !s->presults)
+        return -ENOMEM;
     s->hashes = malloc(n * sizeof(*s->hashes));
     s->fill_host = malloc(n * sizeof(*s->fill_host));
     s->dpages = malloc(n * sizeof(*s->dpages));
@@ -742,6 +648,8 @@ int store_tier_open(const struct store_tier_config *c, struct kvt_store *store, 
     s->opts = c->opts;
     s->tree = c->tree;
     s->store = store;
+    s->group = store_pages(c->opts);
+    s->page_bytes = store->page_bytes / s->group;
     if ((rc = page_hasher_init(&s->hasher)) == 0)
         rc =
             page_hasher_digest2(&s->hasher, STATE_TAG, sizeof(STATE_TAG) - 1, NULL, 0, s->state_ns);

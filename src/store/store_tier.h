@@ -10,6 +10,15 @@
 #include "store/store.h"
 #include "tier.h"
 
+/* Pages of the engine that one store page holds (options.store_page_tokens; 0 is one). */
+static inline size_t store_pages(const struct kvt_options *o)
+{
+    return o->store_page_tokens ? o->store_page_tokens / o->page_size : 1;
+}
+
+/* The most tokens a store page may hold (a disk page's head records them all). */
+#define STORE_PAGE_TOKENS_MAX 4096
+
 struct store_tier_config {
     const struct kvt_options *opts; /* the engine's, validated; outlives the tier */
     struct rdx_tree *const *tree;   /* the engine's tree, made after the tiers */

@@ -444,6 +444,9 @@ static void test_options(void **state)
     o.mamba.chunk = 48;
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
     mamba_options(&o, 0);
+    o.store_page_tokens = 2 * o.page_size; /* states are kept a page at a time */
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    mamba_options(&o, 0);
     o.mamba.track_interval = 100;
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
     mamba_options(&o, 1);

@@ -392,6 +392,14 @@ static void test_options(void **state)
         .layers = 1, .conv_bytes = 8, .ssm_bytes = 8, .chunk = 64, .track_interval = 256};
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
     assert_null(e);
+    /* Window copies are kept a page at a time: no store page of several. */
+    swa_options(&o, WINDOW, 0);
+    o.store_page_tokens = 2 * o.page_size;
+    assert_int_equal(kvt_open(&o, &e), -EINVAL);
+    o.store_page_tokens = o.page_size;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_close(e);
+    e = NULL;
 
     /* The window and the full layers are in the fingerprint; a plain engine's is unchanged. */
     swa_options(&o, WINDOW, 0);

@@ -32,6 +32,11 @@
  * at its maxmemory evicting, with every page served checked and no engine call blocked past the
  *   store's timeouts.
  *
+ * - test_store_pages, test_store_pages_random (grouped.c): store pages of several pages
+ *   (kvt_options.store_page_tokens): which pages go down and when, a match by whole store
+ *   pages after a restart, a read of a store page that starts above the tree's part, every
+ *   page served checked, over a disk that evicts and the in-memory store.
+ *
  * KVT_SEED=<n> reruns a sequence (the kill times of test_crash excepted); the seed is printed.
  */
 /* One program (meson test `disk_engine`) in a file per test family; this header is theirs
@@ -147,6 +152,10 @@ void test_faults(void **state);
 void test_mem_store(void **state);
 void test_chain_store(void **state);
 void test_store_geometry(void **state);
+
+/* grouped.c */
+void test_store_pages(void **state);
+void test_store_pages_random(void **state);
 
 /* damage.c */
 void test_sync_waits_for_drops(void **state);

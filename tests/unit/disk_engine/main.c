@@ -9,6 +9,8 @@ int main(void)
         cmocka_unit_test(test_mem_store),
         cmocka_unit_test(test_chain_store),
         cmocka_unit_test(test_store_geometry),
+        cmocka_unit_test(test_store_pages),
+        cmocka_unit_test(test_store_pages_random),
         cmocka_unit_test(test_crash),
         cmocka_unit_test(test_crash_relaxed),
 #ifdef KVT_HAVE_REDIS

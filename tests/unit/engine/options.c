@@ -40,7 +40,10 @@ void test_options(void **state)
     REJECT(geometry.layers, 1u << 20);
     REJECT(geometry.kv_lora_rank, 4); /* an MLA field on an MHA geometry */
     REJECT(max_context, 0x80000000u);
-    REJECT(device_tokens, 3); /* less than a page */
+    REJECT(device_tokens, 3);     /* less than a page */
+    REJECT(store_page_tokens, 6); /* not whole pages of 4 */
+    REJECT(store_page_tokens, 2);
+    REJECT(store_page_tokens, 8192); /* more than a disk page's head records */
     REJECT(size, 0);
     REJECT(size, sizeof(o.size) - 1); /* not even the size field */
 #undef REJECT
@@ -247,7 +250,19 @@ void test_fingerprint(void **state)
     kvt_fingerprint(NULL, c); /* no engine: zeros */
     assert_memory_equal(c, (uint8_t[32]){0}, 32);
     kvt_fingerprint(NULL, NULL);
+    /* A store page of several pages names pages apart; of one it changes nothing. */
     o.model_id = "llama";
+    o.store_page_tokens = o.page_size;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_fingerprint(e, c);
+    kvt_close(e);
+    assert_memory_equal(a, c, 32);
+    o.store_page_tokens = 4 * o.page_size;
+    assert_int_equal(kvt_open(&o, &e), 0);
+    kvt_fingerprint(e, c);
+    kvt_close(e);
+    assert_memory_not_equal(a, c, 32);
+    o.store_page_tokens = 0;
     o.tp_size = 2;
     o.tp_rank = 1;
     assert_int_equal(kvt_open(&o, &e), 0);

@@ -1,0 +1,148 @@
+#include "disk_engine_test.h"
+
+/* ---- store pages of several pages (kvt_options.store_page_tokens) ---- */
+
+#define GROUP 4                   /* pages to a store page */
+#define STORE_TOKENS (GROUP * PS) /* 16 */
+#define GROUP_BYTES ((uint64_t)LAYERS * 2 * ROW * STORE_TOKENS)
+#define GROUP_SLOT fixture_disk_slot(GROUP_BYTES, STORE_TOKENS)
+
+static void grouped_opts(struct kvt_options *o, const char *dir, uint64_t disk_slots)
+{
+    disk_opts(o, dir, FAULT_HOST_TOKENS, disk_slots * GROUP_SLOT);
+    o->store_page_tokens = STORE_TOKENS;
+}
+
+/* A run of requests that leaves nothing in the device or the host: each key of its own salt, so
+ * the pages of q are evicted above and any later match of q reads the disk. */
+static void flush_above(kvt_engine *e)
+{
+    for (uint32_t salt = 0; salt < 8; salt++) {
+        struct seq other;
+        seq_make(&other, 1, MAX_TOK, 900 + salt);
+        run_req(e, &other, other.len, 1, NULL);
+    }
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+}
+
+static void expect_disk(kvt_engine *e, const struct seq *q, size_t want)
+{
+    struct kvt_key k = seq_key(q, q->len);
+    struct kvt_match m = {0};
+
+    EXPECT_RC(g_ctx, kvt_match(e, &k, NULL, &m), 0);
+    if (m.device_len + m.host_len + m.disk_len != want || m.disk_len == 0)
+        FAIL(g_ctx, "a key of %zu tokens: device %zu host %zu disk %zu, want %zu in all", q->len,
+             m.device_len, m.host_len, m.disk_len, want);
+}
+
+/* Store pages of 4 pages: a key's whole store pages go down and its rest waits; the key grown
+ * takes its first pages from the host copies above for the store page it fills; after a
+ * restart a match finds whole store pages, reads one that starts above the tree's part, and
+ * every page served is the right KV. A dir of another store page is refused. */
+void test_store_pages(void **state)
+{
+    struct kvt_options o;
+    struct seq a, b, c;
+    char dir[96];
+
+    (void)state;
+    snprintf(g_ctx, sizeof(g_ctx), "store pages of %d pages", GROUP);
+    make_data_dir(dir, sizeof(dir));
+    grouped_opts(&o, dir, 64);
+    seq_make(&b, 0, 12 * PS, 7); /* three store pages */
+    seq_make(&a, 0, 10 * PS, 7); /* b's first 10 pages: two store pages and two pages */
+    seq_make(&c, 0, 6 * PS, 7);  /* b's first 6 pages */
+
+    kvt_engine *e = open_ok(&o);
+    run_req(e, &a, a.len, 1, NULL);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    REQUIRE(g_ctx, stats(e).disk_written_tokens == 2 * STORE_TOKENS);
+    REQUIRE(g_ctx, stats(e).disk_cached_tokens == 2 * STORE_TOKENS);
+    /* b grows a: its store page 2 takes a's pages 8 and 9 from their host copies. */
+    run_req(e, &b, b.len, 1, NULL);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    REQUIRE(g_ctx, stats(e).disk_written_tokens == 3 * STORE_TOKENS);
+    check(e);
+    flush_above(e);
+    expect_disk(e, &b, b.len);
+    kvt_close(e);
+
+    /* A restart: the tree is empty and the store answers by whole store pages. */
+    e = open_ok(&o);
+    expect_disk(e, &a, 2 * STORE_TOKENS); /* a's last two pages are in b's store page 2 */
+    expect_disk(e, &b, b.len);
+    struct kvt_match m;
+    struct kvt_req r = run_req(e, &c, c.len, 1, &m); /* store page 0 read, pages 4 and 5 computed */
+    REQUIRE(g_ctx, m.disk_len == STORE_TOKENS && r.disk_len == STORE_TOKENS);
+    /* The tree holds b's first 6 pages: store page 1 starts above them, two of its pages and
+     * store page 2 are read. */
+    r = run_req(e, &b, b.len, 1, &m);
+    REQUIRE(g_ctx, m.disk_len == 6 * PS && r.disk_len == 6 * PS);
+    check(e);
+    REQUIRE(g_ctx, stats(e).disk_errors == 0);
+    kvt_close(e);
+
+    /* The dir holds store pages of 16 tokens: an engine of pages of 4 is another fingerprint. */
+    o.store_page_tokens = 0;
+    kvt_engine *other = NULL;
+    EXPECT_RC(g_ctx, open_engine(&o, &other), KVT_EFINGERPRINT);
+    REQUIRE(g_ctx, other == NULL);
+    fixture_remove_tree(dir);
+}
+
+/* Random families through store pages of several pages on a disk that evicts, and on the
+ * in-memory store, with restarts: every page served is checked against its key, and the disk
+ * serves after a restart. */
+void test_store_pages_random(void **state)
+{
+    uint64_t base = base_seed();
+    struct kvt_options o;
+    char dir[96];
+
+    (void)state;
+    make_data_dir(dir, sizeof(dir));
+    for (int round = 0; round < 3; round++) {
+        uint64_t seed = rng_mix(base + (uint64_t)round), fam = rng_mix(seed ^ 3);
+        struct tally t = {0}, after = {0};
+
+        snprintf(g_ctx, sizeof(g_ctx),
+                 "store pages random round %d seed=%" PRIu64 " (KVT_SEED=%" PRIu64 ")", round, seed,
+                 base);
+        grouped_opts(&o, dir, 24); /* fewer store pages than the family's: the disk evicts */
+        o.disk_write_policy = round == 1 ? KVT_DISK_WRITE_ON_EVICT : KVT_DISK_WRITE_THROUGH;
+        kvt_engine *e = open_ok(&o);
+        run_family(e, fam, seed, 200, 0, 1, &t);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
+        check(e);
+        REQUIRE(g_ctx, stats(e).disk_written_tokens > 0 && stats(e).disk_errors == 0);
+        kvt_close(e);
+        e = open_ok(&o);
+        run_family(e, fam, seed ^ 9, 100, 1, 1, &after);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
+        check(e);
+        REQUIRE(g_ctx, after.disk_tokens > 0 && stats(e).disk_errors == 0);
+        kvt_close(e);
+    }
+    fixture_remove_tree(dir);
+
+    /* The in-memory store, given to the engine: store pages of its own size. */
+    struct kvt_store *s = NULL;
+    struct tally t = {0};
+    kvt_engine *e = NULL;
+    grouped_opts(&o, NULL, 0);
+    struct store_mem_options mo = {
+        .page_bytes = (uint32_t)GROUP_BYTES, .page_tokens = STORE_TOKENS, .capacity_pages = 24};
+    snprintf(g_ctx, sizeof(g_ctx), "store pages random, mem store (KVT_SEED=%" PRIu64 ")", base);
+    mo.page_bytes /= 2; /* a store of another page size is refused */
+    EXPECT_RC(g_ctx, store_mem_open(&mo, &s), 0);
+    EXPECT_RC(g_ctx, engine_open(&o, s, &e), -EINVAL);
+    mo.page_bytes *= 2;
+    EXPECT_RC(g_ctx, store_mem_open(&mo, &s), 0);
+    EXPECT_RC(g_ctx, engine_open(&o, s, &e), 0);
+    run_family(e, rng_mix(base ^ 5), base, 300, 0, 1, &t);
+    EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    check(e);
+    REQUIRE(g_ctx, t.disk_tokens > 0);
+    kvt_close(e);
+}
