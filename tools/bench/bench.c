@@ -66,7 +66,7 @@ struct config {
     uint32_t full_every;    /* layers full_every-1, 2*full_every-1, ... are full attention */
     uint64_t swa_tokens;    /* SWA slots; 0: the engine's default */
     uint32_t page_size, backend, policy, write_policy;
-    uint64_t device_tokens, host_tokens, disk_tokens;
+    uint64_t device_tokens, host_tokens, disk_tokens, store_page_tokens;
     uint64_t seed;
     uint64_t corrupt_after; /* test seam: damage a cached page after this request (1-based) */
     bool json;
@@ -790,13 +790,19 @@ static int replay(struct bench *b)
 
 /* ---- kvt_open's errors, told in terms of the options given ---- */
 
+/* Tokens of a page of the disk and remote tiers. */
+static uint64_t store_page_tokens(const struct config *cfg)
+{
+    return cfg->store_page_tokens ? cfg->store_page_tokens : cfg->page_size;
+}
+
 /* Bytes of the disk tier's slab files for --disk-tokens (docs/formats.md): a page below 4 KiB
  * takes its bytes and its head (160 bytes and 4 a token) in 64-byte steps, a larger one its
  * whole blocks and one more for the rest and the head. */
 static uint64_t disk_bytes(const struct config *cfg)
 {
-    uint32_t ps = cfg->page_size;
-    uint64_t page = kvt_cell_bytes(&cfg->g) * ps, head = 160 + 4 * (uint64_t)ps, slot;
+    uint64_t ps = store_page_tokens(cfg);
+    uint64_t page = kvt_cell_bytes(&cfg->g) * ps, head = 160 + 4 * ps, slot;
 
     if (page < 4096)
         slot = ((page + 7) / 8 * 8 + head + 63) / 64 * 64;
@@ -1031,6 +1037,7 @@ static int open_engine(struct bench *b)
         o.disk_bytes = disk_bytes(cfg);
         o.disk_sync = cfg->disk_sync;
     }
+    o.store_page_tokens = (uint32_t)cfg->store_page_tokens;
     o.remote = cfg->remote;
     o.remote_tls_ca = cfg->remote_tls_ca;
     o.remote_tls_cert = cfg->remote_tls_cert;
@@ -1246,8 +1253,11 @@ static void print_text(const struct bench *b)
     if (cfg->disk_tokens) {
         printf("; disk %" PRIu64 " tokens in %s (", b->st.disk_tokens, cfg->dir);
         print_bytes(b->st.disk_tokens * cell);
-        printf(", %s, %s)\n", b->st.disk_io == KVT_DISK_IO_URING ? "io_uring" : "pread/pwrite",
+        printf(", %s, %s", b->st.disk_io == KVT_DISK_IO_URING ? "io_uring" : "pread/pwrite",
                disk_sync_names[cfg->disk_sync]);
+        if (cfg->store_page_tokens && cfg->store_page_tokens != cfg->page_size)
+            printf(", pages of %" PRIu64 " tokens", cfg->store_page_tokens);
+        printf(")\n");
     } else {
         printf("; disk none\n");
     }
@@ -1325,7 +1335,8 @@ static void print_json_config(const struct bench *b)
         printf(",\"remote\":");
         cli_json_string(cfg->remote);
     }
-    printf(",\"disk_backlog\":%" PRIu64, cfg->disk_backlog);
+    printf(",\"disk_backlog\":%" PRIu64 ",\"store_page_tokens\":%" PRIu64, cfg->disk_backlog,
+           store_page_tokens(cfg));
     printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\",\"write_policy\":\"%s\"}",
            backend_in_use(b), policy_names[cfg->policy], write_policy_names[cfg->write_policy]);
 }
@@ -1465,6 +1476,10 @@ static int parse_count(void *field, const char *opt, const char *val)
         if (v >= INT32_MAX)
             return cli_bad_usage(PROG, "--disk-tokens needs a count below 2^31", val);
         cfg->disk_tokens = v;
+    } else if (strcmp(opt, "--store-page-tokens") == 0) {
+        if (v == 0 || v > 4096)
+            return cli_bad_usage(PROG, "--store-page-tokens needs a count from 1 to 4096", val);
+        cfg->store_page_tokens = v;
     } else if (strcmp(opt, "--seed") == 0) {
         cfg->seed = v;
     } else if (strcmp(opt, "--disk-backlog") == 0) {
@@ -1582,6 +1597,14 @@ static const struct cli_option options[] = {
      .help = "durable (default: each write batch synced) or relaxed\n"
              "(synced every second or 256 MiB; a power cut may lose\n"
              "the pages since, never serve wrong bytes)"},
+    {"--store-page-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
+     .help = "tokens per page of the disk and remote tiers, a multiple\n"
+             "of --page-size up to 4096 (default: --page-size). Each\n"
+             "page costs those tiers a record; 256 makes one 32 KiB\n"
+             "record of sixteen of the tiny geometry's 2 KiB pages.\n"
+             "What is left at a request's end short of one is not\n"
+             "written below (it goes with its page once a later\n"
+             "request fills it). Not with hybrid geometries"},
     {"--disk-backlog", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "let the disk tier's reads and writes go on while a request\n"
              "runs, up to N in flight (past that the bench waits for all);\n"
@@ -1634,10 +1657,21 @@ static int check_sizes(const struct config *cfg)
                  most, cfg->page_size);
         return cli_bad_usage(PROG, msg, NULL);
     }
+    if (cfg->store_page_tokens % cfg->page_size) {
+        snprintf(msg, sizeof(msg), "--store-page-tokens must be a multiple of --page-size (%u)",
+                 cfg->page_size);
+        return cli_bad_usage(PROG, msg, NULL);
+    }
+    if (cfg->store_page_tokens && (cfg->mamba.layers || cfg->swa_window))
+        return cli_bad_usage(PROG,
+                             "--store-page-tokens: not with a hybrid --geometry (its states "
+                             "and window copies are kept a page at a time)",
+                             NULL);
+    page = kvt_cell_bytes(&cfg->g) * store_page_tokens(cfg);
     if (cfg->disk_tokens && page > UINT32_MAX - 4095) {
         snprintf(msg, sizeof(msg),
-                 "--disk-tokens: pages of %s (--geometry, --page-size) are larger than the "
-                 "disk tier takes (4 GiB less 4 KiB)",
+                 "--disk-tokens: pages of %s (--geometry, --page-size, --store-page-tokens) "
+                 "are larger than the disk tier takes (4 GiB less 4 KiB)",
                  cli_size(page, size));
         return cli_bad_usage(PROG, msg, NULL);
     }
