@@ -92,9 +92,12 @@ def fails(rc, pattern, *args):
 # ---- what the engine computes, recomputed here ----
 
 
-def fingerprint(model_id):
+def fingerprint(model_id, store_page_tokens=None):
     fields = [0, 2, 1, 16, 16, 0, 0, 2, PAGE_TOKENS, 0, 1, 1]  # tiny MHA, page 16, TP 1/1, v1
-    return hashlib.sha256(model_id.encode() + b"\0" + struct.pack("<12I", *fields)).hexdigest()
+    if store_page_tokens:  # a store page of several pages follows
+        fields.append(store_page_tokens)
+    return hashlib.sha256(model_id.encode() + b"\0" +
+                          struct.pack(f"<{len(fields)}I", *fields)).hexdigest()
 
 
 def ns_root(fp_hex, ns=b""):
@@ -456,6 +459,34 @@ def _():
        "the export: format 3, packed slots, every page")
     v = ok_json("verify", t)
     eq((v["pages_read"], v["ok"]), (300, True), "verify of the export")
+
+
+@case("a dir of store pages of 256 tokens: stat, show and verify check each key chained by 16")
+def _():
+    d = os.path.join(TMP, "grouped")
+    r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000", "--dir", d,
+                        "--synthetic", "mixed", "--requests", "40", "--store-page-tokens", "256",
+                        "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
+    j = ok_json("stat", d)
+    fp = fingerprint("tiny", 256)
+    eq((j["fingerprint"], j["page_tokens"], j["page_bytes"]), (fp, 256, 16 * PAGE_BYTES),
+       "a store page: 16 pages of the engine's, its fingerprint naming it")
+    check(j["pages"] > 50, f"only {j['pages']} pages")
+    eq(j["problems"]["total"], 0, "problems")
+    pages = pages_of(d)
+    deep = max(pages.values(), key=lambda p: p["prefix_tokens"])
+    chain = ok_json("show", d, deep["hash"])["chain"]
+    parent = ns_root(fp)
+    for k, p in enumerate(chain):
+        eq((p["parent"], len(p["tokens"])), (parent, 256), f"chain[{k}]")
+        h = parent
+        for at in range(0, 256, PAGE_TOKENS):  # named as the engine names its last page
+            h = page_hash(h, p["tokens"][at:at + PAGE_TOKENS])
+        eq(h, p["hash"], f"chain[{k}] hash")
+        parent = p["hash"]
+    j = ok_json("verify", d)
+    eq((j["pages_read"], j["problems"], j["ok"]), (len(pages), 0, True), "verify")
 
 
 @case("a dir with recurrent states: their own row, hung from the KV they follow, verify OK")

@@ -24,6 +24,7 @@ struct loader {
     struct ctl_index *ix;
     struct page_hasher h;
     uint32_t *order; /* namespace ids, sorted by root: ix->ns is in order of discovery */
+    uint32_t step;   /* the engine's page in the last record of several (0: none yet) */
 };
 
 static struct page *page_push(struct ctl_index *ix)
@@ -113,23 +114,52 @@ static bool caller_keys(const uint8_t *ns_root)
     return !memcmp(ns_root, zero_root, HASH_BYTES);
 }
 
-/* Whether the record's key is SHA256(parent || tokens), as the engine names pages, or a
- * caller's own key, or a page of a recurrent state (whose key depends on the state's size,
- * which no record holds: its bytes are checked when read, as every page's are), or a window
- * copy, whose key is SHA256(parent || KVT_WINDOW_TAG). */
+/* The engine's pages are a power of two of tokens up to this (kvt_options.page_size). */
+#define ENGINE_PAGE_MAX 256
+
+/* Whether key is the chained hash of the record's tokens as pages of step tokens from its
+ * parent on: the engine's names for its pages, the last one naming a record that holds
+ * several of them (kvt_options.store_page_tokens). */
+static bool chain_checks_out(struct loader *l, const struct dstore_entry *e, uint32_t step)
+{
+    uint8_t h[HASH_BYTES];
+    const uint8_t *prev = e->parent;
+
+    for (uint32_t at = 0; at < e->ntokens; at += step, prev = h)
+        if (page_hash_next(&l->h, prev, e->tokens + at, step, h))
+            return false;
+    return !memcmp(h, e->key, HASH_BYTES);
+}
+
+/* Whether the record's key is SHA256(parent || tokens), as the engine names pages (chained
+ * over its pages for a record of several, whose page size the dir does not say: the powers
+ * of two dividing its tokens are tried, the one found last first), or a caller's own key, or
+ * a page of a recurrent state (whose key depends on the state's size, which no record holds:
+ * its bytes are checked when read, as every page's are), or a window copy, whose key is
+ * SHA256(parent || KVT_WINDOW_TAG). */
 static bool key_checks_out(struct loader *l, const struct dstore_entry *e)
 {
     uint8_t h[HASH_BYTES];
-    int rc;
 
     if (caller_keys(e->ns) || !memcmp(e->ns, l->ix->states_root, HASH_BYTES))
         return true;
     if (!memcmp(e->ns, l->ix->windows_root, HASH_BYTES))
-        rc = page_hasher_digest2(&l->h, e->parent, HASH_BYTES, KVT_WINDOW_TAG,
-                                 sizeof(KVT_WINDOW_TAG) - 1, h);
-    else
-        rc = page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h);
-    return !rc && !memcmp(h, e->key, HASH_BYTES);
+        return !page_hasher_digest2(&l->h, e->parent, HASH_BYTES, KVT_WINDOW_TAG,
+                                    sizeof(KVT_WINDOW_TAG) - 1, h) &&
+               !memcmp(h, e->key, HASH_BYTES);
+    if (!page_hash_next(&l->h, e->parent, e->tokens, e->ntokens, h) &&
+        !memcmp(h, e->key, HASH_BYTES))
+        return true;
+    if (l->step && l->step < e->ntokens && e->ntokens % l->step == 0 &&
+        chain_checks_out(l, e, l->step))
+        return true;
+    for (uint32_t step = ENGINE_PAGE_MAX; step; step /= 2)
+        if (step < e->ntokens && e->ntokens % step == 0 && step != l->step &&
+            chain_checks_out(l, e, step)) {
+            l->step = step;
+            return true;
+        }
+    return false;
 }
 
 /* The checks a record gets without reading its page. */
