@@ -452,6 +452,35 @@ def _():
         eq(r.rc, 2, f"exit status of a bad --disk-backlog{r.where()}")
 
 
+@case("disk tier: --store-page-tokens 256 writes store pages of 16 pages; a second run reads them")
+def _():
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "data")
+        args = ("--synthetic", "mixed", "--requests", 150, "--device-tokens", 32768,
+                "--host-tokens", 65536, "--disk-tokens", 1 << 20, "--dir", d,
+                "--store-page-tokens", 256)
+        first = run_ok(*args)
+        eq(first["config"]["store_page_tokens"], 256, "config.store_page_tokens")
+        written = first["bytes"]["host_to_disk"]
+        check(written > 0 and written % (256 * TINY_CELL) == 0,
+              f"the first run wrote whole store pages of 256 tokens: {written} bytes")
+        second = run_ok(*args)
+        check(second["tokens_hit"]["disk"] > 0, "the second run read what the first wrote")
+        eq(second["disk_errors"], 0, "disk_errors")
+        # The dir is of store pages of 256: pages of 16 are another engine's.
+        r = bench(*args[:-2])
+        eq(r.rc, 1, f"exit status over a dir of another store page{r.where()}")
+        check(re.search(r"another model|fingerprint", r.err), f"stderr names the cause{r.where()}")
+        for bad, want in ((24, r"multiple of --page-size"), (0, r"from 1 to 4096"),
+                          (8192, r"from 1 to 4096")):
+            r = bench(*args[:-1], bad)
+            eq(r.rc, 2, f"exit status of --store-page-tokens {bad}{r.where()}")
+            check(re.search(want, r.err), f"stderr names the rule{r.where()}")
+        r = bench(*args, "--geometry", "gpt-oss-120b")
+        eq(r.rc, 2, f"exit status with a hybrid geometry{r.where()}")
+        check(re.search(r"--store-page-tokens: not with a hybrid", r.err), f"stderr{r.where()}")
+
+
 DISK = ("--trace", None, "--host-tokens", 65536, "--disk-tokens", 4096, "--dir")
 
 
