@@ -3,7 +3,14 @@
 /* ---- crashes ---- */
 
 #define CRASH_HOST_TOKENS 256
-#define CRASH_DISK_BYTES (96 * DISK_SLOT) /* 96 slots, 384 tokens: the family does not fit */
+/* 384 tokens (96 pages, or store pages of g_store_pages as many fewer): the family does not
+ * fit. */
+static uint64_t crash_disk_bytes(void)
+{
+    uint32_t g = g_store_pages;
+
+    return 96 / g * fixture_disk_slot((uint64_t)LAYERS * 2 * ROW * PS * g, PS * g);
+}
 #define CRASH_PARENT_REQS 16
 #define CRASH_MAX_DELAY_US 30000
 #define CRASH_FRESH_EVERY 25 /* rounds: a fresh dir, the child killed at any moment */
@@ -69,7 +76,7 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
     int early = round % CRASH_FRESH_EVERY == 0 || round % 8 == 7;
 
     /* The child writes through or on eviction by turns; the parent always writes through. */
-    disk_opts(&o, dir, CRASH_HOST_TOKENS, CRASH_DISK_BYTES);
+    disk_opts(&o, dir, CRASH_HOST_TOKENS, crash_disk_bytes());
     o.disk_write_policy = round % 3 == 2 ? KVT_DISK_WRITE_ON_EVICT : KVT_DISK_WRITE_THROUGH;
     o.disk_io = round % 4 == 1 ? KVT_DISK_IO_PSYNC : KVT_DISK_IO_AUTO;
     crash_sync(&o, sync, round, false);
@@ -104,7 +111,7 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
     t->early_kills += early;
 
     /* Reopen the dir the child died in and serve the family from it. */
-    disk_opts(&o, dir, CRASH_HOST_TOKENS, CRASH_DISK_BYTES);
+    disk_opts(&o, dir, CRASH_HOST_TOKENS, crash_disk_bytes());
     o.disk_io = round % 2 ? KVT_DISK_IO_PSYNC : KVT_DISK_IO_AUTO;
     crash_sync(&o, sync, round, true);
     kvt_engine *e = NULL;
@@ -148,14 +155,15 @@ static void crash_round(const char *dir, unsigned round, uint64_t seed, uint64_t
     t->rounds++;
 }
 
-static void crash_run(uint32_t sync)
+static void crash_run(uint32_t sync, unsigned rounds)
 {
     uint64_t seed = base_seed(), rng = seed, fam = rng_mix(seed ^ 0x637261736821ull);
-    unsigned rounds = crash_rounds();
     struct crash_totals t = {0};
     char dir[96] = "";
     struct timespec t0, t1;
-    const char *mode = sync == KVT_DISK_SYNC_RELAXED ? "relaxed" : "durable";
+    const char *mode = g_store_pages > 1               ? "durable, store pages of 4 pages"
+                       : sync == KVT_DISK_SYNC_RELAXED ? "relaxed"
+                                                       : "durable";
 
     printf("test_disk_engine: crash (%s): seed=%" PRIu64 " (KVT_SEED reruns it), %u rounds "
            "(KVT_CRASH_ROUNDS)\n",
@@ -203,11 +211,28 @@ static void crash_run(uint32_t sync)
 void test_crash(void **state)
 {
     (void)state;
-    crash_run(KVT_DISK_SYNC_DURABLE);
+    crash_run(KVT_DISK_SYNC_DURABLE, crash_rounds());
 }
 
 void test_crash_relaxed(void **state)
 {
     (void)state;
-    crash_run(KVT_DISK_SYNC_RELAXED);
+    crash_run(KVT_DISK_SYNC_RELAXED, crash_rounds());
+}
+
+/* Store pages of several pages (kvt_options.store_page_tokens) through the same kills: a
+ * quarter of the rounds, every record of the index and every page served byte-exact. */
+void test_crash_grouped(void **state)
+{
+    (void)state;
+    g_store_pages = MAX_STORE_PAGES;
+    crash_run(KVT_DISK_SYNC_DURABLE, (crash_rounds() + 3) / 4);
+}
+
+/* Its teardown, which runs when it fails too: the tests after it keep pages of one page. */
+int store_pages_reset(void **state)
+{
+    (void)state;
+    g_store_pages = 1;
+    return 0;
 }

@@ -16,6 +16,8 @@
  * - test_crash_relaxed: the same with the disk tier in relaxed mode (kvt_options.disk_sync):
  *   the child flushes every few ms, the parent reopens in relaxed or durable mode by turns.
  *   A SIGKILL is no power cut: every page served is byte-exact and no disk error is seen.
+ * - test_crash_grouped: test_crash's kills with store pages of 4 pages (store_page_tokens),
+ *   a quarter of the rounds.
  * - test_faults: the engine's store is swapped for one opened on the same dir with the fault
  *   seam (struct dstore_options.faults), failing writes (-ENOSPC, -EIO), reads (-EIO), slab
  *   syncs (-EIO) or slab growth (-ENOSPC), always or at random: the device and host keep
@@ -115,6 +117,10 @@ struct tally {
 };
 
 extern char g_ctx[192]; /* what runs now: the seed, the round; printed with a failure */
+/* The engine's pages to a store page that disk_opts asks for and check_disk expects (1: the
+ * default; a test that sets it resets it in its teardown), at most MAX_STORE_PAGES. */
+#define MAX_STORE_PAGES 4
+extern uint32_t g_store_pages;
 /* The longest one engine call of run_req took, in microseconds (a test of a stalled store
  * resets it and bounds it by the store's timeouts). */
 extern uint64_t g_slowest_call_us;
@@ -141,6 +147,8 @@ struct disk_check check_disk(kvt_engine *e, struct recs *r);
 /* crash.c */
 void test_crash(void **state);
 void test_crash_relaxed(void **state);
+void test_crash_grouped(void **state);
+int store_pages_reset(void **state);
 
 /* faults.c */
 void swap_store(kvt_engine *e, const struct dstore_faults *f);

@@ -90,6 +90,7 @@ void disk_opts(struct kvt_options *o, const char *dir, uint64_t host_tokens, uin
     o->max_context = MAX_CONTEXT;
     o->disk_dir = dir;
     o->disk_bytes = disk_bytes;
+    o->store_page_tokens = g_store_pages > 1 ? PS * g_store_pages : 0;
 }
 
 /* kvt_open, retrying a while on -EBUSY (a writer that is going away). */
@@ -257,14 +258,16 @@ void page_key(const kvt_engine *e, const struct seq *q, size_t i, uint8_t key[KV
  * page), its namespace's root hash and its tokens. */
 struct rec {
     uint8_t key[DSTORE_KEY_BYTES], parent[DSTORE_KEY_BYTES], ns[DSTORE_NS_BYTES];
-    uint32_t tokens[PS];
+    uint32_t tokens[PS * MAX_STORE_PAGES];
 };
+
+uint32_t g_store_pages = 1;
 
 static int collect(void *arg, const struct dstore_entry *en)
 {
     struct recs *r = arg;
 
-    if (en->status || en->ntokens != PS) {
+    if (en->status || en->ntokens != PS * g_store_pages) {
         r->bad++;
         return 0;
     }
@@ -280,7 +283,7 @@ static int collect(void *arg, const struct dstore_entry *en)
         memcpy(x->parent, en->parent, DSTORE_KEY_BYTES);
     if (en->ns)
         memcpy(x->ns, en->ns, DSTORE_NS_BYTES);
-    memcpy(x->tokens, en->tokens, sizeof(x->tokens));
+    memcpy(x->tokens, en->tokens, PS * g_store_pages * sizeof(uint32_t));
     return 0;
 }
 
@@ -327,19 +330,21 @@ void expected_page(const struct seq *q, size_t i, uint8_t *page)
 
 /* Read every page the index holds straight from the store (on the owner thread, with nothing
  * in flight) and check it against its key: its hash is the chained page hash of its parent and
- * tokens, its namespace one of ours, and its bytes the KV of the tokens of its chain of
- * parents in that namespace. */
+ * tokens (chained over each of the engine's pages of a store page of g_store_pages), its
+ * namespace one of ours, and its bytes the KV of the tokens of its chain of parents in that
+ * namespace. */
 struct disk_check check_disk(kvt_engine *e, struct recs *r)
 {
     enum { PAGE_BYTES = LAYERS * 2 * PS * ROW };
+    const uint32_t g = g_store_pages, spt = PS * g; /* a store page's tokens */
     struct disk_check dc = {0};
-    static uint8_t got[PAGE_BYTES], want[PAGE_BYTES];
+    static uint8_t got[PAGE_BYTES * MAX_STORE_PAGES], want[PAGE_BYTES * MAX_STORE_PAGES];
     uint8_t root[N_NS][KVT_HASH_LEN], h[KVT_HASH_LEN];
     struct dstore_stats ds;
     struct page_hasher ph;
 
     dstore_stats(store_disk_dstore(e->store), &ds);
-    REQUIRE(g_ctx, ds.page_bytes == PAGE_BYTES);
+    REQUIRE(g_ctx, g >= 1 && g <= MAX_STORE_PAGES && ds.page_bytes == PAGE_BYTES * g);
     EXPECT_RC(g_ctx, page_hasher_init(&ph), 0);
     for (uint32_t n = 0; n < N_NS; n++)
         EXPECT_RC(
@@ -351,7 +356,9 @@ struct disk_check check_disk(kvt_engine *e, struct recs *r)
         FAIL(g_ctx, "%" PRIu64 " index records fail their checks", r->bad);
     for (size_t i = 0; i < r->n; i++) {
         const struct rec *x = &r->v[i];
-        EXPECT_RC(g_ctx, page_hash_next(&ph, x->parent, x->tokens, PS, h), 0);
+        memcpy(h, x->parent, KVT_HASH_LEN);
+        for (uint32_t k = 0; k < g; k++)
+            EXPECT_RC(g_ctx, page_hash_next(&ph, h, x->tokens + k * PS, PS, h), 0);
         if (memcmp(h, x->key, KVT_HASH_LEN))
             FAIL(g_ctx, "record %zu: its key is not the hash of its parent and tokens", i);
         if (memcmp(x->ns, root[0], KVT_HASH_LEN) && memcmp(x->ns, root[1], KVT_HASH_LEN))
@@ -361,7 +368,7 @@ struct disk_check check_disk(kvt_engine *e, struct recs *r)
         size_t chain[MAX_TOK / PS], depth = 0, cur = i;
         int orphan = 0;
         for (;;) {
-            if (depth == MAX_TOK / PS)
+            if (depth == MAX_TOK / spt)
                 FAIL(g_ctx, "record %zu: a chain of parents longer than any key", i);
             chain[depth++] = cur;
             if (!memcmp(r->v[cur].parent, r->v[cur].ns, KVT_HASH_LEN))
@@ -378,18 +385,19 @@ struct disk_check check_disk(kvt_engine *e, struct recs *r)
             continue;
         }
         struct seq q = {.ns = memcmp(r->v[chain[depth - 1]].ns, root[0], KVT_HASH_LEN) ? 1 : 0,
-                        .len = depth * PS};
+                        .len = depth * spt};
         for (size_t d = 0; d < depth; d++)
-            memcpy(q.tok + d * PS, r->v[chain[depth - 1 - d]].tokens, PS * sizeof(uint32_t));
+            memcpy(q.tok + d * spt, r->v[chain[depth - 1 - d]].tokens, spt * sizeof(uint32_t));
         seq_hash(&q);
-        expected_page(&q, depth - 1, want);
+        for (uint32_t k = 0; k < g; k++) /* the store page's pages of the engine, in order */
+            expected_page(&q, (depth - 1) * g + k, want + k * PAGE_BYTES);
         struct dstore_rpage rp = {.key = r->v[i].key, .buf = got};
         int res = -1;
         EXPECT_RC(g_ctx, dstore_get(store_disk_dstore(e->store), &rp, 1, &res), 0);
         if (res)
             FAIL(g_ctx, "page %zu of %zu in the index (depth %zu, ns %u) reads as %d (%s)", i, r->n,
                  depth, q.ns, res, kvt_strerror(res));
-        if (memcmp(got, want, PAGE_BYTES))
+        if (memcmp(got, want, (size_t)PAGE_BYTES * g))
             FAIL(g_ctx, "page %zu of %zu in the index (depth %zu, ns %u) holds the wrong KV", i,
                  r->n, depth, q.ns);
         dc.pages++;

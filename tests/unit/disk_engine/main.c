@@ -13,6 +13,7 @@ int main(void)
         cmocka_unit_test(test_store_pages_random),
         cmocka_unit_test(test_crash),
         cmocka_unit_test(test_crash_relaxed),
+        cmocka_unit_test_teardown(test_crash_grouped, store_pages_reset),
 #ifdef KVT_HAVE_REDIS
         cmocka_unit_test_setup_teardown(test_redis_shared, redis_setup, redis_teardown),
         cmocka_unit_test_setup_teardown(test_redis_faults, redis_setup, redis_teardown),
