@@ -1222,6 +1222,32 @@ def _():
             p.wait()
 
 
+@case("remote: store pages of 256 tokens on the server serve a second process; pages of 16 do "
+      "not read them")
+def _():
+    servers = []
+    try:
+        servers.append(redis_server())
+        args, alone = first_remote_run(servers[0][1])  # pages of 16 on an empty server
+        servers.append(redis_server())
+        url = servers[1][1]
+        grouped = tuple(url if a == servers[0][1] else a for a in args)
+        one = run_ok(*grouped, "--store-page-tokens", 256)
+        two = run_ok(*grouped, "--store-page-tokens", 256)
+        check(two["tokens_hit"]["remote"] > one["tokens_hit"]["remote"],
+              f"the remote serves the second: {one['tokens_hit']} -> {two['tokens_hit']}")
+        eq((two["remote_errors"], two["verify"]["mismatches"]), (0, 0), "errors, mismatches")
+        # Another store page size is another fingerprint: pages of 16 on the server holding
+        # the store pages of 256 are served exactly as on an empty one.
+        beside = run_ok(*grouped)
+        eq(beside["tokens_hit"], alone["tokens_hit"], "pages of 16 beside store pages of 256")
+        eq(beside["remote_errors"], 0, "remote_errors")
+    finally:
+        for p, _ in servers:
+            p.kill()
+            p.wait()
+
+
 @case("remote over TLS (rediss://): a second process is served what the first wrote; a server "
       "whose certificate does not check out serves nothing")
 def _():
