@@ -429,8 +429,8 @@ static int write_chain(struct store_tier *s, kvt_node_ref node)
         free(op.results);
         return 1;
     }
-    op.win =
-        s->opts->swa.window ? store_add_windows(s, n) : 0; /* only with one page to a store page */
+    /* Window copies: sliding-window layers, so one page to a store page. */
+    op.win = s->opts->swa.window ? store_add_windows(s, n) : 0;
     op.n = units + op.win;
     if ((rc = write_units(s, &op, units)) == 0)
         rc = store_write(s->store, s->wpages, op.n, op.results, &op.id);
