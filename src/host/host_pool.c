@@ -315,6 +315,11 @@ static int map_pool(struct host_pool *hp)
      * not share pinned pages copy-on-write: a write here would move a page the device or the
      * disk is copying to or from. The child never needs the pool. */
     madvise(p, hp->bytes, MADV_DONTFORK);
+    /* Huge pages where the kernel has them (best effort: the pool works without): a page of
+     * KV then lies in few physical runs, so a disk read or write of it is one DMA segment
+     * where 4 KiB pages made 64 for 256 KiB (a virtio disk read 256 KiB pages at 2.5 GB/s
+     * against 1.5; docs/measurements.md), and copies miss the TLB less. */
+    madvise(p, hp->bytes, MADV_HUGEPAGE);
     hp->base = p;
     return 0;
 }

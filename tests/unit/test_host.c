@@ -456,6 +456,51 @@ static void test_finish_twice(void **state)
     host_pool_finish(&hp);
 }
 
+/* The VmFlags line of the mapping holding p in /proc/self/smaps, into flags; 0 or -1. */
+static int vm_flags(const void *p, char *flags, size_t len)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in = 0, rc = -1;
+
+    while (f && rc && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+            size_t n = strlen(line + 8);
+            if (n >= len)
+                n = len - 1;
+            memcpy(flags, line + 8, n);
+            flags[n] = 0;
+            rc = 0;
+        }
+    }
+    if (f)
+        fclose(f);
+    return rc;
+}
+
+/* The pool asks for huge pages (MADV_HUGEPAGE: smaps shows "hg"), so a page of KV is one
+ * DMA segment of a disk I/O, not one per 4 KiB; where the kernel has no transparent huge
+ * pages there is nothing to ask. */
+static void test_huge_pages_asked(void **state)
+{
+    struct host_pool hp;
+    char flags[256];
+
+    (void)state;
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK)) {
+        skip(); /* a kernel without THP */
+        return;
+    }
+    init_small(&hp, 64);
+    assert_int_equal(vm_flags(hp.base, flags, sizeof(flags)), 0);
+    if (!strstr(flags, " hg"))
+        fail_msg("the host pool's mapping has no MADV_HUGEPAGE: VmFlags%s", flags);
+    host_pool_finish(&hp);
+}
+
 /* ---- pinning ---- */
 
 static int register_calls, unregister_calls, register_fails;
@@ -573,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_ehostram),         cmocka_unit_test(test_init_einval),
         cmocka_unit_test(test_memory_available), cmocka_unit_test(test_finish_twice),
         cmocka_unit_test(test_host_register),    cmocka_unit_test(test_mlock),
+        cmocka_unit_test(test_huge_pages_asked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
