@@ -11,7 +11,9 @@
  *     the committer always has the next batch queued; then the N pages read back with
  *     dstore_read in ops of --batch pages, enough ops in flight to keep queue_depth page I/Os
  *     in the kernel, in random (or written) order. Buffers come from one page-aligned region
- *     registered with io_uring, as the engine registers its host pool.
+ *     registered with io_uring, as the engine registers its host pool, and on huge pages where
+ *     the kernel gives them (MADV_HUGEPAGE), as the host pool asks; fio's are of 4 KiB pages
+ *     (--buffers 4k makes the store's so too, like against like).
  *     fio: io_uring, O_DIRECT (as the store got it), registered buffers (likewise), iodepth
  *     = queue depth, N I/Os on a file of N slots in the same dir: a durable sequential write
  *     of slots (--fdatasync=<batch> --end_fsync=1: a sync per store batch, the last one
@@ -94,6 +96,8 @@ enum read_order { ORDER_RANDOM = 0, ORDER_SEQ = 1 };
 static const char *const order_names[] = {"random", "seq"};
 static const char *const io_names[] = {"auto", "uring", "psync"};
 static const char *const sync_names[] = {"durable", "relaxed"}; /* enum dstore_sync */
+enum buffers { BUF_HUGE = 0, BUF_4K = 1 };
+static const char *const buffer_names[] = {"huge", "4k"};
 
 struct config {
     const char *parent; /* --dir: the work dir is made inside it */
@@ -108,7 +112,7 @@ struct config {
     uint64_t bytes, pages; /* pages per run when pages_set (0 skips (a)), else bytes / page */
     bool pages_set;
     uint64_t batch, reps, seed, open_pages, open_reps, open_page_bytes;
-    uint32_t order, io, sync;
+    uint32_t order, io, sync, buffers;
 };
 
 /* One page size x queue depth. */
@@ -121,6 +125,7 @@ struct point {
     bool fio_ran;
     uint32_t io, direct, fixed_buffers; /* what the store ended up using */
     uint64_t fixed_ios;                 /* of the last rep */
+    uint64_t huge_bytes, buffer_bytes;  /* of the buffers, on huge pages (the kernel's word) */
 };
 
 struct open_result {
@@ -214,7 +219,28 @@ struct ring {
     uint64_t pages;
 };
 
-static int ring_create(struct ring *r, uint32_t slot_bytes, uint64_t pages)
+/* Bytes of the mapping at base that huge pages back (/proc/self/smaps' AnonHugePages); 0
+ * when it cannot be read. */
+static uint64_t huge_bytes_at(const void *base)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[256];
+    bool in = false;
+    uint64_t kb = 0;
+
+    while (f && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)base >= lo && (uintptr_t)base < hi;
+        else if (in && sscanf(line, "AnonHugePages: %" SCNu64 " kB", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+static int ring_create(struct ring *r, uint32_t slot_bytes, uint64_t pages, bool huge)
 {
     uint64_t rng = 0x5eed;
     uint64_t avail = host_memory_available();
@@ -234,6 +260,8 @@ static int ring_create(struct ring *r, uint32_t slot_bytes, uint64_t pages)
         r->base = NULL;
         return fail("buffers", -errno);
     }
+    if (huge) /* as the engine's host pool (host_pool.c), best effort */
+        madvise(r->base, r->bytes, MADV_HUGEPAGE);
     /* Random bytes, as fio writes: a disk that compresses or skips zeros would flatter us. */
     for (size_t i = 0; i + 8 <= r->bytes; i += 8) {
         uint64_t v = rng_next(&rng);
@@ -716,8 +744,12 @@ static int run_point(struct bench *b, struct point *pt)
         return -1;
     if (!(order = read_order(cfg, pt->pages)))
         rc = fail("read order", -ENOMEM);
-    else if (!samples_alloc(&sm, cfg->reps) && !ring_create(&ring, pt->slot_bytes, ring_pages))
+    else if (!samples_alloc(&sm, cfg->reps) &&
+             !ring_create(&ring, pt->slot_bytes, ring_pages, cfg->buffers == BUF_HUGE)) {
+        pt->buffer_bytes = ring.bytes;
+        pt->huge_bytes = huge_bytes_at(ring.base); /* touched by now: filled with random bytes */
         rc = point_reps(b, pt, &ring, order, &sm);
+    }
     ring_destroy(&ring);
     samples_free(&sm);
     free(order);
@@ -769,7 +801,7 @@ static int open_build(struct bench *b, const char *dir)
     int rc;
 
     p.batch = cfg->open_pages < OPEN_BATCH ? (uint32_t)cfg->open_pages : OPEN_BATCH;
-    if (ring_create(&ring, (uint32_t)cfg->open_page_bytes, 2ull * p.batch))
+    if (ring_create(&ring, (uint32_t)cfg->open_page_bytes, 2ull * p.batch, true))
         return -1;
     open_options(&o, dir, cfg);
     o.max_batch = p.batch;
@@ -935,8 +967,10 @@ static void print_text_head(const struct bench *b)
 
 static void print_store_how(const struct point *pt)
 {
-    printf("  store: %s, %s, %s\n", io_name(pt->io), pt->direct ? "O_DIRECT" : "buffered",
-           pt->fixed_buffers ? "registered buffers" : "plain buffers");
+    printf("  store: %s, %s, %s, %.0f%% of them on huge pages (fio's: 4 KiB pages)\n",
+           io_name(pt->io), pt->direct ? "O_DIRECT" : "buffered",
+           pt->fixed_buffers ? "registered buffers" : "plain buffers",
+           pt->buffer_bytes ? 100.0 * (double)pt->huge_bytes / (double)pt->buffer_bytes : 0.0);
 }
 
 static void print_fio_lines(const struct bench *b, const struct point *pt)
@@ -1086,6 +1120,8 @@ static void print_json_point(struct jw *w, const struct bench *b, const struct p
     jw_bool(w, "direct", pt->direct);
     jw_bool(w, "fixed_buffers", pt->fixed_buffers);
     jw_u64(w, "fixed_ios", pt->fixed_ios);
+    jw_u64(w, "buffer_bytes", pt->buffer_bytes);
+    jw_u64(w, "huge_page_bytes", pt->huge_bytes);
     rpt_json_timing(w, "write", &pt->write, bytes, true);
     rpt_json_timing(w, "read", &pt->read, bytes, true);
     jw_double(w, "write_pages_per_s", "%.6g", cli_ratio((double)pt->pages, pt->write.median));
@@ -1109,6 +1145,7 @@ static void print_json_config(struct jw *w, const struct bench *b)
     jw_string(w, "read_order", order_names[cfg->order]);
     jw_string(w, "io", io_names[cfg->io]);
     jw_string(w, "disk_sync", sync_names[cfg->sync]);
+    jw_string(w, "buffers", buffer_names[cfg->buffers]);
     jw_u64(w, "seed", cfg->seed);
     jw_u64(w, "page_tokens", PAGE_TOKENS);
     jw_string(w, "fio", b->fio.version[0] ? b->fio.version : NULL);
@@ -1209,6 +1246,10 @@ static const struct cli_option options[] = {
      .help = "random (default; fio randread) or seq (the written order;\nfio read)"},
     {"--io", CLI_NAME, OFF(io), CLI_NAMES(io_names), .arg = "M",
      .help = "the store's I/O engine: auto, uring or psync (default auto)"},
+    {"--buffers", CLI_NAME, OFF(buffers), CLI_NAMES(buffer_names), .arg = "B",
+     .help = "the store's buffers: huge (default: huge pages where the\n"
+             "kernel gives them, as the engine's host pool asks) or 4k\n"
+             "(4 KiB pages, as fio's: like against like)"},
     {"--disk-sync", CLI_NAME, OFF(sync), CLI_NAMES(sync_names), .arg = "S",
      .help = "durable (default: an fdatasync per batch, judged against\n"
              "fio's durable write) or relaxed (no sync per batch, a flush\n"
