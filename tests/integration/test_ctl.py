@@ -417,7 +417,8 @@ def _():
     fp = fingerprint("tiny")
     eq(j["fingerprint"], fp, "fingerprint")
     eq(j["format_version"], 3, "format_version")
-    eq((j["page_tokens"], j["page_bytes"], j["slot_bytes"]), (PAGE_TOKENS, PAGE_BYTES, SLOT_BYTES),
+    eq((j["page_tokens"], j["engine_page_tokens"], j["page_bytes"], j["slot_bytes"]),
+       (PAGE_TOKENS, PAGE_TOKENS, PAGE_BYTES, SLOT_BYTES),
        "geometry")
     eq(j["capacity_slots"], 300000 // PAGE_TOKENS, "capacity_slots (300000 tokens of 16)")
     pages = pages_of(d)
@@ -470,8 +471,11 @@ def _():
     check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
     j = ok_json("stat", d)
     fp = fingerprint("tiny", 256)
-    eq((j["fingerprint"], j["page_tokens"], j["page_bytes"]), (fp, 256, 16 * PAGE_BYTES),
+    eq((j["fingerprint"], j["page_tokens"], j["engine_page_tokens"], j["page_bytes"]),
+       (fp, 256, PAGE_TOKENS, 16 * PAGE_BYTES),
        "a store page: 16 pages of the engine's, its fingerprint naming it")
+    t = ok("stat", d).out
+    check("a store page of 16 of the engine's pages of 16 tokens" in t, f"stat text:\n{t}")
     check(j["pages"] > 50, f"only {j['pages']} pages")
     eq(j["problems"]["total"], 0, "problems")
     pages = pages_of(d)

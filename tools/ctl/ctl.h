@@ -129,7 +129,10 @@ struct ctl_index {
     uint8_t default_root[HASH_BYTES];
     uint8_t states_root[HASH_BYTES];
     uint8_t windows_root[HASH_BYTES];
-    uint64_t bad_keys;     /* records whose key is not 32 bytes: listed apart, never dropped */
+    uint64_t bad_keys; /* records whose key is not 32 bytes: listed apart, never dropped */
+    /* The engine's page, which records of several (kvt_options.store_page_tokens) chain their
+     * key over; info.page_tokens when none was found. */
+    uint32_t engine_page_tokens;
     uint64_t slot_entries; /* the slot table's size */
     bool quiet_dir;        /* no writer held the dir while it was read: slot_entries agrees */
 };

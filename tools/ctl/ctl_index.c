@@ -360,6 +360,7 @@ int index_load(struct dstore *s, struct ctl_index *ix)
     free(l.order);
     if (rc)
         return rc;
+    ix->engine_page_tokens = l.step ? l.step : ix->info.page_tokens;
     ix->slot_entries = dstore_slot_entries(s);
     link_pages(ix);
     if ((rc = break_loops(ix)))

@@ -74,6 +74,10 @@ static void stat_text(const char *dir, const struct ctl_index *ix)
     printf("fingerprint   %s\n", hex);
     printf("page          %u tokens, %s (%u bytes a slot)\n", in->page_tokens,
            ctl_bytes(in->page_bytes, b1), in->slot_bytes);
+    if (ix->engine_page_tokens != in->page_tokens)
+        printf("              a store page of %u of the engine's pages of %u tokens "
+               "(store_page_tokens)\n",
+               in->page_tokens / ix->engine_page_tokens, ix->engine_page_tokens);
     printf("slabs         %u file%s of %u slots (%s each); capacity %" PRIu64 " slots\n",
            in->slab_files, in->slab_files == 1 ? "" : "s", in->slab_slots,
            ctl_bytes((uint64_t)in->slab_slots * in->slot_bytes, b1), in->capacity_slots);
@@ -135,10 +139,11 @@ static void stat_json(const char *dir, const struct ctl_index *ix)
     printf(",\"format_version\":%u,\"created_ns\":%" PRIu64 ",\"fingerprint\":", in->format_version,
            in->created_ns);
     ctl_json_hex(in->fingerprint, HASH_BYTES);
-    printf(",\"page_tokens\":%u,\"page_bytes\":%u,\"slot_bytes\":%u,\"slab_slots\":%u,"
-           "\"slab_files\":%u,\"capacity_slots\":%" PRIu64 ",\"backed_slots\":%" PRIu64,
-           in->page_tokens, in->page_bytes, in->slot_bytes, in->slab_slots, in->slab_files,
-           in->capacity_slots, in->backed_slots);
+    printf(",\"page_tokens\":%u,\"engine_page_tokens\":%u,\"page_bytes\":%u,\"slot_bytes\":%u,"
+           "\"slab_slots\":%u,\"slab_files\":%u,\"capacity_slots\":%" PRIu64
+           ",\"backed_slots\":%" PRIu64,
+           in->page_tokens, ix->engine_page_tokens, in->page_bytes, in->slot_bytes, in->slab_slots,
+           in->slab_files, in->capacity_slots, in->backed_slots);
     printf(",\"pages\":%u,\"bytes\":%" PRIu64 ",\"tokens\":%" PRIu64 ",\"free_slots\":%" PRIu64,
            ix->n, (uint64_t)ix->n * in->page_bytes, (uint64_t)ix->n * in->page_tokens,
            free_slots(ix));
