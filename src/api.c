@@ -109,6 +109,8 @@ static const struct {
     OPTION(store_page_tokens),
 };
 #undef OPTION
+/* A store page's tokens are recorded in its disk page's head. */
+_Static_assert(STORE_PAGE_TOKENS_MAX <= DSTORE_MAX_TOKENS, "a store page the disk cannot record");
 _Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, store_page_tokens) -
                        sizeof(uint32_t) <
                    _Alignof(struct kvt_options),
