@@ -170,7 +170,7 @@ struct kvt_swa {
 struct kvt_options {
     size_t size; /* sizeof(struct kvt_options) as the caller was compiled; set by init */
     struct kvt_geometry geometry;
-    uint32_t page_size;     /* tokens per page, a power of two; default 16 */
+    uint32_t page_size;     /* tokens per page, a power of two up to 256; default 16 */
     uint32_t backend;       /* enum kvt_backend; default KVT_BACKEND_AUTO */
     uint64_t device_tokens; /* KV slots on the device; 0: derive from device_bytes */
     uint64_t device_bytes;  /* KV pool budget used when device_tokens is 0 */
@@ -438,14 +438,14 @@ void kvt_options_init(struct kvt_options *opts, size_t size);
 
 /* Open an engine: allocate the KV pool, allocator, request pool and prefix cache. On success
  * *out owns them until kvt_close. Options are validated: a zero or inconsistent geometry, a
- * page_size that is not a power of two, an unknown enum value, or non-zero bytes past the end
- * of the options this library knows give -EINVAL. A smaller opts->size (a caller built
+ * page_size that is not a power of two up to 256, an unknown enum value, or non-zero bytes past
+ * the end of the options this library knows give -EINVAL. A smaller opts->size (a caller built
  * against an older header) is accepted: each field wholly inside it is read, the others take
- * their defaults; a size below sizeof(size_t) is -EINVAL. *out is NULL on failure.
- * Errors: -EINVAL (bad options, NULL out), -ENOMEM, KVT_ENOBACKEND, KVT_EBACKEND,
- * KVT_EHOSTRAM, KVT_EHOSTSIZE; with a disk tier KVT_EFORMAT, KVT_EFINGERPRINT, -EBUSY
- * (another process has the dir) and -errno of the file system; with a stats socket
- * -EADDRINUSE, -ENAMETOOLONG and -errno of the socket calls.
+ * their defaults; a size below sizeof(size_t) is -EINVAL. *out is NULL on failure. Errors:
+ * -EINVAL (bad options, NULL out), -ENOMEM, KVT_ENOBACKEND, KVT_EBACKEND, KVT_EHOSTRAM,
+ * KVT_EHOSTSIZE; with a disk tier KVT_EFORMAT, KVT_EFINGERPRINT, -EBUSY (another process has
+ * the dir) and -errno of the file system; with a stats socket -EADDRINUSE, -ENAMETOOLONG and
+ * -errno of the socket calls.
  * Blocks: allocates and pins memory, opens (and may create) the data dir, starts threads. */
 int kvt_open(const struct kvt_options *opts, kvt_engine **out);
 

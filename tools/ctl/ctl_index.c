@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "engine.h"
 #include "radix/hash.h"
 
 /* ---- loading ---- */
@@ -114,9 +115,6 @@ static bool caller_keys(const uint8_t *ns_root)
     return !memcmp(ns_root, zero_root, HASH_BYTES);
 }
 
-/* The engine's pages are a power of two of tokens up to this (kvt_options.page_size). */
-#define ENGINE_PAGE_MAX 256
-
 /* Whether key is the chained hash of the record's tokens as pages of step tokens from its
  * parent on: the engine's names for its pages, the last one naming a record that holds
  * several of them (kvt_options.store_page_tokens). */
@@ -153,7 +151,7 @@ static bool key_checks_out(struct loader *l, const struct dstore_entry *e)
     if (l->step && l->step < e->ntokens && e->ntokens % l->step == 0 &&
         chain_checks_out(l, e, l->step))
         return true;
-    for (uint32_t step = ENGINE_PAGE_MAX; step; step /= 2)
+    for (uint32_t step = KVT_PAGE_SIZE_MAX; step; step /= 2)
         if (step < e->ntokens && e->ntokens % step == 0 && step != l->step &&
             chain_checks_out(l, e, step)) {
             l->step = step;
