@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct dev_rows; /* a backend's state for batched row copies of one pool */
+
 struct dev_backend {
     const char *name;
     uint32_t kind;                          /* enum kvt_backend */
@@ -19,6 +21,18 @@ struct dev_backend {
      * NULL where the backend has no such step (sim). */
     int (*host_register)(void *ptr, size_t bytes);
     void (*host_unregister)(void *ptr);
+    /* Copies of scattered rows of a pool in a few calls where a copy per run of consecutive
+     * rows would be a call each (cuda: the gather/scatter kernels through a staging buffer on
+     * the device); NULL where a copy per run costs no more (sim). bufs[w][l] are the pool's
+     * row buffers of part w (V's NULL for MLA) in layer l, rows of row_bytes[w]. rows_copy
+     * moves row slots[i] of layer to or from row i of k and v, finished when it returns;
+     * KVT_ENOBACKEND when it cannot be had here (no code for this GPU): the caller copies per
+     * run instead. */
+    int (*rows_open)(void **const bufs[2], uint32_t layers, const size_t row_bytes[2],
+                     struct dev_rows **out);
+    int (*rows_copy)(struct dev_rows *r, uint32_t layer, const int32_t *slots, size_t n, void *k,
+                     void *v, int to_device);
+    void (*rows_close)(struct dev_rows *r);
 };
 
 extern const struct dev_backend dev_backend_sim;

@@ -75,11 +75,18 @@ int kv_pool_init(struct kv_pool *p, const struct dev_backend *be, const struct k
             }
         }
     }
+    if (be->rows_open && (rc = be->rows_open(p->buf, g->layers, p->row_bytes, &p->batch))) {
+        kv_pool_finish(p);
+        return rc;
+    }
     return 0;
 }
 
 void kv_pool_finish(struct kv_pool *p)
 {
+    if (p->batch)
+        p->be->rows_close(p->batch);
+    p->batch = NULL;
     for (int w = 0; w < 2; w++) {
         for (uint32_t l = 0; p->buf[w] && l < p->geo.layers; l++)
             p->be->free(p->buf[w][l], p->rows * p->row_bytes[w]);
@@ -131,6 +138,23 @@ static int move(const struct kv_pool *p, uint32_t layer, int w, const int32_t *s
     return 0;
 }
 
+/* Both parts of n rows; rows of more than one run by the backend's batched copy where it
+ * has one and can have it here. */
+static int move_rows(const struct kv_pool *p, uint32_t layer, const int32_t *slots, size_t n,
+                     void *k, void *v, int to_device)
+{
+    int rc = KVT_ENOBACKEND;
+
+    if (p->batch && n && run_len(slots, n, 0) < n)
+        rc = p->be->rows_copy(p->batch, layer, slots, n, k, v, to_device);
+    if (rc != KVT_ENOBACKEND)
+        return rc;
+    rc = move(p, layer, 0, slots, n, k, to_device);
+    if (rc == 0 && v)
+        rc = move(p, layer, 1, slots, n, v, to_device);
+    return rc;
+}
+
 static int check_buffers(const struct kv_pool *p, const void *k, const void *v)
 {
     if (!k)
@@ -145,10 +169,7 @@ int kv_pool_write(struct kv_pool *p, uint32_t layer, const int32_t *slots, size_
 
     if (rc || (rc = check_buffers(p, k, v)))
         return rc;
-    rc = move(p, layer, 0, slots, n, (void *)k, 1);
-    if (rc == 0 && v)
-        rc = move(p, layer, 1, slots, n, (void *)v, 1);
-    return rc;
+    return move_rows(p, layer, slots, n, (void *)k, (void *)v, 1);
 }
 
 int kv_pool_read(const struct kv_pool *p, uint32_t layer, const int32_t *slots, size_t n, void *k,
@@ -158,8 +179,5 @@ int kv_pool_read(const struct kv_pool *p, uint32_t layer, const int32_t *slots, 
 
     if (rc || (rc = check_buffers(p, k, v)))
         return rc;
-    rc = move(p, layer, 0, slots, n, k, 0);
-    if (rc == 0 && v)
-        rc = move(p, layer, 1, slots, n, v, 0);
-    return rc;
+    return move_rows(p, layer, slots, n, k, v, 0);
 }

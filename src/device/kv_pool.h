@@ -16,8 +16,9 @@ struct kv_pool {
     const struct dev_backend *be;
     struct kvt_geometry geo;
     uint64_t rows;
-    size_t row_bytes[2]; /* K (or latent), V */
-    void **buf[2];       /* per layer; buf[1] is NULL for MLA */
+    size_t row_bytes[2];    /* K (or latent), V */
+    void **buf[2];          /* per layer; buf[1] is NULL for MLA */
+    struct dev_rows *batch; /* the backend's batched copies of scattered rows; NULL: none */
 };
 
 /* Validate a geometry: 0 or -EINVAL. */
@@ -32,7 +33,9 @@ void kv_pool_finish(struct kv_pool *p);
 uint64_t kv_pool_bytes(const struct kv_pool *p);
 
 /* Copy n rows between host buffers and the rows named by slots in one layer. Runs of
- * consecutive slots move in one copy. */
+ * consecutive slots move in one copy; rows of more than one run move by the backend's
+ * batched copy where it has one (cuda), which gives a slot named twice in one write one of
+ * its rows, not the last. */
 int kv_pool_write(struct kv_pool *p, uint32_t layer, const int32_t *slots, size_t n, const void *k,
                   const void *v);
 int kv_pool_read(const struct kv_pool *p, uint32_t layer, const int32_t *slots, size_t n, void *k,

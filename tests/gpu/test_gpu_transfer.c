@@ -3,7 +3,8 @@
  * every io mode (auto, kernel, dma, and auto made to pick dma), both host layouts, MHA and
  * MLA at access widths 16, 8, 4 and 1, and page lists scattered, in runs, and single; how
  * auto picks; the index ring under many ops in flight; a per-layer wait through a stream;
- * and a backup that waits on its ready event.
+ * a backup that waits on its ready event; and the device pool's batched copies of scattered
+ * rows (kvt_kv_write and kvt_kv_read), over several staging chunks.
  *
  * Exits 77 (skip) when CUDA is not built in or no GPU is visible.
  */
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -669,6 +671,115 @@ static void test_backup_waits_ready(void **state)
     }
 }
 
+/* ---- the pool's rows, scattered (kvt_kv_write, kvt_kv_read) ---- */
+
+/* Rows of 32 KiB of K and of V: a 32 MiB staging chunk holds 512 of them, so 1,300 rows
+ * cross in three chunks, the last one short. */
+static const struct kvt_geometry big_rows = {
+    .attention = KVT_ATTN_MHA, .layers = 2, .kv_heads = 8, .head_dim = 1024, .dtype_bytes = 4};
+
+static void fill_rows(const struct kv_pool *p, uint32_t layer, int w, const int32_t *slots,
+                      size_t n, uint8_t *out)
+{
+    size_t rb = p->row_bytes[w];
+
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < rb; b++)
+            out[i * rb + b] = pattern((uint32_t)slots[i] + 1, layer, w, b);
+}
+
+/* Row slot of layer as a copy of that one row reads it (one run: never the batched path),
+ * against the pattern of tag (0: zero). */
+static bool row_holds(struct kv_pool *p, uint32_t layer, int32_t slot, uint32_t tag,
+                      uint8_t *got[2], uint8_t *want)
+{
+    bool mha = p->row_bytes[1] != 0;
+
+    assert_int_equal(kv_pool_read(p, layer, &slot, 1, got[0], mha ? got[1] : NULL), 0);
+    for (int w = 0; w < (mha ? 2 : 1); w++) {
+        for (size_t b = 0; b < p->row_bytes[w]; b++)
+            want[b] = tag ? pattern(tag, layer, w, b) : 0;
+        if (memcmp(got[w], want, p->row_bytes[w]))
+            return false;
+    }
+    return true;
+}
+
+static void rows_scattered(const struct kvt_geometry *g, uint64_t rows, size_t n)
+{
+    struct kv_pool p;
+    int32_t *slots = malloc(rows * sizeof(*slots)), *back = malloc(n * sizeof(*back));
+    bool *written = calloc(rows, sizeof(*written)), mha = g->attention == KVT_ATTN_MHA;
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    uint8_t *buf[2], *got[2], *one[2], *want;
+    size_t rb;
+
+    assert_int_equal(kv_pool_init(&p, &dev_backend_cuda, g, rows), 0);
+    assert_non_null(p.batch);
+    rb = p.row_bytes[0] > p.row_bytes[1] ? p.row_bytes[0] : p.row_bytes[1];
+    for (int w = 0; w < 2; w++) {
+        buf[w] = malloc(n * rb);
+        got[w] = malloc(n * rb);
+        one[w] = malloc(rb);
+        assert_true(buf[w] && got[w] && one[w]);
+    }
+    want = malloc(rb);
+    assert_true(slots && back && written && want);
+    /* n distinct slots in shuffled order: runs of one row, seldom two. */
+    for (uint64_t i = 0; i < rows; i++)
+        slots[i] = (int32_t)i;
+    for (uint64_t i = rows - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t j = x % (i + 1);
+        int32_t t = slots[i];
+        slots[i] = slots[j], slots[j] = t;
+    }
+    for (size_t i = 0; i < n; i++) {
+        written[slots[i]] = true;
+        back[i] = slots[n - 1 - i];
+    }
+    for (uint32_t l = 0; l < g->layers; l++) {
+        for (int w = 0; w < (mha ? 2 : 1); w++)
+            fill_rows(&p, l, w, slots, n, buf[w]);
+        assert_int_equal(kv_pool_write(&p, l, slots, n, buf[0], mha ? buf[1] : NULL), 0);
+    }
+    if (kernels_expected) /* the batched path itself, not the copy per run it falls back to */
+        assert_int_equal(
+            dev_backend_cuda.rows_copy(p.batch, 0, slots, 2, got[0], mha ? got[1] : NULL, 0), 0);
+    for (uint32_t l = 0; l < g->layers; l++) {
+        /* Every row, one at a time: the written ones hold their rows, the others none. */
+        for (uint64_t s = 0; s < rows; s++)
+            assert_true(row_holds(&p, l, (int32_t)s, written[s] ? (uint32_t)s + 1 : 0, one, want));
+        /* Read back batched, in the other order. */
+        assert_int_equal(kv_pool_read(&p, l, back, n, got[0], mha ? got[1] : NULL), 0);
+        for (int w = 0; w < (mha ? 2 : 1); w++) {
+            fill_rows(&p, l, w, back, n, buf[w]);
+            assert_memory_equal(got[w], buf[w], n * p.row_bytes[w]);
+        }
+    }
+    kv_pool_finish(&p);
+    for (int w = 0; w < 2; w++) {
+        free(buf[w]);
+        free(got[w]);
+        free(one[w]);
+    }
+    free(want);
+    free(written);
+    free(back);
+    free(slots);
+}
+
+static void test_kv_rows_scattered(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < NSHAPES; i++) {
+        printf("# %s\n", shapes[i].name);
+        rows_scattered(&shapes[i].g, 600, 500);
+    }
+    printf("# rows of 32 KiB, three staging chunks\n");
+    rows_scattered(&big_rows, 2048, 1300);
+}
+
 #ifdef KVT_HAVE_KERNELS
 static bool gpu_is_sm90_or_newer(void)
 {
@@ -694,6 +805,7 @@ int main(void)
         cmocka_unit_test(test_backup_waits_ready),
         cmocka_unit_test(test_round_trip_kernel_one_block),
         cmocka_unit_test(test_round_trip_dma_hint),
+        cmocka_unit_test(test_kv_rows_scattered),
     };
 
     if (dev_cuda_device_count() == 0)

@@ -311,6 +311,110 @@ static void test_kv_pool(void **state)
     assert_int_equal(kv_pool_init(&p, &dev_backend_sim, &bad, 8), -EINVAL);
 }
 
+/* A backend with batched row copies, on host memory (the seam the cuda backend's kernel path
+ * sits behind): counts what the pool hands it, and can refuse as cuda does where its kernels
+ * cannot run. */
+struct dev_rows {
+    void **bufs[2];
+    size_t row_bytes[2];
+};
+static struct {
+    int opened, closed, copies, refuse;
+} rows_seen;
+
+static int rows_open(void **const bufs[2], uint32_t layers, const size_t row_bytes[2],
+                     struct dev_rows **out)
+{
+    static struct dev_rows r;
+
+    (void)layers;
+    for (int w = 0; w < 2; w++) {
+        r.bufs[w] = bufs[w];
+        r.row_bytes[w] = row_bytes[w];
+    }
+    rows_seen.opened++;
+    *out = &r;
+    return 0;
+}
+
+static int rows_copy(struct dev_rows *r, uint32_t layer, const int32_t *slots, size_t n, void *k,
+                     void *v, int to_device)
+{
+    uint8_t *host[2] = {k, v};
+
+    rows_seen.copies++;
+    if (rows_seen.refuse)
+        return KVT_ENOBACKEND;
+    for (int w = 0; w < 2 && r->bufs[w]; w++)
+        for (size_t i = 0; i < n; i++) {
+            uint8_t *d = (uint8_t *)r->bufs[w][layer] + (size_t)slots[i] * r->row_bytes[w];
+            uint8_t *h = host[w] + i * r->row_bytes[w];
+            memcpy(to_device ? d : h, to_device ? h : d, r->row_bytes[w]);
+        }
+    return 0;
+}
+
+static void rows_close(struct dev_rows *r)
+{
+    (void)r;
+    rows_seen.closed++;
+}
+
+/* Rows of one run go as one copy per part; rows of several by the backend's batched copy,
+ * and by a copy per run when it refuses. Every way, the same bytes. */
+static void test_kv_pool_batched(void **state)
+{
+    struct dev_backend be = dev_backend_sim;
+    struct kvt_geometry mha = {.attention = KVT_ATTN_MHA,
+                               .layers = 2,
+                               .kv_heads = 2,
+                               .head_dim = 4,
+                               .v_head_dim = 2,
+                               .dtype_bytes = 2};
+    const int32_t run[] = {4, 5, 6}, scattered[] = {9, 2, 3, 7}, other[] = {7, 2, 9, 3};
+    uint8_t k[4 * 16], v[4 * 8], back_k[4 * 16], back_v[4 * 8];
+    struct kv_pool p;
+
+    (void)state;
+    be.rows_open = rows_open;
+    be.rows_copy = rows_copy;
+    be.rows_close = rows_close;
+    for (size_t i = 0; i < sizeof(k); i++)
+        k[i] = (uint8_t)(i * 7 + 1);
+    for (size_t i = 0; i < sizeof(v); i++)
+        v[i] = (uint8_t)(i * 5 + 3);
+    for (int refuse = 0; refuse < 2; refuse++) {
+        memset(&rows_seen, 0, sizeof(rows_seen));
+        rows_seen.refuse = refuse;
+        assert_int_equal(kv_pool_init(&p, &be, &mha, 12), 0);
+        assert_int_equal(rows_seen.opened, 1);
+        assert_int_equal(kv_pool_write(&p, 1, run, 3, k, v), 0);
+        assert_int_equal(kv_pool_read(&p, 1, run, 3, back_k, back_v), 0);
+        assert_int_equal(rows_seen.copies, 0);
+        assert_memory_equal(back_k, k, 3 * 16);
+        assert_memory_equal(back_v, v, 3 * 8);
+        assert_int_equal(kv_pool_write(&p, 0, scattered, 4, k, v), 0);
+        assert_int_equal(rows_seen.copies, 1);
+        /* Read back in another order, each row checked against where it was written. */
+        assert_int_equal(kv_pool_read(&p, 0, other, 4, back_k, back_v), 0);
+        assert_int_equal(rows_seen.copies, 2);
+        for (int i = 0; i < 4; i++) {
+            int at = other[i] == 9 ? 0 : other[i] == 2 ? 1 : other[i] == 3 ? 2 : 3;
+            assert_memory_equal(back_k + i * 16, k + at * 16, 16);
+            assert_memory_equal(back_v + i * 8, v + at * 8, 8);
+        }
+        /* The rows read one at a time (one run each) agree with the batched write. */
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(kv_pool_read(&p, 0, scattered + i, 1, back_k, back_v), 0);
+            assert_memory_equal(back_k, k + i * 16, 16);
+            assert_memory_equal(back_v, v + i * 8, 8);
+        }
+        assert_int_equal(rows_seen.copies, 2);
+        kv_pool_finish(&p);
+        assert_int_equal(rows_seen.closed, 1);
+    }
+}
+
 static void test_req_pool(void **state)
 {
     struct req_pool r;
@@ -387,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_alloc_decode),
         cmocka_unit_test(test_ownership),
         cmocka_unit_test(test_kv_pool),
+        cmocka_unit_test(test_kv_pool_batched),
         cmocka_unit_test(test_req_pool),
         cmocka_unit_test(test_sizing),
     };
