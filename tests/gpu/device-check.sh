@@ -8,6 +8,9 @@
 #                                              the same tests under compute-sanitizer, the
 #                                              transfer figures, the demo and trace slices on
 #                                              cuda; logs under $OUT, a summary printed last
+#   tests/gpu/device-check.sh run traces       there: the transfer test, then 2,000 requests of
+#                                              each trace with the trace README's tiers, on
+#                                              cuda and on sim, side by side
 #
 # Built here, run there: the binaries carry no CUDA toolkit need beyond the driver, and the
 # libraries they link (liblmdb, liburing, ...) travel beside them. On an H200 (2026-11-26) the
@@ -51,6 +54,12 @@ run() {
     }
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$S"
     step transfer 120 "$B/test_gpu_transfer"
+    if [ "$quick" = traces ]; then
+        traces "$B" "$PWD/$G/traces"
+        grep -E "^===== |from cache|verified|PASSED|FAILED|  time  " "$L" | cut -c1-120 >>"$S"
+        cat "$S"
+        return
+    fi
     step hicache 180 "$B/test_gpu_hicache"
     xb xfer-auto
     xb xfer-kernel --io kernel
@@ -76,11 +85,30 @@ run() {
     cat "$S"
 }
 
+# 2,000 requests of each trace, tiny geometry, the trace README's tiers (device 610, host
+# 3,050, disk 30,500 blocks of 512 tokens), on cuda then on sim: the same tokens per tier, 0
+# mismatches, and each backend's seconds (sim took 45 - 48 s for each on the development
+# machine; the four steps stay under 500 s).
+traces() {
+    local B=$1 T=$2 tr be t
+    for tr in mooncake_conversation mooncake_synthetic; do
+        [ -f "$T/$tr.jsonl" ] || continue
+        for be in cuda sim; do
+            t=100
+            [ $be = cuda ] && t=150
+            rm -rf "/tmp/kvt-$tr-$be"
+            step "$tr-$be" $t "$B/kvtier-bench" --backend $be --trace "$T/$tr.jsonl" --requests 2000 \
+                --device-tokens 312320 --host-tokens 1561600 --disk-tokens 15616000 \
+                --dir "/tmp/kvt-$tr-$be"
+        done
+    done
+}
+
 case "${1:-}" in
 bundle) bundle "${2:-}" ;;
 run) run "${2:-}" ;;
 *)
-    sed -n '2,12p' "$0"
+    sed -n '2,15p' "$0"
     exit 2
     ;;
 esac
