@@ -41,6 +41,7 @@
  * - test_store_pages_mixed (grouped.c): store pages of 2, 3 and 4 pages under every prefetch
  *   policy, both write policies, reads of other keys left in flight, host and disk evicting,
  *   restarts; every page served and every record of the dir read back and checked.
+ * - test_chain_store_grouped (mem.c): test_chain_store's chain with store pages of 3 pages.
  *
  * KVT_SEED=<n> reruns a sequence (the kill times of test_crash excepted); the seed is printed.
  */
@@ -165,6 +166,7 @@ void test_faults(void **state);
 /* mem.c */
 void test_mem_store(void **state);
 void test_chain_store(void **state);
+void test_chain_store_grouped(void **state);
 void test_store_geometry(void **state);
 
 /* grouped.c */

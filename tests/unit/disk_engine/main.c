@@ -8,6 +8,7 @@ int main(void)
         cmocka_unit_test(test_sync_waits_for_drops),
         cmocka_unit_test(test_mem_store),
         cmocka_unit_test(test_chain_store),
+        cmocka_unit_test_teardown(test_chain_store_grouped, store_pages_reset),
         cmocka_unit_test(test_store_geometry),
         cmocka_unit_test(test_store_pages),
         cmocka_unit_test(test_store_pages_random),
