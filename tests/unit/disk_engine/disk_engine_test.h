@@ -42,6 +42,7 @@
  *   policy, both write policies, reads of other keys left in flight, host and disk evicting,
  *   restarts; every page served and every record of the dir read back and checked.
  * - test_chain_store_grouped (mem.c): test_chain_store's chain with store pages of 3 pages.
+ * - test_faults_grouped (faults.c): test_faults' read and random cases, store pages of 4 pages.
  *
  * KVT_SEED=<n> reruns a sequence (the kill times of test_crash excepted); the seed is printed.
  */
@@ -159,6 +160,7 @@ int store_pages_reset(void **state);
 
 /* faults.c */
 void swap_store(kvt_engine *e, const struct dstore_faults *f);
+void test_faults_grouped(void **state);
 void run_family(kvt_engine *e, uint64_t fam, uint64_t seed, int n, int full_prompt, int insert,
                 struct tally *t);
 void test_faults(void **state);

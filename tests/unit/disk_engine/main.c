@@ -5,6 +5,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checksum_running),
         cmocka_unit_test(test_faults),
+        cmocka_unit_test_teardown(test_faults_grouped, store_pages_reset),
         cmocka_unit_test(test_sync_waits_for_drops),
         cmocka_unit_test(test_mem_store),
         cmocka_unit_test(test_chain_store),
