@@ -294,7 +294,8 @@ struct kvt_options {
      * left at a key's end short of a whole store page is not written below; it goes down
      * with the store page it starts once the key grows past it. It is part of the
      * fingerprint: a data dir written with another store page size is refused
-     * (KVT_EFINGERPRINT). Not with mamba or swa layers (-EINVAL). */
+     * (KVT_EFINGERPRINT). Not with mamba or swa layers: a store page of several pages is
+     * then -EINVAL (one of page_size, which changes nothing, is taken). */
     uint32_t store_page_tokens;
 };
 

@@ -229,10 +229,12 @@ void test_crash_grouped(void **state)
     crash_run(KVT_DISK_SYNC_DURABLE, (crash_rounds() + 3) / 4);
 }
 
-/* Its teardown, which runs when it fails too: the tests after it keep pages of one page. */
+/* The teardown of the tests that set g_store_pages or g_other_fills, which runs when they fail
+ * too: the tests after them keep pages of one page and the bound of run_req. */
 int store_pages_reset(void **state)
 {
     (void)state;
     g_store_pages = 1;
+    g_other_fills = 0;
     return 0;
 }

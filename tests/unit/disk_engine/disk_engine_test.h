@@ -38,6 +38,11 @@
  *   (kvt_options.store_page_tokens): which pages go down and when, a match by whole store
  *   pages after a restart, a read of a store page that starts above the tree's part, every
  *   page served checked, over a disk that evicts and the in-memory store.
+ * - test_store_pages_mixed (grouped.c): store pages of 2, 3 and 4 pages under every prefetch
+ *   policy, both write policies, reads of other keys left in flight, host and disk evicting,
+ *   restarts; every page served and every record of the dir read back and checked.
+ * - test_chain_store_grouped (mem.c): test_chain_store's chain with store pages of 3 pages.
+ * - test_faults_grouped (faults.c): test_faults' read and random cases, store pages of 4 pages.
  *
  * KVT_SEED=<n> reruns a sequence (the kill times of test_crash excepted); the seed is printed.
  */
@@ -124,6 +129,9 @@ extern uint32_t g_store_pages;
 /* The longest one engine call of run_req took, in microseconds (a test of a stalled store
  * resets it and bounds it by the store's timeouts). */
 extern uint64_t g_slowest_call_us;
+/* Set by a test that leaves reads of other keys in flight: run_req then does not bound a
+ * request's disk_len by its kvt_match's (a read landing between them may bring more). */
+extern int g_other_fills;
 
 /* helpers.c */
 uint32_t below(uint64_t *s, uint32_t n);
@@ -152,6 +160,7 @@ int store_pages_reset(void **state);
 
 /* faults.c */
 void swap_store(kvt_engine *e, const struct dstore_faults *f);
+void test_faults_grouped(void **state);
 void run_family(kvt_engine *e, uint64_t fam, uint64_t seed, int n, int full_prompt, int insert,
                 struct tally *t);
 void test_faults(void **state);
@@ -159,11 +168,13 @@ void test_faults(void **state);
 /* mem.c */
 void test_mem_store(void **state);
 void test_chain_store(void **state);
+void test_chain_store_grouped(void **state);
 void test_store_geometry(void **state);
 
 /* grouped.c */
 void test_store_pages(void **state);
 void test_store_pages_random(void **state);
+void test_store_pages_mixed(void **state);
 
 /* damage.c */
 void test_sync_waits_for_drops(void **state);

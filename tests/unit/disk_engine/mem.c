@@ -163,15 +163,15 @@ static kvt_engine *open_on_chain(struct mem_faults *f, uint32_t policy, struct c
     disk_opts(&o, NULL, FAULT_HOST_TOKENS, 0);
     o.disk_write_policy = policy;
     struct store_mem_options mo = {
-        .page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS),
-        .page_tokens = PS,
-        .capacity_pages = MEM_PAGES / 4,
+        .page_bytes = (uint32_t)(kvt_cell_bytes(&o.geometry) * PS * g_store_pages),
+        .page_tokens = PS * g_store_pages,
+        .capacity_pages = MEM_PAGES / 4 / g_store_pages,
         .faults = &f->hooks,
     };
     dstore_options_init(&so, sizeof(so));
     so.dir = c->dir;
     so.page_bytes = mo.page_bytes;
-    so.page_tokens = PS;
+    so.page_tokens = mo.page_tokens;
     so.disk_bytes = FAULT_DISK_BYTES;
     EXPECT_RC(g_ctx, store_mem_open(&mo, &s[0]), 0);
     EXPECT_RC(g_ctx, store_disk_open(&so, &s[1]), 0);
@@ -217,6 +217,22 @@ void test_chain_store(void **state)
 
     (void)state;
     printf("test_disk_engine: chain: seed=%" PRIu64 " (KVT_SEED reruns it)\n", seed);
+    chain_case(KVT_DISK_WRITE_THROUGH, seed, seed);
+    chain_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed), seed);
+}
+
+/* The same with store pages of 3 pages (kvt_options.store_page_tokens): a near store's
+ * failures and losses fall on whole store pages, a read split between the stores keeps the
+ * pages of the store pages that landed from the first on. */
+void test_chain_store_grouped(void **state)
+{
+    uint64_t seed = base_seed();
+
+    (void)state;
+    g_store_pages = 3;
+    printf("test_disk_engine: chain, store pages of 3 pages: seed=%" PRIu64
+           " (KVT_SEED reruns it)\n",
+           seed);
     chain_case(KVT_DISK_WRITE_THROUGH, seed, seed);
     chain_case(KVT_DISK_WRITE_ON_EVICT, rng_mix(seed), seed);
 }
