@@ -259,14 +259,17 @@ static void test_ownership(void **state)
     slot_alloc_finish(&a);
 }
 
+/* Rows of 16 bytes of K and 8 of V. */
+static const struct kvt_geometry small_mha = {.attention = KVT_ATTN_MHA,
+                                              .layers = 2,
+                                              .kv_heads = 2,
+                                              .head_dim = 4,
+                                              .v_head_dim = 2,
+                                              .dtype_bytes = 2};
+
 static void test_kv_pool(void **state)
 {
-    struct kvt_geometry mha = {.attention = KVT_ATTN_MHA,
-                               .layers = 2,
-                               .kv_heads = 2,
-                               .head_dim = 4,
-                               .v_head_dim = 2,
-                               .dtype_bytes = 2};
+    struct kvt_geometry mha = small_mha;
     struct kvt_geometry mla = {.attention = KVT_ATTN_MLA,
                                .layers = 3,
                                .kv_lora_rank = 8,
@@ -365,12 +368,7 @@ static void rows_close(struct dev_rows *r)
 static void test_kv_pool_batched(void **state)
 {
     struct dev_backend be = dev_backend_sim;
-    struct kvt_geometry mha = {.attention = KVT_ATTN_MHA,
-                               .layers = 2,
-                               .kv_heads = 2,
-                               .head_dim = 4,
-                               .v_head_dim = 2,
-                               .dtype_bytes = 2};
+    struct kvt_geometry mha = small_mha;
     const int32_t run[] = {4, 5, 6}, scattered[] = {9, 2, 3, 7}, other[] = {7, 2, 9, 3};
     uint8_t k[4 * 16], v[4 * 8], back_k[4 * 16], back_v[4 * 8];
     struct kv_pool p;
