@@ -567,7 +567,7 @@ size_t kvt_available(const kvt_engine *e);
  * qk_rope_head_dim elements and v must be NULL. Slots are any rows of the pool (ownership is
  * not checked). Errors: -EINVAL (layer, a slot outside the pool, k NULL, v given or not as the
  * attention kind wants), KVT_EBACKEND (cuda copy failed). On cuda, slots of more than one
- * run cross through a staging buffer of 32 MiB on the device (one per KV pool: two with
+ * run cross through a staging buffer of up to 32 MiB on the device (one per KV pool: two with
  * sliding-window layers), taken at the first such call and kept until kvt_close; a slot named
  * twice in one write then gets one of its rows, not necessarily the last.
  * Blocks: the copy is synchronous (cuda: until the bytes have landed). */

@@ -104,8 +104,9 @@ static void cuda_host_unregister(void *ptr)
  * runs on the legacy stream, in order; the device side is taken at the first call, so an
  * engine that never calls these pays nothing. */
 
-/* Bytes of rows staged on the device at a time. */
+/* Rows staged on the device at a time: as many as fit these bytes, up to ROWS_STAGE_MAX. */
 #define ROWS_STAGE_BYTES ((size_t)32 << 20)
+#define ROWS_STAGE_MAX ((size_t)1 << 16)
 
 struct dev_rows {
     void **bufs[2]; /* the pool's row buffers per layer; bufs[1] NULL for MLA */
@@ -133,6 +134,8 @@ static int rows_open(void **const bufs[2], uint32_t layers, const size_t row_byt
     r->layers = layers;
     r->parts = bufs[1] ? 2 : 1;
     r->chunk = ROWS_STAGE_BYTES / (r->row_bytes[0] + r->row_bytes[1]);
+    if (r->chunk > ROWS_STAGE_MAX)
+        r->chunk = ROWS_STAGE_MAX;
     if (r->chunk == 0)
         r->chunk = 1;
     *out = r;
