@@ -39,6 +39,11 @@ extern const struct dev_backend dev_backend_sim;
 #ifdef KVT_HAVE_CUDA
 extern const struct dev_backend dev_backend_cuda;
 int dev_cuda_device_count(void);
+/* A copy in device memory of a pool's row-buffer table, [2][layers] (V's entries NULL where
+ * bufs[1] is), which the gather/scatter kernels index; landed when this returns, for streams
+ * that do not wait for the legacy one. The caller cudaFrees *out. 0, -ENOMEM or
+ * KVT_EBACKEND. */
+int dev_cuda_table(void **const bufs[2], uint32_t layers, void ***out);
 #endif
 
 /* The backend for want (enum kvt_backend): auto picks cuda when built and a GPU is visible.

@@ -56,6 +56,31 @@ static void cuda_free(void *ptr, size_t bytes)
         cudaFree(ptr);
 }
 
+int dev_cuda_table(void **const bufs[2], uint32_t layers, void ***out)
+{
+    size_t n = 2 * (size_t)layers, bytes = n * sizeof(void *);
+    void **tab = calloc(n, sizeof(void *));
+    int rc = KVT_EBACKEND;
+
+    *out = NULL;
+    if (!tab)
+        return -ENOMEM;
+    for (int w = 0; w < 2; w++)
+        for (uint32_t l = 0; bufs[w] && l < layers; l++)
+            tab[w * layers + l] = bufs[w][l];
+    if (cudaMalloc((void **)out, bytes) != cudaSuccess)
+        *out = NULL;
+    else if (cudaMemcpy(*out, tab, bytes, cudaMemcpyHostToDevice) == cudaSuccess)
+        rc = settle(); /* a pageable copy may still be landing when cudaMemcpy returns */
+    if (rc) {
+        cudaGetLastError();
+        cudaFree(*out);
+        *out = NULL;
+    }
+    free(tab);
+    return rc;
+}
+
 /* From pageable memory cudaMemcpy may return once the bytes are staged, before they land;
  * a backup on the transfer engine's own stream would not be ordered after them. */
 static int cuda_to_device(void *dst, const void *src, size_t n)
@@ -114,7 +139,7 @@ struct dev_rows {
     size_t row_bytes[2];
     size_t chunk;       /* rows staged at a time */
     bool refused;       /* the device side could not be had: the caller copies per run */
-    void **dev_tab;     /* device: [parts][layers] row buffers, the kernel's table */
+    void **dev_tab;     /* device: [2][layers] row buffers, the kernel's table */
     uint8_t *stage;     /* device: a chunk's K rows, then its V rows */
     uint32_t *idx;      /* device: a chunk's slots, then each row's place in stage */
     uint32_t *idx_host; /* the same, built here */
@@ -165,21 +190,13 @@ static void rows_close(struct dev_rows *r)
 /* The device side, at the first copy. */
 static int rows_setup(struct dev_rows *r)
 {
-    size_t tab_bytes = (size_t)r->parts * r->layers * sizeof(void *);
-    void **tab = malloc(tab_bytes);
-    bool ok = tab && kvk_check_device() == cudaSuccess;
+    bool ok = kvk_check_device() == cudaSuccess &&
+              dev_cuda_table(r->bufs, r->layers, &r->dev_tab) == 0 &&
+              cudaMalloc((void **)&r->stage, r->chunk * (r->row_bytes[0] + r->row_bytes[1])) ==
+                  cudaSuccess &&
+              cudaMalloc((void **)&r->idx, 2 * r->chunk * sizeof(uint32_t)) == cudaSuccess &&
+              (r->idx_host = malloc(2 * r->chunk * sizeof(uint32_t))) != NULL;
 
-    for (uint32_t w = 0; ok && w < r->parts; w++)
-        for (uint32_t l = 0; l < r->layers; l++)
-            tab[w * r->layers + l] = r->bufs[w][l];
-    /* From pageable memory the table is staged before cudaMemcpy returns: tab may go. */
-    ok = ok && cudaMalloc((void **)&r->dev_tab, tab_bytes) == cudaSuccess &&
-         cudaMemcpy(r->dev_tab, tab, tab_bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
-         cudaMalloc((void **)&r->stage, r->chunk * (r->row_bytes[0] + r->row_bytes[1])) ==
-             cudaSuccess &&
-         cudaMalloc((void **)&r->idx, 2 * r->chunk * sizeof(uint32_t)) == cudaSuccess &&
-         (r->idx_host = malloc(2 * r->chunk * sizeof(uint32_t))) != NULL;
-    free(tab);
     if (ok)
         return 0;
     cudaGetLastError();

@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kvtier.h"
+#include "device/backend.h"
 #include "xfer_int.h"
 #ifdef KVT_HAVE_KERNELS
 #include "kv_copy.h"
@@ -441,32 +442,6 @@ static bool kern_strides_match(const struct host_pool *hp, const struct kvk_pool
     return true;
 }
 
-/* The kernels find each layer's row buffers through a table in device memory. */
-static int kern_dev_table(struct cuda_engine *ce)
-{
-    const struct xfer_engine *x = &ce->x;
-    size_t n = 2 * (size_t)x->layers, bytes = n * sizeof(void *);
-    void **tab = calloc(n, sizeof(void *));
-    int rc;
-
-    if (!tab)
-        return -ENOMEM;
-    for (int w = 0; w < 2; w++)
-        for (uint32_t l = 0; x->dev->buf[w] && l < x->layers; l++)
-            tab[w * x->layers + l] = x->dev->buf[w][l];
-    rc = cuda_ok(cudaMalloc((void **)&ce->dev_tab, bytes));
-    if (rc)
-        ce->dev_tab = NULL;
-    else
-        rc = cuda_ok(cudaMemcpy(ce->dev_tab, tab, bytes, cudaMemcpyHostToDevice));
-    /* A pageable copy may still be landing when cudaMemcpy returns, and the transfer
-     * streams do not wait for the legacy stream. */
-    if (!rc)
-        rc = cuda_ok(cudaStreamSynchronize(cudaStreamLegacy));
-    free(tab);
-    return rc;
-}
-
 static int ring_init(struct idx_ring *r)
 {
     size_t bytes = IDX_RING_ENTRIES * sizeof(uint32_t);
@@ -501,7 +476,8 @@ static int kern_init(struct cuda_engine *ce)
     kern_host_strides(x->host, kp);
     if (!kern_strides_match(x->host, kp))
         return -EINVAL;
-    if ((rc = kern_dev_table(ce)))
+    /* The kernels find each layer's row buffers through a table in device memory. */
+    if ((rc = dev_cuda_table(x->dev->buf, x->layers, &ce->dev_tab)))
         return rc;
     kp->dev = ce->dev_tab;
     for (int d = XFER_LOAD; d <= XFER_BACKUP && !rc; d++)
