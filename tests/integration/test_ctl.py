@@ -1853,6 +1853,10 @@ def resp(port, *args):
     return reply.decode().strip()
 
 
+# A page's own key in a SCAN reply (not the start of its copy's name, "...:copy{T}").
+PAGE_NAME = rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}(?![0-9a-f:])"
+
+
 def redis_url():
     """The URL of a redis-server of the test's own, filled by kvtier-bench once; Skip where
     redis-server or ctl's remote commands are missing."""
@@ -1909,7 +1913,7 @@ def _():
         reply = b""
         while not names and (chunk := s.recv(1 << 16)):
             reply += chunk
-            names = re.findall(rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}", reply)
+            names = re.findall(PAGE_NAME, reply)
     check(names, "no kvt:* key to damage")
     key = names[0]
     check(key.decode().startswith(f"kvt:{fp}:"), f"key {key!r} of fingerprint {fp}")
@@ -1959,7 +1963,7 @@ def _():
         reply, names = b"", []
         while not names and (chunk := s.recv(1 << 16)):
             reply += chunk
-            names = re.findall(rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}", reply)
+            names = re.findall(PAGE_NAME, reply)
     check(names, "no kvt:* key on the third master")
     eq(resp(ports[2], b"SET", names[0], b"garbage"), "+OK", "SET garbage")
     r = ctl("remote", "verify", url, "--json")
@@ -1968,6 +1972,80 @@ def _():
     eq((j["bad"], j["bad_keys"]), (1, [names[0].decode()]), "the bad key named")
     eq({n["server"]: n["bad"] for n in j["nodes"]},
        {s: int(s.endswith(f":{ports[2]}")) for s in sizes}, "bad pages per node")
+
+
+@case("remote stat and verify over a cluster: each page's copy on another master, counted")
+def _():
+    url, ports = redis_cluster_url()
+    j = ok_json("remote", "stat", url)
+    eq(j["copies"] * 2, j["pages"], f"a copy of every page: {j}")
+    eq(j["fingerprints"][0]["copies"], j["copies"], "copies of the fingerprint")
+    check("copies:" in ok("remote", "stat", url).out, "the text says copies")
+
+
+@case("remote: a kvt:* key of another type is foreign; stat and verify go on")
+def _():
+    url = redis_url()
+    port = _redis["port"]
+    before = ok_json("remote", "stat", url)
+    page_like = b"kvt:" + b"ab" * 32 + b":" + b"cd" * 32  # a page's name, a list's value
+    eq(resp(port, b"RPUSH", page_like, b"x"), ":1", "RPUSH")
+    eq(resp(port, b"SADD", b"kvt:a-set", b"m"), ":1", "SADD")
+    try:
+        j = ok_json("remote", "stat", url)
+        eq((j["pages"], j["other_keys"]), (before["pages"], before["other_keys"] + 2),
+           f"stat counts the lists and sets as foreign: {j}")
+        r = ctl("remote", "verify", url, "--json")
+        eq(r.rc, 1, f"exit status{r.where()}")
+        j = r.json()
+        check(page_like.decode() in j["bad_keys"] and "kvt:a-set" in j["bad_keys"],
+              f"both named: {j['bad_keys']}")
+        check(j["good"] >= before["pages"] - 1, f"the pages read all the same: {j}")
+        t = ctl("remote", "stat", url)
+        eq(t.rc, 0, f"exit status{t.where()}")
+        check("no page (another name or type)" in t.out, f"text: {t.out!r}")
+    finally:
+        resp(port, b"DEL", page_like, b"kvt:a-set")
+
+
+@case("remote stat and verify over a cluster with a master down: the others reported, exit 1")
+def _():
+    redis_url()  # skips where ctl or redis-server lack
+    procs, ports = harness.start_redis_cluster(TMP)
+    try:
+        url = ",".join(f"redis://127.0.0.1:{p}" for p in ports)
+        b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic",
+                            "mixed", "--requests", "20"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+        check(b.returncode == 0, f"kvtier-bench --remote (cluster) failed: {b.stderr[-400:]!r}")
+        sizes = {f"127.0.0.1:{p}": int(resp(p, b"DBSIZE")[1:]) for p in ports}
+        procs[1].kill()
+        procs[1].wait()
+        dead = f"127.0.0.1:{ports[1]}"
+        for sub in ("stat", "verify"):
+            r = ctl("remote", sub, url, "--json")
+            eq(r.rc, 1, f"{sub}: exit status{r.where()}")
+            check(f"cannot connect to {dead}" in r.err, f"{sub}: stderr names it{r.where()}")
+            j = r.json()
+            eq(j["unreachable"], 1, f"{sub}: unreachable")
+            states = {n["server"]: n["state"] for n in j["nodes"]}
+            eq(states, {s: "unreachable" if s == dead else "ok" for s in sizes}, "states")
+            live = {n["server"]: n["pages"] for n in j["nodes"] if n["state"] == "ok"}
+            eq(live, {s: n for s, n in sizes.items() if s != dead}, f"{sub}: the live masters")
+            check(any("Connection refused" in n.get("error", "") for n in j["nodes"]),
+                  f"{sub}: why: {j['nodes']}")
+        t = ctl("remote", "verify", url)
+        eq(t.rc, 1, f"exit status{t.where()}")
+        check(re.search(rf"{re.escape(dead)} .* unreachable: cannot connect", t.out) and
+              "INCOMPLETE" in t.out and "unreachable:  1 master" in t.out, f"text: {t.out!r}")
+        # From a dead seed too: the next seed answers.
+        t = ctl("remote", "stat", f"redis://{dead},redis://127.0.0.1:{ports[0]}")
+        eq(t.rc, 1, f"exit status{t.where()}")
+        check("3 masters" in t.out, f"text: {t.out!r}")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 @case("remote: a bad URL exits 2 naming it; a dead port exits 1")
