@@ -7,18 +7,27 @@
  * - FLUSHALL between a write and a read: misses, a leading run of 0, and writes work again;
  * - the server killed: ops fail (-EIO / -ECONNREFUSED) within the timeouts and leading_run
  *   answers 0 at once; a new server on the port and the store serves again;
- * - the server stopped (SIGSTOP): ops fail within the read timeout, nothing hangs;
+ * - the server stopped (SIGSTOP): the first op fails within the read timeout, the server is
+ *   marked down, and requests then cost nothing (the prober tries it); SIGCONT, served again;
+ * - a hostile server that trickles every reply a byte at a time: marked down at its first
+ *   reply, requests then cost nothing; two that send every command to each other with ASK:
+ *   given up past the redirections, the node marked down, later requests not sent round;
  * - a TTL: the page is there, then gone once it expires;
  * - ACL users (AUTH user password): the right user and password (percent-encoded ':', '@', ',')
  *   read and write; a wrong password, or a user without GET and SET, gets misses, counted
  *   (auth_refused, denied, the server's text), and the store goes on.
  * And over a 3-master Redis Cluster of the test's own (redis_cluster.h):
- * - pages spread over every master, found from any one seed, read exact;
+ * - pages and their copies spread over every master (a copy never on its page's), found from
+ *   any one seed, read exact;
  * - a slot migrated while the store runs: ASK while its keys move (the map untouched), then
  *   MOVED once the slot is the new node's (the map updated), every read exact;
- * - a master killed: its slots' pages fail (counted) and the others are served; restarted,
- *   it serves again;
- * - a master stopped (SIGSTOP): its pages fail within the timeouts, the others are served.
+ * - a master killed: every page still read and the leading run whole (the copies); with
+ *   copies=1 its slots' pages fail and the run stops at the first; restarted, it serves again;
+ * - a master stopped (SIGSTOP): the first read waits the timeout, every page from its copy;
+ *   then requests cost nothing; SIGCONT and it serves again;
+ * - with a replica per master, one key a page: a master killed, its pages read from its
+ *   replica by a store that may (replica_reads), then, once the replica took over, served
+ *   again by the store that could not, without a restart.
  * And over TLS (a server with a TLS port and certificates of the test's own):
  * - the CA given, the server named as its certificate names it (IP 127.0.0.1, DNS localhost):
  *   pages written and read exact;

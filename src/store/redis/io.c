@@ -135,8 +135,7 @@ static int write_result(struct redis_store *r, const struct redis_item *it,
     int rc = item_result(r, STORE_OP_WRITE, it, t);
     int crc = copy ? item_result(r, STORE_OP_WRITE, copy, &ct) : -EIO;
 
-    t->copy_sets += copy && crc == 0;
-    t->denied += ct.denied;
+    t->copy_sets += copy && crc == 0; /* ct's other counts are the page's, counted once */
     rc = rc == 0 || crc == 0 ? 0 : rc;
     t->sets++;
     t->bytes += rc == 0 ? r->base.page_bytes : 0;
