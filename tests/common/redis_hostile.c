@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,10 +183,12 @@ static bool give_out(struct redis_hostile *h, struct conn *c)
 
 static void accept_one(struct redis_hostile *h, struct conn *conns)
 {
-    int fd = accept(h->lfd, NULL, NULL);
+    int fd = accept(h->lfd, NULL, NULL), one = 1;
 
     if (fd < 0)
         return;
+    /* Replies go out as they are made: no Nagle wait behind the client's delayed ACK. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     for (int i = 0; i < MAX_CONNS; i++)
         if (conns[i].fd < 0 && (conns[i].in = malloc(IN_BYTES))) {
             conns[i].fd = fd;

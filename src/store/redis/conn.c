@@ -45,8 +45,10 @@ void redis_conn_publish(struct redis_store *r)
         const struct redis_node *n = &r->nodes[i];
         connected |= n->ctx != NULL;
         down += n->down;
-        if (serving(r, i) && r->nodes[i].replica_of == NODE_NONE)
-            usable |= !n->down, bytes += r->mode_known ? n->capacity : 0;
+        if (serving(r, i) && n->replica_of == NODE_NONE) { /* replicas add no room */
+            usable |= !n->down;
+            bytes += r->mode_known ? n->capacity : 0;
+        }
     }
     pthread_mutex_lock(&r->lock);
     r->usable = usable || r->revived;

@@ -209,6 +209,7 @@ static int read_value(struct redis_wire *w, unsigned depth, struct budget *b,
     case RESP_ERROR:
         return (v->str = strdup(h.line)) ? 0 : -ENOMEM;
     case RESP_BULK:
+        redis_wire_reply_extend(w, (size_t)h.integer); /* a page (verify's GET) takes longer */
         if (!(v->str = malloc((size_t)h.integer + 2)))
             return -ENOMEM;
         if (take(w, v->str, (size_t)h.integer + 2))
