@@ -283,7 +283,9 @@ static void test_endless_tree(void **state)
     assert_null(v);
     assert_non_null(strstr(redis_wire_why(NULL, -EMSGSIZE), "bounds"));
     assert_true(f.sent < ENDLESS_BYTES / 3); /* about 4 MiB: 1M elements */
+#ifndef __SANITIZE_THREAD__ /* whose shadow memory grows with every byte the client touches */
     assert_true(grown_mib < 384);
+#endif
 }
 
 /* A reply of 40 bytes sent a byte every 75 ms: each read gets a byte well within the 1 s
@@ -309,14 +311,15 @@ static void test_trickled_reply(void **state)
     t0 = now_ms();
     rc = redis_call(w, 1, ping, NULL, &v);
     uint64_t ms = now_ms() - t0;
+    int err = w->err;
+    redis_wire_close(w); /* the fake's next byte fails: it stops */
+    fake_stop(&f);
     printf("test_redis_client: trickled reply: rc %d after %" PRIu64 " ms (%zu bytes came)\n", rc,
            ms, f.sent);
     redis_resp_free(v);
     assert_int_equal(rc, -EIO);
-    assert_int_equal(w->err, -ETIMEDOUT);
+    assert_int_equal(err, -ETIMEDOUT);
     assert_true(ms >= 900 && ms < 2500);
-    redis_wire_close(w);
-    fake_stop(&f);
 }
 
 static void test_framing_and_refused(void **state)

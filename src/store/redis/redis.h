@@ -17,7 +17,7 @@
  * Cluster mode is what the first seed to answer says: a node answering CLUSTER SLOTS makes
  * the store route each page by its key's hash slot to the master the slot map names, batches
  * split per master; MOVED updates the map (and a full refresh follows), ASK is followed with
- * ASKING, a command gets MAX_REDIRECTS at most. Each page is written twice (copies, on by
+ * ASKING, a command gets 5 redirections at most. Each page is written twice (copies, on by
  * default): under its key, and under its copy name, whose hash tag puts it in the slot half
  * the map away, on another master. A read or a leading run asks the page's master, and where
  * that master is down (or failed the exchange) its replica (when replica reads are allowed),
