@@ -781,13 +781,20 @@ static void test_cluster_master_killed(void **state)
     expect_counters(f, &c);
     assert_int_equal(c.copies, 1);
     assert_true(c.failed >= on);
-    /* Back on its port with its nodes.conf (and none of its data): served again. */
+    /* Back on its port with its nodes.conf (and none of its data): served again, writes too,
+     * and with copies every page is found before any is written again (its own key absent
+     * now, its copy there). */
     assert_int_equal(redis_server_restart(&f->cl.node[down]), 0);
+    reopen_cluster(f, "");
+    read_all_timed(f);
+    expect_counters(f, &c);
+    assert_true(c.copy_reads >= on);
+    assert_int_equal(c.failed, 0);
+    until_served(f);
+    reopen_cluster(f, "?copies=1");
     until_served(f);
     expect_counters(f, &c);
     assert_int_equal(c.connected, 1);
-    reopen_cluster(f, "");
-    until_served(f);
 }
 
 /* SPACED_OPS reads of every page (a leading run, then the read), SPACED_GAP_MS apart, as an

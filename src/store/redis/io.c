@@ -5,7 +5,7 @@
  * write. A connection that fails mid-chunk fails the chunk's pages not yet answered by its
  * node, and marks the node down (conn.c). On a cluster a chunk of writes also writes each
  * page's copy, and a read or a leading run asks elsewhere (alt.c) for the pages whose master
- * did not answer; a page is stored when either of its two keys took it.
+ * did not answer or did not have them; a page is stored when either of its two keys took it.
  */
 #include <errno.h>
 #include <stdio.h>

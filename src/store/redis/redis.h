@@ -21,8 +21,9 @@
  * default): under its key, and under its copy name, whose hash tag puts it in the slot half
  * the map away, on another master. A read or a leading run asks the page's master, and where
  * that master is down (or failed the exchange) its replica (when replica reads are allowed),
- * then the copy: with one master of N down every page is still found, so a KV's chain of
- * pages, spread over every master, does not break at its first page on the dead one. While
+ * then the copy; where it says the key is absent (restarted empty, evicted), the copy: with
+ * one master of N down every page is still found, so a KV's chain of pages, spread over every
+ * master, does not break at its first page on the dead one. While
  * a master is down the map is read again every half second, so a replica promoted in its
  * place (a failover) is used without a restart.
  */
