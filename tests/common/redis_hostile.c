@@ -24,7 +24,33 @@ struct conn {
     char *out;
     size_t out_len, out_pos, out_cap;
     uint64_t next_ms; /* a trickle's next byte */
+    bool tree;        /* HOSTILE_TREE: the tree is being sent */
+    int left[HOSTILE_TREE_DEPTH], level;
+    size_t tree_sent;
 };
+
+size_t redis_hostile_tree(int width, int *left, int *level, char *buf, size_t cap)
+{
+    size_t n = 0;
+
+    while (n + 32 < cap) {
+        if (*level >= 0 && left[*level] == 0) { /* that array is whole */
+            if (--*level < 0)
+                break;
+            continue;
+        }
+        if (*level >= 0)
+            left[*level]--;
+        if (*level == HOSTILE_TREE_DEPTH - 1) {
+            memcpy(buf + n, ":1\r\n", 4);
+            n += 4;
+        } else {
+            n += (size_t)snprintf(buf + n, 32, "*%d\r\n", width);
+            left[++*level] = width;
+        }
+    }
+    return n;
+}
 
 static uint64_t now_ms(void)
 {
@@ -128,8 +154,10 @@ static void answer(struct redis_hostile *h, struct conn *c)
             atomic_fetch_add(&h->commands, 1);
         if (h->mode == HOSTILE_TRICKLE)
             reply_trickle(c, name, name_len);
-        else
+        else if (h->mode == HOSTILE_ASK)
             reply_ask(h, c, name, name_len, arg, arg_len);
+        else if (!c->tree)
+            c->tree = true, c->level = -1; /* the first command's answer, never whole */
         used += k;
     }
     memmove(c->in, c->in + used, c->in_len - used);
@@ -165,6 +193,13 @@ static bool give_out(struct redis_hostile *h, struct conn *c)
     size_t n = c->out_len - c->out_pos;
     ssize_t k;
 
+    if (!n && c->tree && c->tree_sent < h->tree_bytes) {
+        char buf[1 << 16];
+        size_t t = redis_hostile_tree(HOSTILE_TREE_WIDTH, c->left, &c->level, buf, sizeof(buf));
+        out_add(c, buf, t);
+        c->tree_sent += t;
+        n = t;
+    }
     if (!n)
         return true;
     if (h->gap_ms) {

@@ -30,10 +30,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "redis_hostile.h"
 #include "store/redis/client.h"
 
 /* One connection served: what it received (up to got's size), then reply sent (gap_ms between
- * its bytes: a trickle), or with tree_width set a tree of arrays (tree_next's order) until
+ * its bytes: a trickle), or with tree_width set a tree of arrays (redis_hostile_tree's order) until
  * tree_bytes went out, then closed. */
 struct fake {
     int lfd;
@@ -49,35 +50,6 @@ struct fake {
     size_t tree_bytes;
     size_t sent; /* bytes the client took before it closed (or all) */
 };
-
-#define TREE_DEPTH 8 /* levels of arrays: as deep as the client takes */
-
-/* The next bytes (up to cap, whole tokens) of a tree of arrays TREE_DEPTH deep, width
- * elements each, integers at the bottom, depth first: each level and each array within the
- * client's own bounds, the whole some 1000^8 elements. left[l]: elements still to come of
- * the array open at level l; *level: the deepest open one (-1 before the first). */
-static size_t tree_next(int width, int *left, int *level, char *buf, size_t cap)
-{
-    size_t n = 0;
-
-    while (n + 32 < cap) {
-        if (*level >= 0 && left[*level] == 0) { /* that array is whole */
-            if (--*level < 0)
-                break;
-            continue;
-        }
-        if (*level >= 0)
-            left[*level]--;
-        if (*level == TREE_DEPTH - 1) {
-            memcpy(buf + n, ":1\r\n", 4);
-            n += 4;
-        } else {
-            n += (size_t)snprintf(buf + n, 32, "*%d\r\n", width);
-            left[++*level] = width;
-        }
-    }
-    return n;
-}
 
 /* buf (len bytes) to fd, a byte every gap_ms when set: false once the peer is gone. */
 static bool send_all(struct fake *f, int fd, const char *buf, size_t len)
@@ -109,10 +81,10 @@ static void *serve(void *arg)
         send_all(f, fd, f->reply, f->reply_len);
     } else {
         char buf[1 << 16];
-        int left[TREE_DEPTH], level = -1;
+        int left[HOSTILE_TREE_DEPTH], level = -1;
         size_t n;
         while (f->sent < f->tree_bytes &&
-               (n = tree_next(f->tree_width, left, &level, buf, sizeof(buf))) &&
+               (n = redis_hostile_tree(f->tree_width, left, &level, buf, sizeof(buf))) &&
                send_all(f, fd, buf, n))
             ;
     }

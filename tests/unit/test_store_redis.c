@@ -11,7 +11,8 @@
  *   marked down, and requests then cost nothing (the prober tries it); SIGCONT, served again;
  * - a hostile server that trickles every reply a byte at a time: marked down at its first
  *   reply, requests then cost nothing; two that send every command to each other with ASK:
- *   given up past the redirections, the node marked down, later requests not sent round;
+ *   given up past the redirections, the node marked down, later requests not sent round; one
+ *   that answers with an endless tree of arrays: cut off at the whole reply's bounds, said;
  * - a TTL: the page is there, then gone once it expires;
  * - ACL users (AUTH user password): the right user and password (percent-encoded ':', '@', ',')
  *   read and write; a wrong password, or a user without GET and SET, gets misses, counted
@@ -53,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -471,6 +473,49 @@ static void test_trickling_server(void **state)
     assert_int_equal(c.hits, 0);
     assert_int_equal(c.nodes_down, 1);
     assert_non_null(strstr(c.last_error, "no whole reply"));
+}
+
+static long max_rss_mib(void)
+{
+    struct rusage u;
+
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss >> 10;
+}
+
+/* A server that answers the handshake's first command with a tree of arrays without end
+ * (every level within its own bound): the reply is cut off at the client's bounds on the
+ * whole reply, some MiB in, the node marked down saying so, every page a miss. Before, the
+ * client took all it was sent, some 14 bytes of memory a byte. */
+static void test_endless_reply(void **state)
+{
+    struct fixture *f = *state;
+    struct redis_hostile h = {.mode = HOSTILE_TREE, .tree_bytes = 48u << 20};
+    struct store_redis_counters c;
+    long rss0 = max_rss_mib();
+    int res[PAGES];
+
+    assert_int_equal(redis_hostile_start(&h), 0);
+    store_close(f->s);
+    default_options(f, 0);
+    f->o.port = h.port;
+    f->o.read_timeout_ms = 5000; /* the bound, not the time, is what cuts it off */
+    assert_int_equal(store_redis_open(&f->o, &f->s), 0);
+    write_pages(f, PAGES, res);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] < 0);
+    expect_nothing(f);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    store_close(f->s); /* a probe under way is cancelled */
+    f->s = NULL;
+    redis_hostile_stop(&h);
+    printf("test_store_redis: endless reply: %s; peak RSS +%ld MiB\n", c.last_error,
+           max_rss_mib() - rss0);
+    assert_int_equal(c.nodes_down, 1);
+    assert_non_null(strstr(c.last_error, "a reply past the client's bounds"));
+#ifndef __SANITIZE_THREAD__ /* whose shadow memory grows with every byte the client touches */
+    assert_true(max_rss_mib() - rss0 < 384);
+#endif
 }
 
 /* Two nodes that send every command to each other with ASK, for ever. A command gives up past
@@ -1194,6 +1239,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trickling_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redirect_loop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_endless_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acl_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_spread, setup_cluster, teardown),

@@ -206,6 +206,7 @@ static void refresh_pages(struct redis_store *r)
     uint64_t pages = 0;
     struct resp_value *rep;
     bool any = false;
+    int rc;
 
     for (size_t i = 0; i < r->n_nodes; i++) {
         struct redis_node *n = &r->nodes[i];
@@ -220,8 +221,10 @@ static void refresh_pages(struct redis_store *r)
         struct redis_node *n = &r->nodes[i];
         if (!n->sent || !n->ctx)
             continue;
-        if (redis_resp_read(n->ctx, &rep)) {
-            redis_conn_lost(r, n);
+        if ((rc = redis_resp_read(n->ctx, &rep))) {
+            char why[200];
+            snprintf(why, sizeof(why), "DBSIZE: %s", redis_wire_why(n->ctx, rc));
+            redis_conn_down(r, n, -EIO, why);
             continue;
         }
         if (rep->type == RESP_INT) {
