@@ -19,6 +19,9 @@
 #include <sys/stat.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack; the functions stay in the library */
 #include <xxhash.h>
+#ifdef KVT_HAVE_XXH_DISPATCH
+#include <xxh_x86dispatch.h> /* XXH3_128bits: the widest vector unit this CPU has */
+#endif
 
 #define META_KEY "format"
 #define META_MAGIC "KVTIERDS"
