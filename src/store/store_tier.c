@@ -605,6 +605,23 @@ void store_tier_swap(struct tier *t, struct kvt_store *store)
 
 /* ---- open ---- */
 
+uint32_t store_page_tokens_of(const struct kvt_options *o)
+{
+    uint64_t page = kvt_cell_bytes(&o->geometry) * o->page_size, group, most;
+
+    if (o->store_page_tokens)
+        return o->store_page_tokens;
+    if (o->mamba.layers || o->swa.window || !page || page >= STORE_PAGE_AUTO_BYTES)
+        return o->page_size;
+    group = (STORE_PAGE_AUTO_BYTES + page - 1) / page;
+    /* No longer than a key can be: a store page no key fills is never written. */
+    most = (o->max_context < STORE_PAGE_TOKENS_MAX ? o->max_context : STORE_PAGE_TOKENS_MAX) /
+           o->page_size;
+    if (group > most)
+        group = most ? most : 1;
+    return (uint32_t)(group * o->page_size);
+}
+
 int store_tier_check_options(const struct kvt_options *o, bool has_host, size_t page_bytes)
 {
     if (!has_host || !o->hash_pages || o->host_layout != KVT_HOST_PAGE_FIRST ||
