@@ -1,6 +1,6 @@
 /*
- * The psync engine: every worker takes the oldest queued request and runs it to the end with
- * pread/pwrite, so requests overlap across workers as they would in the kernel's queue. For
+ * The psync engine: every worker takes the next queued request (reads first) and runs it to the end
+ * with pread/pwrite, so requests overlap across workers as they would in the kernel's queue. For
  * kernels and sandboxes that refuse io_uring.
  */
 #include "dio.h"
@@ -39,20 +39,15 @@ static int psync_run(struct dio *io, struct dio_req *r)
     return rc;
 }
 
-/* The oldest queued request, or NULL once stopped with the queue drained. */
+/* The next queued request, or NULL once stopped with the queue drained. */
 static struct dio_req *psync_next(struct dio *io)
 {
     struct dio_req *r;
 
     pthread_mutex_lock(&io->lock);
-    while (!io->head && !io->stop)
+    while (!io->q.head && !io->stop)
         pthread_cond_wait(&io->work, &io->lock);
-    r = io->head;
-    if (r) {
-        io->head = r->next;
-        if (!io->head)
-            io->tail = NULL;
-    }
+    r = dio_q_pop(&io->q);
     pthread_mutex_unlock(&io->lock);
     return r;
 }

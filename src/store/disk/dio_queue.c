@@ -15,8 +15,50 @@ int dio_fault(const struct dio *io, const struct dio_req *r)
 
 struct dio_req *dio_take_locked(struct dio *io)
 {
-    struct dio_req *list = io->head;
+    struct dio_req *list = io->q.head;
 
-    io->head = io->tail = NULL;
+    io->q = (struct dio_q){NULL, NULL, NULL};
     return list;
+}
+
+/* r linked in at *at, the queue's ends kept. */
+static void link_at(struct dio_q *q, struct dio_req **at, struct dio_req *r)
+{
+    r->next = *at;
+    *at = r;
+    if (!r->next)
+        q->tail = r;
+    if (!r->write && (!q->rlast || q->rlast->next == r))
+        q->rlast = r;
+}
+
+void dio_q_push(struct dio_q *q, struct dio_req *r)
+{
+    if (r->write)
+        link_at(q, q->tail ? &q->tail->next : &q->head, r);
+    else
+        link_at(q, q->rlast ? &q->rlast->next : &q->head, r);
+}
+
+void dio_q_push_front(struct dio_q *q, struct dio_req *r)
+{
+    if (r->write)
+        link_at(q, q->rlast ? &q->rlast->next : &q->head, r);
+    else
+        link_at(q, &q->head, r);
+}
+
+struct dio_req *dio_q_pop(struct dio_q *q)
+{
+    struct dio_req *r = q->head;
+
+    if (!r)
+        return NULL;
+    q->head = r->next;
+    if (!q->head)
+        q->tail = NULL;
+    if (q->rlast == r)
+        q->rlast = NULL;
+    r->next = NULL;
+    return r;
 }

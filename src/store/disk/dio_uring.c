@@ -36,8 +36,7 @@ struct uring {
     uint32_t inflight; /* requests in the ring (the eventfd read not counted) */
     uint8_t *reg_base; /* registered region, NULL when none */
     size_t reg_bytes;
-    struct dio_req *ready; /* taken from the queue, not yet in the ring: FIFO */
-    struct dio_req *ready_tail;
+    struct dio_q ready; /* taken from the queue, not yet in the ring: reads first */
     /* Finished requests for the callback thread, under cb_lock. */
     pthread_t cb_thread;
     pthread_mutex_t cb_lock;
@@ -49,40 +48,6 @@ struct uring {
 
 /* user_data of the eventfd read: no request lives at this address. */
 static char efd_tag;
-
-static void ready_push_front(struct uring *u, struct dio_req *r)
-{
-    r->next = u->ready;
-    u->ready = r;
-    if (!u->ready_tail)
-        u->ready_tail = r;
-}
-
-static void ready_append(struct uring *u, struct dio_req *list)
-{
-    struct dio_req *last = list;
-
-    if (!list)
-        return;
-    while (last->next)
-        last = last->next;
-    if (u->ready_tail)
-        u->ready_tail->next = list;
-    else
-        u->ready = list;
-    u->ready_tail = last;
-}
-
-static struct dio_req *ready_pop(struct uring *u)
-{
-    struct dio_req *r = u->ready;
-
-    u->ready = r->next;
-    if (!u->ready)
-        u->ready_tail = NULL;
-    r->next = NULL;
-    return r;
-}
 
 /* The registered buffer holding [p, p + len), or -1. */
 static int fixed_index(const struct uring *u, const uint8_t *p, size_t len)
@@ -146,20 +111,20 @@ static unsigned fill(struct dio *io, struct uring *u, unsigned max, struct done_
 {
     unsigned n = 0;
 
-    while (u->ready && u->inflight < u->depth && n < max) {
-        struct dio_req *r = u->ready;
+    while (u->ready.head && u->inflight < u->depth && n < max) {
+        struct dio_req *r = u->ready.head;
         struct io_uring_sqe *sqe;
         int f = r->done ? 0 : dio_fault(io, r);
 
         if (f) {
             r->res = f;
-            done_push(done, ready_pop(u));
+            done_push(done, dio_q_pop(&u->ready));
             continue;
         }
         sqe = io_uring_get_sqe(&u->ring);
         if (!sqe)
             break;
-        prep(u, sqe, ready_pop(u));
+        prep(u, sqe, dio_q_pop(&u->ready));
         u->inflight++;
         n++;
     }
@@ -191,7 +156,7 @@ static void landed(struct uring *u, struct dio_req *r, int res, struct done_list
     u->inflight--;
     if (res > 0 && r->done + (uint32_t)res < r->len) {
         r->done += (uint32_t)res;
-        ready_push_front(u, r);
+        dio_q_push_front(&u->ready, r);
         return;
     }
     if (res > 0)
@@ -228,7 +193,10 @@ static bool take(struct dio *io, struct uring *u)
     bool stop;
 
     pthread_mutex_lock(&io->lock);
-    ready_append(u, dio_take_locked(io));
+    for (struct dio_req *r = dio_take_locked(io), *next; r; r = next) {
+        next = r->next;
+        dio_q_push(&u->ready, r);
+    }
     stop = io->stop;
     pthread_mutex_unlock(&io->lock);
     return stop;
@@ -302,7 +270,7 @@ static void *uring_thread(void *arg)
 
         submit_ready(io, u, &done);
         hand_over(u, &done);
-        if (stop && !u->inflight && !u->ready && !callbacks_pending(u))
+        if (stop && !u->inflight && !u->ready.head && !callbacks_pending(u))
             break;
         wait_one(u);
         refill(io, u, &done);

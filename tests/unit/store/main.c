@@ -89,6 +89,7 @@ int main(void)
         T(test_crash_relaxed),
         T(test_pipe_order),
         T(test_pipe_same_key),
+        T(test_reads_before_writes),
         T(test_durable_flushes),
         T(test_relaxed_flushes),
         T(test_flush_fails_no_reuse),
