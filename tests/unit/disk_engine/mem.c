@@ -204,8 +204,15 @@ static void chain_case(uint32_t policy, uint64_t seed, uint64_t base)
     REQUIRE(g_ctx, f.failed > 0 && stats(e).disk_errors > 0);
     run_family(e, fam, seed ^ 3, 150, 1, 1, &b);
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
-    check(e);
     store_stats(c.far, &far);
+    /* Whether the near store lost a page the second run asks for depends on what landed
+     * when: more requests of the family until one comes from the far store. */
+    for (uint64_t k = 0; (b.disk_tokens == 0 || far.bytes_read == 0) && k < 8; k++) {
+        run_family(e, fam, seed ^ (20 + k), 150, 1, 1, &b);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
+        store_stats(c.far, &far);
+    }
+    check(e);
     REQUIRE(g_ctx, b.disk_tokens > 0 && far.bytes_read > 0);
     kvt_close(e);
     fixture_remove_tree(c.dir);
