@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "store/disk/store.h"
 
@@ -32,6 +33,10 @@ struct dio_req {
     void (*complete)(struct dio_req *r);
     void *ctx; /* the submitter's: what the request belongs to */
     void *buf;
+    /* Or, niov > 0: the bytes are these regions in order, len in all (buf unused). The
+     * engine advances them past what a short transfer moved: they are the request's. */
+    struct iovec *iov;
+    uint32_t niov;
     uint64_t off;
     uint32_t len;
     uint32_t done; /* bytes moved so far */
@@ -100,6 +105,9 @@ struct dio {
     void (*finish)(struct dio *io); /* stop the threads and free the engine's own state */
     void *priv;
 };
+
+/* dio_queue.c: a vectored request's regions advanced past n more bytes moved. */
+void dio_iov_advance(struct dio_req *r, size_t n);
 
 /* dio_queue.c: the fault seam's verdict on r: 0, or the error to fail it with. */
 int dio_fault(const struct dio *io, const struct dio_req *r);

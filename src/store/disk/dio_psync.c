@@ -6,6 +6,7 @@
 #include "dio.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -25,7 +26,10 @@ static int psync_run(struct dio *io, struct dio_req *r)
         uint8_t *p = (uint8_t *)r->buf + r->done;
         size_t left = r->len - r->done;
         off_t off = (off_t)(r->off + r->done);
-        ssize_t n = r->write ? pwrite(r->fd, p, left, off) : pread(r->fd, p, left, off);
+        int cnt = r->niov > IOV_MAX ? IOV_MAX : (int)r->niov;
+        ssize_t n = r->niov ? (r->write ? pwritev(r->fd, r->iov, cnt, off)
+                                        : preadv(r->fd, r->iov, cnt, off))
+                            : (r->write ? pwrite(r->fd, p, left, off) : pread(r->fd, p, left, off));
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -35,6 +39,8 @@ static int psync_run(struct dio *io, struct dio_req *r)
             rc = r->write ? -EIO : -ENODATA;
         else
             r->done += (uint32_t)n;
+        if (n > 0)
+            dio_iov_advance(r, (size_t)n);
     }
     return rc;
 }

@@ -13,6 +13,21 @@ int dio_fault(const struct dio *io, const struct dio_req *r)
     return f->inject(f->arg, r->write ? DSTORE_FAULT_WRITE : DSTORE_FAULT_READ, r->slab, r->slot);
 }
 
+void dio_iov_advance(struct dio_req *r, size_t n)
+{
+    while (n && r->niov) {
+        size_t k = n < r->iov->iov_len ? n : r->iov->iov_len;
+
+        r->iov->iov_base = (uint8_t *)r->iov->iov_base + k;
+        r->iov->iov_len -= k;
+        n -= k;
+        if (!r->iov->iov_len) {
+            r->iov++;
+            r->niov--;
+        }
+    }
+}
+
 struct dio_req *dio_take_locked(struct dio *io)
 {
     struct dio_req *list = io->q.head;

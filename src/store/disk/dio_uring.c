@@ -68,10 +68,14 @@ static void prep(struct uring *u, struct io_uring_sqe *sqe, struct dio_req *r)
     uint8_t *p = (uint8_t *)r->buf + r->done;
     unsigned len = r->len - r->done;
     uint64_t off = r->off + r->done;
-    int idx = fixed_index(u, p, len);
+    int idx = r->niov ? -1 : fixed_index(u, p, len);
 
     r->fixed = idx >= 0;
-    if (idx >= 0 && r->write)
+    if (r->niov && r->write)
+        io_uring_prep_writev(sqe, r->fd, r->iov, r->niov, off);
+    else if (r->niov)
+        io_uring_prep_readv(sqe, r->fd, r->iov, r->niov, off);
+    else if (idx >= 0 && r->write)
         io_uring_prep_write_fixed(sqe, r->fd, p, len, off, idx);
     else if (idx >= 0)
         io_uring_prep_read_fixed(sqe, r->fd, p, len, off, idx);
@@ -156,6 +160,7 @@ static void landed(struct uring *u, struct dio_req *r, int res, struct done_list
     u->inflight--;
     if (res > 0 && r->done + (uint32_t)res < r->len) {
         r->done += (uint32_t)res;
+        dio_iov_advance(r, (size_t)res);
         dio_q_push_front(&u->ready, r);
         return;
     }

@@ -37,6 +37,18 @@ void page_checksum(const void *buf, size_t len, uint8_t out[16])
     memcpy(out, c.digest, 16);
 }
 
+void page_checksum_parts(const void *const *parts, size_t n, size_t len, uint8_t out[16])
+{
+    XXH3_state_t st;
+    XXH128_canonical_t c;
+
+    XXH3_128bits_reset(&st);
+    for (size_t i = 0; i < n; i++)
+        XXH3_128bits_update(&st, parts[i], len);
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
+    memcpy(out, c.digest, 16);
+}
+
 uint64_t value_digest(const void *val, size_t len)
 {
     return XXH3_64bits(val, len);

@@ -74,7 +74,11 @@ static void put_chain(struct fx *f, uint64_t first, size_t n)
         make_key(first + i, keys[i]);
         tokens_of(first + i, toks[i]);
         fill_page(keys[i], buf_at(f, i), PAGE);
-        w[i] = (struct dstore_wpage){keys[i], i ? keys[i - 1] : NULL, NULL, toks[i], buf_at(f, i)};
+        w[i] = (struct dstore_wpage){.key = keys[i],
+                                     .parent = i ? keys[i - 1] : NULL,
+                                     .ns = NULL,
+                                     .tokens = toks[i],
+                                     .buf = buf_at(f, i)};
     }
     assert_int_equal(dstore_put(f->s, w, n, res), 0);
     for (size_t i = 0; i < n; i++)
@@ -172,7 +176,7 @@ void test_pinned_slot(void **state)
     struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, false, false};
     struct dstore_faults faults = {gate_fn, &g};
     uint8_t key[KEY];
-    struct dstore_rpage r = {key, buf_at(f, 8)};
+    struct dstore_rpage r = {.key = key, .buf = buf_at(f, 8)};
     uint64_t op;
     size_t n = 0;
     int res = 1;
@@ -217,7 +221,7 @@ void test_wait_timeout(void **state)
     struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, false, false};
     struct dstore_faults faults = {gate_fn, &g};
     uint8_t key[KEY];
-    struct dstore_rpage r = {key, buf_at(f, 8)};
+    struct dstore_rpage r = {.key = key, .buf = buf_at(f, 8)};
     struct dstore_done d;
     uint64_t op;
     int res = 1;

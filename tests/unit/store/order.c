@@ -88,7 +88,11 @@ static int order_write(struct dstore *s, uint8_t *bufs, uint64_t first, size_t n
         make_key(first + i, keys[i]);
         tokens_of(first + i, toks[i]);
         fill_page(keys[i], bufs + i * PAGE, PAGE);
-        w[i] = (struct dstore_wpage){keys[i], parent, NULL, toks[i], bufs + i * PAGE};
+        w[i] = (struct dstore_wpage){.key = keys[i],
+                                     .parent = parent,
+                                     .ns = NULL,
+                                     .tokens = toks[i],
+                                     .buf = bufs + i * PAGE};
     }
     return dstore_write(s, w, n, res, op);
 }
@@ -244,7 +248,8 @@ void test_pipe_same_key(void **state)
     struct dstore_faults faults = {hold_inject, &hold};
     uint8_t key[KEY], parent[KEY] = {7};
     uint32_t toks[TOKENS];
-    struct dstore_wpage w = {key, parent, NULL, toks, buf_at(f, 0)};
+    struct dstore_wpage w = {
+        .key = key, .parent = parent, .ns = NULL, .tokens = toks, .buf = buf_at(f, 0)};
     uint64_t op[2];
     int res[2] = {1, 1};
 

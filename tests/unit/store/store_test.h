@@ -159,6 +159,7 @@ void test_crash_relaxed(void **state);
 void test_pipe_order(void **state);
 void test_pipe_same_key(void **state);
 void test_reads_before_writes(void **state);
+void test_parts(void **state);
 
 /* sync.c */
 void test_durable_flushes(void **state);
