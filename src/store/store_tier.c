@@ -401,9 +401,6 @@ static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const str
 
 /* ---- writes ---- */
 
-/* The store pages of a write whose pages (its head, then its span) are described in dpages,
- * from op->lead on, into wpages: a page's own host page and tokens, or a copy of a store
- * page's pages and tokens, back to back, in op->stage and gtokens. */
 /* A write's store pages in parts: its span's host pages, which the write holds, as they are;
  * its head's (the pages above the span its first store page holds), which nothing holds
  * while the write flies, copied into stage first. */
@@ -438,6 +435,10 @@ static int write_parts(struct store_tier *s, struct store_op *op, size_t units)
     return 0;
 }
 
+/* The store pages of a write whose pages (its head, then its span) are described in dpages,
+ * from op->lead on, into wpages: a page's own host page and tokens, its pages in parts
+ * (write_parts), or a copy of a store page's pages and tokens, back to back, in op->stage
+ * and gtokens. */
 static int write_units(struct store_tier *s, struct store_op *op, size_t units)
 {
     const struct tier_up *up = &s->base.up;
