@@ -1031,7 +1031,7 @@ def _():
 def _():
     src = bench_dir()
     pages = set(pages_of(src))
-    n, slots = len(pages), ok_json("stat", src)["capacity_slots"]
+    n, slots = len(pages), ok_json("stat", src)["backed_slots"]
     for how in DAMAGES:
         d = copy_of(src, "recover-" + how.replace(" ", "-"))
         damage_index(d, how)

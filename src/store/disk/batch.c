@@ -239,7 +239,7 @@ static size_t batch_slab(struct batch *b, uint32_t slab)
 /* The page's slab made whole and its requests filled; 0 or the error. */
 static int prepare_write(struct dstore *s, struct dop_page *p)
 {
-    int rc = slab_ready(s, slab_of(s, p->slot));
+    int rc = slab_ready(s, slab_of(s, p->slot), p->slot % s->slab_slots);
 
     return rc ? rc : page_io_prepare(s, p, p->slot, true, write_landed);
 }

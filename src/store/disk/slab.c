@@ -428,15 +428,32 @@ static uint32_t slab_capacity(const struct dstore *s, uint32_t slab)
     return s->nslots - first < s->slab_slots ? (uint32_t)(s->nslots - first) : s->slab_slots;
 }
 
-int slab_ready(struct dstore *s, uint32_t slab)
+/* A slab grows by GROW_MIN_BYTES of slots or a 64th of what it holds, whichever is more,
+ * so that its file follows the data (within 1 MiB, or 1.6% of a large slab) rather than
+ * taking the whole slab at the first write: a store of 30 MB of pages took a 1 GiB file. */
+#define GROW_MIN_BYTES (1u << 20)
+
+/* Slots the slab's file is to back for slot to be written: slot's and a step past it. */
+static uint32_t grow_to(const struct dstore *s, uint32_t slab, uint32_t slot)
+{
+    uint64_t valid = s->slabs[slab].valid, step = GROW_MIN_BYTES / s->slot_bytes;
+    uint64_t want = slot + 1 > valid ? slot + 1 : valid, cap = slab_capacity(s, slab);
+
+    step = step > valid / 64 ? step : valid / 64;
+    want += step ? step : 1;
+    return (uint32_t)(want < cap ? want : cap);
+}
+
+int slab_ready(struct dstore *s, uint32_t slab, uint32_t slot)
 {
     struct dslab *d = &s->slabs[slab];
-    uint32_t cap = slab_capacity(s, slab);
+    uint32_t cap;
     bool created = false;
     int fd, rc;
 
-    if (d->valid >= cap)
+    if (slot < d->valid)
         return 0;
+    cap = grow_to(s, slab, slot);
     if ((rc = fault(s, DSTORE_FAULT_GROW, slab)))
         return rc;
     pthread_mutex_lock(&s->lock);
@@ -450,7 +467,8 @@ int slab_ready(struct dstore *s, uint32_t slab)
         rc = write_head(s, slab, d->bfd >= 0 ? d->bfd : fd);
     if (!rc)
         rc = preallocate(fd, layout_slot_off(&s->lay, cap));
-    /* The new name must outlive a power cut as the records that will point into it. */
+    /* The new name must outlive a power cut as the records that will point into it (its new
+     * size goes with the batch's fdatasync, before them). */
     if (!rc && created && fsync(s->slabfd))
         rc = -errno;
     if (rc)

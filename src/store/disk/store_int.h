@@ -326,8 +326,8 @@ int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pag
 /* Open slabs/ and the slab files found in it; O_DIRECT probed on the first. */
 int slabs_open(struct dstore *s);
 void slabs_close(struct dstore *s);
-/* Make slab whole (created, extended to slab_slots slots): the committer, before a write. */
-int slab_ready(struct dstore *s, uint32_t slab);
+/* Make slab back slot (created, grown past it): the committer, before writing it. */
+int slab_ready(struct dstore *s, uint32_t slab, uint32_t slot);
 /* Under the lock: the descriptor for a page I/O on slab from/into buf; -1 when none. */
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf);
 /* Fill p's requests for its page at global slot g (p->buf or p->parts, p->block set): the
