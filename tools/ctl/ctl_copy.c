@@ -297,16 +297,22 @@ static enum skip_reason read_failure(int rc, bool lookup)
     return SKIP_READ_ERROR;
 }
 
-/* Page k of the batch again, alone, while its read says the snapshot could not be taken. */
+/* Page k of the batch again, alone, while its read says the snapshot could not be taken, and
+ * once more after bad bytes: beside a live engine, the slot may have been evicted and written
+ * again between the snapshot and the read, which a new snapshot tells (gone), as verify's
+ * reread does. */
 static int read_again(struct copy *c, uint32_t i, uint32_t k)
 {
     struct dstore_rpage rp = {.key = c->ix->p[i].key,
                               .buf = c->buf + (size_t)k * c->ix->info.page_bytes};
     int res = c->res[k], tries = 0, rc;
+    bool reread = res == KVT_ECORRUPT;
 
-    while (ctl_retry(res, &tries))
+    while (ctl_retry(res, &tries) || reread) {
+        reread = false;
         if ((rc = dstore_get(c->ix->s, &rp, 1, &res)))
             res = rc;
+    }
     return res;
 }
 
