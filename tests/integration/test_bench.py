@@ -1339,7 +1339,7 @@ def _():
     d1, d2 = tempfile.mkdtemp(dir=TMP), tempfile.mkdtemp(dir=TMP)
     try:
         args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536,
-                "--disk-tokens", 1 << 20, "--remote", url)
+                "--disk-tokens", 1 << 20, "--remote", url, "--deterministic")
         r = bench(*args, "--dir", d1, "--json")
         if r.rc == 1 and "--remote: not built in" in r.err:
             raise Skip("kvtier-bench was built without the Redis store")
