@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 8
+#define KVT_VERSION_MINOR 9
 #define KVT_VERSION_PATCH 0
 
 /* kvtier-specific error codes, below the errno range. */
@@ -288,14 +288,20 @@ struct kvt_options {
                                     one (tls-auth-clients); NULL: none */
     const char *remote_tls_key;  /* its private key, PEM; NULL: in remote_tls_cert's file */
     /* Tokens per page of the tiers below the host, the disk and the remote store (since
-     * 0.8): a multiple of page_size, at most 4096; 0 (the default) is page_size. Each small
-     * page costs those tiers a record of its own (an index entry, a server key); a larger
-     * store page holds that many tokens of a key, from a multiple of them on, as one. What is
-     * left at a key's end short of a whole store page is not written below; it goes down
-     * with the store page it starts once the key grows past it. It is part of the
-     * fingerprint: a data dir written with another store page size is refused
-     * (KVT_EFINGERPRINT). Not with mamba or swa layers: a store page of several pages is
-     * then -EINVAL (one of page_size, which changes nothing, is taken). */
+     * 0.8): a multiple of page_size, at most 4096. Each page costs those tiers a record of
+     * its own (an index entry, a server key) whatever its size; a store page holds that many
+     * tokens of a key, from a multiple of them on, as one. What is left at a key's end short
+     * of a whole store page is not written below; it goes down with the store page it starts
+     * once the key grows past it. 0 (the default; since 0.9): chosen by bytes, the smallest
+     * multiple of page_size whose KV is 64 KiB or more, at most max_context (page_size for
+     * pages that large already, and for models with mamba or swa layers), which
+     * kvt_store_page_tokens tells;
+     * a data dir written by an engine whose store pages were page_size (the default before
+     * 0.9) is opened with those. It is part of the fingerprint: a data dir written with
+     * another store page size is refused (KVT_EFINGERPRINT), and a Redis server's keys of
+     * one size are not seen by engines of another. Not with mamba or swa layers: a store
+     * page of several pages is then -EINVAL (one of page_size, which changes nothing, is
+     * taken). */
     uint32_t store_page_tokens;
 };
 
@@ -463,6 +469,12 @@ uint64_t kvt_max_tokens(const struct kvt_geometry *g, uint32_t page_size, uint64
 
 /* KV bytes per token for geometry g over all its layers; 0 for an invalid geometry. */
 uint64_t kvt_cell_bytes(const struct kvt_geometry *g);
+
+/* The store page size (tokens) kvt_open takes for o when it opens a disk or remote tier:
+ * o->store_page_tokens when set, else the one chosen by bytes; 0 for options kvt_open
+ * refuses with -EINVAL. (A dir written before 0.9 with pages of page_size is opened with
+ * those; see kvt_options.store_page_tokens.) Since 0.9. */
+uint32_t kvt_store_page_tokens(const struct kvt_options *o);
 
 /* Copy the engine's 32-byte fingerprint (model id, geometry, page size, TP, hash version).
  * out NULL: nothing; e NULL: 32 zero bytes. */

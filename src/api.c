@@ -292,8 +292,10 @@ static size_t scratch_pages(const kvt_engine *e)
 static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store **out)
 {
     static const uint32_t io[] = {DSTORE_IO_AUTO, DSTORE_IO_URING, DSTORE_IO_PSYNC};
-    struct dstore_options *so = e->disk_so = malloc(sizeof(*so));
+    struct dstore_options *so;
 
+    free(e->disk_so); /* a second try (open_stores_compat) */
+    so = e->disk_so = malloc(sizeof(*so));
     if (!so)
         return -ENOMEM;
     dstore_options_init(so, sizeof(*so));
@@ -372,18 +374,35 @@ static int open_stores(kvt_engine *e, const struct host_pool *hp, struct kvt_sto
     return rc;
 }
 
+/* open_stores, and for a store page size chosen by bytes, a second try with pages of
+ * page_size, which was the default before 0.9: a data dir written then keeps them, and its
+ * fingerprint says so. The fingerprint names the page hashes too, and the tree that hashes
+ * them is made after this. */
+static int open_stores_compat(kvt_engine *e, const struct host_pool *hp)
+{
+    int rc = open_stores(e, hp, &e->store);
+
+    if (rc != KVT_EFINGERPRINT || !e->store_page_auto || store_pages(&e->opts) == 1)
+        return rc;
+    e->opts.store_page_tokens = e->opts.page_size;
+    if ((rc = make_fingerprint(e)))
+        return rc;
+    return open_stores(e, hp, &e->store);
+}
+
 static int open_store_tier(kvt_engine *e)
 {
     struct tier *host = e->below;
     const struct host_pool *hp = host ? host_tier_pool(host) : NULL;
-    size_t group = store_pages(&e->opts);
+    size_t group;
     int rc;
 
     if (!e->store && !e->opts.disk_dir && !e->opts.remote)
         return 0;
     if ((rc = store_tier_check_options(&e->opts, host != NULL, hp ? hp->page_bytes : 0)) ||
-        (!e->store && (rc = open_stores(e, hp, &e->store))))
+        (!e->store && (rc = open_stores_compat(e, hp))))
         return rc;
+    group = store_pages(&e->opts); /* as opened: open_stores_compat may have changed it */
     if (e->store->page_bytes != hp->page_bytes * group ||
         e->store->page_tokens != e->opts.page_size * group)
         return -EINVAL; /* a store given for pages of another size */
@@ -423,6 +442,12 @@ static int open_parts(kvt_engine *e)
     uint64_t tokens;
     int rc;
 
+    /* The store page size, when left to kvt_open: only for stores of its own (a store
+     * handed to engine_open has a page size already). */
+    if (!e->store && (e->opts.disk_dir || e->opts.remote) && !e->opts.store_page_tokens) {
+        e->store_page_auto = true;
+        e->opts.store_page_tokens = store_page_tokens_of(&e->opts);
+    }
     if ((rc = device_tokens(&e->opts, &tokens)) ||
         (rc = dev_backend_select(e->opts.backend, &e->be)) || (rc = make_fingerprint(e)) ||
         (rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context)))
@@ -530,6 +555,15 @@ static void engine_free(kvt_engine *e)
 void kvt_close(kvt_engine *e)
 {
     engine_free(e);
+}
+
+uint32_t kvt_store_page_tokens(const struct kvt_options *o)
+{
+    struct kvt_options full;
+
+    if (copy_options(o, &full) || check_options(&full))
+        return 0;
+    return store_page_tokens_of(&full);
 }
 
 void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])

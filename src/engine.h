@@ -49,6 +49,7 @@ struct kvt_engine {
         uint64_t inserted_tokens, evicted_tokens;
     } count;
     struct dstore_options *disk_so; /* what the disk store was opened with (tests) */
+    bool store_page_auto;           /* options.store_page_tokens was 0: chosen at open */
     struct stats_server *stats;     /* options.stats_socket; NULL without one */
     struct engine_mamba *mamba;     /* options.mamba; NULL without recurrent layers */
     struct engine_swa *swa;         /* options.swa; NULL without sliding-window layers: then

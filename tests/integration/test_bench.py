@@ -402,13 +402,25 @@ def _():
         first = run_ok(*args)
         check(first["bytes"]["host_to_disk"] > 0, "the first run wrote to disk")
         eq(first["config"]["dir"], d, "config.dir")
+        # store pages chosen by bytes: 64 KiB of the tiny geometry's 128 B a token
+        eq(first["config"]["store_page_tokens"], 512, "config.store_page_tokens by default")
         second = run_ok(*args)
         total = lambda j: sum(j["tokens_hit"].values())
         check(second["tokens_hit"]["disk"] > 0, "the second run read from disk")
         check(total(second) > total(first), "the second run serves more from cache")
+        # a fill reads whole store pages, which may start in the part the tree holds
+        check(second["bytes"]["disk_to_host"] >= second["tokens_hit"]["disk"] * TINY_CELL,
+              "the bytes read from disk hold the disk hits")
+        eq(second["disk_errors"], 0, "disk_errors")
+        # a store page to a page: exactly the hits' bytes are read
+        d2 = os.path.join(tmp, "data2")
+        pinned = args[:-1] + (d2, "--store-page-tokens", 16)
+        run_ok(*pinned)
+        second = run_ok(*pinned)
+        eq(second["config"]["store_page_tokens"], 16, "config.store_page_tokens")
+        check(second["tokens_hit"]["disk"] > 0, "the second run read from disk")
         eq(second["tokens_hit"]["disk"] * TINY_CELL, second["bytes"]["disk_to_host"],
            "disk hits are the bytes read from disk")
-        eq(second["disk_errors"], 0, "disk_errors")
         # The same dir for another geometry is refused, with the reason.
         r = bench("--synthetic", "mixed", "--requests", 5, "--host-tokens", 65536,
                   "--disk-tokens", 4096, "--dir", d, "--geometry", "tiny,layers=3")
@@ -445,11 +457,31 @@ def _():
         eq(first["disk_errors"], 0, "disk_errors")
         # Whatever landed when, the run's end waits for it: a second run is served from it.
         second = run_ok(*args)
-        eq(second["config"]["disk_backlog"], 0, "config.disk_backlog by default")
+        eq((second["config"]["disk_backlog"], second["config"]["deterministic"]), (64, False),
+           "config.disk_backlog and deterministic by default: as a server")
         check(second["tokens_hit"]["disk"] > 0, "the second run read what the first wrote")
         eq(second["disk_errors"], 0, "disk_errors")
         r = bench(*args, "--disk-backlog", "some")
         eq(r.rc, 2, f"exit status of a bad --disk-backlog{r.where()}")
+        r = bench(*args, "--deterministic", "--disk-backlog", 16)
+        eq(r.rc, 2, f"exit status of --deterministic with a backlog{r.where()}")
+        check("--deterministic" in r.err, f"stderr names the clash{r.where()}")
+
+
+@case("--deterministic: everything lands before a request; two runs count alike, field by field")
+def _():
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = []
+        for k in range(2):
+            d = os.path.join(tmp, f"data{k}")
+            runs.append(run_ok("--synthetic", "mixed", "--requests", 150, "--device-tokens",
+                               32768, "--host-tokens", 65536, "--disk-tokens", 1 << 20, "--dir",
+                               d, "--deterministic"))
+        eq((runs[0]["config"]["disk_backlog"], runs[0]["config"]["deterministic"]), (0, True),
+           "config with --deterministic")
+        check(runs[0]["bytes"]["host_to_disk"] > 0, "the disk tier was written")
+        for f in ["tokens_hit", "tokens_computed", "tokens_evicted", "bytes"]:
+            eq(runs[0][f], runs[1][f], f"{f} of two --deterministic runs")
 
 
 @case("disk tier: --store-page-tokens 256 writes store pages of 16 pages; a second run reads them")
@@ -1307,7 +1339,7 @@ def _():
     d1, d2 = tempfile.mkdtemp(dir=TMP), tempfile.mkdtemp(dir=TMP)
     try:
         args = ("--synthetic", "mixed", "--requests", 150, "--host-tokens", 65536,
-                "--disk-tokens", 1 << 20, "--remote", url)
+                "--disk-tokens", 1 << 20, "--remote", url, "--deterministic")
         r = bench(*args, "--dir", d1, "--json")
         if r.rc == 1 and "--remote: not built in" in r.err:
             raise Skip("kvtier-bench was built without the Redis store")

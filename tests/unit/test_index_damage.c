@@ -103,8 +103,11 @@ static void write_pages(const char *dir)
             make_key(first + i, keys[i]);
             make_key(first + i - 1, parents[i]);
             fill_page(keys[i], bufs[i]);
-            w[i] = (struct dstore_wpage){keys[i], first + i ? parents[i] : NULL, NULL, tokens,
-                                         bufs[i]};
+            w[i] = (struct dstore_wpage){.key = keys[i],
+                                         .parent = first + i ? parents[i] : NULL,
+                                         .ns = NULL,
+                                         .tokens = tokens,
+                                         .buf = bufs[i]};
         }
         assert_int_equal(dstore_put(s, w, BATCH, res), 0);
         for (size_t i = 0; i < BATCH; i++)
@@ -287,7 +290,7 @@ static void read_all(struct dstore *s, struct served *sv)
     for (uint64_t first = 0; first < PAGES; first += BATCH) {
         for (size_t i = 0; i < BATCH; i++) {
             make_key(first + i, keys[i]);
-            r[i] = (struct dstore_rpage){keys[i], bufs[i]};
+            r[i] = (struct dstore_rpage){.key = keys[i], .buf = bufs[i]};
         }
         if (dstore_get(s, r, BATCH, res)) {
             sv->missing += BATCH;

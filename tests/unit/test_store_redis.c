@@ -244,7 +244,7 @@ static size_t read_pages(struct fixture *f, size_t n, int *results)
     assert_non_null(got);
     memset(got, 0xee, (size_t)MAX_PAGES * PAGE_BYTES);
     for (size_t i = 0; i < n; i++)
-        r[i] = (struct store_rpage){f->keys[i], got + i * PAGE_BYTES};
+        r[i] = (struct store_rpage){.key = f->keys[i], .buf = got + i * PAGE_BYTES};
     assert_int_equal(store_read(f->s, r, n, results, &op, NULL), 0);
     assert_int_equal(store_wait_for(f->s, op, -1, &d), 0);
     for (size_t i = 0; i < n; i++)

@@ -38,6 +38,9 @@
 #define DEFAULT_SYNTHETIC "mixed"
 #define DEFAULT_SYNTHETIC_REQUESTS 1000
 #define DEFAULT_DEVICE_TOKENS 32768
+/* Disk and remote ops a request may start beside (--disk-backlog): as a server, which never
+ * waits for its writes to land, with a bound so the pinned host pages stay few. */
+#define DEFAULT_DISK_BACKLOG 64
 /* SGLang's mamba_full_memory_ratio fallback: the state pool is 0.9 of the KV pool's bytes. */
 #define MAMBA_MEMORY_RATIO 0.9
 #define MAMBA_MIN_SLOTS 4
@@ -70,9 +73,11 @@ struct config {
     uint64_t seed;
     uint64_t corrupt_after; /* test seam: damage a cached page after this request (1-based) */
     bool json;
-    bool serial; /* kvt_options.sim_serial */
+    bool serial;        /* kvt_options.sim_serial */
+    bool deterministic; /* --deterministic: serial, and everything lands before a request */
     uint32_t disk_sync;
     uint64_t disk_backlog; /* --disk-backlog: disk ops a request may start beside; 0: none */
+    bool backlog_set;      /* --disk-backlog given */
 };
 
 /* ---- counters and state ---- */
@@ -129,6 +134,8 @@ struct bench {
     uint32_t nswa;             /* and how many layers are not */
     size_t filled;             /* entries of the request's req_to_token row written so far */
     size_t remote_len;         /* tokens the request's match found on the remote tier */
+    uint32_t store_pages;      /* tokens a page of the disk and remote tiers holds, as
+                                  kvt_open takes them (kvt_store_page_tokens) */
     struct counters c;
     struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
@@ -790,7 +797,8 @@ static int replay(struct bench *b)
 
 /* ---- kvt_open's errors, told in terms of the options given ---- */
 
-/* Tokens of a page of the disk and remote tiers. */
+/* Tokens of a page of the disk and remote tiers that --store-page-tokens asks for (when it
+ * is left to kvt_open, which chooses by bytes, the least it can be). */
 static uint64_t store_page_tokens(const struct config *cfg)
 {
     return cfg->store_page_tokens ? cfg->store_page_tokens : cfg->page_size;
@@ -799,9 +807,8 @@ static uint64_t store_page_tokens(const struct config *cfg)
 /* Bytes of the disk tier's slab files for --disk-tokens (docs/formats.md): a page below 4 KiB
  * takes its bytes and its head (160 bytes and 4 a token) in 64-byte steps, a larger one its
  * whole blocks and one more for the rest and the head. */
-static uint64_t disk_bytes(const struct config *cfg)
+static uint64_t disk_bytes(const struct config *cfg, uint64_t ps)
 {
-    uint64_t ps = store_page_tokens(cfg);
     uint64_t page = kvt_cell_bytes(&cfg->g) * ps, head = 160 + 4 * ps, slot;
 
     if (page < 4096)
@@ -852,8 +859,9 @@ static bool is_dir_error(int rc)
     return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT;
 }
 
-static int dir_error(const struct config *cfg, int rc)
+static int dir_error(const struct bench *b, int rc)
 {
+    const struct config *cfg = b->cfg;
     char clip[CLI_PATH_ECHO_MAX + 4], size[32];
     const char *dir = cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip), *what = dir_problem(rc);
 
@@ -869,7 +877,7 @@ static int dir_error(const struct config *cfg, int rc)
         fprintf(stderr,
                 "%s: --dir %s: no room on its file system for the %s of slab files "
                 "--disk-tokens %" PRIu64 " takes: free some, or lower --disk-tokens\n",
-                PROG, dir, cli_size(disk_bytes(cfg), size), cfg->disk_tokens);
+                PROG, dir, cli_size(disk_bytes(cfg, b->store_pages), size), cfg->disk_tokens);
     return -1;
 }
 
@@ -887,13 +895,14 @@ static int invalid_error(const struct config *cfg)
 }
 
 /* kvt_open's error rc, named by the option that most likely caused it, with what to do. */
-static int open_error(const struct config *cfg, int rc)
+static int open_error(const struct bench *b, int rc)
 {
+    const struct config *cfg = b->cfg;
     uint64_t cell = kvt_cell_bytes(&cfg->g);
     char size[32];
 
     if (cfg->dir && is_dir_error(rc))
-        return dir_error(cfg, rc);
+        return dir_error(b, rc);
     switch (rc) {
     case KVT_EHOSTRAM:
         fprintf(stderr,
@@ -1032,19 +1041,24 @@ static int open_engine(struct bench *b)
     o.mamba.slots = (uint32_t)mamba_slots(cfg);
     if (cfg->swa_window)
         o.swa = (struct kvt_swa){cfg->swa_window, b->nfull, b->full_ids, cfg->swa_tokens};
+    o.store_page_tokens = (uint32_t)cfg->store_page_tokens;
+    /* Without a disk or remote tier there is no store page; 0: kvt_open refuses the options
+     * and says so. */
+    b->store_pages = cfg->disk_tokens || cfg->remote ? kvt_store_page_tokens(&o) : ps;
+    if (!b->store_pages)
+        b->store_pages = ps;
     if (cfg->disk_tokens) {
         o.disk_dir = cfg->dir;
-        o.disk_bytes = disk_bytes(cfg);
+        o.disk_bytes = disk_bytes(cfg, b->store_pages);
         o.disk_sync = cfg->disk_sync;
     }
-    o.store_page_tokens = (uint32_t)cfg->store_page_tokens;
     o.remote = cfg->remote;
     o.remote_tls_ca = cfg->remote_tls_ca;
     o.remote_tls_cert = cfg->remote_tls_cert;
     o.remote_tls_key = cfg->remote_tls_key;
     int rc = kvt_open(&o, &b->e);
     if (rc)
-        return open_error(cfg, rc);
+        return open_error(b, rc);
     if (check_sim_memory(b))
         return -1;
     if (kvt_available(b->e) < o.max_context) {
@@ -1255,8 +1269,8 @@ static void print_text(const struct bench *b)
         print_bytes(b->st.disk_tokens * cell);
         printf(", %s, %s", b->st.disk_io == KVT_DISK_IO_URING ? "io_uring" : "pread/pwrite",
                disk_sync_names[cfg->disk_sync]);
-        if (cfg->store_page_tokens && cfg->store_page_tokens != cfg->page_size)
-            printf(", pages of %" PRIu64 " tokens", cfg->store_page_tokens);
+        if (b->store_pages != cfg->page_size)
+            printf(", pages of %" PRIu32 " tokens", b->store_pages);
         printf(")\n");
     } else {
         printf("; disk none\n");
@@ -1335,8 +1349,8 @@ static void print_json_config(const struct bench *b)
         printf(",\"remote\":");
         cli_json_string(cfg->remote);
     }
-    printf(",\"disk_backlog\":%" PRIu64 ",\"store_page_tokens\":%" PRIu64, cfg->disk_backlog,
-           store_page_tokens(cfg));
+    printf(",\"disk_backlog\":%" PRIu64 ",\"deterministic\":%s,\"store_page_tokens\":%" PRIu32,
+           cfg->disk_backlog, cfg->deterministic ? "true" : "false", b->store_pages);
     printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\",\"write_policy\":\"%s\"}",
            backend_in_use(b), policy_names[cfg->policy], write_policy_names[cfg->write_policy]);
 }
@@ -1484,6 +1498,7 @@ static int parse_count(void *field, const char *opt, const char *val)
         cfg->seed = v;
     } else if (strcmp(opt, "--disk-backlog") == 0) {
         cfg->disk_backlog = v;
+        cfg->backlog_set = true;
     } else if (strcmp(opt, "--swa-tokens") == 0) {
         if (v == 0 || v >= INT32_MAX)
             return cli_bad_usage(PROG, "--swa-tokens needs a count from 1 to 2^31-2", val);
@@ -1599,26 +1614,35 @@ static const struct cli_option options[] = {
              "the pages since, never serve wrong bytes)"},
     {"--store-page-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "tokens per page of the disk and remote tiers, a multiple\n"
-             "of --page-size up to 4096 (default: --page-size). Each\n"
-             "page costs those tiers a record; 256 makes one 32 KiB\n"
-             "record of sixteen of the tiny geometry's 2 KiB pages.\n"
-             "What is left at a request's end short of one is not\n"
-             "written below (it goes with its page once a later\n"
-             "request fills it). Not with hybrid geometries"},
+             "of --page-size up to 4096. Each page costs those tiers a\n"
+             "record whatever its size, so by default kvt_open chooses\n"
+             "them by bytes: 64 KiB or more (the tiny geometry's 2 KiB\n"
+             "pages: 512 tokens; a page that large already: --page-size;\n"
+             "hybrid geometries: --page-size). What is left at a\n"
+             "request's end short of one is not written below (it goes\n"
+             "with its page once a later request fills it). Several\n"
+             "pages to one: not with hybrid geometries"},
     {"--disk-backlog", CLI_CUSTOM, .parse = parse_count, .arg = "N",
-     .help = "let the disk tier's reads and writes go on while a request\n"
-             "runs, up to N in flight (past that the bench waits for all);\n"
-             "default 0: all land before each request, so a run repeats.\n"
-             "With N > 0 the hits may differ a little from run to run\n"
-             "(what is on disk when depends on the disk's speed)"},
+     .help = "let the disk and remote tiers' reads and writes go on\n"
+             "while a request runs, up to N in flight (past that the\n"
+             "bench waits for all), as a server does, which never waits\n"
+             "for its writes (default " CLI_STR(
+                 DEFAULT_DISK_BACKLOG) "; 0: all land before each\n"
+                                       "request). The hits may then differ a little from run to\n"
+                                       "run (what is on disk when depends on the disk's speed);\n"
+                                       "--deterministic for counts that repeat"},
     {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
      .help = "auto, sim or cuda (default auto)"},
     {"--evict-policy", CLI_NAME, OFF(policy), CLI_NAMES(policy_names), .arg = "P",
      .help = "lru, lfu, fifo, mru or filo (default lru)"},
     {"--serial", CLI_FLAG, OFF(serial),
-     .help = "sim backend: copy each transfer as it is submitted, so\n"
-             "that a run repeats exactly (what lands when otherwise\n"
-             "varies, as on a GPU)"},
+     .help = "sim backend: copy each transfer as it is submitted (what\n"
+             "lands when otherwise varies, as on a GPU)"},
+    {"--deterministic", CLI_FLAG, OFF(deterministic),
+     .help = "counts that repeat exactly, for tests: --serial, and every\n"
+             "transfer and disk op lands before the next request\n"
+             "(--disk-backlog 0; a disk tier then costs every request\n"
+             "its writes' flushes)"},
     {.kind = CLI_TEXT, .help = "\nOutput:\n"},
     {"--json", CLI_FLAG, OFF(json), .help = "one JSON object on stdout instead of the report"},
     {"--corrupt-after", CLI_CUSTOM, .parse = parse_count, .arg = "N",
@@ -1753,6 +1777,15 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--geometry: recurrent and sliding-window layers together are "
                              "not supported yet",
                              NULL);
+    if (cfg->deterministic && cfg->backlog_set && cfg->disk_backlog)
+        return cli_bad_usage(PROG,
+                             "--deterministic waits for every disk op before a request: not "
+                             "with --disk-backlog",
+                             NULL);
+    if (cfg->deterministic)
+        cfg->serial = true;
+    else if (!cfg->backlog_set)
+        cfg->disk_backlog = DEFAULT_DISK_BACKLOG;
     return check_sizes(cfg);
 }
 

@@ -239,7 +239,7 @@ static size_t batch_slab(struct batch *b, uint32_t slab)
 /* The page's slab made whole and its requests filled; 0 or the error. */
 static int prepare_write(struct dstore *s, struct dop_page *p)
 {
-    int rc = slab_ready(s, slab_of(s, p->slot));
+    int rc = slab_ready(s, slab_of(s, p->slot), p->slot % s->slab_slots);
 
     return rc ? rc : page_io_prepare(s, p, p->slot, true, write_landed);
 }
@@ -296,7 +296,8 @@ static void fill_block(struct dstore *s, struct dop_page *p, uint64_t now)
     memcpy(h.parent, p->parent, DSTORE_KEY_BYTES);
     memcpy(h.ns, p->ns, DSTORE_NS_BYTES);
     memcpy(h.sum, p->sum, 16);
-    layout_fill_tail(&s->lay, p->buf, &h, p->tokens, p->block);
+    page_gather(s, p, s->lay.body, s->lay.tail, p->block);
+    layout_fill_tail(&s->lay, &h, p->tokens, p->block);
 }
 
 /* Write every reserved page; the batch's pending counts them down as they land. The bodies
@@ -311,7 +312,7 @@ static void submit_pages(struct dstore *s, struct batch *b)
     dio_submit(s->io, requests(s, b, 0));
     /* Only the requests are shared with the engine: it reads buf and never writes it. */
     for (size_t i = 0; i < b->nio; i++) {
-        page_checksum(b->io[i]->buf, s->page_bytes, b->io[i]->sum);
+        page_sum(s, b->io[i], b->io[i]->sum);
         fill_block(s, b->io[i], b->now);
     }
     dio_submit(s->io, requests(s, b, 1));

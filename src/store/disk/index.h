@@ -148,6 +148,8 @@ void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, 
 
 /* The XXH3-128 of a page in canonical byte order. */
 void page_checksum(const void *buf, size_t len, uint8_t out[16]);
+/* The same sum over a page in n parts of len bytes each, in order. */
+void page_checksum_parts(const void *const *parts, size_t n, size_t len, uint8_t out[16]);
 
 /* Record in txn that global slot g holds key (whose parent is parent, NULL for none), last
  * accessed at atime. */

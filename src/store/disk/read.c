@@ -68,8 +68,8 @@ static int landed_result(const struct dstore *s, struct dop_page *p)
     if (p->res)
         return p->res;
     if (s->lay.tail) /* a page of whole blocks has no bytes beside its head */
-        memcpy((uint8_t *)p->buf + s->lay.body, p->block, s->lay.tail);
-    page_checksum(p->buf, s->page_bytes, sum);
+        page_scatter(s, p, s->lay.body, s->lay.tail, p->block);
+    page_sum(s, p, sum);
     return memcmp(sum, p->sum, 16) ? KVT_ECORRUPT : 0;
 }
 
@@ -194,6 +194,7 @@ static int prepare(struct dstore *s, struct dop_page *p)
 int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages, size_t *leading)
 {
     struct dio_req *list = NULL, **tail = &list;
+    struct iovec *iov = op->iov;
     int rc = snapshot_renew(s);
     uint32_t queued = 0;
     size_t lead = 0;
@@ -201,8 +202,8 @@ int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pag
     for (uint32_t i = 0; i < op->n; i++) {
         struct dop_page *p = &op->pages[i];
 
-        p->buf = pages[i].buf;
-        if (!pages[i].key || !pages[i].buf) {
+        if (!pages[i].key ||
+            !page_take_bytes(s, p, pages[i].buf, pages[i].parts, pages[i].nparts, &iov)) {
             p->res = -EINVAL;
             continue;
         }

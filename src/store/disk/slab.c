@@ -192,12 +192,13 @@ void slabs_close(struct dstore *s)
     s->slabfd = -1;
 }
 
-int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf)
+/* The descriptor for an I/O of slab: the O_DIRECT one where the memory allows it. */
+static int slab_fd_for_locked(struct dstore *s, uint32_t slab, bool aligned)
 {
     struct dslab *d = &s->slabs[slab];
     char name[32];
 
-    if (d->dfd >= 0 && s->direct && (uintptr_t)buf % s->mem_align == 0)
+    if (d->dfd >= 0 && s->direct && aligned)
         return d->dfd;
     if (d->bfd < 0) { /* on first need; a reader's slab may be newer than its open */
         slab_name(slab, name, sizeof(name));
@@ -205,6 +206,20 @@ int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf)
         d->bfd = d->bfd < 0 ? -1 : d->bfd;
     }
     return d->bfd;
+}
+
+int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf)
+{
+    return slab_fd_for_locked(s, slab, (uintptr_t)buf % s->mem_align == 0);
+}
+
+/* Whether O_DIRECT takes these regions: every address and length on mem_align. */
+static bool iov_aligned(const struct dstore *s, const struct iovec *iov, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if ((uintptr_t)iov[i].iov_base % s->mem_align || iov[i].iov_len % s->mem_align)
+            return false;
+    return true;
 }
 
 /* ---- a page's I/O ---- */
@@ -218,6 +233,89 @@ static void io_fill(struct dio_req *r, struct dop_page *p, uint64_t off, void *b
     r->len = len;
 }
 
+/* Walk bytes [from, from + len) of p's page part by part: fn(ctx, the part's bytes, their
+ * offset in the range, how many). */
+static void page_walk(const struct dstore *s, const struct dop_page *p, size_t from, size_t len,
+                      void (*fn)(void *ctx, uint8_t *at, size_t done, size_t n), void *ctx)
+{
+    size_t part = p->nparts ? s->page_bytes / p->nparts : s->page_bytes, done = 0;
+
+    while (done < len) {
+        size_t k = (from + done) / part, in = (from + done) % part;
+        size_t n = part - in < len - done ? part - in : len - done;
+        uint8_t *base = p->nparts ? (uint8_t *)p->parts[k] : (uint8_t *)p->buf;
+
+        fn(ctx, base + (p->nparts ? in : from + done), done, n);
+        done += n;
+    }
+}
+
+static void gather_one(void *ctx, uint8_t *at, size_t done, size_t n)
+{
+    memcpy((uint8_t *)ctx + done, at, n);
+}
+
+static void scatter_one(void *ctx, uint8_t *at, size_t done, size_t n)
+{
+    memcpy(at, (const uint8_t *)ctx + done, n);
+}
+
+static void iov_one(void *ctx, uint8_t *at, size_t done, size_t n)
+{
+    struct dio_req *r = ctx;
+
+    (void)done;
+    r->iov[r->niov++] = (struct iovec){at, n};
+}
+
+/* Whether a page's parts are whole: a count that divides the page, and no NULL among them. */
+static bool parts_ok(const struct dstore *s, const void *const *parts, uint32_t n)
+{
+    if (n > DSTORE_MAX_PARTS || s->page_bytes % n || !parts)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (!parts[i])
+            return false;
+    return true;
+}
+
+bool page_take_bytes(struct dstore *s, struct dop_page *p, void *buf, void *const *parts,
+                     uint32_t nparts, struct iovec **iov)
+{
+    if (nparts) {
+        if (!parts_ok(s, (const void *const *)parts, nparts))
+            return false;
+        p->parts = parts;
+        p->nparts = nparts;
+        p->iov = *iov;
+        *iov += nparts;
+        return true;
+    }
+    p->buf = buf;
+    return buf != NULL;
+}
+
+void page_gather(const struct dstore *s, const struct dop_page *p, size_t from, size_t len,
+                 uint8_t *out)
+{
+    page_walk(s, p, from, len, gather_one, out);
+}
+
+void page_scatter(const struct dstore *s, struct dop_page *p, size_t from, size_t len,
+                  const uint8_t *in)
+{
+    page_walk(s, p, from, len, scatter_one, (void *)in);
+}
+
+void page_sum(const struct dstore *s, const struct dop_page *p, uint8_t out[16])
+{
+    if (p->nparts)
+        page_checksum_parts((const void *const *)p->parts, p->nparts, s->page_bytes / p->nparts,
+                            out);
+    else
+        page_checksum(p->buf, s->page_bytes, out);
+}
+
 int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write,
                     void (*complete)(struct dio_req *r))
 {
@@ -228,13 +326,18 @@ int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write
     p->nio = 0;
     if (l->body)
         io_fill(&p->io[p->nio++], p, off, p->buf, l->body);
+    if (l->body && p->nparts) { /* the body straight from (into) the parts */
+        p->io[0].iov = p->iov;
+        page_walk(s, p, 0, l->body, iov_one, &p->io[0]);
+    }
     if (write || l->tail)
         io_fill(&p->io[p->nio++], p, off + l->body, p->block, l->tail_bytes);
     pthread_mutex_lock(&s->lock);
     for (uint32_t i = 0; i < p->nio; i++) {
         struct dio_req *r = &p->io[i];
 
-        r->fd = slab_fd_locked(s, slab, r->buf);
+        r->fd = r->niov ? slab_fd_for_locked(s, slab, iov_aligned(s, r->iov, r->niov))
+                        : slab_fd_locked(s, slab, r->buf);
         r->write = write;
         r->slab = slab;
         r->slot = slot;
@@ -325,15 +428,32 @@ static uint32_t slab_capacity(const struct dstore *s, uint32_t slab)
     return s->nslots - first < s->slab_slots ? (uint32_t)(s->nslots - first) : s->slab_slots;
 }
 
-int slab_ready(struct dstore *s, uint32_t slab)
+/* A slab grows by GROW_MIN_BYTES of slots or a 64th of what it holds, whichever is more,
+ * so that its file follows the data (within 1 MiB, or 1.6% of a large slab) rather than
+ * taking the whole slab at the first write: a store of 30 MB of pages took a 1 GiB file. */
+#define GROW_MIN_BYTES (1u << 20)
+
+/* Slots the slab's file is to back for slot to be written: slot's and a step past it. */
+static uint32_t grow_to(const struct dstore *s, uint32_t slab, uint32_t slot)
+{
+    uint64_t valid = s->slabs[slab].valid, step = GROW_MIN_BYTES / s->slot_bytes;
+    uint64_t want = slot + 1 > valid ? slot + 1 : valid, cap = slab_capacity(s, slab);
+
+    step = step > valid / 64 ? step : valid / 64;
+    want += step ? step : 1;
+    return (uint32_t)(want < cap ? want : cap);
+}
+
+int slab_ready(struct dstore *s, uint32_t slab, uint32_t slot)
 {
     struct dslab *d = &s->slabs[slab];
-    uint32_t cap = slab_capacity(s, slab);
+    uint32_t cap;
     bool created = false;
     int fd, rc;
 
-    if (d->valid >= cap)
+    if (slot < d->valid)
         return 0;
+    cap = grow_to(s, slab, slot);
     if ((rc = fault(s, DSTORE_FAULT_GROW, slab)))
         return rc;
     pthread_mutex_lock(&s->lock);
@@ -347,7 +467,8 @@ int slab_ready(struct dstore *s, uint32_t slab)
         rc = write_head(s, slab, d->bfd >= 0 ? d->bfd : fd);
     if (!rc)
         rc = preallocate(fd, layout_slot_off(&s->lay, cap));
-    /* The new name must outlive a power cut as the records that will point into it. */
+    /* The new name must outlive a power cut as the records that will point into it (its new
+     * size goes with the batch's fdatasync, before them). */
     if (!rc && created && fsync(s->slabfd))
         rc = -errno;
     if (rc)

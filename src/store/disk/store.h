@@ -156,6 +156,9 @@ struct dstore_options {
                         DSTORE_FORMAT_OLDEST up to it); an existing dir keeps its own */
 };
 
+/* The most parts a page may come in (dstore_wpage.parts). */
+#define DSTORE_MAX_PARTS 64
+
 /* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay
  * valid and unchanged until the op completes. */
 struct dstore_wpage {
@@ -164,6 +167,12 @@ struct dstore_wpage {
     const uint8_t *ns;      /* DSTORE_NS_BYTES; NULL: zeros (the default namespace) */
     const uint32_t *tokens; /* page_tokens ids; NULL: zeros */
     const void *buf;        /* page_bytes */
+    /* Or, nparts > 0: the page in nparts parts of page_bytes / nparts bytes each, in order
+     * (nparts divides page_bytes; at most DSTORE_MAX_PARTS), written from where they are,
+     * as one vectored I/O; buf is then unused. The array and the parts stay valid and
+     * unchanged until the op completes. */
+    const void *const *parts;
+    uint32_t nparts;
 };
 
 /* One page of a read batch. key is copied at submit; buf (page_bytes) is written by the
@@ -171,6 +180,8 @@ struct dstore_wpage {
 struct dstore_rpage {
     const uint8_t *key;
     void *buf;
+    void *const *parts; /* or, nparts > 0: the page's parts, as dstore_wpage's */
+    uint32_t nparts;
 };
 
 enum dstore_op_kind {

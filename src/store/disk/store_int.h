@@ -72,6 +72,9 @@ struct dop_page {
     uint8_t sum[16];
     uint32_t *tokens; /* writes: page_tokens ids, in the op's allocation */
     void *buf;
+    void *const *parts; /* or the page's parts (nparts > 0), the caller's */
+    uint32_t nparts;
+    struct iovec *iov;       /* the body's regions when in parts, in the op's allocation */
     uint8_t *block;          /* the page's tail block (layout.h), in the op's allocation */
     uint32_t slot;           /* global slot, NO_SLOT when none */
     struct dop_page *dup_of; /* writes: an earlier page of the batch with the same key */
@@ -94,7 +97,8 @@ struct dop {
     uint32_t n, pending, ok;
     bool done;
     int *results;
-    uint8_t *blocks; /* the pages' tail blocks, block-aligned; NULL when none are needed */
+    uint8_t *blocks;   /* the pages' tail blocks, block-aligned; NULL when none are needed */
+    struct iovec *iov; /* the bodies' regions of its pages in parts, in this allocation */
     struct dop_page pages[];
 };
 
@@ -322,14 +326,27 @@ int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pag
 /* Open slabs/ and the slab files found in it; O_DIRECT probed on the first. */
 int slabs_open(struct dstore *s);
 void slabs_close(struct dstore *s);
-/* Make slab whole (created, extended to slab_slots slots): the committer, before a write. */
-int slab_ready(struct dstore *s, uint32_t slab);
+/* Make slab back slot (created, grown past it): the committer, before writing it. */
+int slab_ready(struct dstore *s, uint32_t slab, uint32_t slot);
 /* Under the lock: the descriptor for a page I/O on slab from/into buf; -1 when none. */
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf);
-/* Fill p's requests for its page at global slot g (p->buf, p->block set): the body and, for
- * writes or a page with a tail, the tail block. -EIO when a descriptor cannot be had. */
+/* Fill p's requests for its page at global slot g (p->buf or p->parts, p->block set): the
+ * body (vectored over the parts) and, for writes or a page with a tail, the tail block. -EIO
+ * when a descriptor cannot be had. */
 int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write,
                     void (*complete)(struct dio_req *r));
+/* A page's buffer, or its parts, into p (the parts' body regions from *iov on, which moves
+ * past them); false when there are none or the parts are not whole. */
+bool page_take_bytes(struct dstore *s, struct dop_page *p, void *buf, void *const *parts,
+                     uint32_t nparts, struct iovec **iov);
+/* Bytes [from, from + len) of p's page copied out of it (gather) or into it (scatter),
+ * whether it is one buffer or parts. */
+void page_gather(const struct dstore *s, const struct dop_page *p, size_t from, size_t len,
+                 uint8_t *out);
+void page_scatter(const struct dstore *s, struct dop_page *p, size_t from, size_t len,
+                  const uint8_t *in);
+/* The checksum of p's whole page (page_checksum), one buffer or parts. */
+void page_sum(const struct dstore *s, const struct dop_page *p, uint8_t out[16]);
 /* Under the lock: one request of a page landed; the page once all of them have, else NULL.
  * Its result (the first failed request's) is in p->res. */
 struct dop_page *page_io_landed_locked(struct dio_req *r);

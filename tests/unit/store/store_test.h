@@ -44,6 +44,7 @@
 #include "rng.h"
 #include "store/disk/index.h"
 #include "store/disk/layout.h"
+#include "store/disk/dio.h"
 #include "store/disk/store.h"
 
 #define PAGE 8192 /* bytes per page in most tests: O_DIRECT-sized */
@@ -157,6 +158,9 @@ void test_crash_relaxed(void **state);
 /* order.c */
 void test_pipe_order(void **state);
 void test_pipe_same_key(void **state);
+void test_reads_before_writes(void **state);
+void test_parts(void **state);
+void test_disk_use(void **state);
 
 /* sync.c */
 void test_durable_flushes(void **state);
