@@ -9,6 +9,7 @@
  *   engine_mamba.c hybrid models' recurrent states: slots, checkpoints, copy on write at match
  *   engine_mamba_tiers.c  their room, host copies and states in the store below
  *   engine_swa.c   the device allocator and KV pools, with sliding-window layers or without
+ *   engine_emb.c   the multimodal embedding cache's calls (the cache: src/emb/)
  */
 #ifndef KVT_ENGINE_H
 #define KVT_ENGINE_H
@@ -25,6 +26,7 @@
 #define KVT_PAGE_SIZE_MAX 256
 
 struct dstore_options;
+struct emb_cache;
 struct engine_mamba;
 struct engine_swa;
 
@@ -54,6 +56,7 @@ struct kvt_engine {
     struct engine_swa *swa;         /* options.swa; NULL without sliding-window layers: then
                                        alloc and kv are the device's */
     uint8_t bigram_ns[RDX_NS_MAX];  /* the namespace of the key at hand, with bigram keys */
+    struct emb_cache *emb;          /* options.emb_device_bytes; NULL without (engine_emb.c) */
 };
 
 /* The device pages' slots, page_size per page. */
