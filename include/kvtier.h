@@ -745,7 +745,8 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
 
 /* Apply up to max finished transfers and disk ops together (0: all) to the prefix cache:
  * backups become host copies, loads release their pages for eviction, disk writes and reads
- * land. *applied (may be NULL) gets the count.
+ * land. *applied (may be NULL) gets the count. The embedding cache's finished reads and
+ * writes are applied too (all of them; not counted).
  * Call once per scheduler step; the engine also polls when it needs room. KVT_EBACKEND once
  * any transfer failed (a CUDA error): from then on the engine refuses to serve; close it.
  * Errors: -EINVAL (e NULL), KVT_EBACKEND. Never waits; applied backups may start disk
@@ -753,7 +754,8 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
 int kvt_poll(kvt_engine *e, size_t max, size_t *applied);
 
 /* Wait for every transfer and disk op in flight and apply them all: afterwards nothing is
- * pending, and the records of pages that reads found bad are dropped from the disk tier.
+ * pending (the embedding cache's reads and writes included), and the records of pages that
+ * reads found bad are dropped from the disk tier.
  * Errors: -EINVAL (e NULL), KVT_EBACKEND. Blocks: until all of it has landed. */
 int kvt_sync(kvt_engine *e);
 
@@ -916,6 +918,16 @@ int kvt_emb_stats(const kvt_engine *e, struct kvt_emb_stats *st);
  * (SGLang's pad value before 0.5: hash mod 2^30, one value repeated). Does nothing when hash
  * or tokens is NULL. */
 void kvt_emb_pad_tokens(const uint8_t *hash, uint32_t *tokens, size_t n);
+
+/* How much of a cached prefix of matched tokens (kvt_match's device, host and disk parts
+ * together) a request may use when its key holds items whose pad tokens start at starts[0 ..
+ * n): matched, cut back to the last page boundary at or before an item's start wherever it
+ * would end fewer than 8 tokens into that item. Such a page holds only the item's first k < 8
+ * pad tokens, which name it by 31 k bits: two items agreeing on those bits would share that
+ * page's KV. A caller that matches first (kvt_match) and passes kvt_req_begin the key cut to
+ * this length never shares KV on less than 248 bits of an item's hash. page_size 0 or starts
+ * NULL with n > 0: 0. */
+size_t kvt_emb_prefix_limit(const size_t *starts, size_t n, size_t matched, uint32_t page_size);
 
 #ifdef __cplusplus
 }

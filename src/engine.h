@@ -201,6 +201,11 @@ void engine_disk_options(const kvt_engine *e, struct dstore_options *so);
  * call again with a store before the engine is used. -EINVAL without a store tier. */
 int engine_swap_store(kvt_engine *e, struct kvt_store *s);
 
+/* The embedding cache's ops (engine_emb.c): apply those finished; wait for them all. Nothing
+ * without an embedding cache. */
+void engine_emb_poll(kvt_engine *e);
+void engine_emb_sync(kvt_engine *e);
+
 /* Hand the stats socket (if any) the figures of now; kvt_poll and kvt_sync call it. */
 void engine_publish(kvt_engine *e);
 

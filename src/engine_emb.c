@@ -7,6 +7,7 @@
 #include "emb/emb.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 static int check_key(const kvt_engine *e, const struct kvt_emb_key *key)
@@ -85,6 +86,18 @@ int kvt_emb_stats(const kvt_engine *e, struct kvt_emb_stats *st)
     return 0;
 }
 
+void engine_emb_poll(kvt_engine *e)
+{
+    if (e->emb)
+        emb_poll(e->emb);
+}
+
+void engine_emb_sync(kvt_engine *e)
+{
+    if (e->emb)
+        emb_sync(e->emb);
+}
+
 /* 31 bits of a hash word each, bit 31 set: above any vocabulary, and eight in a row name the
  * item by 248 bits of its hash. */
 void kvt_emb_pad_tokens(const uint8_t *hash, uint32_t *tokens, size_t n)
@@ -97,4 +110,27 @@ void kvt_emb_pad_tokens(const uint8_t *hash, uint32_t *tokens, size_t n)
             (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 | (uint32_t)w[3] << 24;
         tokens[i] = 0x80000000u | (v & 0x7fffffffu);
     }
+}
+
+/* 8 pad tokens carry the whole of kvt_emb_pad_tokens' 248 bits. */
+#define PAD_WORDS 8
+
+size_t kvt_emb_prefix_limit(const size_t *starts, size_t n, size_t matched, uint32_t page_size)
+{
+    size_t limit = matched;
+
+    if (!page_size || (!starts && n))
+        return 0;
+    limit -= limit % page_size;
+    /* A cut may land in an earlier item's window: again until none does (each item cuts once
+     * at most, the limit then at or before its start). */
+    for (bool cut = true; cut;) {
+        cut = false;
+        for (size_t i = 0; i < n; i++)
+            if (limit > starts[i] && limit < starts[i] + PAD_WORDS) {
+                limit = starts[i] - starts[i] % page_size;
+                cut = true;
+            }
+    }
+    return limit;
 }

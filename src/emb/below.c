@@ -46,11 +46,12 @@ static size_t max_chunks(const struct emb_cache *c)
 
 size_t emb_below_run(struct emb_cache *c, const uint8_t *digest, bool *remote)
 {
-    size_t total = 0, want = 0, max = max_chunks(c), run, steps = 0;
+    size_t total = 0, want = 0, max, run, steps = 0;
 
     *remote = false;
     if (!c->store)
         return 0;
+    max = max_chunks(c);
     /* Doubling: a record's chunk count is in its head, which has not been read. */
     for (size_t k = 4; total == want && want < max; k *= 2, steps++) {
         size_t to = k < max ? k : max;
@@ -210,11 +211,13 @@ static int record_check(const struct emb_cache *c, const struct emb_op *op,
     if (emb_head_read(op->buf, h) || memcmp(h->item, x->item, 32) || memcmp(h->nsd, x->nsd, 32) ||
         h->len == 0)
         return KVT_ECORRUPT;
+    /* Longer than the chunks found from the first, or than the device budget (an engine
+     * with a larger one wrote it): not one this cache can hold whole. */
     if (h->len > x->len)
-        return -ENOENT; /* more chunks than the store had from the first */
+        return -ENOENT;
     size_t need = (size_t)emb_chunks(h->len, c->chunk);
     if (need > ok)
-        return miss_code(op->results[ok]);
+        return ok < op->n ? miss_code(op->results[ok]) : -ENOENT;
     return emb_payload_ok(h, op->buf + EMB_HEAD_BYTES) ? 0 : KVT_ECORRUPT;
 }
 

@@ -6,6 +6,7 @@
 #include "emb/emb_int.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -350,6 +351,17 @@ int emb_drop(struct emb_cache *c, const struct kvt_emb_key *key)
     if (host)
         emb_room_drop_host(c, i);
     return 0;
+}
+
+void emb_poll(struct emb_cache *c)
+{
+    if (c->nops)
+        emb_below_poll(c, SIZE_MAX);
+}
+
+void emb_sync(struct emb_cache *c)
+{
+    emb_below_sync(c);
 }
 
 void emb_stats(const struct emb_cache *c, struct kvt_emb_stats *st)

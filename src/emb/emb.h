@@ -46,5 +46,8 @@ int emb_read(struct emb_cache *c, const struct kvt_emb *emb, size_t offset, void
 int emb_lookup(struct emb_cache *c, const struct kvt_emb_key *key, uint32_t *tier, size_t *len);
 int emb_drop(struct emb_cache *c, const struct kvt_emb_key *key);
 void emb_stats(const struct emb_cache *c, struct kvt_emb_stats *st);
+/* Apply the ops the store finished (kvt_poll); wait for every op and apply it (kvt_sync). */
+void emb_poll(struct emb_cache *c);
+void emb_sync(struct emb_cache *c);
 
 #endif
