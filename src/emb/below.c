@@ -142,7 +142,7 @@ void emb_below_write(struct emb_cache *c, uint32_t i, const void *payload)
         emb_record_write(op->buf, n * c->chunk, x->item, x->nsd, payload, x->len);
     }
     for (size_t k = 0; op->buf && k < n; k++)
-        c->wpages[k] = (struct store_wpage){c->keys[k], k ? c->keys[k - 1] : NULL, c->root, NULL,
+        c->wpages[k] = (struct store_wpage){c->keys[k], k ? c->keys[k - 1] : c->root, c->root, NULL,
                                             op->buf + k * c->chunk};
     if (!op->buf || store_write(c->store, c->wpages, n, op->results, &op->store_op)) {
         c->count.store_errors++;
