@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "bench_mm.h"
 #include "cli.h"
 #include "workload.h"
 
@@ -72,7 +73,8 @@ struct config {
     bool json;
     bool serial; /* kvt_options.sim_serial */
     uint32_t disk_sync;
-    uint64_t disk_backlog; /* --disk-backlog: disk ops a request may start beside; 0: none */
+    uint64_t disk_backlog;     /* --disk-backlog: disk ops a request may start beside; 0: none */
+    struct bench_mm_config mm; /* --synthetic multimodal: the embedding cache (bench_mm.c) */
 };
 
 /* ---- counters and state ---- */
@@ -133,6 +135,7 @@ struct bench {
     struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
     double seconds;
+    struct bench_mm *mm; /* --synthetic multimodal; NULL otherwise */
 };
 
 static uint64_t now_ns(void)
@@ -501,6 +504,8 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
 
     if (hit && (rc = kvt_req_read(b->e, req, 0, hit, b->slots)))
         return engine_error("kvt_req_read", rc);
+    if (b->mm && bench_mm_serve(b->mm, &b->src->w, r, hit, b->c.requests + 1))
+        return -1;
     if (verify(b, b->slots, hit, req->load_op) || verify_state(b, req) ||
         make_room(b, round_up(kv_len, b->cfg->page_size) - hit) || prefill(b, req, hit, in) ||
         prefill_checkpoints(b, req, in) || cache_prompt(b, req, in) || decode(b, req, in, kv_len))
@@ -558,6 +563,8 @@ static int run_request(struct bench *b, const struct wl_req *r)
     hash_tokens(b, 0, kv_len);
     if ((rc = settle_before(b)))
         return rc;
+    if (b->mm && bench_mm_key(b->mm, &b->src->w, r, &key))
+        return -1;
     uint64_t remote_before = remote_hits(b);
     if ((rc = kvt_req_begin(b->e, &key, &req)))
         return engine_error("kvt_req_begin", rc);
@@ -568,6 +575,8 @@ static int run_request(struct bench *b, const struct wl_req *r)
     key.len = b->filled;
     if ((rc = kvt_req_cache_finished(b->e, &req, &key, 0, !failed)))
         return engine_error("kvt_req_cache_finished", rc);
+    if (b->mm)
+        bench_mm_release(b->mm);
     b->c.requests++;
     b->c.tokens_total += in;
     return failed;
@@ -1042,6 +1051,8 @@ static int open_engine(struct bench *b)
     o.remote_tls_ca = cfg->remote_tls_ca;
     o.remote_tls_cert = cfg->remote_tls_cert;
     o.remote_tls_key = cfg->remote_tls_key;
+    if (bench_mm_wanted(cfg->synthetic))
+        bench_mm_options(&cfg->mm, cfg->device_tokens * kvt_cell_bytes(&cfg->g), &o);
     int rc = kvt_open(&o, &b->e);
     if (rc)
         return open_error(cfg, rc);
@@ -1121,11 +1132,15 @@ static int setup(struct bench *b)
     }
     if (check_fit(b) || open_engine(b))
         return -1;
+    if (bench_mm_wanted(b->cfg->synthetic) &&
+        bench_mm_open(&b->cfg->mm, kvt_cell_bytes(g), b->cfg->page_size, b->e, &b->mm))
+        return -1;
     return alloc_buffers(b);
 }
 
 static void teardown(struct bench *b)
 {
+    bench_mm_close(b->mm); /* its holds go before the engine */
     kvt_close(b->e);
     free(b->tokens);
     free(b->hash);
@@ -1278,6 +1293,8 @@ static void print_text(const struct bench *b)
         print_hybrid(b);
     if (cfg->swa_window)
         print_window(b);
+    if (b->mm)
+        bench_mm_print(b->mm);
     printf("  verified      %" PRIu64 " pages served from cache, %" PRIu64 " mismatches\n",
            c->pages_checked, c->mismatches);
     printf("  data moved    compute -> device ");
@@ -1387,6 +1404,8 @@ static void print_json(const struct bench *b)
                b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
                st->swa_kv_hit_tokens, served_tokens(c), st->swa_released_tokens,
                st->swa_evicted_tokens, st->swa_revived_tokens);
+    if (b->mm)
+        bench_mm_json(b->mm);
     print_json_config(b);
     printf("}\n");
 }
@@ -1611,6 +1630,20 @@ static const struct cli_option options[] = {
              "default 0: all land before each request, so a run repeats.\n"
              "With N > 0 the hits may differ a little from run to run\n"
              "(what is on disk when depends on the disk's speed)"},
+    {"--emb-device-bytes", CLI_SIZE, OFF(mm.device_bytes), 1, UINT64_MAX, .arg = "SIZE",
+     .help = "--synthetic multimodal: the embedding cache's device\n"
+             "budget (K, M, G suffixes; default a quarter of the KV\n"
+             "pool's bytes, 1M at least)"},
+    {"--emb-host-bytes", CLI_SIZE, OFF(mm.host_bytes), 1, UINT64_MAX, .arg = "SIZE",
+     .help = "--synthetic multimodal: host memory for embeddings\n"
+             "(default none); with --dir or --remote they go there too"},
+    {"--emb-token-bytes", CLI_COUNT, OFF(mm.token_bytes), 1, 1u << 20, .arg = "N",
+     .help = "--synthetic multimodal: an embedding's bytes per image\n"
+             "token, the model's hidden size times its element size\n"
+             "(default an eighth of a token's KV, 16 at least)"},
+    {"--emb-store", CLI_NAME, OFF(mm.store), 0, 0, bench_mm_store_names, 2, .arg = "S",
+     .help = "--synthetic multimodal: all (default: embeddings go to the\n"
+             "disk and remote tiers too, when there are) or none"},
     {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
      .help = "auto, sim or cuda (default auto)"},
     {"--evict-policy", CLI_NAME, OFF(policy), CLI_NAMES(policy_names), .arg = "P",
@@ -1739,7 +1772,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--remote needs a redis://[[USER]:PASSWORD@]HOST[:PORT] URL "
                              "(rediss:// for TLS) or a comma-separated list of them",
                              cfg->remote);
-    if ((rc = check_tls_files(cfg)))
+    if ((rc = check_tls_files(cfg)) || (rc = bench_mm_check_args(&cfg->mm, cfg->synthetic)))
         return rc;
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
@@ -1778,6 +1811,10 @@ int main(int argc, char **argv)
             print_text(&b);
         if (b.c.mismatches) {
             report_mismatch(&b);
+            rc = 1;
+        }
+        if (bench_mm_mismatches(b.mm)) {
+            fprintf(stderr, "%s: VERIFY FAILED: embeddings served differ from the images'\n", PROG);
             rc = 1;
         }
     } else {
