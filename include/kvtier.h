@@ -844,7 +844,8 @@ int kvt_emb_put(kvt_engine *e, const struct kvt_emb_key *key, const void *buf, s
  * embedding already under way is joined (the same op).
  * Errors: -EINVAL (as kvt_emb_put's key; out NULL), -ENOENT (not cached in any tier: encode
  * the item and kvt_emb_put it), -ENOMEM (no room on the device for it: held embeddings fill
- * it, or no memory; nothing was evicted), KVT_EBACKEND (the copy from the host failed).
+ * it, or no memory; nothing was evicted), -EIO (the store below refused the read: a miss),
+ * KVT_EBACKEND (the copy from the host failed).
  * Blocks: the copy from the host; with a disk or remote tier it reads their index (LMDB, a
  * round trip to the server) when the device and host do not have it. */
 int kvt_emb_fetch(kvt_engine *e, const struct kvt_emb_key *key, struct kvt_emb *out);
@@ -874,7 +875,8 @@ int kvt_emb_read(kvt_engine *e, const struct kvt_emb *emb, size_t offset, void *
  * kvt_emb_tier, the nearest) and *len (its bytes; 0 when only the disk or remote tier has it,
  * whose head has not been read; either may be NULL), or -ENOENT. The disk and remote tiers
  * answer from their index: a read of what they report may still miss.
- * Errors: -EINVAL (as kvt_emb_put's key), -ENOENT. Blocks: as kvt_emb_fetch's index look. */
+ * Errors: -EINVAL (as kvt_emb_put's key), -ENOENT, -ENOMEM. Blocks: as kvt_emb_fetch's index
+ * look. */
 int kvt_emb_lookup(kvt_engine *e, const struct kvt_emb_key *key, uint32_t *tier, size_t *len);
 
 /* Drop the embedding named by key from the device and the host (SGLang's free); the disk and

@@ -212,8 +212,10 @@ static int fetch_below(struct emb_cache *c, const uint8_t *digest, const uint8_t
     c->e[i].state = EMB_FILLING;
     c->e[i].len = most < c->dev_arena.bytes ? most : c->dev_arena.bytes;
     c->e[i].tier = remote ? KVT_EMB_REMOTE : KVT_EMB_DISK;
-    if ((rc = emb_room_device(c, i, c->e[i].len)) == 0 && (rc = emb_below_read(c, i, run)) != 0)
+    if ((rc = emb_room_device(c, i, c->e[i].len)) == 0 && (rc = emb_below_read(c, i, run)) != 0) {
         emb_room_drop_device(c, i);
+        rc = rc == -ENOMEM ? rc : -EIO; /* the store refused the read: as a failed one */
+    }
     if (rc) {
         emb_table_detach(c, i, rc);
         return rc;

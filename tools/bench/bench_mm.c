@@ -187,7 +187,7 @@ static int one_image(struct bench_mm *m, const struct wl_seg *g, uint64_t reques
                 MAX_HELD);
         return -1;
     }
-    if ((rc = kvt_emb_fetch(m->e, &k, h)) == -ENOENT || rc == -ENOMEM)
+    if ((rc = kvt_emb_fetch(m->e, &k, h)) == -ENOENT || rc == -ENOMEM || rc == -EIO)
         return encode(m, &k, len, g->len);
     if (rc)
         return engine_error("kvt_emb_fetch", rc);
