@@ -263,9 +263,11 @@ int emb_wait(struct emb_cache *c, struct kvt_emb *emb, int timeout_ms)
     if (i == EMB_NONE)
         return -EINVAL;
     poll(c);
-    while (c->e[i].state == EMB_FILLING)
-        if ((rc = emb_below_wait(c, c->e[i].fill, timeout_ms)))
-            return rc;
+    /* A wait that returns 0 has applied the read (or found it applied): landed or failed. */
+    if (c->e[i].state == EMB_FILLING && (rc = emb_below_wait(c, c->e[i].fill, timeout_ms)))
+        return rc;
+    if (c->e[i].state == EMB_FILLING)
+        return -ETIMEDOUT; /* cannot happen: never an address whose bytes have not landed */
     if (c->e[i].state == EMB_FAILED) {
         rc = c->e[i].fail_rc;
         emb_table_unhold(c, i);
