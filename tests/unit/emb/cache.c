@@ -231,15 +231,13 @@ void test_host_copies(void **state)
  * one byte, come back exact through every tier (the host; the disk after a restart). */
 void test_sizes(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     const size_t chunk = 2048, head = 128;
     const size_t sizes[] = {
         1, chunk - head - 1, chunk - head, chunk - head + 1, 3 * chunk - head, 5 * chunk + 17};
     const size_t n = sizeof(sizes) / sizeof(sizes[0]);
     struct kvt_emb h;
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-sizes"), 0);
     struct emb_cfg cfg = {.device = 64 * KIB, .host = 64 * KIB, .dir = dir};
     kvt_engine *e = emb_engine(&cfg);
     for (size_t i = 0; i < n; i++)
@@ -260,5 +258,4 @@ void test_sizes(void **state)
         assert_int_equal(kvt_emb_release(e, &h), 0);
     }
     kvt_close(e);
-    fixture_remove_tree(dir);
 }

@@ -34,6 +34,11 @@ struct emb_cfg {
 };
 
 /* main.c */
+/* A fresh data dir for a test (*state), removed after it, pass or fail. */
+int dir_setup(void **state);
+int dir_teardown(void **state);
+/* tiers.c: the test's redis-server stopped too. */
+int remote_teardown(void **state);
 void emb_options(const struct emb_cfg *c, struct kvt_options *o);
 kvt_engine *emb_engine(const struct emb_cfg *c);
 /* Item id's hash and, for len bytes, its embedding's bytes: functions of id alone. */

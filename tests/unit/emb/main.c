@@ -112,6 +112,27 @@ struct kvt_emb_stats cache_stats(const kvt_engine *e)
     return st;
 }
 
+int dir_setup(void **state)
+{
+    char *dir = malloc(128);
+
+    if (!dir || fixture_data_dir(dir, 128, "emb")) {
+        free(dir);
+        return -1;
+    }
+    *state = dir;
+    return 0;
+}
+
+int dir_teardown(void **state)
+{
+    fixture_remove_tree(*state);
+    free(*state);
+    return 0;
+}
+
+#define WITH_DIR(t) cmocka_unit_test_setup_teardown(t, dir_setup, dir_teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -119,21 +140,21 @@ int main(void)
         cmocka_unit_test(test_device_lru),
         cmocka_unit_test(test_holds),
         cmocka_unit_test(test_host_copies),
-        cmocka_unit_test(test_sizes),
-        cmocka_unit_test(test_disk_tier),
-        cmocka_unit_test(test_restart),
-        cmocka_unit_test(test_damaged_on_disk),
-        cmocka_unit_test(test_mixed_record),
-        cmocka_unit_test(test_joined_reads),
-        cmocka_unit_test(test_longer_than_budget),
-        cmocka_unit_test(test_no_store),
-        cmocka_unit_test(test_remote_shared),
+        WITH_DIR(test_sizes),
+        WITH_DIR(test_disk_tier),
+        WITH_DIR(test_restart),
+        WITH_DIR(test_damaged_on_disk),
+        WITH_DIR(test_mixed_record),
+        WITH_DIR(test_joined_reads),
+        WITH_DIR(test_longer_than_budget),
+        WITH_DIR(test_no_store),
+        cmocka_unit_test_setup_teardown(test_remote_shared, dir_setup, remote_teardown),
         cmocka_unit_test(test_pad_tokens),
         cmocka_unit_test(test_image_prefixes),
         cmocka_unit_test(test_namespaces),
         cmocka_unit_test(test_pad_collision),
-        cmocka_unit_test(test_share_routes),
-        cmocka_unit_test(test_share_close),
+        WITH_DIR(test_share_routes),
+        WITH_DIR(test_share_close),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

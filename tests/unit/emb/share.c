@@ -11,13 +11,10 @@
 #define PB 4096
 #define OPS 64
 
-static int open_disk(char *dir, size_t len, struct kvt_store **out)
+static int open_disk(const char *dir, struct kvt_store **out)
 {
     struct dstore_options o;
-    int rc = fixture_data_dir(dir, len, "emb-share");
 
-    if (rc)
-        return rc;
     dstore_options_init(&o, sizeof(o));
     o.dir = dir;
     o.page_bytes = PB;
@@ -116,10 +113,9 @@ static void run_views(struct kvt_store *const v[2])
 
 void test_share_routes(void **state)
 {
-    (void)state;
     struct store_mem_options mo = {.page_bytes = PB, .page_tokens = 4, .capacity_pages = OPS};
     struct kvt_store *s, *v[2];
-    char dir[128];
+    const char *dir = *state;
 
     assert_int_equal(store_share_open(NULL, 2, v), -EINVAL);
     assert_int_equal(store_mem_open(&mo, &s), 0);
@@ -131,27 +127,25 @@ void test_share_routes(void **state)
     run_views(v);
     store_close(v[0]);
     store_close(v[1]);
-    assert_int_equal(open_disk(dir, sizeof(dir), &s), 0);
+    assert_int_equal(open_disk(dir, &s), 0);
     assert_int_equal(store_share_open(s, 2, v), 0);
     run_views(v);
     store_close(v[1]);
     store_close(v[0]);
-    fixture_remove_tree(dir);
 }
 
 /* Closing a view with its ops in flight waits for them (their buffers are free after); the
  * other view goes on, and closing it closes the store. */
 void test_share_close(void **state)
 {
-    (void)state;
     struct kvt_store *s, *v[2];
     struct pending *ops = calloc(8, sizeof(*ops));
     struct store_done d;
-    char dir[128];
+    const char *dir = *state;
     size_t run = 0;
 
     assert_non_null(ops);
-    assert_int_equal(open_disk(dir, sizeof(dir), &s), 0);
+    assert_int_equal(open_disk(dir, &s), 0);
     assert_int_equal(store_share_open(s, 2, v), 0);
     for (uint32_t i = 0; i < 4; i++) {
         ops[i].view = 1;
@@ -168,5 +162,4 @@ void test_share_close(void **state)
     assert_int_equal(run, 5);
     store_close(v[0]);
     free(ops);
-    fixture_remove_tree(dir);
 }

@@ -36,12 +36,10 @@ static void drop(kvt_engine *e, uint64_t id)
  * fetch meanwhile joins it; afterwards the embedding is on the device and the host again. */
 void test_disk_tier(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     struct kvt_emb a, b;
     uint8_t hash[32];
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-disk"), 0);
     struct emb_cfg cfg = {.device = 64 * KIB, .host = 64 * KIB, .dir = dir};
     kvt_engine *e = emb_engine(&cfg);
     assert_int_equal(put_item(e, NULL, 1, 20 * KIB, NULL), 0);
@@ -94,17 +92,14 @@ void test_disk_tier(void **state)
     assert_int_equal(st.held, 0);
     assert_int_equal(st.ops_in_flight, 0);
     kvt_close(e);
-    fixture_remove_tree(dir);
 }
 
 /* What was put survives a restart, and so do namespaces; what was never put is a miss. */
 void test_restart(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     struct kvt_emb h;
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-restart"), 0);
     struct emb_cfg cfg = {.device = 64 * KIB, .dir = dir};
     kvt_engine *e = emb_engine(&cfg);
     for (uint64_t id = 1; id <= 20; id++)
@@ -122,7 +117,6 @@ void test_restart(void **state)
     }
     assert_int_equal(fetch_item(e, NULL, 99, &h), -ENOENT);
     kvt_close(e);
-    fixture_remove_tree(dir);
 }
 
 /* Flip bytes in every slab file's pages: the records fail the store's checks, and each
@@ -147,12 +141,10 @@ static void damage_slabs(const char *dir)
 
 void test_damaged_on_disk(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     struct kvt_emb a;
     uint8_t hash[32];
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-damage"), 0);
     struct emb_cfg cfg = {.device = 64 * KIB, .dir = dir};
     kvt_engine *e = emb_engine(&cfg);
     assert_int_equal(put_item(e, NULL, 1, 9 * KIB, NULL), 0);
@@ -185,7 +177,6 @@ void test_damaged_on_disk(void **state)
     assert_item(e, &a, 2, 100);
     assert_int_equal(kvt_emb_release(e, &a), 0);
     kvt_close(e);
-    fixture_remove_tree(dir);
 }
 
 /* A record the dir holds in part (a chunk deleted) is a miss (-ENOENT) found by its head; one
@@ -193,8 +184,7 @@ void test_damaged_on_disk(void **state)
  * whole not) fails the record's own checksum (KVT_ECORRUPT). */
 void test_mixed_record(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     struct dstore_options so;
     struct dstore *ds;
     struct page_hasher ph;
@@ -202,7 +192,6 @@ void test_mixed_record(void **state)
     size_t deleted = 0;
     struct kvt_emb h;
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-mixed"), 0);
     struct emb_cfg cfg = {.device = 64 * KIB, .dir = dir};
     kvt_engine *e = emb_engine(&cfg);
     assert_int_equal(put_item(e, NULL, 1, 5000, NULL), 0); /* 3 chunks */
@@ -235,7 +224,6 @@ void test_mixed_record(void **state)
     assert_int_equal(fetch_item(e, NULL, 1, &h), KVT_ECORRUPT);
     assert_int_equal(cache_stats(e).read_errors, 1);
     kvt_close(e);
-    fixture_remove_tree(dir);
 }
 
 /* Reads held at a gate (the disk store's fault seam) until the test opens it, then let
@@ -278,8 +266,7 @@ static void gate_set(struct gate *g, bool open, int rc)
  * leaves nothing behind. */
 void test_joined_reads(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, 0};
     struct dstore_faults faults = {gate_read, &g};
     struct dstore_options so;
@@ -289,7 +276,6 @@ void test_joined_reads(void **state)
     struct kvt_emb a, b;
     uint8_t hash[32];
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-join"), 0);
     struct emb_cfg cfg = {.device = 64 * KIB, .dir = dir};
     e = emb_engine(&cfg);
     assert_int_equal(put_item(e, NULL, 1, 6000, NULL), 0);
@@ -344,18 +330,15 @@ void test_joined_reads(void **state)
     assert_item(e, &a, 2, 700);
     assert_int_equal(kvt_emb_release(e, &a), 0);
     kvt_close(e);
-    fixture_remove_tree(dir);
 }
 
 /* A record longer than this engine's device budget (another engine with a larger one wrote
  * it, in as many chunks as the budget's) is a miss, never a copy past the device extent. */
 void test_longer_than_budget(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     struct kvt_emb h;
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-budget"), 0);
     struct emb_cfg big = {.device = 64 * KIB, .dir = dir}, small = {.device = 32 * KIB, .dir = dir};
     kvt_engine *e = emb_engine(&big);
     assert_int_equal(put_item(e, NULL, 1, 33000, NULL), 0); /* 17 chunks, as 32 KiB's */
@@ -369,17 +352,14 @@ void test_longer_than_budget(void **state)
     assert_item(e, &h, 2, 32 * KIB);
     assert_int_equal(kvt_emb_release(e, &h), 0);
     kvt_close(e);
-    fixture_remove_tree(dir);
 }
 
 /* emb_store NONE: the disk tier keeps KV, not embeddings; a restart finds none. */
 void test_no_store(void **state)
 {
-    (void)state;
-    char dir[128];
+    const char *dir = *state;
     struct kvt_emb h;
 
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-nostore"), 0);
     struct emb_cfg cfg = {.device = 64 * KIB, .dir = dir, .store = KVT_EMB_STORE_NONE};
     kvt_engine *e = emb_engine(&cfg);
     assert_int_equal(put_item(e, NULL, 1, 4 * KIB, NULL), 0);
@@ -389,24 +369,38 @@ void test_no_store(void **state)
     e = emb_engine(&cfg);
     assert_int_equal(fetch_item(e, NULL, 1, &h), -ENOENT);
     kvt_close(e);
-    fixture_remove_tree(dir);
 }
 
 /* Two engines on one redis-server: what one puts, the other reads from the remote tier (the
  * same bytes); with a disk tier too, the disk serves what it has and the remote the rest. */
+#ifdef KVT_HAVE_REDIS
+static struct redis_server rs; /* stopped by remote_teardown, pass or fail */
+
+int remote_teardown(void **state)
+{
+    if (rs.pid)
+        redis_server_stop(&rs);
+    memset(&rs, 0, sizeof(rs));
+    return dir_teardown(state);
+}
+#else
+int remote_teardown(void **state)
+{
+    return dir_teardown(state);
+}
+#endif
+
 void test_remote_shared(void **state)
 {
-    (void)state;
+    const char *dir = *state;
 #ifdef KVT_HAVE_REDIS
-    struct redis_server rs = {0};
-    char url[64], dir[128];
+    char url[64];
     struct kvt_emb h;
 
     if (!redis_server_installed())
         skip();
     assert_int_equal(redis_server_start(&rs, 0), 0);
     snprintf(url, sizeof(url), "redis://127.0.0.1:%u", rs.port);
-    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "emb-remote"), 0);
     struct emb_cfg ca = {.device = 64 * KIB, .remote = url};
     struct emb_cfg cb = {.device = 64 * KIB, .dir = dir, .remote = url};
     kvt_engine *a = emb_engine(&ca), *b = emb_engine(&cb);
@@ -442,9 +436,8 @@ void test_remote_shared(void **state)
     assert_int_equal(where(a, NULL, 1), KVT_EMB_DEVICE);
     kvt_close(a);
     kvt_close(b);
-    redis_server_stop(&rs);
-    fixture_remove_tree(dir);
 #else
+    (void)dir;
     skip();
 #endif
 }
