@@ -2,8 +2,8 @@
  * The store contract (src/store/store.h), checked the same way on every backend built in:
  * the in-memory store, the disk block store, a chain of the two, a view of a shared disk store,
  * and (where the Redis store is built) the Redis store over a redis-server the test starts
- * itself and over a 3-master Redis Cluster likewise. A new backend adds one row to BACKENDS and passes these before the engine ever
- * sees it (docs/tiers.md).
+ * itself and over a 3-master Redis Cluster likewise. A new backend adds one row to BACKENDS
+ * and passes these before the engine ever sees it (docs/tiers.md).
  *
  * Each backend gets a store of CAPACITY pages of PAGE_BYTES, and then:
  * - a chain of pages written in one batch is all there: each page's result 0, the op's
