@@ -318,6 +318,7 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
     n = tier_poll(e->below, max ? max : SIZE_MAX);
     if (applied)
         *applied = n;
+    engine_emb_poll(e);
     engine_publish(e);
     return failed(e);
 }
@@ -326,6 +327,7 @@ int kvt_sync(kvt_engine *e)
 {
     if (!e)
         return -EINVAL;
+    engine_emb_sync(e);
     tier_sync(e->below);
     tier_poll(e->below, SIZE_MAX);
     engine_publish(e);

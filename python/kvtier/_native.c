@@ -21,6 +21,7 @@
 
 #include "kvtier.h"
 #include "kvtier_store.h"
+#include "_emb.h"
 
 #define KEY_BYTES KVT_PAGESTORE_KEY_BYTES
 #define MAX_SEGS_PER_PAGE 65536 /* far past any layout (layer_first: 2 x layers) */
@@ -995,7 +996,8 @@ PyMODINIT_FUNC PyInit__native(void)
         PyExc_OSError, NULL);
     if (!kvtier_error || add_constants(m) < 0 ||
         PyModule_AddObjectRef(m, "Error", kvtier_error) < 0 ||
-        PyModule_AddObjectRef(m, "PageStore", (PyObject *)&PageStore_type) < 0) {
+        PyModule_AddObjectRef(m, "PageStore", (PyObject *)&PageStore_type) < 0 ||
+        kvt_py_emb_add(m, kvtier_error) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,9 +1,9 @@
 /*
  * The store contract (src/store/store.h), checked the same way on every backend built in:
- * the in-memory store, the disk block store, a chain of the two, and (where the Redis store is
- * built) the Redis store over a redis-server the test starts itself and over a 3-master Redis
- * Cluster likewise. A new backend adds one row to BACKENDS and passes these before the engine ever
- * sees it (docs/tiers.md).
+ * the in-memory store, the disk block store, a chain of the two, a view of a shared disk store,
+ * and (where the Redis store is built) the Redis store over a redis-server the test starts
+ * itself and over a 3-master Redis Cluster likewise. A new backend adds one row to BACKENDS
+ * and passes these before the engine ever sees it (docs/tiers.md).
  *
  * Each backend gets a store of CAPACITY pages of PAGE_BYTES, and then:
  * - a chain of pages written in one batch is all there: each page's result 0, the op's
@@ -33,6 +33,7 @@
 #include "store/chain.h"
 #include "store/disk/ops.h"
 #include "store/mem.h"
+#include "store/share.h"
 #include "store/store.h"
 #ifdef KVT_HAVE_REDIS
 #include "redis_cluster.h"
@@ -89,6 +90,22 @@ static int open_chain(char *dir, struct kvt_store **out)
         return 0;
     store_close(s[0]);
     store_close(s[1]);
+    return rc;
+}
+
+/* One view of a disk store shared with another user (the engine's embedding cache), which
+ * submits nothing and is closed first: the view alone must keep the contract. */
+static int open_share(char *dir, struct kvt_store **out)
+{
+    struct kvt_store *s, *v[2];
+    int rc = open_disk(dir, &s);
+
+    if (rc == 0 && (rc = store_share_open(s, 2, v)) != 0)
+        store_close(s);
+    if (rc == 0) {
+        store_close(v[1]);
+        *out = v[0];
+    }
     return rc;
 }
 
@@ -157,6 +174,7 @@ static const struct backend BACKENDS[] = {
     {"mem", open_mem, NULL, NULL},
     {"disk", open_disk, NULL, NULL},
     {"chain", open_chain, NULL, NULL},
+    {"share", open_share, NULL, NULL},
 #ifdef KVT_HAVE_REDIS
     {"redis", open_redis, redis_server_installed, "redis-server on PATH"},
     {"redis-cluster", open_redis_cluster, redis_server_installed, "redis-server on PATH"},

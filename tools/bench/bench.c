@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "bench_mm.h"
 #include "cli.h"
 #include "workload.h"
 
@@ -41,6 +42,7 @@
 /* Disk and remote ops a request may start beside (--disk-backlog): as a server, which never
  * waits for its writes to land, with a bound so the pinned host pages stay few. */
 #define DEFAULT_DISK_BACKLOG 64
+#define DISK_BACKLOG_S CLI_STR(DEFAULT_DISK_BACKLOG)
 /* SGLang's mamba_full_memory_ratio fallback: the state pool is 0.9 of the KV pool's bytes. */
 #define MAMBA_MEMORY_RATIO 0.9
 #define MAMBA_MIN_SLOTS 4
@@ -76,8 +78,9 @@ struct config {
     bool serial;        /* kvt_options.sim_serial */
     bool deterministic; /* --deterministic: serial, and everything lands before a request */
     uint32_t disk_sync;
-    uint64_t disk_backlog; /* --disk-backlog: disk ops a request may start beside; 0: none */
-    bool backlog_set;      /* --disk-backlog given */
+    uint64_t disk_backlog;     /* --disk-backlog: disk ops a request may start beside; 0: none */
+    bool backlog_set;          /* --disk-backlog given */
+    struct bench_mm_config mm; /* --synthetic multimodal: the embedding cache (bench_mm.c) */
 };
 
 /* ---- counters and state ---- */
@@ -140,6 +143,7 @@ struct bench {
     struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
     double seconds;
+    struct bench_mm *mm; /* --synthetic multimodal; NULL otherwise */
 };
 
 static uint64_t now_ns(void)
@@ -508,6 +512,8 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
 
     if (hit && (rc = kvt_req_read(b->e, req, 0, hit, b->slots)))
         return engine_error("kvt_req_read", rc);
+    if (b->mm && bench_mm_serve(b->mm, &b->src->w, r, hit, b->c.requests + 1))
+        return -1;
     if (verify(b, b->slots, hit, req->load_op) || verify_state(b, req) ||
         make_room(b, round_up(kv_len, b->cfg->page_size) - hit) || prefill(b, req, hit, in) ||
         prefill_checkpoints(b, req, in) || cache_prompt(b, req, in) || decode(b, req, in, kv_len))
@@ -565,6 +571,8 @@ static int run_request(struct bench *b, const struct wl_req *r)
     hash_tokens(b, 0, kv_len);
     if ((rc = settle_before(b)))
         return rc;
+    if (b->mm && bench_mm_key(b->mm, &b->src->w, r, &key))
+        return -1;
     uint64_t remote_before = remote_hits(b);
     if ((rc = kvt_req_begin(b->e, &key, &req)))
         return engine_error("kvt_req_begin", rc);
@@ -575,6 +583,8 @@ static int run_request(struct bench *b, const struct wl_req *r)
     key.len = b->filled;
     if ((rc = kvt_req_cache_finished(b->e, &req, &key, 0, !failed)))
         return engine_error("kvt_req_cache_finished", rc);
+    if (b->mm)
+        bench_mm_release(b->mm);
     b->c.requests++;
     b->c.tokens_total += in;
     return failed;
@@ -1056,6 +1066,8 @@ static int open_engine(struct bench *b)
     o.remote_tls_ca = cfg->remote_tls_ca;
     o.remote_tls_cert = cfg->remote_tls_cert;
     o.remote_tls_key = cfg->remote_tls_key;
+    if (bench_mm_wanted(cfg->synthetic))
+        bench_mm_options(&cfg->mm, cfg->device_tokens * kvt_cell_bytes(&cfg->g), &o);
     int rc = kvt_open(&o, &b->e);
     if (rc)
         return open_error(b, rc);
@@ -1135,11 +1147,15 @@ static int setup(struct bench *b)
     }
     if (check_fit(b) || open_engine(b))
         return -1;
+    if (bench_mm_wanted(b->cfg->synthetic) &&
+        bench_mm_open(&b->cfg->mm, kvt_cell_bytes(g), b->cfg->page_size, b->e, &b->mm))
+        return -1;
     return alloc_buffers(b);
 }
 
 static void teardown(struct bench *b)
 {
+    bench_mm_close(b->mm); /* its holds go before the engine */
     kvt_close(b->e);
     free(b->tokens);
     free(b->hash);
@@ -1292,6 +1308,8 @@ static void print_text(const struct bench *b)
         print_hybrid(b);
     if (cfg->swa_window)
         print_window(b);
+    if (b->mm)
+        bench_mm_print(b->mm);
     printf("  verified      %" PRIu64 " pages served from cache, %" PRIu64 " mismatches\n",
            c->pages_checked, c->mismatches);
     printf("  data moved    compute -> device ");
@@ -1401,6 +1419,8 @@ static void print_json(const struct bench *b)
                b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
                st->swa_kv_hit_tokens, served_tokens(c), st->swa_released_tokens,
                st->swa_evicted_tokens, st->swa_revived_tokens);
+    if (b->mm)
+        bench_mm_json(b->mm);
     print_json_config(b);
     printf("}\n");
 }
@@ -1626,11 +1646,24 @@ static const struct cli_option options[] = {
      .help = "let the disk and remote tiers' reads and writes go on\n"
              "while a request runs, up to N in flight (past that the\n"
              "bench waits for all), as a server does, which never waits\n"
-             "for its writes (default " CLI_STR(
-                 DEFAULT_DISK_BACKLOG) "; 0: all land before each\n"
-                                       "request). The hits may then differ a little from run to\n"
-                                       "run (what is on disk when depends on the disk's speed);\n"
-                                       "--deterministic for counts that repeat"},
+             "for its writes (default " DISK_BACKLOG_S "; 0: all land before\n"
+             "each request). The hits may then differ a little from run\n"
+             "to run (what is on disk when depends on the disk's speed);\n"
+             "--deterministic for counts that repeat"},
+    {"--emb-device-bytes", CLI_SIZE, OFF(mm.device_bytes), 1, UINT64_MAX, .arg = "SIZE",
+     .help = "--synthetic multimodal: the embedding cache's device\n"
+             "budget (K, M, G suffixes; default a quarter of the KV\n"
+             "pool's bytes, 1M at least)"},
+    {"--emb-host-bytes", CLI_SIZE, OFF(mm.host_bytes), 1, UINT64_MAX, .arg = "SIZE",
+     .help = "--synthetic multimodal: host memory for embeddings\n"
+             "(default none); with --dir or --remote they go there too"},
+    {"--emb-token-bytes", CLI_COUNT, OFF(mm.token_bytes), 1, 1u << 20, .arg = "N",
+     .help = "--synthetic multimodal: an embedding's bytes per image\n"
+             "token, the model's hidden size times its element size\n"
+             "(default an eighth of a token's KV, 16 at least)"},
+    {"--emb-store", CLI_NAME, OFF(mm.store), 0, 0, bench_mm_store_names, 2, .arg = "S",
+     .help = "--synthetic multimodal: all (default: embeddings go to the\n"
+             "disk and remote tiers too, when there are) or none"},
     {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
      .help = "auto, sim or cuda (default auto)"},
     {"--evict-policy", CLI_NAME, OFF(policy), CLI_NAMES(policy_names), .arg = "P",
@@ -1763,7 +1796,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--remote needs a redis://[[USER]:PASSWORD@]HOST[:PORT] URL "
                              "(rediss:// for TLS) or a comma-separated list of them",
                              cfg->remote);
-    if ((rc = check_tls_files(cfg)))
+    if ((rc = check_tls_files(cfg)) || (rc = bench_mm_check_args(&cfg->mm, cfg->synthetic)))
         return rc;
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
@@ -1811,6 +1844,10 @@ int main(int argc, char **argv)
             print_text(&b);
         if (b.c.mismatches) {
             report_mismatch(&b);
+            rc = 1;
+        }
+        if (bench_mm_mismatches(b.mm)) {
+            fprintf(stderr, "%s: VERIFY FAILED: embeddings served differ from the images'\n", PROG);
             rc = 1;
         }
     } else {

@@ -101,7 +101,8 @@ struct command {
 #define SELECT_HELP                                                                                \
     "  --ns NS               pages of namespace NS: \"default\", \"states\" (recurrent\n"          \
     "                        states' pages), \"windows\" (window copies of sliding-window\n"       \
-    "                        pages), \"name:TEXT\" (the namespace's bytes) or a hex\n"             \
+    "                        pages), \"embeddings\" (chunks of multimodal embeddings),\n"          \
+    "                        \"name:TEXT\" (the namespace's bytes) or a hex\n"                     \
     "                        prefix of its root hash as stat prints it\n"                          \
     "  --prefix HASH         the page HASH, its chain to the root and every page below it\n"
 #define JSON_HELP "  --json                one JSON object on stdout instead of text\n"
@@ -253,6 +254,17 @@ static const struct command commands[] = {
      "refused), 2 on bad usage (a bad URL, a TLS option without\n"
      "rediss://, an unusable TLS file), or where kvtier-ctl was built without the Redis\n"
      "store.\n"},
+    {"emb", cmd_emb, 1, 1, "--json --verify ", "emb DIR [--verify]",
+     "The multimodal embeddings the dir holds (kvt_emb_put with a disk tier), one line\n"
+     "each: item hash, namespace, bytes, chunks, created, state. Each embedding's first\n"
+     "chunk is read: its head names the item and the rest of its chunks, which are looked\n"
+     "up. States: ok; incomplete (a chunk is not in the dir: evicted, or its write was cut\n"
+     "short; the engine reads it as a miss, no problem); damaged (a chunk or the head fails\n"
+     "its checks, or with --verify the bytes fail the head's checksum: a miss too). Chunks\n"
+     "whose first chunk is gone are counted.\n" DIR_NOTE "\n"
+     "  --verify              read every chunk and check each embedding whole\n" JSON_HELP
+     "\nExit status: 0 when no embedding is damaged, 1 when one is or on an error, 2 on bad\n"
+     "usage.\n"},
     {"metrics", cmd_metrics, 1, 1, "--json ", "metrics SOCKET",
      "The engine's figures in Prometheus text format, as its stats socket serves them\n"
      "(kvtier_<field> lines with # HELP and # TYPE).\n\n"
@@ -288,6 +300,8 @@ static void usage(FILE *f)
             "  export DIR TARGET     writes TARGET: copy chosen prefixes to a dir of the same\n"
             "                        fingerprint (created when missing)\n"
             "  import DIR SOURCE     writes DIR: copy chosen prefixes from SOURCE\n"
+            "  emb DIR               the multimodal embeddings it holds; --verify: read them\n"
+            "                        whole; exit 1 when any is damaged\n"
             "\n"
             "On a running engine (its stats socket):\n"
             "  stat --live SOCKET    per tier occupancy, hits, bytes moved, ops in flight, errors\n"
@@ -412,10 +426,10 @@ static int parse_valued(const struct command *c, struct ctl_args *a, const char 
 
 static bool set_flag(struct ctl_args *a, const char *opt)
 {
-    static const char *const names[] = {"--json", "--dot",     "--repair",  "--reverse",
-                                        "--all",  "--dry-run", "--detached"};
-    bool *flags[] = {&a->json, &a->dot,     &a->repair,  &a->reverse,
-                     &a->all,  &a->dry_run, &a->detached};
+    static const char *const names[] = {"--json", "--dot",     "--repair",   "--reverse",
+                                        "--all",  "--dry-run", "--detached", "--verify"};
+    bool *flags[] = {&a->json, &a->dot,     &a->repair,   &a->reverse,
+                     &a->all,  &a->dry_run, &a->detached, &a->verify};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (!strcmp(opt, names[i])) {
