@@ -1379,11 +1379,13 @@ def _():
         eq(second["verify"]["mismatches"], 0, "mismatches")
         procs[2].kill()
         procs[2].wait()
-        # A master gone: its pages miss, the other two still serve, every byte verified.
+        # A master gone: each page has a copy on another master (a slot 8192 away), so the
+        # two live ones serve at least (N-1)/N of it, every byte verified.
         third = run_ok(*args)
         eq(third["verify"]["mismatches"], 0, "mismatches with a master down")
-        check(0 < third["tokens_hit"]["remote"] < second["tokens_hit"]["remote"],
-              f"the live masters serve part: {second['tokens_hit']} -> {third['tokens_hit']}")
+        check(third["tokens_hit"]["remote"] * 3 >= second["tokens_hit"]["remote"] * 2,
+              f"the live masters serve 2/3 or more: {second['tokens_hit']} -> "
+              f"{third['tokens_hit']}")
     finally:
         for p in procs:
             if p.poll() is None:

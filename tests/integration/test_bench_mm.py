@@ -37,7 +37,10 @@ def ctl(*args):
 
 
 def run_mm(*args, requests=400):
-    r = bench("--synthetic", "multimodal", "--requests", requests, *args, "--json")
+    # A store page to a page (the chunks whose slots these cases compute), and counts that
+    # repeat.
+    pin = ("--store-page-tokens", "16", "--deterministic") if "--dir" in args else ()
+    r = bench("--synthetic", "multimodal", "--requests", requests, *args, *pin, "--json")
     eq(r.rc, 0, f"exit status{r.where()}")
     eq(r.err, "", f"stderr{r.where()}")
     j = r.json()

@@ -16,6 +16,7 @@ void emb_options(const struct emb_cfg *c, struct kvt_options *o)
         o->disk_dir = c->dir;
         o->disk_bytes = 4 << 20;
         o->remote = c->remote;
+        o->store_page_tokens = o->page_size; /* chunks of a page, as the cases count them */
     }
 }
 
