@@ -528,6 +528,7 @@ static void teardown(struct dstore *s)
         free(j->keys);
         free(j);
     }
+    free(s->drops);
     if (s->rtxn)
         mdb_txn_abort(s->rtxn);
     index_close(&s->ix);

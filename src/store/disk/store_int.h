@@ -3,7 +3,8 @@
  *   store.c    open, close, the owner's API, ops and their completion
  *   read.c     the read path: lookup, pin, I/O, checksum
  *   slab.c     slab files: scan at open, create and extend, descriptors
- *   commit.c   the committer thread: write batches, deletes, drops, eviction, access times
+ *   commit.c   the committer thread: write batches, deletes, eviction, access times
+ *   drop.c     the records reads found bad, dropped together
  *   rebuild.c  the committer's first job: free-slot set and LRU order from the index
  *
  * Locking: one mutex (lock) guards everything below marked "locked": the slot table, the
@@ -103,22 +104,27 @@ enum djob_kind {
     JOB_DELETE,    /* keys given by the owner; synchronous */
     JOB_EVICT,     /* count pages of LRU; synchronous */
     JOB_FLUSH,     /* nothing but the access times; synchronous */
-    JOB_DROP,      /* one record found bad by a read */
     JOB_BARRIER,   /* nothing: done once every job queued before it is; synchronous */
 };
 
 struct djob {
     struct djob *next;
     enum djob_kind kind;
-    struct dop *op;  /* JOB_WRITE */
-    uint8_t *keys;   /* JOB_DELETE: n keys; JOB_DROP: one */
-    size_t n;        /* JOB_DELETE: keys; JOB_EVICT: pages at most */
-    uint32_t slot;   /* JOB_DROP: the slot the bad bytes came from, or NO_SLOT */
-    uint64_t digest; /* JOB_DROP with NO_SLOT: value_digest of the bad record */
+    struct dop *op; /* JOB_WRITE */
+    uint8_t *keys;  /* JOB_DELETE: n keys */
+    size_t n;       /* JOB_DELETE: keys; JOB_EVICT: pages at most */
     /* synchronous jobs: the owner waits for done */
     bool done;
     int rc;
     size_t result;
+};
+
+/* A record a read found bad, waiting for the committer to drop it (drop.c). */
+struct drop_req {
+    uint8_t key[DSTORE_KEY_BYTES];
+    uint64_t digest; /* with NO_SLOT: value_digest of the bad record */
+    uint32_t g;      /* the slot the bad bytes came from, or NO_SLOT */
+    bool held;       /* nothing but the drop (or a delete) can free g */
 };
 
 /* An access time on its way to the index. */
@@ -205,7 +211,11 @@ struct dstore {
     uint8_t *recbuf;         /* the committer's: one encoded record */
 
     struct djob *jhead, *jtail; /* locked */
-    bool stop;                  /* locked: the committer drains and exits */
+    struct drop_req *drops;     /* locked: drops waiting, ndrops of drops_cap */
+    size_t ndrops, drops_cap;
+    uint64_t drops_since; /* locked: mono_ns() when the oldest of them was noted */
+    bool drops_unheld;    /* locked: one of them holds no slot: it runs before any write */
+    bool stop;            /* locked: the committer drains and exits */
     /* the committer's (read under the lock): write batches in flight, oldest first */
     struct batch *pipe, *pipe_tail;
     uint32_t piped;       /* batches in the pipe */
@@ -396,6 +406,16 @@ void batch_start(struct dstore *s, struct djob *jobs);
 void batch_retire(struct dstore *s);
 /* Wait for every batch in flight and retire them all. */
 void batch_drain(struct dstore *s);
+
+/* ---- drop.c: records found bad, dropped together ---- */
+
+/* Under the lock: note that a read found key's record bad: its bytes, read from slot g, or
+ * (NO_SLOT) the record itself, whose value_digest was digest. */
+void drop_note_locked(struct dstore *s, const uint8_t *key, uint32_t g, uint64_t digest);
+/* Under the lock: the mono_ns() time the drops waiting fall due; UINT64_MAX when none wait. */
+uint64_t drops_due_locked(const struct dstore *s);
+/* The committer: every drop waiting, in one transaction (flushed in durable mode). */
+void drops_run(struct dstore *s);
 
 /* ---- commit.c ---- */
 

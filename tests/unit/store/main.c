@@ -92,6 +92,7 @@ int main(void)
         T(test_durable_flushes),
         T(test_relaxed_flushes),
         T(test_flush_fails_no_reuse),
+        T(test_bad_reads_drop_together),
         T(test_power_cut_relaxed),
         T(test_power_cut_durable),
         T(test_power_cut_packed),

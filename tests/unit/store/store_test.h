@@ -162,6 +162,7 @@ void test_pipe_same_key(void **state);
 void test_durable_flushes(void **state);
 void test_relaxed_flushes(void **state);
 void test_flush_fails_no_reuse(void **state);
+void test_bad_reads_drop_together(void **state);
 
 /* powercut.c */
 void test_power_cut_relaxed(void **state);
