@@ -298,6 +298,8 @@ int dir_prepare(struct dstore *s)
     s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dirfd < 0)
         return -errno;
+    if ((rc = share_join(s)) || s->share_joined)
+        return rc; /* a store of this process has the dir open: its index is checked */
     if ((rc = classify(s->dirfd, &kind)))
         return rc;
     if (kind == DIR_FOREIGN || (s->ro && kind != DIR_OURS))
@@ -430,14 +432,28 @@ static int open_or_recover(struct dstore *s, const char *path, uint64_t file, st
     return rc;
 }
 
+/* A read-only store of a dir this process has open: the environment is there, checked. */
+static int index_joined(struct dstore *s)
+{
+    struct dmeta m;
+    int rc = index_read_meta(&s->ix, &m);
+
+    if (rc || (rc = check_meta(s, &m)) || (rc = share_read(s, &s->rtxn, false)))
+        return rc;
+    snapshot_reset(s);
+    return 0;
+}
+
 int index_prepare(struct dstore *s)
 {
     struct dmeta m;
-    char *path = dir_path(s, "index/data.mdb");
+    char *path;
     uint64_t file;
     int rc;
 
-    if (!path)
+    if (s->share_joined)
+        return index_joined(s);
+    if (!(path = dir_path(s, "index/data.mdb")))
         return -ENOMEM;
     file = index_file_bytes(path);
     path[strlen(path) - strlen("/data.mdb")] = '\0';
@@ -450,9 +466,10 @@ int index_prepare(struct dstore *s)
     if (!s->ro &&
         ((rc = index_set_mapsize(&s->ix, map_bytes(s, file))) || (rc = writer_sync_mode(s))))
         goto free_path;
-    if ((rc = index_read_begin(&s->ix, &s->rtxn, s->ro)))
+    share_ready(s); /* before the first snapshot, which counts on the entry */
+    if ((rc = share_read(s, &s->rtxn, false)))
         goto free_path;
-    mdb_txn_reset(s->rtxn);
+    snapshot_reset(s);
 free_path:
     free(path);
     return rc;

@@ -229,7 +229,9 @@ static int with_index(const char *dir, int (*fn)(const char *path, void *arg), v
 
     if ((dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return -errno;
-    if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW))
+    if (share_busy(dirfd)) /* a second environment of it would break the store's */
+        rc = -EBUSY;
+    else if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW))
         rc = errno == ENOENT ? KVT_EFORMAT : -errno;
     else if (!(path = malloc(strlen(dir) + sizeof("/index"))))
         rc = -ENOMEM;

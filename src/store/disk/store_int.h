@@ -6,6 +6,7 @@
  *   commit.c   the committer thread: write batches, deletes, eviction, access times
  *   drop.c     the records reads found bad, dropped together
  *   rebuild.c  the committer's first job: free-slot set and LRU order from the index
+ *   share.c    the index's environment, one per dir for every store of the process
  *
  * Locking: one mutex (lock) guards everything below marked "locked": the slot table, the
  * LRU list, the free stack, the job queue, the op list, the slab descriptors and the
@@ -147,10 +148,11 @@ struct dstore {
     bool recovering;   /* the index was rebuilt empty: the committer recovers it from slabs */
     bool index_walked; /* the index was read whole by a child before this process opened it */
     int dirfd, slabfd, lockfd; /* the data dir, slabs/, the lock file */
-    struct dindex ix;
-    MDB_txn *rtxn;         /* the owner's read transaction, reset between calls */
-    atomic_uint snapshots; /* read transactions of the owner's live now (snapshot_*) */
-    MDB_txn *ctxn;         /* the committer's */
+    struct dindex ix;          /* the environment this process's stores of the dir share */
+    struct share *share;       /* share.c's entry for the dir */
+    bool share_joined;         /* a read-only store that found the environment open already */
+    MDB_txn *rtxn;             /* the owner's read transaction, reset between calls */
+    MDB_txn *ctxn;             /* the committer's */
 
     struct dmeta meta; /* the dir's meta record as read at open */
     /* the dir's geometry, from meta */
@@ -236,6 +238,25 @@ static inline uint64_t mono_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
+
+/* ---- share.c: one environment per dir per process ---- */
+
+struct share;
+/* Right after the dir is opened: a writer reserves the dir for its open (-EBUSY when a store
+ * of this process has it open); a read-only store joins the environment open already
+ * (share_joined, s->ix set; it waits while another store is opening it), or reserves it. */
+int share_join(struct dstore *s);
+/* The store that reserved the dir opened s->ix: the next ones join it. */
+void share_ready(struct dstore *s);
+/* Leave (the environment closes with its last store); instead of index_close. */
+void share_leave(struct dstore *s);
+/* Whether a store of this process has the dir at dirfd open. */
+bool share_busy(int dirfd);
+/* A snapshot of the shared environment, begun or renewed (*txn given), and its end; a
+ * read-only store adopts a map its writer grew only while no other snapshot of the dir's is
+ * live in the process. */
+int share_read(struct dstore *s, MDB_txn **txn, bool renew);
+void share_read_end(struct dstore *s);
 
 /* ---- snapshot.c ---- */
 
