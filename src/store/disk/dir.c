@@ -390,6 +390,22 @@ static int index_damaged(struct dstore *s)
     return s->ro ? KVT_ECORRUPT : index_rebuild(s);
 }
 
+/* An index whose meta record no slab head agrees with (fingerprint, page geometry, creation)
+ * is another dir's, copied over this one's: its records name slots that hold other pages, and
+ * reading them would only find every page bad and drop it. It is damaged as far as this dir
+ * goes (KVT_ECORRUPT): the slabs, whose heads name every page, rebuild it. A dir without a
+ * whole slab head yet has nothing to tell. */
+static int index_foreign(struct dstore *s, const struct dmeta *m)
+{
+    struct slab_head h;
+    bool agrees;
+
+    if (slabs_against_meta(s->dirfd, m, &h, &agrees) || agrees)
+        return 0;
+    s->index_foreign = true;
+    return KVT_ECORRUPT;
+}
+
 /* A relaxed writer's commits are not flushed, so a power cut may tear the tree on disk while
  * a clean stamp of an earlier close still matches what reached the disk of it (its meta pages
  * and times): the stamp goes, durably, before the first such commit, and the open after a
@@ -427,6 +443,8 @@ static int open_or_recover(struct dstore *s, const char *path, uint64_t file, st
 {
     int rc = index_open_meta(s, path, file, m);
 
+    if (!rc && !s->created && !s->recovering && (rc = index_foreign(s, m)))
+        index_close(&s->ix);
     if (rc == KVT_ECORRUPT && !s->created && !(rc = index_damaged(s)))
         rc = index_open_meta(s, path, file, m);
     return rc;

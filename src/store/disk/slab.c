@@ -456,9 +456,22 @@ static int read_slab_head(int slabfd, const char *name, struct slab_head *h)
     return rc;
 }
 
-int slabs_first_head(int data_dirfd, struct slab_head *h)
+/* Whether a slab head describes the dir a meta record does: each carries the dir's meta. */
+static bool head_agrees(const struct slab_head *h, const struct dmeta *m)
 {
-    int fd = openat(data_dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW), rc = 1;
+    return h->version == m->version && h->page_bytes == m->page_bytes &&
+           h->page_tokens == m->page_tokens && h->slot_bytes == m->slot_bytes &&
+           h->slab_slots == m->slab_slots && h->created == m->created &&
+           !memcmp(h->fingerprint, m->fingerprint, DSTORE_FINGERPRINT_BYTES);
+}
+
+/* The whole slab heads of the dir at data_dirfd: the first one found into *h; with want, on
+ * until one agrees with it (*agrees). 0, or KVT_EFORMAT when there is no whole head. */
+static int scan_heads(int data_dirfd, const struct dmeta *want, struct slab_head *h, bool *agrees)
+{
+    int fd = openat(data_dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    bool found = false, done = false;
+    struct slab_head one;
     struct dirent *de;
     uint32_t slab;
     DIR *d;
@@ -469,11 +482,27 @@ int slabs_first_head(int data_dirfd, struct slab_head *h)
         close(fd);
         return -errno;
     }
-    /* Any slab's head will do: each carries the dir's meta. */
-    while (rc && (de = readdir(d)))
-        if (parse_name(de->d_name, &slab) && read_slab_head(dirfd(d), de->d_name, h) == 0 &&
-            h->slab == slab)
-            rc = 0;
+    while (!done && (de = readdir(d))) {
+        if (!parse_name(de->d_name, &slab) || read_slab_head(dirfd(d), de->d_name, &one) ||
+            one.slab != slab)
+            continue;
+        if (!found)
+            *h = one;
+        found = true;
+        done = !want || (*agrees = head_agrees(&one, want));
+    }
     closedir(d);
-    return rc ? KVT_EFORMAT : 0;
+    return found ? 0 : KVT_EFORMAT;
+}
+
+int slabs_first_head(int data_dirfd, struct slab_head *h)
+{
+    /* Any slab's head will do: each carries the dir's meta. */
+    return scan_heads(data_dirfd, NULL, h, NULL);
+}
+
+int slabs_against_meta(int data_dirfd, const struct dmeta *m, struct slab_head *first, bool *agrees)
+{
+    *agrees = false;
+    return scan_heads(data_dirfd, m, first, agrees);
 }

@@ -144,9 +144,10 @@ struct dstore {
     struct dstore_options o;
     char *dir;
     bool ro;
-    bool created;      /* this open created the dir's index */
-    bool recovering;   /* the index was rebuilt empty: the committer recovers it from slabs */
-    bool index_walked; /* the index was read whole by a child before this process opened it */
+    bool created;       /* this open created the dir's index */
+    bool recovering;    /* the index was rebuilt empty: the committer recovers it from slabs */
+    bool index_walked;  /* the index was read whole by a child before this process opened it */
+    bool index_foreign; /* its meta record was another dir's: no slab head agreed with it */
     int dirfd, slabfd, lockfd; /* the data dir, slabs/, the lock file */
     struct dindex ix;          /* the environment this process's stores of the dir share */
     struct share *share;       /* share.c's entry for the dir */
@@ -376,6 +377,10 @@ void slab_refresh(struct dstore *s, uint32_t slab);
 /* The head of a slab file of the dir at dirfd (any one that is whole): 0, or KVT_EFORMAT
  * when there is none (no slab of ours). */
 int slabs_first_head(int dirfd, struct slab_head *h);
+/* Whether any whole slab head of the dir at dirfd describes the dir m does (*agrees; an
+ * index copied from another dir names pages none of them holds), the first one found into
+ * *first: 0, or KVT_EFORMAT when there is no whole head. */
+int slabs_against_meta(int dirfd, const struct dmeta *m, struct slab_head *first, bool *agrees);
 
 /* Under the lock: whether the slot table (state, keys, LRU) can be trusted. Before the
  * rebuild it is being written; after a failed one it is partial, and reads then go by the
