@@ -127,6 +127,7 @@ struct bench {
     uint8_t *state[2];         /* one recurrent layer's conv and SSM state (hybrid models) */
     uint32_t *full_ids, nfull; /* sliding-window models: the full-attention layers */
     uint32_t nswa;             /* and how many layers are not */
+    char *model_id;            /* the engine's: --geometry, and --seed when not 1 */
     size_t filled;             /* entries of the request's req_to_token row written so far */
     size_t remote_len;         /* tokens the request's match found on the remote tier */
     struct counters c;
@@ -861,10 +862,10 @@ static int dir_error(const struct config *cfg, int rc)
         fprintf(stderr, "%s: --dir %s: %s\n", PROG, dir, what);
     else if (rc == KVT_EFINGERPRINT)
         fprintf(stderr,
-                "%s: --dir %s holds the KV of another model, geometry or page size than this "
-                "run's (--geometry %s, --page-size %u): use another --dir, or the --geometry "
-                "and --page-size it was written with\n",
-                PROG, dir, cfg->geometry_arg, cfg->page_size);
+                "%s: --dir %s holds the KV of another model, geometry, page size or seed than "
+                "this run's (--geometry %s, --page-size %u, --seed %" PRIu64 "): use another "
+                "--dir, or the --geometry, --page-size and --seed it was written with\n",
+                PROG, dir, cfg->geometry_arg, cfg->page_size, cfg->seed);
     else if (rc == -ENOSPC || rc == -EDQUOT)
         fprintf(stderr,
                 "%s: --dir %s: no room on its file system for the %s of slab files "
@@ -1009,6 +1010,24 @@ static uint64_t mamba_slots(const struct config *cfg)
     return n < MAMBA_MIN_SLOTS ? MAMBA_MIN_SLOTS : n > INT32_MAX - 1 ? INT32_MAX - 1 : n;
 }
 
+/* The KV bytes are a function of the tokens and --seed (hash_tokens), so a seed other than the
+ * default one is part of the model id: a dir or a remote tier holding another seed's KV is
+ * another fingerprint's (a dir refused, a remote tier other keys), never pages that fail the
+ * verifier. Seed 1 keeps the id --geometry alone, as dirs written before it was added have. */
+static int make_model_id(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    size_t len = strlen(cfg->geometry_arg) + 32;
+
+    if (!(b->model_id = malloc(len)))
+        return -1;
+    if (cfg->seed == 1)
+        snprintf(b->model_id, len, "%s", cfg->geometry_arg);
+    else
+        snprintf(b->model_id, len, "%s;kv-seed=%" PRIu64, cfg->geometry_arg, cfg->seed);
+    return 0;
+}
+
 static int open_engine(struct bench *b)
 {
     const struct config *cfg = b->cfg;
@@ -1024,7 +1043,11 @@ static int open_engine(struct bench *b)
     o.max_requests = 1;
     o.max_context = (uint32_t)round_up(b->max_tokens, ps);
     o.evict_policy = cfg->policy;
-    o.model_id = cfg->geometry_arg;
+    if (make_model_id(b)) {
+        fprintf(stderr, "%s: out of memory\n", PROG);
+        return -1;
+    }
+    o.model_id = b->model_id;
     o.tp_size = cfg->tp_size;
     o.host_tokens = cfg->host_tokens;
     o.write_policy = cfg->write_policy;
@@ -1136,6 +1159,7 @@ static void teardown(struct bench *b)
     free(b->state[0]);
     free(b->state[1]);
     free(b->full_ids);
+    free(b->model_id);
 }
 
 /* ---- report ---- */
@@ -1535,7 +1559,9 @@ static const struct cli_option options[] = {
              "0), so that N processes split one workload between them\n"
              "(--requests counts the workload's, before the split)"},
     {"--seed", CLI_CUSTOM, .parse = parse_count, .arg = "N",
-     .help = "seeds the synthetic workload and the KV content (default 1)"},
+     .help = "seeds the synthetic workload and the KV content (default\n"
+             "1); a dir or remote tier holding another seed's KV is\n"
+             "another model's to this run"},
     {.kind = CLI_TEXT, .help = "\nEngine:\n"},
     {"--geometry", CLI_CUSTOM, .parse = parse_geometry, .arg = "G",
      .help = "a preset, or key=value pairs, or a preset then pairs, comma\n"
