@@ -27,6 +27,7 @@ import os
 import random
 import re
 import resource
+import select
 import shutil
 import subprocess
 import sys
@@ -1793,6 +1794,40 @@ def _():
     except ValueError:
         raise Failure(f"stdout is not one JSON object: {out[:300]!r}")
     eq(strip_time(j), strip_time(run_ok(*args[:-1])), "JSON with a terminal on stderr")
+
+
+@case("--requests past what a synthetic workload makes is refused at once; a long run shows "
+      "its progress on a terminal from the start")
+def _():
+    for n in (2 ** 64 - 1, 2 ** 40 + 1):
+        t = time.monotonic()
+        r = bench("--requests", n, timeout=20)
+        eq(r.rc, 2, f"exit status of --requests {n}{r.where()}")
+        check(re.search(r"--requests: a synthetic workload makes at most 1099511627776 "
+                        r"\(2\^40\) requests", r.err), f"stderr names the limit{r.where()}")
+        check(time.monotonic() - t < 10, "refused at once")
+    try:
+        import pty
+        master, slave = pty.openpty()
+    except (ImportError, OSError) as e:
+        raise Skip(f"no pseudo-terminal: {e}")
+    # The largest count allowed: reading the workload through takes ages, and says so.
+    proc = subprocess.Popen([BENCH, "--requests", str(2 ** 40)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    tty, counts, deadline = b"", [], time.monotonic() + 30
+    try:
+        while len(counts) < 3 and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                tty += os.read(master, 4096)
+            counts = [int(c) for c in re.findall(rb"sizing the engine: (\d+) requests", tty)]
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    check(len(counts) >= 3 and counts == sorted(counts) and counts[-1] > counts[0],
+          f"a progress line that counts up on the terminal: {tty[-300:]!r}")
 
 
 # ---- driver ----

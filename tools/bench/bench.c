@@ -700,15 +700,23 @@ static int survey(struct bench *b)
     const struct wl_req *r;
     int rc;
 
+    struct cli_progress pg;
+
     if (source_start(b->src, limit))
         return -1;
+    cli_progress_start(&pg);
     while ((rc = source_next(b->src, &r)) == 1) {
         uint64_t slots = round_up(request_tokens(r), cfg->page_size);
         b->nreqs++;
         if (request_tokens(r) > b->max_tokens)
             b->max_tokens = request_tokens(r);
         b->slots_taken += slots < UINT64_MAX - b->slots_taken ? slots : UINT64_MAX - b->slots_taken;
+        if (cli_progress_due(&pg))
+            cli_progress_line("sizing the engine: %" PRIu64 " requests of the workload read "
+                              "(%.0f/s)",
+                              b->nreqs, (double)b->nreqs / cli_progress_seconds(&pg));
     }
+    cli_progress_end(&pg);
     if (rc == 0 && b->nreqs == 0) {
         fprintf(stderr, "%s: %s: no requests\n", PROG,
                 cli_clip(cfg->trace, CLI_PATH_ECHO_MAX, clip));
@@ -730,17 +738,13 @@ static int trace_changed(const struct bench *b)
 
 /* ---- progress ---- */
 
-static void progress(const struct bench *b, uint64_t t0, bool done)
+static void progress(const struct bench *b, const struct cli_progress *pg)
 {
-    double s = (double)(now_ns() - t0) / 1e9;
+    double s = cli_progress_seconds(pg);
 
-    if (done) {
-        fputs("\r\033[K", stderr);
-        return;
-    }
-    fprintf(
-        stderr, "\r\033[K%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit",
-        b->c.requests, b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
+    cli_progress_line(
+        "%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit", b->c.requests,
+        b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
         b->c.tokens_total ? 100.0 * (double)served_tokens(&b->c) / (double)b->c.tokens_total : 0.0);
 }
 
@@ -763,19 +767,17 @@ static int replay_one(struct bench *b)
 
 static int replay(struct bench *b)
 {
-    bool tty = isatty(STDERR_FILENO);
-    uint64_t t0 = now_ns(), shown = t0;
+    uint64_t t0 = now_ns();
+    struct cli_progress pg;
     int rc = source_start(b->src, b->src->limit); /* the same requests the survey went through */
 
+    cli_progress_start(&pg);
     while (rc == 0 && (rc = replay_one(b)) == 1) {
         rc = 0;
-        if (tty && now_ns() - shown > 250000000ull) {
-            progress(b, t0, false);
-            shown = now_ns();
-        }
+        if (cli_progress_due(&pg))
+            progress(b, &pg);
     }
-    if (tty)
-        progress(b, t0, true);
+    cli_progress_end(&pg);
     /* With a backlog the last requests' disk ops are still flying: they count in the time. */
     if (rc == 0 && b->cfg->disk_backlog && (rc = kvt_sync(b->e)))
         return engine_error("kvt_sync", rc);
@@ -1553,7 +1555,8 @@ static const struct cli_option options[] = {
      .help = "a generated workload:", .more = print_workloads},
     {"--requests", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "replay the first N requests of a trace (default all), or\n"
-             "generate N (default " SYNTHETIC_REQUESTS_S "); one is held at a time"},
+             "generate N (default " SYNTHETIC_REQUESTS_S ", at most 2^40); one is held at\n"
+             "a time"},
     {"--shard", CLI_CUSTOM, .parse = parse_shard, .arg = "K/N",
      .help = "replay only the workload's requests at K modulo N (K from\n"
              "0), so that N processes split one workload between them\n"
@@ -1754,6 +1757,15 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "give --trace or --synthetic, not both", NULL);
     if (!cfg->trace && !cfg->synthetic)
         cfg->synthetic = DEFAULT_SYNTHETIC;
+    if (cfg->synthetic && cfg->requests > WL_SYNTH_MAX_REQUESTS) {
+        char msg[96];
+
+        snprintf(msg, sizeof(msg),
+                 "--requests: a synthetic workload makes at most %llu (2^40) "
+                 "requests",
+                 WL_SYNTH_MAX_REQUESTS);
+        return cli_bad_usage(PROG, msg, NULL);
+    }
     if (cfg->host_tokens && cfg->host_tokens <= cfg->device_tokens)
         return cli_bad_usage(PROG, "--host-tokens must be larger than --device-tokens", NULL);
     if (cfg->disk_tokens && !cfg->host_tokens)
