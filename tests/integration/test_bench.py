@@ -542,6 +542,44 @@ def _():
         open_fails(long, r"kvtier-bench: --dir /x{255}\.\.\.: the path is too long")
 
 
+@case("disk tier: an entry of the wrong kind in the dir is named (its path, what it is, what "
+      "kvtier keeps there), never a bare errno; an empty dir in place of the lock or a slab is "
+      "replaced")
+def _():
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src")
+        run_ok(*(trace(FIVE) if a is None else a for a in DISK), src)
+        for name, make, what, err in (
+                ("lock", lambda p: os.makedirs(os.path.join(p, "keep")), "a directory",
+                 "Directory not empty"),
+                ("slabs", lambda p: open(p, "w").close(), "a regular file", "Not a directory"),
+                ("index.new/data.mdb", os.makedirs, "a directory", "File exists")):
+            d = os.path.join(tmp, "wrong-" + name.replace("/", "-"))
+            shutil.copytree(src, d)
+            path = os.path.join(d, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+            if name == "index.new/data.mdb":  # a creation that crashed: no index yet
+                shutil.rmtree(os.path.join(d, "index"))
+                shutil.rmtree(os.path.join(d, "slabs"))
+            make(path)
+            open_fails(d, rf"kvtier-bench: --dir {re.escape(d)}: {re.escape(path)} is {what}, "
+                       rf"where kvtier keeps .* \({err}\): remove it, or use another --dir")
+        # An empty dir where the lock is, or where a slab is: junk, replaced; a slab dir with
+        # something in it is no slab (its pages are misses), and the run goes on.
+        for name, keep in (("lock", False), ("slabs/0000.slab", False), ("slabs/0000.slab", True)):
+            d = os.path.join(tmp, f"junk-{name.replace('/', '-')}-{keep}")
+            shutil.copytree(src, d)
+            os.remove(os.path.join(d, name))
+            os.makedirs(os.path.join(d, name, "keep") if keep else os.path.join(d, name))
+            j = run_ok(*(trace(FIVE) if a is None else a for a in DISK), d)
+            eq(os.path.isfile(os.path.join(d, name)), not keep, f"{name} replaced ({keep})")
+            if name == "lock":  # the slab's pages are gone with it: misses, counted
+                eq(j["disk_errors"], 0, "disk errors")
+
+
 @case("sizes kvt_open refuses are named: --host-tokens, --device-tokens, --page-size")
 def _():
     r = bench("--trace", trace(FIVE), "--host-tokens", 2**31 - 2, "--json")

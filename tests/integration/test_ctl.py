@@ -912,6 +912,27 @@ def _():
     eq(ok_json("gc", d, "--detached")["dropped"], len(below), "gc --detached")
 
 
+@case("an entry of the wrong kind in a dir is named with its path, never a bare errno")
+def _():
+    src = bench_dir()
+    d = copy_of(src, "wrong-slabs")
+    shutil.rmtree(os.path.join(d, "slabs"))
+    open(os.path.join(d, "slabs"), "w").close()
+    name = re.escape(d)
+    for cmd in (("stat",), ("evict", "--to", "0")):
+        fails(1, rf"^kvtier-ctl: {name}: cannot open: {name}/slabs is a regular file, where "
+              rf"kvtier keeps its slab files \(a directory\) \(Not a directory\): remove it\n$",
+              cmd[0], d, *cmd[1:])
+    d = copy_of(src, "wrong-lock")
+    os.remove(os.path.join(d, "lock"))
+    os.makedirs(os.path.join(d, "lock", "keep"))
+    name = re.escape(d)
+    fails(1, rf"^kvtier-ctl: {name}: cannot open: {name}/lock is a directory, where kvtier "
+          rf"keeps the lock file a writer holds \(Directory not empty\): remove it\n$",
+          "evict", d, "--to", "0")
+    eq(ok_json("stat", d)["pages"], len(pages_of(src)), "a reader takes no lock: stat works")
+
+
 @case("clear errors: not a dir, not kvtier's, a newer format, a corrupt index")
 def _():
     fails(1, "no such data dir", "stat", os.path.join(TMP, "missing"))

@@ -27,6 +27,7 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "datadir.h"
 #include "workload.h"
 
 #define PROG "kvtier-bench"
@@ -850,17 +851,47 @@ static const char *dir_problem(int rc)
 }
 
 /* Whether rc is an error of the data dir, which dir_error words. */
-static bool is_dir_error(int rc)
+static bool is_dir_error(const struct config *cfg, int rc)
 {
-    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT;
+    char entry[2 * CLI_PATH_ECHO_MAX + 128];
+
+    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT ||
+           (rc > -4096 && cli_dir_problem(cfg->dir, cfg->dir, entry, sizeof(entry)));
+}
+
+/* The options of kvt_open that name a path or a server, for an error none of them explains:
+ * which ones this run gave, in buf. */
+static const char *open_paths(const struct config *cfg, char *buf, size_t len)
+{
+    char clip[CLI_PATH_ECHO_MAX + 4];
+    size_t n = 0;
+
+    buf[0] = '\0';
+    if (cfg->dir)
+        n += (size_t)snprintf(buf + n, len - n, " --dir %s",
+                              cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --remote %s",
+                              cli_clip(cfg->remote, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote_tls_ca && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --remote-tls-ca %s",
+                              cli_clip(cfg->remote_tls_ca, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote_tls_cert && n < len)
+        snprintf(buf + n, len - n, " --remote-tls-cert %s",
+                 cli_clip(cfg->remote_tls_cert, CLI_PATH_ECHO_MAX, clip));
+    return buf;
 }
 
 static int dir_error(const struct config *cfg, int rc)
 {
-    char clip[CLI_PATH_ECHO_MAX + 4], size[32];
+    char clip[CLI_PATH_ECHO_MAX + 4], size[32], entry[2 * CLI_PATH_ECHO_MAX + 128];
     const char *dir = cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip), *what = dir_problem(rc);
 
-    if (what)
+    /* A bare errno about a file in the dir: which one, when one is of the wrong kind. */
+    if (rc > -4096 && rc != -EBUSY && cli_dir_problem(cfg->dir, dir, entry, sizeof(entry)))
+        fprintf(stderr, "%s: --dir %s: %s (%s): remove it, or use another --dir\n", PROG, dir,
+                entry, kvt_strerror(rc));
+    else if (what)
         fprintf(stderr, "%s: --dir %s: %s\n", PROG, dir, what);
     else if (rc == KVT_EFINGERPRINT)
         fprintf(stderr,
@@ -895,7 +926,7 @@ static int open_error(const struct config *cfg, int rc)
     uint64_t cell = kvt_cell_bytes(&cfg->g);
     char size[32];
 
-    if (cfg->dir && is_dir_error(rc))
+    if (cfg->dir && is_dir_error(cfg, rc))
         return dir_error(cfg, rc);
     switch (rc) {
     case KVT_EHOSTRAM:
@@ -940,8 +971,14 @@ static int open_error(const struct config *cfg, int rc)
             return -1;
         }
         return invalid_error(cfg);
-    default:
-        return engine_error("kvt_open", rc);
+    default: {
+        char paths[4 * CLI_PATH_ECHO_MAX + 96];
+
+        open_paths(cfg, paths, sizeof(paths));
+        fprintf(stderr, "%s: kvt_open: %s%s%s%s\n", PROG, kvt_strerror(rc),
+                *paths ? " (opening the engine with" : "", paths, *paths ? ")" : "");
+        return -1;
+    }
     }
 }
 

@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "ctl.h"
+#include "datadir.h"
 #include "store/disk/index.h"
 
 #define LMDB_PAGE 4096 /* the page size of the index's LMDB file (the host's, on x86-64) */
@@ -175,9 +176,12 @@ static int damage_error(const char *dir, const char *name)
 
 int ctl_open_error(const char *path, int rc, bool writing)
 {
-    char clip[CLI_PATH_ECHO_MAX + 4];
+    char clip[CLI_PATH_ECHO_MAX + 4], entry[2 * CLI_PATH_ECHO_MAX + 128];
     const char *dir = cli_clip(path, CLI_PATH_ECHO_MAX, clip);
 
+    /* A bare errno about a file in the dir: which one, when one is of the wrong kind. */
+    if (rc > -4096 && rc != -EBUSY && cli_dir_problem(path, dir, entry, sizeof(entry)))
+        return ctl_fail("%s: cannot open: %s (%s): remove it", dir, entry, kvt_strerror(rc));
     switch (rc) {
     case KVT_EFORMAT:
         return format_error(path, dir);

@@ -247,8 +247,8 @@ static int open_lock_file(int dirfd)
     struct stat st;
     int fd = openat(dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
 
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) /* a directory opened for writing answers EISDIR: no regular file either */
+        return errno == EISDIR ? -ENOTSUP : -errno;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         close(fd);
         return -ENOTSUP;
@@ -264,9 +264,11 @@ static int take_lock(struct dstore *s)
     const struct timespec ms = {0, 1000000};
     int rc = open_lock_file(s->dirfd);
 
-    /* A link or a FIFO where the lock file should be is junk in our dir: it is replaced. */
+    /* A link, a FIFO or an empty directory where the lock file should be is junk in our dir:
+     * it is replaced. A directory with anything in it is left alone (-ENOTEMPTY). */
     if (rc == -ELOOP || rc == -ENOTSUP) {
-        if (unlinkat(s->dirfd, "lock", 0))
+        if (unlinkat(s->dirfd, "lock", 0) &&
+            (errno != EISDIR || unlinkat(s->dirfd, "lock", AT_REMOVEDIR)))
             return -errno;
         rc = open_lock_file(s->dirfd);
     }

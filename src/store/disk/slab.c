@@ -86,8 +86,8 @@ static int open_regular(int dirfd, const char *name, int flags)
     struct stat st;
     int fd = openat(dirfd, name, flags, 0600);
 
-    if (fd < 0)
-        return errno == ELOOP ? -ENOTSUP : -errno;
+    if (fd < 0) /* a directory opened for writing answers EISDIR: no regular file either */
+        return errno == ELOOP || errno == EISDIR ? -ENOTSUP : -errno;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         close(fd);
         return -ENOTSUP;
@@ -303,7 +303,8 @@ static int write_head(struct dstore *s, uint32_t slab, int fd)
 }
 
 /* Create the slab's file; an entry of that name that is no regular file (a FIFO, a link, a
- * device) is junk in our dir and is replaced. */
+ * device, an empty directory) is junk in our dir and is replaced; a directory with anything
+ * in it is left alone (-ENOTEMPTY), and the pages the slab would hold are not written. */
 static int slab_create_locked(struct dstore *s, uint32_t slab)
 {
     char name[32];
@@ -312,7 +313,8 @@ static int slab_create_locked(struct dstore *s, uint32_t slab)
     if (rc != -ENOTSUP)
         return rc;
     slab_name(slab, name, sizeof(name));
-    if (unlinkat(s->slabfd, name, 0) && errno != ENOENT)
+    if (unlinkat(s->slabfd, name, 0) && errno != ENOENT &&
+        (errno != EISDIR || unlinkat(s->slabfd, name, AT_REMOVEDIR)))
         return -errno;
     return slab_open(s, slab, O_CREAT | O_EXCL);
 }
