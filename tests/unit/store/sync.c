@@ -245,3 +245,29 @@ void test_bad_reads_drop_together(void **state)
     fx_close(f);
     f->o.faults = NULL;
 }
+
+/* A write that needs room right after reads found bad pages takes their slots (their drops run
+ * first) rather than evicting good pages, and never fails for want of room. */
+void test_bad_slots_before_eviction(void **state)
+{
+    struct fx *f = *state;
+    char why[128];
+
+    f->o.disk_bytes = 16ull * SLOT;
+    f->o.slab_bytes = 16ull * SLOT;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    put_range(f, 1, 16); /* full */
+    zero_slots(f, 0, 8);
+    for (uint64_t id = 1; id <= 8; id++)
+        assert_int_equal(get_id(f, id), KVT_ECORRUPT);
+    put_range(f, 100, 8); /* all stored: put_range checks each result */
+    struct dstore_stats st = stats_of(f);
+    assert_int_equal(st.evicted, 0);
+    assert_int_equal(st.dropped, 8);
+    check_all(f, 9, 16);
+    for (uint64_t id = 9; id <= 16; id++)
+        assert_true(has_id(f, id));
+    check_all(f, 100, 107);
+    assert_int_equal(slots_check(f->s, why, sizeof(why)), 0);
+}
