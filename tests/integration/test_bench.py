@@ -850,9 +850,10 @@ def _():
     check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
 
 
-@case("bounded memory: --requests 2^64-1 of a synthetic workload holds one request at a time")
+@case("bounded memory: --requests 2^40 (the most) of a synthetic workload holds one request "
+      "at a time")
 def _():
-    r = Measured(["--requests", 2**64 - 1, "--json"], timeout=4)
+    r = Measured(["--requests", 2**40, "--json"], timeout=4)
     check(r.alive, f"it should still be going after 4 s{r.where()}")
     check(r.rss <= rss_bound(), f"peak RSS above {rss_bound() >> 20} MiB{r.where()}")
 
