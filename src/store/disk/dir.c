@@ -456,7 +456,7 @@ static int open_or_recover(struct dstore *s, const char *path, uint64_t file, st
 static int index_joined(struct dstore *s)
 {
     struct dmeta m;
-    int rc = index_read_meta(&s->ix, &m);
+    int rc = share_read_meta(s, &m);
 
     if (rc || (rc = check_meta(s, &m)) || (rc = share_read(s, &s->rtxn, false)))
         return rc;

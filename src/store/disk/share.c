@@ -212,6 +212,17 @@ int share_read(struct dstore *s, MDB_txn **txn, bool renew)
     return rc;
 }
 
+int share_read_meta(struct dstore *s, struct dmeta *m)
+{
+    struct share *e = s->share;
+    int rc;
+
+    pthread_rwlock_rdlock(&e->gate); /* no remap under it */
+    rc = index_read_meta(&s->ix, m);
+    pthread_rwlock_unlock(&e->gate);
+    return rc;
+}
+
 void share_read_end(struct dstore *s)
 {
     atomic_fetch_sub(&s->share->live, 1);

@@ -258,6 +258,9 @@ bool share_busy(int dirfd);
  * live in the process. */
 int share_read(struct dstore *s, MDB_txn **txn, bool renew);
 void share_read_end(struct dstore *s);
+/* The meta record of a joined environment (a short transaction of its own, never beside a
+ * remap). */
+int share_read_meta(struct dstore *s, struct dmeta *m);
 
 /* ---- snapshot.c ---- */
 
