@@ -468,7 +468,7 @@ void kvt_options_init(struct kvt_options *opts, size_t size);
  * their defaults; a size below sizeof(size_t) is -EINVAL. *out is NULL on failure. Errors:
  * -EINVAL (bad options, NULL out), -ENOMEM, KVT_ENOBACKEND, KVT_EBACKEND, KVT_EHOSTRAM,
  * KVT_EHOSTSIZE; with a disk tier KVT_EFORMAT, KVT_EFINGERPRINT, -EBUSY (another process has
- * the dir) and -errno of the file system; with a stats socket -EADDRINUSE, -ENAMETOOLONG and
+ * the dir, or a page store of this process has it open: kvtier_store.h) and -errno of the file system; with a stats socket -EADDRINUSE, -ENAMETOOLONG and
  * -errno of the socket calls.
  * Blocks: allocates and pins memory, opens (and may create) the data dir, starts threads. */
 int kvt_open(const struct kvt_options *opts, kvt_engine **out);

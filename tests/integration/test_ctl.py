@@ -916,6 +916,27 @@ def _():
     eq(ok_json("gc", d, "--detached")["dropped"], len(below), "gc --detached")
 
 
+@case("an entry of the wrong kind in a dir is named with its path, never a bare errno")
+def _():
+    src = bench_dir()
+    d = copy_of(src, "wrong-slabs")
+    shutil.rmtree(os.path.join(d, "slabs"))
+    open(os.path.join(d, "slabs"), "w").close()
+    name = re.escape(d)
+    for cmd in (("stat",), ("evict", "--to", "0")):
+        fails(1, rf"^kvtier-ctl: {name}: cannot open: {name}/slabs is a regular file, where "
+              rf"kvtier keeps its slab files \(a directory\) \(Not a directory\): remove it\n$",
+              cmd[0], d, *cmd[1:])
+    d = copy_of(src, "wrong-lock")
+    os.remove(os.path.join(d, "lock"))
+    os.makedirs(os.path.join(d, "lock", "keep"))
+    name = re.escape(d)
+    fails(1, rf"^kvtier-ctl: {name}: cannot open: {name}/lock is a directory, where kvtier "
+          rf"keeps the lock file a writer holds \(Directory not empty\): remove it\n$",
+          "evict", d, "--to", "0")
+    eq(ok_json("stat", d)["pages"], len(pages_of(src)), "a reader takes no lock: stat works")
+
+
 @case("clear errors: not a dir, not kvtier's, a newer format, a corrupt index")
 def _():
     fails(1, "no such data dir", "stat", os.path.join(TMP, "missing"))
@@ -1095,6 +1116,58 @@ def _():
     eq(r.err, f"kvtier-ctl: note: {d}: the index was missing: rebuilt from the slabs with {n} "
        "pages\n", f"the note{r.where()}")
     check(f"{n} already there" in r.out, f"the pages were found there{r.where()}")
+
+
+def other_dir(name, *args):
+    """A dir kvtier-bench wrote beside bench_dir(), with args of its own (another page size)."""
+    d = os.path.join(TMP, name)
+    shutil.rmtree(d, ignore_errors=True)
+    r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000", "--dir", d,
+                        "--synthetic", "mixed", "--requests", "10", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
+    return d
+
+
+@case("an index copied from another dir: read-only commands name it and recover; verify "
+      "--repair and the engine rebuild it, and every page comes back")
+def _():
+    src = bench_dir()
+    pages = set(pages_of(src))
+    for how, args in (("page64", ("--page-size", "64")), ("sibling", ("--seed", "7"))):
+        other = other_dir("foreign-" + how, *args)
+        d = copy_of(src, "foreign-index-" + how)
+        shutil.rmtree(os.path.join(d, "index"))
+        shutil.copytree(os.path.join(other, "index"), os.path.join(d, "index"))
+        name = re.escape(d)
+        message = (rf"^kvtier-ctl: {name}: {name}/index/data.mdb is not this dir's \(it is "
+                   rf"another dir's index: its meta record names pages of "
+                   rf"{64 if how == 'page64' else 16} tokens, .*and no slab file here agrees "
+                   rf"\(they hold pages of 16 tokens, 2.0 KiB; .*\)\); the pages are in "
+                   rf"{name}/slabs.*run `kvtier-ctl recover {name}`")
+        before = sorted(os.listdir(d))
+        for cmd in (("stat",), ("verify",), ("ls",), ("gc", "--dry-run")):
+            fails(1, message, cmd[0], d, *cmd[1:])
+        eq(sorted(os.listdir(d)), before, f"{how}: the dir after read-only commands")
+        if how == "sibling":  # an engine's open rebuilds it as a writer's does
+            e = copy_of(d, "foreign-engine")
+            r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000",
+                                "--dir", e, "--synthetic", "mixed", "--requests", "5", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+            eq(r.returncode, 0, f"kvtier-bench on a foreign index: {r.stderr[-400:]!r}")
+            eq(json.loads(r.stdout)["disk_errors"], 0, "disk errors")
+            check(os.path.isdir(os.path.join(e, "index.damaged")), "index.damaged")
+            check(pages <= set(pages_of(e)), "the engine's open kept every page")
+        r = ctl("verify", d, "--repair", "--json")
+        eq(r.rc, 0, f"verify --repair{r.where()}")
+        check(re.search(rf"^kvtier-ctl: note: {name}: the index was another dir's \(its meta "
+                        rf"record agreed with no slab file's head\): set aside as "
+                        rf"{name}/index.damaged and rebuilt from the slabs with {len(pages)} "
+                        rf"pages\n$", r.err), f"the note{r.where()}")
+        j = r.json()
+        eq((j["pages"], j["pages_read"], j["problems"], j["ok"]), (len(pages), len(pages), 0,
+           True), f"verify --repair ({how})")
+        eq(set(pages_of(d)), pages, f"the pages after verify --repair ({how})")
 
 
 @case("a FIFO or a link in place of the lock file neither hangs kvtier-ctl nor says locked")

@@ -190,8 +190,8 @@ static void trickler_join(struct trickler *t)
 /* ---- fixtures ---- */
 
 struct fixture {
-    char dir[32];
-    char path[64];
+    char dir[64];
+    char path[96]; /* a socket's path: 108 bytes at most */
 };
 
 static int setup(void **state)
@@ -200,8 +200,7 @@ static int setup(void **state)
 
     if (!f)
         return -1;
-    snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-stats-XXXXXX");
-    if (!mkdtemp(f->dir))
+    if (fixture_data_dir(f->dir, sizeof(f->dir), "stats"))
         return -1;
     snprintf(f->path, sizeof(f->path), "%s/stats.sock", f->dir);
     *state = f;
@@ -211,11 +210,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    char cmd[64];
 
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    if (system(cmd) != 0)
-        return -1;
+    fixture_remove_tree(f->dir);
     free(f);
     return 0;
 }

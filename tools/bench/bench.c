@@ -28,6 +28,7 @@
 #include "kvtier.h"
 #include "bench_mm.h"
 #include "cli.h"
+#include "datadir.h"
 #include "workload.h"
 
 #define PROG "kvtier-bench"
@@ -135,6 +136,7 @@ struct bench {
     uint8_t *state[2];         /* one recurrent layer's conv and SSM state (hybrid models) */
     uint32_t *full_ids, nfull; /* sliding-window models: the full-attention layers */
     uint32_t nswa;             /* and how many layers are not */
+    char *model_id;            /* the engine's: --geometry, and --seed when not 1 */
     size_t filled;             /* entries of the request's req_to_token row written so far */
     size_t remote_len;         /* tokens the request's match found on the remote tier */
     uint32_t store_pages;      /* tokens a page of the disk and remote tiers holds, as
@@ -716,15 +718,23 @@ static int survey(struct bench *b)
     const struct wl_req *r;
     int rc;
 
+    struct cli_progress pg;
+
     if (source_start(b->src, limit))
         return -1;
+    cli_progress_start(&pg);
     while ((rc = source_next(b->src, &r)) == 1) {
         uint64_t slots = round_up(request_tokens(r), cfg->page_size);
         b->nreqs++;
         if (request_tokens(r) > b->max_tokens)
             b->max_tokens = request_tokens(r);
         b->slots_taken += slots < UINT64_MAX - b->slots_taken ? slots : UINT64_MAX - b->slots_taken;
+        if (cli_progress_due(&pg))
+            cli_progress_line("sizing the engine: %" PRIu64 " requests of the workload read "
+                              "(%.0f/s)",
+                              b->nreqs, (double)b->nreqs / cli_progress_seconds(&pg));
     }
+    cli_progress_end(&pg);
     if (rc == 0 && b->nreqs == 0) {
         fprintf(stderr, "%s: %s: no requests\n", PROG,
                 cli_clip(cfg->trace, CLI_PATH_ECHO_MAX, clip));
@@ -746,17 +756,13 @@ static int trace_changed(const struct bench *b)
 
 /* ---- progress ---- */
 
-static void progress(const struct bench *b, uint64_t t0, bool done)
+static void progress(const struct bench *b, const struct cli_progress *pg)
 {
-    double s = (double)(now_ns() - t0) / 1e9;
+    double s = cli_progress_seconds(pg);
 
-    if (done) {
-        fputs("\r\033[K", stderr);
-        return;
-    }
-    fprintf(
-        stderr, "\r\033[K%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit",
-        b->c.requests, b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
+    cli_progress_line(
+        "%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit", b->c.requests,
+        b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
         b->c.tokens_total ? 100.0 * (double)served_tokens(&b->c) / (double)b->c.tokens_total : 0.0);
 }
 
@@ -779,19 +785,17 @@ static int replay_one(struct bench *b)
 
 static int replay(struct bench *b)
 {
-    bool tty = isatty(STDERR_FILENO);
-    uint64_t t0 = now_ns(), shown = t0;
+    uint64_t t0 = now_ns();
+    struct cli_progress pg;
     int rc = source_start(b->src, b->src->limit); /* the same requests the survey went through */
 
+    cli_progress_start(&pg);
     while (rc == 0 && (rc = replay_one(b)) == 1) {
         rc = 0;
-        if (tty && now_ns() - shown > 250000000ull) {
-            progress(b, t0, false);
-            shown = now_ns();
-        }
+        if (cli_progress_due(&pg))
+            progress(b, &pg);
     }
-    if (tty)
-        progress(b, t0, true);
+    cli_progress_end(&pg);
     /* With a backlog the last requests' disk ops are still flying: they count in the time. */
     if (rc == 0 && b->cfg->disk_backlog && (rc = kvt_sync(b->e)))
         return engine_error("kvt_sync", rc);
@@ -864,25 +868,55 @@ static const char *dir_problem(int rc)
 }
 
 /* Whether rc is an error of the data dir, which dir_error words. */
-static bool is_dir_error(int rc)
+static bool is_dir_error(const struct config *cfg, int rc)
 {
-    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT;
+    char entry[2 * CLI_PATH_ECHO_MAX + 128];
+
+    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT ||
+           (rc > -4096 && cli_dir_problem(cfg->dir, cfg->dir, entry, sizeof(entry)));
+}
+
+/* The options of kvt_open that name a path or a server, for an error none of them explains:
+ * which ones this run gave, in buf. */
+static const char *open_paths(const struct config *cfg, char *buf, size_t len)
+{
+    char clip[CLI_PATH_ECHO_MAX + 4];
+    size_t n = 0;
+
+    buf[0] = '\0';
+    if (cfg->dir)
+        n += (size_t)snprintf(buf + n, len - n, " --dir %s",
+                              cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --remote %s",
+                              cli_clip(cfg->remote, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote_tls_ca && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --remote-tls-ca %s",
+                              cli_clip(cfg->remote_tls_ca, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote_tls_cert && n < len)
+        snprintf(buf + n, len - n, " --remote-tls-cert %s",
+                 cli_clip(cfg->remote_tls_cert, CLI_PATH_ECHO_MAX, clip));
+    return buf;
 }
 
 static int dir_error(const struct bench *b, int rc)
 {
     const struct config *cfg = b->cfg;
-    char clip[CLI_PATH_ECHO_MAX + 4], size[32];
+    char clip[CLI_PATH_ECHO_MAX + 4], size[32], entry[2 * CLI_PATH_ECHO_MAX + 128];
     const char *dir = cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip), *what = dir_problem(rc);
 
-    if (what)
+    /* A bare errno about a file in the dir: which one, when one is of the wrong kind. */
+    if (rc > -4096 && rc != -EBUSY && cli_dir_problem(cfg->dir, dir, entry, sizeof(entry)))
+        fprintf(stderr, "%s: --dir %s: %s (%s): remove it, or use another --dir\n", PROG, dir,
+                entry, kvt_strerror(rc));
+    else if (what)
         fprintf(stderr, "%s: --dir %s: %s\n", PROG, dir, what);
     else if (rc == KVT_EFINGERPRINT)
         fprintf(stderr,
-                "%s: --dir %s holds the KV of another model, geometry or page size than this "
-                "run's (--geometry %s, --page-size %u): use another --dir, or the --geometry "
-                "and --page-size it was written with\n",
-                PROG, dir, cfg->geometry_arg, cfg->page_size);
+                "%s: --dir %s holds the KV of another model, geometry, page size or seed than "
+                "this run's (--geometry %s, --page-size %u, --seed %" PRIu64 "): use another "
+                "--dir, or the --geometry, --page-size and --seed it was written with\n",
+                PROG, dir, cfg->geometry_arg, cfg->page_size, cfg->seed);
     else if (rc == -ENOSPC || rc == -EDQUOT)
         fprintf(stderr,
                 "%s: --dir %s: no room on its file system for the %s of slab files "
@@ -911,7 +945,7 @@ static int open_error(const struct bench *b, int rc)
     uint64_t cell = kvt_cell_bytes(&cfg->g);
     char size[32];
 
-    if (cfg->dir && is_dir_error(rc))
+    if (cfg->dir && is_dir_error(cfg, rc))
         return dir_error(b, rc);
     switch (rc) {
     case KVT_EHOSTRAM:
@@ -956,8 +990,14 @@ static int open_error(const struct bench *b, int rc)
             return -1;
         }
         return invalid_error(cfg);
-    default:
-        return engine_error("kvt_open", rc);
+    default: {
+        char paths[4 * CLI_PATH_ECHO_MAX + 96];
+
+        open_paths(cfg, paths, sizeof(paths));
+        fprintf(stderr, "%s: kvt_open: %s%s%s%s\n", PROG, kvt_strerror(rc),
+                *paths ? " (opening the engine with" : "", paths, *paths ? ")" : "");
+        return -1;
+    }
     }
 }
 
@@ -1028,6 +1068,24 @@ static uint64_t mamba_slots(const struct config *cfg)
     return n < MAMBA_MIN_SLOTS ? MAMBA_MIN_SLOTS : n > INT32_MAX - 1 ? INT32_MAX - 1 : n;
 }
 
+/* The KV bytes are a function of the tokens and --seed (hash_tokens), so a seed other than the
+ * default one is part of the model id: a dir or a remote tier holding another seed's KV is
+ * another fingerprint's (a dir refused, a remote tier other keys), never pages that fail the
+ * verifier. Seed 1 keeps the id --geometry alone, as dirs written before it was added have. */
+static int make_model_id(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    size_t len = strlen(cfg->geometry_arg) + 32;
+
+    if (!(b->model_id = malloc(len)))
+        return -1;
+    if (cfg->seed == 1)
+        snprintf(b->model_id, len, "%s", cfg->geometry_arg);
+    else
+        snprintf(b->model_id, len, "%s;kv-seed=%" PRIu64, cfg->geometry_arg, cfg->seed);
+    return 0;
+}
+
 static int open_engine(struct bench *b)
 {
     const struct config *cfg = b->cfg;
@@ -1043,7 +1101,11 @@ static int open_engine(struct bench *b)
     o.max_requests = 1;
     o.max_context = (uint32_t)round_up(b->max_tokens, ps);
     o.evict_policy = cfg->policy;
-    o.model_id = cfg->geometry_arg;
+    if (make_model_id(b)) {
+        fprintf(stderr, "%s: out of memory\n", PROG);
+        return -1;
+    }
+    o.model_id = b->model_id;
     o.tp_size = cfg->tp_size;
     o.host_tokens = cfg->host_tokens;
     o.write_policy = cfg->write_policy;
@@ -1166,6 +1228,7 @@ static void teardown(struct bench *b)
     free(b->state[0]);
     free(b->state[1]);
     free(b->full_ids);
+    free(b->model_id);
 }
 
 /* ---- report ---- */
@@ -1564,13 +1627,16 @@ static const struct cli_option options[] = {
      .help = "a generated workload:", .more = print_workloads},
     {"--requests", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "replay the first N requests of a trace (default all), or\n"
-             "generate N (default " SYNTHETIC_REQUESTS_S "); one is held at a time"},
+             "generate N (default " SYNTHETIC_REQUESTS_S ", at most 2^40); one is held at\n"
+             "a time"},
     {"--shard", CLI_CUSTOM, .parse = parse_shard, .arg = "K/N",
      .help = "replay only the workload's requests at K modulo N (K from\n"
              "0), so that N processes split one workload between them\n"
              "(--requests counts the workload's, before the split)"},
     {"--seed", CLI_CUSTOM, .parse = parse_count, .arg = "N",
-     .help = "seeds the synthetic workload and the KV content (default 1)"},
+     .help = "seeds the synthetic workload and the KV content (default\n"
+             "1); a dir or remote tier holding another seed's KV is\n"
+             "another model's to this run"},
     {.kind = CLI_TEXT, .help = "\nEngine:\n"},
     {"--geometry", CLI_CUSTOM, .parse = parse_geometry, .arg = "G",
      .help = "a preset, or key=value pairs, or a preset then pairs, comma\n"
@@ -1785,6 +1851,15 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "give --trace or --synthetic, not both", NULL);
     if (!cfg->trace && !cfg->synthetic)
         cfg->synthetic = DEFAULT_SYNTHETIC;
+    if (cfg->synthetic && cfg->requests > WL_SYNTH_MAX_REQUESTS) {
+        char msg[96];
+
+        snprintf(msg, sizeof(msg),
+                 "--requests: a synthetic workload makes at most %llu (2^40) "
+                 "requests",
+                 WL_SYNTH_MAX_REQUESTS);
+        return cli_bad_usage(PROG, msg, NULL);
+    }
     if (cfg->host_tokens && cfg->host_tokens <= cfg->device_tokens)
         return cli_bad_usage(PROG, "--host-tokens must be larger than --device-tokens", NULL);
     if (cfg->disk_tokens && !cfg->host_tokens)

@@ -62,6 +62,7 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "datadir.h"
 #include "fio.h"
 #include "report.h"
 #include "rng.h"
@@ -159,6 +160,20 @@ struct bench {
 static int fail(const char *what, int rc)
 {
     fprintf(stderr, "%s: %s: %s\n", PROG, what, kvt_strerror(rc));
+    return -1;
+}
+
+/* dstore_open failed on dir: the dir, and the entry of it of the wrong kind when there is one. */
+static int open_fail(const char *dir, int rc)
+{
+    char clip[CLI_PATH_ECHO_MAX + 4], entry[2 * CLI_PATH_ECHO_MAX + 128];
+    const char *shown = cli_clip(dir, CLI_PATH_ECHO_MAX, clip);
+
+    if (rc > -4096 && cli_dir_problem(dir, shown, entry, sizeof(entry)))
+        fprintf(stderr, "%s: opening the store in %s: %s (%s)\n", PROG, shown, entry,
+                kvt_strerror(rc));
+    else
+        fprintf(stderr, "%s: opening the store in %s: %s\n", PROG, shown, kvt_strerror(rc));
     return -1;
 }
 
@@ -538,7 +553,7 @@ static int store_rep(const struct bench *b, struct point *pt, const struct ring 
     o.register_base = ring->base;
     o.register_bytes = ring->bytes;
     if ((rc = dstore_open(&o, &s)))
-        return fail("dstore_open", rc);
+        return open_fail(dir, rc);
     rc = store_phases(b, pt, s, ring, order, t);
     dstore_close(s);
     workdir_rm_tree(dir);
@@ -881,7 +896,7 @@ static int open_build(struct bench *b, const char *dir)
     o.register_base = ring.base;
     o.register_bytes = ring.bytes;
     if ((rc = dstore_open(&o, &s)))
-        rc = fail("dstore_open (build)", rc);
+        rc = open_fail(dir, rc);
     p.s = s;
     p.ring = &ring;
     if (!rc && (rc = dstore_wait_ready(s)))
@@ -943,7 +958,7 @@ static int open_once(const struct bench *b, const char *dir, const uint8_t *keys
         workdir_drop_cache(dir);
     t0 = cli_now();
     if ((rc = dstore_open(&o, &s)))
-        return fail("dstore_open", rc);
+        return open_fail(dir, rc);
     t[0] = cli_now() - t0;
     rc = serve_keys(s, keys, b->open.keys);
     t[1] = cli_now() - t0;

@@ -72,7 +72,10 @@ const char *wl_synthetic_about(const char *name);
 
 /* A synthetic workload, generated a request at a time from its seed: the same name and seed
  * give the same requests. What it keeps is bounded (the chats and documents under way), however
- * many requests are drawn. */
+ * many requests are drawn. It makes WL_SYNTH_MAX_REQUESTS at most: each takes up to three
+ * segment ids from a 62-bit counter, and a reader's u64 token counts (under 2^15 tokens a
+ * request) hold 2^49 of them; 2^40, 35 years at a thousand a second, is well inside both. */
+#define WL_SYNTH_MAX_REQUESTS (1ull << 40)
 struct wl_synth;
 
 /* 0, -EINVAL for an unknown name, or -ENOMEM. */

@@ -4,8 +4,9 @@
  * share one fdatasync per slab touched and one index transaction (one flush of the index
  * file).
  *
- * A batch starts: drop pages already stored, evict if the free slots fall short (and make that
- * durable before any slot is reused), reserve slots, submit the writes. It joins the pipe, the
+ * A batch starts: drop pages already stored, evict if the free slots fall short (the records
+ * reads found bad go first, drop.c, then the oldest pages; either durable before any slot is
+ * reused), reserve slots, submit the writes. It joins the pipe, the
  * batches in flight, oldest first, and the committer goes on: the next batch's I/O flies while
  * an earlier one's sync and commit run. A batch retires once its I/O has landed, with every
  * landed batch before it as one group: fdatasync, then commit the group's records together
@@ -167,14 +168,21 @@ static size_t fit_batch_locked(struct dstore *s, struct batch *b, size_t need)
 
 static void reserve(struct dstore *s, struct batch *b)
 {
-    size_t need = 0, have, evicted;
+    size_t need = 0, have, evicted, drops;
 
     for (size_t i = 0; i < b->n; i++)
         need += !b->pg[i]->res && !b->pg[i]->dup;
     pthread_mutex_lock(&s->lock);
     need = fit_batch_locked(s, b, need);
     have = s->nfree;
+    drops = s->ndrops;
     pthread_mutex_unlock(&s->lock);
+    if (have < need && drops) { /* the slots of bad pages first, before good pages go */
+        drops_run(s);
+        pthread_mutex_lock(&s->lock);
+        have = s->nfree;
+        pthread_mutex_unlock(&s->lock);
+    }
     if (have < need)
         evict_oldest(s, need - have, &evicted);
     pthread_mutex_lock(&s->lock);

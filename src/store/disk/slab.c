@@ -86,8 +86,8 @@ static int open_regular(int dirfd, const char *name, int flags)
     struct stat st;
     int fd = openat(dirfd, name, flags, 0600);
 
-    if (fd < 0)
-        return errno == ELOOP ? -ENOTSUP : -errno;
+    if (fd < 0) /* a directory opened for writing answers EISDIR: no regular file either */
+        return errno == ELOOP || errno == EISDIR ? -ENOTSUP : -errno;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         close(fd);
         return -ENOTSUP;
@@ -406,7 +406,8 @@ static int write_head(struct dstore *s, uint32_t slab, int fd)
 }
 
 /* Create the slab's file; an entry of that name that is no regular file (a FIFO, a link, a
- * device) is junk in our dir and is replaced. */
+ * device, an empty directory) is junk in our dir and is replaced; a directory with anything
+ * in it is left alone (-ENOTEMPTY), and the pages the slab would hold are not written. */
 static int slab_create_locked(struct dstore *s, uint32_t slab)
 {
     char name[32];
@@ -415,7 +416,8 @@ static int slab_create_locked(struct dstore *s, uint32_t slab)
     if (rc != -ENOTSUP)
         return rc;
     slab_name(slab, name, sizeof(name));
-    if (unlinkat(s->slabfd, name, 0) && errno != ENOENT)
+    if (unlinkat(s->slabfd, name, 0) && errno != ENOENT &&
+        (errno != EISDIR || unlinkat(s->slabfd, name, AT_REMOVEDIR)))
         return -errno;
     return slab_open(s, slab, O_CREAT | O_EXCL);
 }
@@ -577,9 +579,22 @@ static int read_slab_head(int slabfd, const char *name, struct slab_head *h)
     return rc;
 }
 
-int slabs_first_head(int data_dirfd, struct slab_head *h)
+/* Whether a slab head describes the dir a meta record does: each carries the dir's meta. */
+static bool head_agrees(const struct slab_head *h, const struct dmeta *m)
 {
-    int fd = openat(data_dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW), rc = 1;
+    return h->version == m->version && h->page_bytes == m->page_bytes &&
+           h->page_tokens == m->page_tokens && h->slot_bytes == m->slot_bytes &&
+           h->slab_slots == m->slab_slots && h->created == m->created &&
+           !memcmp(h->fingerprint, m->fingerprint, DSTORE_FINGERPRINT_BYTES);
+}
+
+/* The whole slab heads of the dir at data_dirfd: the first one found into *h; with want, on
+ * until one agrees with it (*agrees). 0, or KVT_EFORMAT when there is no whole head. */
+static int scan_heads(int data_dirfd, const struct dmeta *want, struct slab_head *h, bool *agrees)
+{
+    int fd = openat(data_dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    bool found = false, done = false;
+    struct slab_head one;
     struct dirent *de;
     uint32_t slab;
     DIR *d;
@@ -590,11 +605,27 @@ int slabs_first_head(int data_dirfd, struct slab_head *h)
         close(fd);
         return -errno;
     }
-    /* Any slab's head will do: each carries the dir's meta. */
-    while (rc && (de = readdir(d)))
-        if (parse_name(de->d_name, &slab) && read_slab_head(dirfd(d), de->d_name, h) == 0 &&
-            h->slab == slab)
-            rc = 0;
+    while (!done && (de = readdir(d))) {
+        if (!parse_name(de->d_name, &slab) || read_slab_head(dirfd(d), de->d_name, &one) ||
+            one.slab != slab)
+            continue;
+        if (!found)
+            *h = one;
+        found = true;
+        done = !want || (*agrees = head_agrees(&one, want));
+    }
     closedir(d);
-    return rc ? KVT_EFORMAT : 0;
+    return found ? 0 : KVT_EFORMAT;
+}
+
+int slabs_first_head(int data_dirfd, struct slab_head *h)
+{
+    /* Any slab's head will do: each carries the dir's meta. */
+    return scan_heads(data_dirfd, NULL, h, NULL);
+}
+
+int slabs_against_meta(int data_dirfd, const struct dmeta *m, struct slab_head *first, bool *agrees)
+{
+    *agrees = false;
+    return scan_heads(data_dirfd, m, first, agrees);
 }

@@ -552,9 +552,10 @@ static void teardown(struct dstore *s)
         free(j->keys);
         free(j);
     }
+    free(s->drops);
     if (s->rtxn)
         mdb_txn_abort(s->rtxn);
-    index_close(&s->ix);
+    share_leave(s);
     slabs_close(s);
     table_free(s);
     if (s->lockfd >= 0)

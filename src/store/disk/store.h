@@ -227,6 +227,8 @@ struct dstore_stats {
     /* the index at open */
     uint32_t index_walked;    /* 1: not stamped clean, so a child read it whole before use */
     uint32_t index_rebuilt;   /* 1: it could not be trusted (or was lost) and was set aside */
+    uint32_t index_foreign;   /* 1: the reason was that it was another dir's (its meta record
+                                 agreed with no slab head) */
     uint64_t recovered;       /* pages whose records came back from the slabs' page heads */
     uint64_t recover_scanned; /* slots whose heads recovery read */
 };
@@ -354,6 +356,20 @@ void dstore_info(struct dstore *s, struct dstore_info *info);
  * index is not an LMDB environment), KVT_ECORRUPT for a meta record of ours too short to
  * carry a version; -errno for a system error. Read-only, no lock. */
 int dstore_peek_version(const char *dir, uint32_t *version);
+
+/* What a meta record or a slab head says of the dir it belongs to. */
+struct dstore_dir_id {
+    uint32_t version, page_bytes, page_tokens;
+    uint8_t fingerprint[DSTORE_FINGERPRINT_BYTES];
+    uint64_t created_ns;
+};
+
+/* Whether the index of the data dir at dir is another dir's (an index copied over this one's):
+ * 1 when its meta record agrees with no whole slab head there, with what the record says in
+ * *index and what the first slab head says in *slabs; 0 when one agrees or there is no whole
+ * head to compare; KVT_EFORMAT, KVT_ECORRUPT (the index's own damage), -EBUSY (a store of this
+ * process has the dir open) or -errno. Read-only, no lock. */
+int dstore_index_foreign(const char *dir, struct dstore_dir_id *index, struct dstore_dir_id *slabs);
 
 /* dstore_iterate from the first key not below from (DSTORE_KEY_BYTES; NULL: the first). */
 int dstore_iterate_from(struct dstore *s, const uint8_t *from, dstore_visit_fn fn, void *arg);

@@ -26,5 +26,7 @@ int main(void)
 #endif
     };
 
+    if (getenv("KVT_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

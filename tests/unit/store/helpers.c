@@ -104,8 +104,7 @@ int fx_setup(void **state)
 
     if (layout_init(&l, PAGE, TOKENS, DSTORE_FORMAT_VERSION) || l.slot_bytes != SLOT)
         return -1; /* the tests' arithmetic no longer matches the format */
-    snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-store-XXXXXX");
-    if (!mkdtemp(f->dir))
+    if (fixture_data_dir(f->dir, sizeof(f->dir), "store"))
         return -1;
     fx_options(f);
     f->nbufs = 32;

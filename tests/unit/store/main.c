@@ -4,12 +4,12 @@
 
 static int probe_uring(void)
 {
-    char dir[64] = "/tmp/kvt-store-probe-XXXXXX";
+    char dir[64];
     struct fx f = {0};
     int rc;
 
-    if (!mkdtemp(dir))
-        return -errno;
+    if ((rc = fixture_data_dir(dir, sizeof(dir), "store-probe")))
+        return rc;
     snprintf(f.dir, sizeof(f.dir), "%s", dir);
     fx_options(&f);
     f.o.io = DSTORE_IO_URING;
@@ -95,6 +95,8 @@ int main(void)
         T(test_durable_flushes),
         T(test_relaxed_flushes),
         T(test_flush_fails_no_reuse),
+        T(test_bad_reads_drop_together),
+        T(test_bad_slots_before_eviction),
         T(test_power_cut_relaxed),
         T(test_power_cut_durable),
         T(test_power_cut_packed),

@@ -46,6 +46,7 @@
 #include "store/disk/layout.h"
 #include "store/disk/dio.h"
 #include "store/disk/store.h"
+#include "engine_fixture.h"
 
 #define PAGE 8192 /* bytes per page in most tests: O_DIRECT-sized */
 #define TOKENS 4  /* tokens per page */
@@ -166,6 +167,8 @@ void test_disk_use(void **state);
 void test_durable_flushes(void **state);
 void test_relaxed_flushes(void **state);
 void test_flush_fails_no_reuse(void **state);
+void test_bad_reads_drop_together(void **state);
+void test_bad_slots_before_eviction(void **state);
 
 /* powercut.c */
 void test_power_cut_relaxed(void **state);
