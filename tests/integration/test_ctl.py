@@ -1122,8 +1122,10 @@ def other_dir(name, *args):
     """A dir kvtier-bench wrote beside bench_dir(), with args of its own (another page size)."""
     d = os.path.join(TMP, name)
     shutil.rmtree(d, ignore_errors=True)
+    page = args[args.index("--page-size") + 1] if "--page-size" in args else "16"
     r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000", "--dir", d,
-                        "--synthetic", "mixed", "--requests", "10", *args],
+                        "--synthetic", "mixed", "--requests", "10", "--store-page-tokens", page,
+                        "--deterministic", *args],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
     check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
     return d

@@ -558,6 +558,7 @@ static void test_engine_beside_page_store(void **state)
     o.disk_dir = dir;
     o.disk_bytes = 1 << 20;
     o.disk_write_policy = KVT_DISK_WRITE_THROUGH;
+    o.store_page_tokens = o.page_size; /* a store page to a page: the keys below count them */
     assert_int_equal(kvt_open(&o, &e), 0);
     assert_int_equal(open_at(dir, FP, PAGE, 0, 1, &r), KVT_EFINGERPRINT);
     for (uint32_t round = 0; round < 2; round++) {
