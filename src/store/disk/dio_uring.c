@@ -23,6 +23,19 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#ifdef __SANITIZE_THREAD__
+#include <sanitizer/tsan_interface.h>
+/* liburing maps and unmaps a ring with raw system calls, which ThreadSanitizer does not see:
+ * a new ring mapped where a closed one was looks to it like memory shared by the two rings'
+ * threads. The kernel orders the unmap before the map; these tell ThreadSanitizer so. */
+static char ring_maps;
+#define RING_UNMAPPING() __tsan_release(&ring_maps)
+#define RING_MAPPED() __tsan_acquire(&ring_maps)
+#else
+#define RING_UNMAPPING() ((void)0)
+#define RING_MAPPED() ((void)0)
+#endif
+
 #define CHUNK_BYTES (1ull << 30)
 #define MAX_CHUNKS 1024
 #define SUBMIT_BATCH 4 /* requests per submit (submit_ready) */
@@ -334,6 +347,7 @@ static void uring_kick(struct dio *io)
 
 static void uring_free(struct uring *u)
 {
+    RING_UNMAPPING();
     io_uring_queue_exit(&u->ring);
     close(u->efd);
     pthread_cond_destroy(&u->cb_work);
@@ -417,6 +431,7 @@ int dio_uring_start(struct dio *io)
     /* Two entries beyond depth: the eventfd read and its re-arm. */
     if ((rc = io_uring_queue_init(u->depth + 2, &u->ring, 0)))
         goto fail_ring;
+    RING_MAPPED();
     register_region(io, u);
     io->priv = u;
     io->kick = uring_kick;
@@ -429,6 +444,7 @@ int dio_uring_start(struct dio *io)
     stop_callbacks(u);
 fail_threads:
     rc = -ENOMEM;
+    RING_UNMAPPING();
     io_uring_queue_exit(&u->ring);
     io->fixed = false;
     io->priv = NULL;

@@ -45,6 +45,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_roundtrip_batched),
+        T(test_buffered_round_trip),
         T(test_async_poll),
         T(test_duplicates),
         T(test_duplicates_shared_tag),

@@ -47,6 +47,23 @@ void test_roundtrip_batched(void **state)
     assert_int_equal(st.io, io_kind);
 }
 
+/* A dir opened buffered (no O_DIRECT, its alignment never probed) writes, reads and reopens. */
+void test_buffered_round_trip(void **state)
+{
+    struct fx *f = *state;
+
+    f->o.flags |= DSTORE_BUFFERED;
+    fx_open(f);
+    assert_int_equal(stats_of(f).direct, 0);
+    put_range(f, 1, 8);
+    for (uint64_t id = 1; id <= 8; id++)
+        assert_int_equal(get_id(f, id), 0);
+    fx_reopen(f);
+    for (uint64_t id = 1; id <= 8; id++)
+        assert_int_equal(get_id(f, id), 0);
+    assert_int_equal(get_id(f, 9), -ENOENT);
+}
+
 /* Several ops in flight at once, collected by poll in submission order. */
 void test_async_poll(void **state)
 {

@@ -102,6 +102,7 @@ int readback_visit(void *arg, const struct dstore_entry *e);
 
 /* roundtrip.c */
 void test_roundtrip_batched(void **state);
+void test_buffered_round_trip(void **state);
 void test_async_poll(void **state);
 void test_duplicates(void **state);
 void test_duplicates_shared_tag(void **state);
