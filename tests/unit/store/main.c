@@ -54,6 +54,7 @@ int main(void)
         T(test_unaligned),
         T(test_direct_and_buffered),
         T(test_parts),
+        T(test_parts_adjacent),
         T(test_small_pages_buffered),
         T(test_tmpfs),
         T(test_registered_buffers),

@@ -162,6 +162,7 @@ void test_pipe_order(void **state);
 void test_pipe_same_key(void **state);
 void test_reads_before_writes(void **state);
 void test_parts(void **state);
+void test_parts_adjacent(void **state);
 void test_disk_use(void **state);
 
 /* sync.c */
