@@ -251,7 +251,7 @@ struct kvt_options {
      * disk_sync_bytes of pages wait (0: 256 MiB), whichever comes first. (Since 0.4.) */
     uint32_t disk_sync_ms;
     uint64_t disk_sync_bytes;
-    /* A shared remote tier (since 0.4; issue 17): a standalone Redis or Valkey server,
+    /* A shared remote tier (since 0.4): a standalone Redis or Valkey server,
      * "redis://[[USER]:PASSWORD@]HOST[:PORT]" (USER: an ACL user, Redis 6+; USER and PASSWORD
      * percent-decoded, %XX), or a Redis Cluster: the URL of any node, or a comma-separated
      * list of seed URLs, "redis://H1:P1,redis://H2:P2" (at most 16; "redis://" may be left
@@ -468,9 +468,9 @@ void kvt_options_init(struct kvt_options *opts, size_t size);
  * their defaults; a size below sizeof(size_t) is -EINVAL. *out is NULL on failure. Errors:
  * -EINVAL (bad options, NULL out), -ENOMEM, KVT_ENOBACKEND, KVT_EBACKEND, KVT_EHOSTRAM,
  * KVT_EHOSTSIZE; with a disk tier KVT_EFORMAT, KVT_EFINGERPRINT, -EBUSY (another process has
- * the dir, or a page store of this process has it open: kvtier_store.h) and -errno of the file system; with a stats socket -EADDRINUSE, -ENAMETOOLONG and
- * -errno of the socket calls.
- * Blocks: allocates and pins memory, opens (and may create) the data dir, starts threads. */
+ * the dir, or a page store of this process has it open: kvtier_store.h) and -errno of the file
+ * system; with a stats socket -EADDRINUSE, -ENAMETOOLONG and -errno of the socket calls. Blocks:
+ * allocates and pins memory, opens (and may create) the data dir, starts threads. */
 int kvt_open(const struct kvt_options *opts, kvt_engine **out);
 
 /* Free everything the engine owns. NULL is a no-op.
