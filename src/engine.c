@@ -273,7 +273,7 @@ size_t engine_evict(kvt_engine *e, size_t pages)
     /* Nodes a transfer is filling cannot give up their device copy yet: wait for the ops
      * in flight (they are few and short), apply them and try again. */
     if (done < pages && e->below && e->below->ops->busy(e->below)) {
-        tier_sync(e->below);
+        tier_settle(e->below); /* not the disk's writes: they hold no device page */
         done += rdx_evict(e->tree, pages - done);
     }
     return done;
