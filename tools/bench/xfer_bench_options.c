@@ -16,7 +16,6 @@ const char *const xb_compute_names[3] = {"auto", "kernel", "host"};
 const char *const xb_priority_names[2] = {"high", "default"};
 const char *const xb_dma_hint_names[2] = {"none", "overlap"};
 
-
 /* --compute-us, given the whole config. */
 static int parse_compute(void *field, const char *opt, const char *arg)
 {
