@@ -48,11 +48,11 @@ MODULES = [
     ("src/tier.", "tier", 3),
     ("src/store/store_tier", "store-tier", 4),
     ("src/emb/", "emb", 4),
-    ("src/", "engine", 5),
+    ("src/engine/", "engine", 5),
 ]
 BACKENDS = {"store-disk", "store-mem", "store-chain", "store-share", "store-redis"}
 TIERS = {"tier", "host-tier", "store-tier"}
-BUILDER = "src/api.c"
+BUILDER = "src/engine/api.c"
 KVT_HELPERS = {"kvt_cell_bytes", "kvt_max_tokens"}  # pure functions of a geometry
 MAX_LINES = 800
 # Files still above MAX_LINES whose split is open work (issue 14), named so none is added
@@ -305,7 +305,7 @@ def main():
                 broken[2].append(f"{f} (a backend) includes {target}")
             if mod in TIERS and (tmod in BACKENDS or tmod == "engine"):
                 broken[3].append(f"{f} (a tier) includes {target}")
-            if mod == "engine" and f not in (BUILDER, "src/engine.h") and \
+            if mod == "engine" and f != BUILDER and \
                     (tmod in BACKENDS or tmod in ("host-tier", "store-tier")):
                 broken[4].append(f"{f} includes {target}: only {BUILDER} builds the chain")
         if re.search(r"^\s*extern\s+[^\"(;\n]*\(", strip_comments(text), re.M):

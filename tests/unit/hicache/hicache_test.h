@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "host/host_tier.h"
 #include "store/disk/ops.h"
 
