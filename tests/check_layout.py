@@ -19,6 +19,9 @@ the calls across files of src/.
      to it), no file reaches itself. A header is a file of its own: a worker including its
      module's header for the types depends on the header, not on the front's code. A circle
      is printed with the arrows that close it.
+ 10. The engine reaches the device's slots and KV through its slot layer alone: of its files
+     only src/engine/slots.c calls the allocators and KV pools (device/alloc.c, swa_alloc.c,
+     swa_pool.c, kv_pool.c), pure functions of their arguments excepted (SLOT_PURE).
 
 Prints the module graph and each rule's verdict; exits 1 when a rule is broken.
 Usage: check_layout.py [REPO_ROOT]
@@ -54,6 +57,10 @@ BACKENDS = {"store-disk", "store-mem", "store-chain", "store-share", "store-redi
 TIERS = {"tier", "host-tier", "store-tier"}
 BUILDER = "src/engine/api.c"
 KVT_HELPERS = {"kvt_cell_bytes", "kvt_max_tokens"}  # pure functions of a geometry
+SLOT_LAYER = "src/engine/slots.c"
+DEVICE_SLOTS = {"src/device/alloc.c", "src/device/swa_alloc.c", "src/device/swa_pool.c",
+                "src/device/kv_pool.c"}
+SLOT_PURE = {"kv_geometry_check", "swa_window_evict_to"}  # no allocator or pool involved
 MAX_LINES = 800
 # Files still above MAX_LINES whose split is open work (issue 14), named so none is added
 # unnoticed: a file here that drops under the limit must leave the list (the check says so).
@@ -339,6 +346,9 @@ def main():
             if mod == "engine" and f != BUILDER and (tmod in BACKENDS or
                                                       tmod in ("host-tier", "store-tier")):
                 broken[4].append(f"{f}:{line} calls {name} of {target}")
+            if mod == "engine" and f != SLOT_LAYER and target in DEVICE_SLOTS and \
+                    name not in SLOT_PURE:
+                broken[10].append(f"{f}:{line} calls {name} of {target}: the slot layer's")
 
     for cycle in call_cycles(files, defs, root):
         broken[8].append(cycle)
@@ -362,7 +372,8 @@ def main():
               5: "no internal call of a kvt_* entry point", 6: "calls follow the arrows",
               7: f"no file above {MAX_LINES} lines without a reason",
               8: "inside a module the files' calls form a DAG",
-              9: "no circle between files of src/ and tools/"}
+              9: "no circle between files of src/ and tools/",
+              10: "the engine's slots through its slot layer alone"}
     for rule, title in titles.items():
         print(f"rule {rule} ({title}): {'ok' if not broken[rule] else 'BROKEN'}")
         for why in broken[rule]:

@@ -7,6 +7,8 @@ circle added. usage: test_check_layout.py REPO_ROOT
     already calls (one of the arrows the check found) gets a function calling back into it;
   - an include circle: a header that another header includes includes it back.
 Each must turn rule 9 BROKEN, the exit status 1, and name both files of the circle.
+And rule 10: engine.c calling a device allocator itself, not through the slot layer, must turn
+it BROKEN and name the call.
 """
 import os
 import shutil
@@ -33,10 +35,10 @@ def run(root):
     return r.returncode, r.stdout + r.stderr
 
 
-def rule9(out):
-    """Rule 9's verdict line and the lines it printed under it."""
+def verdict_of(out, rule=9):
+    """A rule's verdict line (rule 9's by default) and the lines it printed under it."""
     lines = out.split("\n")
-    start = next(i for i, l in enumerate(lines) if l.startswith("rule 9 "))
+    start = next(i for i, l in enumerate(lines) if l.startswith(f"rule {rule} "))
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")),
                len(lines))
     return lines[start], "\n".join(lines[start + 1:end])
@@ -91,7 +93,7 @@ def case(repo, what, mutate):
         graph = check_layout.file_graph(tmp, files)
         names = mutate(tmp, graph)
         rc, out = run(tmp)
-        verdict, detail = rule9(out)
+        verdict, detail = verdict_of(out)
         if names is None:
             check(rc == 0 and verdict.endswith(": ok") and "circles: none" in out,
                   f"{what}: rule 9 ok, circles: none (exit {rc})")
@@ -131,6 +133,19 @@ def main():
         return a, b
 
     case(repo, "an include circle in src/", include_circle)
+
+    tmp = tempfile.mkdtemp(prefix="kvtier-layout-")
+    try:
+        copy(repo, tmp)
+        with open(os.path.join(tmp, "src/engine/engine.c"), "a") as f:
+            f.write("\nsize_t layout_test_bypass(const struct slot_alloc *a)\n{\n"
+                    "    return slot_available(a);\n}\n")
+        rc, out = run(tmp)
+        verdict, detail = verdict_of(out, 10)
+        check(rc == 1 and verdict.endswith(": BROKEN") and "slot_available" in detail,
+              f"engine.c calling slot_available itself: rule 10 BROKEN (exit {rc}):\n{detail}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"{len(failures)} failed")
     return 1 if failures else 0
 
