@@ -402,7 +402,7 @@ static int open_stores_compat(kvt_engine *e, const struct host_pool *hp)
     return open_stores(e, hp, &e->store);
 }
 
-/* The embedding cache (engine_emb.c), over a view of the store below when it keeps
+/* The embedding cache (embeddings.c), over a view of the store below when it keeps
  * embeddings there (*store: the store tier's, then its own view; NULL: none). */
 static int open_emb(kvt_engine *e, struct kvt_store **store)
 {
