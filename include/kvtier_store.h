@@ -46,6 +46,10 @@ struct kvt_pagestore_options {
     uint32_t disk_io;        /* enum kvt_disk_io; default auto */
     uint32_t read_only;      /* 1: never writes the dir (beside a writer, or a dir on
                                 read-only media); set and delete answer -EROFS */
+    uint32_t sync; /* (since 0.8) enum kvt_disk_sync: DURABLE (the default: a set returns once its
+                      pages are fdatasync'd and indexed) or RELAXED (the data and the index are
+                      flushed every second or 256 MiB and at close: a power cut may lose
+                      pages written since, each then a miss, never wrong bytes) */
 };
 
 /* Defaults into o, size bytes of it (sizeof(*o)). */
@@ -92,7 +96,7 @@ int kvt_pagestore_get(kvt_pagestore *s, const struct kvt_page *pages, size_t n, 
 
 /* Store n pages. results[i]: 0 (stored, or stored already), -ENOSPC (no room: a batch
  * larger than the store keeps its first pages), another -errno. Blocks until the pages are
- * durable. Errors: as get, and -EROFS for a read-only store. */
+ * durable (sync RELAXED: written and indexed). Errors: as get, and -EROFS for a read-only store. */
 int kvt_pagestore_set(kvt_pagestore *s, const struct kvt_page *pages, size_t n, int *results);
 
 /* The same, without waiting: *op names the op, which kvt_pagestore_wait collects. The
@@ -110,6 +114,12 @@ int kvt_pagestore_wait(kvt_pagestore *s, uint64_t op, int timeout_ms, size_t *ok
 /* A descriptor that becomes readable when a submitted op completes (read it to rearm; an
  * eventfd counting completions), for a caller's poll loop. Valid until close. */
 int kvt_pagestore_event_fd(kvt_pagestore *s);
+
+/* Count the pages of n keys as used now, as a read of them would (eviction takes the least
+ * recently used first); keys not stored are skipped. *touched (may be NULL) = how many were
+ * stored. No I/O: the access times reach the index with a later commit. Errors: -EINVAL, an
+ * index error. A read-only store counts nothing (0). */
+int kvt_pagestore_touch(kvt_pagestore *s, const uint8_t *keys, size_t n, size_t *touched);
 
 /* Delete the pages of n keys; *deleted = how many were stored. Blocks. Errors: -EINVAL,
  * -EROFS, -ENOMEM, an index error. */

@@ -90,7 +90,8 @@ static int check_options(const struct kvt_pagestore_options *o)
 {
     if (!o->dir || !*o->dir || !o->fingerprint || !o->fingerprint_len || !o->page_bytes ||
         o->page_bytes > (1ull << 31) || o->page_tokens > DSTORE_MAX_TOKENS ||
-        o->disk_io > KVT_DISK_IO_PSYNC || o->read_only > 1 || !o->capacity_bytes)
+        o->disk_io > KVT_DISK_IO_PSYNC || o->read_only > 1 || !o->capacity_bytes ||
+        o->sync > KVT_DISK_SYNC_RELAXED)
         return -EINVAL;
     return 0;
 }
@@ -131,6 +132,7 @@ static int open_block_store(struct kvt_pagestore *s, const struct kvt_pagestore_
     d.disk_bytes = o->capacity_bytes;
     d.io = o->disk_io;
     d.flags = o->read_only ? DSTORE_READONLY : 0;
+    d.sync = o->sync == KVT_DISK_SYNC_RELAXED ? DSTORE_SYNC_RELAXED : DSTORE_SYNC_DURABLE;
     d.notify = &s->notify;
     return dstore_open(&d, &s->ds);
 }
@@ -419,6 +421,18 @@ int kvt_pagestore_exists(kvt_pagestore *s, const uint8_t *keys, size_t n, size_t
         return -EINVAL;
     pthread_mutex_lock(&s->mu);
     rc = dstore_leading_run(s->ds, keys, n, run);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int kvt_pagestore_touch(kvt_pagestore *s, const uint8_t *keys, size_t n, size_t *touched)
+{
+    int rc;
+
+    if (!s || (n && !keys))
+        return -EINVAL;
+    pthread_mutex_lock(&s->mu);
+    rc = dstore_touch(s->ds, keys, n, touched);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
