@@ -220,13 +220,8 @@ class KvtierTier(SecondaryTierManager):
             raise ValueError(f"kvtier: sync must be 'relaxed' or 'durable', not {sync!r}")
         self.locality = Locality(locality) if locality is not None else None
         self._chunk = int(self.block_size_bytes)
-        # The primary view's memory: chunk c at c * stride. Held as an array (an export of
-        # the view) until shutdown, so the address stays valid while any I/O may touch it.
-        self._arr = np.asarray(primary_kv_view)
-        if not self._arr.flags.c_contiguous or not self._arr.flags.writeable:
+        if not primary_kv_view.c_contiguous or primary_kv_view.readonly or self._chunk <= 0:
             raise ValueError("kvtier: the primary KV view must be writable and contiguous")
-        self._base = int(self._arr.ctypes.data)
-        self._nchunks = self._arr.nbytes // self._chunk if self._chunk else 0
         self.capacity = parse_bytes(capacity)
         self.sync = sync
         cfg = offloading_spec.config
@@ -241,6 +236,12 @@ class KvtierTier(SecondaryTierManager):
         self.dir = os.path.join(self.base_dir, name)
         self.record = self.dir + ".json"
         self._store = self._open(page_tokens, disk_io)
+        # The primary view's memory: chunk c at c * stride. Held as an array (an export of
+        # the view) until shutdown, so the address stays valid while any I/O may touch it;
+        # taken last, so a refused start leaves vLLM free to unmap its region.
+        self._arr = np.asarray(primary_kv_view)
+        self._base = int(self._arr.ctypes.data)
+        self._nchunks = self._arr.nbytes // self._chunk
         self._efd = self._store.event_fd()
         self._lock = threading.RLock()
         self._ops: Dict[int, tuple] = {}  # op id -> (job, first key index, pages)
