@@ -3,8 +3,9 @@
  * pages of one and of several segments round trip byte for byte; runs, deletes and clear; a
  * restart keeps the pages and refuses another fingerprint or page size; asynchronous ops
  * with the eventfd; bad arguments refused before anything changes; a read-only store; damaged
- * slabs give misses, never bytes; and three threads calling exists, get and set at once, as
- * SGLang's controller does, never see a wrong byte.
+ * slabs give misses, never bytes; three threads calling exists, get and set at once, as
+ * SGLang's controller does, never see a wrong byte; a touch keeps a page from being evicted
+ * first, and relaxed sync keeps pages across a reopen.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -444,13 +445,65 @@ static void test_three_threads(void **state)
     fx_close(&f);
 }
 
+static uint64_t stat_of(kvt_pagestore *s, int which)
+{
+    struct kvt_pagestore_stats st = {.size = sizeof(st)};
+
+    assert_int_equal(kvt_pagestore_stats(s, &st), 0);
+    return which == 0 ? st.capacity_pages : which == 1 ? st.pages : st.evicted;
+}
+
+/* A store of a few pages, relaxed: page 0 touched is kept when the next page needs room, and
+ * the oldest untouched one goes; everything is there again after a reopen. */
+static void test_touch_and_relaxed_sync(void **state)
+{
+    struct kvt_pagestore_options o;
+    struct fixture f;
+    uint8_t keys[2][KVT_PAGESTORE_KEY_BYTES];
+    size_t touched = 99;
+    uint64_t cap;
+
+    (void)state;
+    assert_int_equal(fixture_data_dir(f.dir, sizeof(f.dir), "pagestore"), 0);
+    kvt_pagestore_options_init(&o, sizeof(o));
+    o.dir = f.dir;
+    o.fingerprint = FP;
+    o.fingerprint_len = strlen(FP);
+    o.page_bytes = PAGE;
+    o.capacity_bytes = 6 * 16384;
+    o.sync = 2;
+    assert_int_equal(kvt_pagestore_open(&o, &f.s), -EINVAL);
+    o.sync = KVT_DISK_SYNC_RELAXED;
+    assert_int_equal(kvt_pagestore_open(&o, &f.s), 0);
+    cap = stat_of(f.s, 0);
+    assert_true(cap >= 3 && cap < NP);
+    for (uint32_t i = 0; i < cap; i++)
+        put_range(f.s, i, 1); /* one at a time: no parents, plain LRU order */
+    key_of(0, keys[0]);
+    key_of(1000, keys[1]);
+    assert_int_equal(kvt_pagestore_touch(f.s, &keys[0][0], 2, &touched), 0);
+    assert_int_equal(touched, 1);
+    assert_int_equal(kvt_pagestore_touch(NULL, &keys[0][0], 1, NULL), -EINVAL);
+    put_range(f.s, (uint32_t)cap, 1);
+    assert_int_equal(stat_of(f.s, 2), 1);
+    assert_int_equal(run_of(f.s, 0, 1), 1); /* touched: kept */
+    assert_int_equal(run_of(f.s, 1, 1), 0); /* the least recently used went */
+    assert_int_equal(run_of(f.s, 2, (uint32_t)cap - 1), cap - 1);
+    kvt_pagestore_close(f.s);
+    assert_int_equal(kvt_pagestore_open(&o, &f.s), 0);
+    assert_int_equal(stat_of(f.s, 1), cap);
+    assert_int_equal(get_range(f.s, 2, (uint32_t)cap - 1, NULL), cap - 1);
+    assert_int_equal(get_range(f.s, 0, 1, NULL), 1);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_restart_and_fingerprint),
         cmocka_unit_test(test_async_and_eventfd), cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_damaged_slab),      cmocka_unit_test(test_empty_segment),
-        cmocka_unit_test(test_three_threads),
+        cmocka_unit_test(test_three_threads),     cmocka_unit_test(test_touch_and_relaxed_sync),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
