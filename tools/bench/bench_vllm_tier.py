@@ -21,8 +21,8 @@ turn, the order swapped every rep, each on a fresh dir:
 
 Then, once per file system at the first chunk size: lookup latency (a HIT and a MISS, per
 call, and for fs the time to its answer, as its lookups answer RETRY until a step has run
-them), the disk space each dir takes (du), a restart (a new manager on the dir: chunks each
-finds and serves exactly), a flipped byte (what each serves for a chunk damaged on disk), and
+them), the disk space each dir takes (du), a restart (a new manager on the dir: of the
+chunks not damaged, how many each finds and serves exactly), a flipped byte (what each serves for a chunk damaged on disk), and
 a capacity limit (kvtier's capacity set to a quarter of the data; fs has none).
 
 The machine is shared and busy: figures are min/median/max over the reps. Ratios are kvtier's
@@ -300,7 +300,7 @@ def extras(kind, base, chunk, args):
     hits = e.promote("restart", keys)
     exact = sum(1 for k in keys if hits[k] and k != victim and
                 np.array_equal(e.read("restart", k), data[k]))
-    out["restart_found"] = f"{sum(hits.values())}/{n}"
+    out["restart_found"] = f"{sum(hits[k] for k in keys if k != victim)}/{n - 1}"
     out["restart_exact"] = f"{exact}/{n - 1}"
     if not flipped:
         out["flipped"] = "chunk not found on disk"
@@ -346,8 +346,8 @@ def main():
     args.data, args.cpu = size(args.data), size(args.cpu)
     rows, extra = [], {}
     for base_dir in args.dirs.split(","):
-        fs = subprocess.run(["stat", "-f", "-c", "%T", base_dir], capture_output=True,
-                            text=True).stdout.strip()
+        fs = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", base_dir],
+                            capture_output=True, text=True).stdout.strip() or "?"
         base = tempfile.mkdtemp(prefix="kvtier-vllm-bench-", dir=base_dir)
         try:
             for ci, chunk in enumerate(size(c) for c in args.chunks.split(",")):
