@@ -36,6 +36,7 @@ MODULES = [
     ("src/store/mem.", "store-mem", 1),
     ("src/store/chain.", "store-chain", 1),
     ("src/store/redis/", "store-redis", 1),
+    ("src/store/pagestore_open.", "pagestore-open", 2),
     ("src/host/host_tier.", "host-tier", 4),
     ("src/host/", "host-memory", 2),
     ("src/tier.", "tier", 3),

@@ -5,7 +5,9 @@
  * with the eventfd; bad arguments refused before anything changes; a read-only store; damaged
  * slabs give misses, never bytes; three threads calling exists, get and set at once, as
  * SGLang's controller does, never see a wrong byte; a touch keeps a page from being evicted
- * first, and relaxed sync keeps pages across a reopen.
+ * first, and relaxed sync keeps pages across a reopen; with a remote (a redis-server of the
+ * test's own), a second store on another disk is served what the first wrote, exact, and a
+ * server stopped (SIGSTOP) costs hits within the timeout while the disk serves on.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,14 @@
 #include "kvtier_store.h"
 
 #include "engine_fixture.h"
+#ifdef KVT_HAVE_REDIS
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#endif
 
 #define SEG 6000 /* two segments: a page is not a whole number of 4 KiB blocks */
 #define PAGE (2 * SEG)
@@ -497,13 +507,146 @@ static void test_touch_and_relaxed_sync(void **state)
     fx_close(&f);
 }
 
+#ifdef KVT_HAVE_REDIS
+static int open_remote_at(const char *dir, const char *url, kvt_pagestore **s)
+{
+    struct kvt_pagestore_options o;
+
+    kvt_pagestore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    o.fingerprint = FP;
+    o.fingerprint_len = strlen(FP);
+    o.page_bytes = PAGE;
+    o.page_tokens = 16;
+    o.remote = url;
+    o.remote_timeout_ms = 300;
+    return kvt_pagestore_open(&o, s);
+}
+
+static uint64_t ms_now(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* A free loopback port: bound, read back, let go. */
+static uint16_t free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static bool answers(uint16_t port)
+{
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    char buf[16] = {0};
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+              write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof(buf) - 1) > 0 &&
+              strncmp(buf, "+PONG", 5) == 0;
+
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* A redis-server of the test's own, without persistence; 0 when none is installed. */
+static pid_t start_redis(uint16_t port)
+{
+    char p[8];
+    pid_t pid;
+
+    if (system("command -v redis-server > /dev/null 2>&1") != 0)
+        return 0;
+    snprintf(p, sizeof(p), "%u", port);
+    if ((pid = fork()) == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", "/tmp", "--loglevel", "warning", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100 && !answers(port); i++)
+        usleep(50000);
+    assert_true(answers(port));
+    return pid;
+}
+
+static void test_remote(void **state)
+{
+    struct kvt_pagestore_stats st = {.size = sizeof(st)};
+    struct fixture a, b;
+    uint8_t keys[1][KVT_PAGESTORE_KEY_BYTES];
+    char url[64], dir_b[160];
+    uint16_t port = free_port();
+    pid_t srv = start_redis(port);
+    size_t run = 0;
+    uint64_t t0;
+
+    (void)state;
+    if (!srv)
+        skip();
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+    assert_int_equal(fixture_data_dir(a.dir, sizeof(a.dir), "pagestore"), 0);
+    snprintf(dir_b, sizeof(dir_b), "%s/b", a.dir);
+    assert_int_equal(open_remote_at(a.dir, url, &a.s), 0);
+    assert_int_equal(open_remote_at(dir_b, url, &b.s), 0);
+    put_range(a.s, 0, 16);
+    /* b's disk has none of them: the server has every one, checked. */
+    key_of(0, keys[0]);
+    assert_int_equal(kvt_pagestore_exists_local(b.s, &keys[0][0], 1, &run), 0);
+    assert_int_equal(run, 0);
+    assert_int_equal(kvt_pagestore_exists_local(a.s, &keys[0][0], 1, &run), 0);
+    assert_int_equal(run, 1);
+    assert_int_equal(run_of(b.s, 0, 16), 16);
+    assert_int_equal(get_range(b.s, 0, 16, NULL), 16);
+    assert_int_equal(kvt_pagestore_stats(b.s, &st), 0);
+    assert_int_equal(st.remote, 1);
+    assert_int_equal(st.remote_reads, 16);
+    assert_int_equal(st.get_hits, 0);
+    /* A hung server: what the disk holds is served, the rest are misses, all in bounded time. */
+    assert_int_equal(kill(srv, SIGSTOP), 0);
+    t0 = ms_now();
+    assert_int_equal(run_of(b.s, 100, 4), 0);
+    assert_int_equal(get_range(b.s, 100, 4, NULL), 0);
+    put_range(a.s, 200, 4); /* kept by the disk, so stored */
+    assert_int_equal(get_range(a.s, 200, 4, NULL), 4);
+    assert_int_equal(get_range(a.s, 0, 16, NULL), 16);
+    assert_true(ms_now() - t0 < 10 * 300);
+    assert_int_equal(kill(srv, SIGCONT), 0);
+    kvt_pagestore_close(b.s);
+    kvt_pagestore_close(a.s);
+    fixture_remove_tree(a.dir);
+    kill(srv, SIGKILL);
+    waitpid(srv, NULL, 0);
+}
+#endif
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_restart_and_fingerprint),
-        cmocka_unit_test(test_async_and_eventfd), cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_damaged_slab),      cmocka_unit_test(test_empty_segment),
-        cmocka_unit_test(test_three_threads),     cmocka_unit_test(test_touch_and_relaxed_sync),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_restart_and_fingerprint),
+        cmocka_unit_test(test_async_and_eventfd),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_damaged_slab),
+        cmocka_unit_test(test_empty_segment),
+        cmocka_unit_test(test_three_threads),
+        cmocka_unit_test(test_touch_and_relaxed_sync),
+#ifdef KVT_HAVE_REDIS
+        cmocka_unit_test(test_remote),
+#endif
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
