@@ -16,12 +16,18 @@ revision, dtype, layout, TP rank) and refuses any other.
         assert s.get_into([key], [out]) == [0]          # or into a buffer
 
 PageStore(dir, fingerprint, page_bytes, *, page_tokens=0, capacity=1 << 30,
-          disk_io="auto", read_only=False, sync="durable")
+          disk_io="auto", read_only=False, sync="durable", remote=None,
+          remote_timeout_ms=0, remote_ttl_s=0)
+    remote="redis://host:6379" (or a cluster's seeds, or rediss:// for TLS): a shared server
+    below the disk; a set writes both, a get reads the disk or, where it lacks the page, the
+    server (checked), and exists asks the server for what the disk lacks (at most
+    remote_timeout_ms, default 1000). A server that is down or hung costs only hits.
     sync="relaxed": set returns once pages are written and indexed; data and index are
     flushed every second or 256 MiB and at close (a power cut may lose the pages written
     since: each then a miss, never wrong bytes).
     .page_bytes, .dir, .closed                  read-only properties
     .exists(keys) -> int                        the leading run of keys that are stored
+    .exists_local(keys) -> int                  the same on the disk alone (no network)
     .get(keys, ptrs, sizes=None, segs_per_page=1) -> list[int]
     .set(keys, ptrs, sizes=None, segs_per_page=1, parent=None) -> list[int]
         Zero-copy through int addresses: page i's segments are

@@ -578,18 +578,23 @@ static int open_checks(const struct kvt_pagestore_options *o)
 static int parse_open_args(PyObject *args, PyObject *kwds, struct kvt_pagestore_options *o,
                            PyObject **dir_bytes, Py_buffer *fp)
 {
-    static char *kwlist[] = {"dir",     "fingerprint", "page_bytes", "page_tokens", "capacity",
-                             "disk_io", "read_only",   "sync",       NULL};
+    static char *kwlist[] = {"dir",      "fingerprint",       "page_bytes",   "page_tokens",
+                             "capacity", "disk_io",           "read_only",    "sync",
+                             "remote",   "remote_timeout_ms", "remote_ttl_s", NULL};
     unsigned long long page_bytes, capacity = 1ull << 30;
-    unsigned int page_tokens = 0;
-    const char *disk_io = "auto", *sync = "durable";
+    unsigned int page_tokens = 0, remote_timeout_ms = 0, remote_ttl_s = 0;
+    const char *disk_io = "auto", *sync = "durable", *remote = NULL;
     int read_only = 0;
 
     kvt_pagestore_options_init(o, sizeof(*o));
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&y*K|$IKsps:PageStore", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&y*K|$IKspszII:PageStore", kwlist,
                                      PyUnicode_FSConverter, dir_bytes, fp, &page_bytes,
-                                     &page_tokens, &capacity, &disk_io, &read_only, &sync))
+                                     &page_tokens, &capacity, &disk_io, &read_only, &sync, &remote,
+                                     &remote_timeout_ms, &remote_ttl_s))
         return -1;
+    o->remote = remote; /* the caller's argument: alive until the open returns */
+    o->remote_timeout_ms = remote_timeout_ms;
+    o->remote_ttl_s = remote_ttl_s;
     o->dir = PyBytes_AS_STRING(*dir_bytes);
     o->fingerprint = fp->buf;
     o->fingerprint_len = (size_t)fp->len;
@@ -709,6 +714,27 @@ static PyObject *PageStore_touch(PageStore *self, PyObject *keys)
     leave(self);
     batch_free(b);
     return rc ? raise_code(rc) : PyLong_FromSize_t(touched);
+}
+
+static PyObject *PageStore_exists_local(PageStore *self, PyObject *keys)
+{
+    struct batch *b;
+    PyThreadState *ts;
+    size_t run = 0;
+    int rc;
+
+    if (check_open(self) < 0 || !(b = batch_new()))
+        return NULL;
+    if (batch_keys(keys, b) < 0 || enter(self) < 0) {
+        batch_free(b);
+        return NULL;
+    }
+    ts = PyEval_SaveThread();
+    rc = kvt_pagestore_exists_local(self->s, b->keys, b->n, &run);
+    PyEval_RestoreThread(ts);
+    leave(self);
+    batch_free(b);
+    return rc ? raise_code(rc) : PyLong_FromSize_t(run);
 }
 
 static PyObject *PageStore_delete(PageStore *self, PyObject *keys)
@@ -899,7 +925,10 @@ static PyObject *stats_dict(const struct kvt_pagestore_stats *st)
         put_u64(d, "bytes_written", st->bytes_written) || put_u64(d, "evicted", st->evicted) ||
         put_u64(d, "deleted", st->deleted) || put_u64(d, "errors", st->errors) ||
         put_u64(d, "recovered", st->recovered) || put_str(d, "disk_io", io) ||
-        PyDict_SetItemString(d, "read_only", st->read_only ? Py_True : Py_False))
+        PyDict_SetItemString(d, "read_only", st->read_only ? Py_True : Py_False) ||
+        PyDict_SetItemString(d, "remote", st->remote ? Py_True : Py_False) ||
+        put_u64(d, "remote_reads", st->remote_reads) ||
+        put_u64(d, "remote_errors", st->remote_errors))
         Py_CLEAR(d);
     return d;
 }
@@ -988,6 +1017,9 @@ static PyMethodDef PageStore_methods[] = {
     {"event_fd", FN(PyCFunction, PageStore_event_fd), METH_NOARGS,
      "event_fd() -> int\n\nAn eventfd that becomes readable when a submitted op completes "
      "(read 8 bytes to\nrearm). Valid until close."},
+    {"exists_local", FN(PyCFunction, PageStore_exists_local), METH_O,
+     "exists_local(keys) -> int\n\nexists on this machine's disk alone: never waits for a "
+     "remote server."},
     {"touch", FN(PyCFunction, PageStore_touch), METH_O,
      "touch(keys) -> int\n\nCount the pages of keys as used now, as a read would (eviction "
      "takes the\nleast recently used first), without reading them: how many were stored."},
@@ -1021,7 +1053,9 @@ PyDoc_STRVAR(PageStore_doc,
              "fingerprint's pages raises kvtier.Error with code EFINGERPRINT. capacity: bytes\n"
              "of pages kept, the oldest going past it. disk_io: 'auto', 'uring' or 'psync'.\n"
              "sync: 'durable' (set returns once its pages are on disk) or 'relaxed' (flushed\n"
-             "every second or 256 MiB and at close).\n"
+             "every second or 256 MiB and at close). remote: a Redis/Valkey URL, a server\n"
+             "below the disk (writes go to both, reads to the nearest that has the page,\n"
+             "checked); remote_timeout_ms bounds each wait for it (0: 1000).\n"
              "Every page read is checked: a damaged page is a miss, never wrong bytes.\n"
              "Thread-safe; the GIL is released inside every call.");
 

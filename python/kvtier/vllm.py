@@ -212,7 +212,9 @@ class KvtierTier(SecondaryTierManager):
     def __init__(self, offloading_spec, primary_kv_view: memoryview, tier_type: str,
                  backpressure_detector=None, *, dir: str, capacity="1G", sync: str = "relaxed",
                  disk_io: str = "auto", weights_revision: str = "",
-                 locality: Optional[str] = None, enable_kv_events: bool = False):
+                 locality: Optional[str] = None, enable_kv_events: bool = False,
+                 remote: Optional[str] = None, remote_timeout_ms: int = 1000,
+                 remote_ttl_s: int = 0):
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         import numpy as np  # vLLM's own dependency, as its views and chunk ids are numpy's
 
@@ -224,6 +226,9 @@ class KvtierTier(SecondaryTierManager):
             raise ValueError("kvtier: the primary KV view must be writable and contiguous")
         self.capacity = parse_bytes(capacity)
         self.sync = sync
+        self.remote = str(remote) if remote else None
+        self._remote_opts = {"remote": self.remote, "remote_timeout_ms": int(remote_timeout_ms),
+                             "remote_ttl_s": int(remote_ttl_s)} if self.remote else {}
         cfg = offloading_spec.config
         self._fields = fingerprint_fields(offloading_spec, self._chunk, weights_revision)
         tokens = [g.tokens_per_block * cfg.cache.blocks_per_chunk for g in cfg.groups]
@@ -244,6 +249,7 @@ class KvtierTier(SecondaryTierManager):
         self._nchunks = self._arr.nbytes // self._chunk
         self._efd = self._store.event_fd()
         self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # a job finished (drain_jobs waits)
         self._ops: Dict[int, tuple] = {}  # op id -> (job, first key index, pages)
         self._jobs: Dict[int, _Job] = {}
         self._done: list = []
@@ -262,6 +268,9 @@ class KvtierTier(SecondaryTierManager):
         self._reported: Dict[str, int] = {}
         self._logged: set = set()
         self._closed = False
+        # With a remote, every call that may wait for the server runs on a worker thread, so
+        # the scheduler's calls (the disk's index alone) never do.
+        self._worker = _RemoteWorker(self, int(remote_timeout_ms)) if self.remote else None
         logger.info("kvtier: tier %s in %s, %d-byte chunks, capacity %d bytes, sync %s",
                     tier_type, self.dir, self._chunk, self.capacity, sync)
 
@@ -285,7 +294,8 @@ class KvtierTier(SecondaryTierManager):
         fp = json.dumps(self._fields, sort_keys=True, separators=(",", ":")).encode()
         try:
             store = PageStore(self.dir, fp, self._chunk, page_tokens=page_tokens,
-                              capacity=self.capacity, disk_io=disk_io, sync=self.sync)
+                              capacity=self.capacity, disk_io=disk_io, sync=self.sync,
+                              **self._remote_opts)
         except Error as e:
             if e.code == EFINGERPRINT:
                 raise ValueError(f"kvtier: {self.dir} holds KV of another fingerprint and its "
@@ -294,7 +304,8 @@ class KvtierTier(SecondaryTierManager):
             if e.code == -errno.EBUSY:
                 raise RuntimeError(f"kvtier: {self.dir} is in use by another process (each "
                                    f"engine needs a dir of its own)") from None
-            raise RuntimeError(f"kvtier: cannot open {self.dir}: {e.strerror}") from None
+            what = f" with the remote {self.remote}" if self.remote else ""
+            raise RuntimeError(f"kvtier: cannot open {self.dir}{what}: {e.strerror}") from None
         if held is None:
             try:
                 _write_json(self.record, self._fields)
@@ -404,6 +415,8 @@ class KvtierTier(SecondaryTierManager):
                     # Still indexed (an I/O error, a bad chunk id): a miss from now on, so
                     # the scheduler does not ask for it again and again.
                     self._bad.add(job.pkeys[i])
+                if r != 0 and self._worker:  # nor the server's word for it
+                    self._worker.verdicts[job.pkeys[i]] = (False, time.monotonic())
                 if r:
                     self._log_once("loading a chunk", os.strerror(-r) if r < 0 and r != ECORRUPT
                                    else "its checksum did not match")
@@ -426,6 +439,7 @@ class KvtierTier(SecondaryTierManager):
         self._done.append(JobResult(job_id=job.job_id, success=success, successful_keys=good,
                                     transfer_time=time.monotonic() - job.submitted,
                                     transfer_bytes=len(ok) * self._chunk))
+        self._cond.notify_all()
 
     # ---- vLLM's SecondaryTierManager ----
 
@@ -437,10 +451,15 @@ class KvtierTier(SecondaryTierManager):
             if self._closed or pk in self._bad:
                 return LookupResult.MISS
             try:
-                hit = self._store.exists(pk) == 1
+                hit = self._store.exists_local(pk) == 1
             except Exception as e:  # noqa: BLE001
                 self._log_once("a lookup", e)
                 return LookupResult.MISS
+            if not hit and self._worker:
+                found = self._worker.verdict(pk)
+                if found is None:
+                    return LookupResult.RETRY
+                hit = found
             self.counters["lookup_hits"] += hit
             return LookupResult.HIT if hit else LookupResult.MISS
 
@@ -455,7 +474,12 @@ class KvtierTier(SecondaryTierManager):
                 self._finish(job)
                 return
             ptrs = self._ptrs(job_metadata.chunk_ids, len(keys))
-            self._submit(job, ptrs, self._parents(job_metadata, job.pkeys))
+            parents = self._parents(job_metadata, job.pkeys)
+            if self._worker:
+                self._jobs[job.job_id] = job
+                self._worker.post(("op", job, ptrs, parents))
+                return
+            self._submit(job, ptrs, parents)
 
     def submit_load(self, job_metadata) -> None:
         """Read the job's chunks into their primary slots, zero-copy; returns at once."""
@@ -467,7 +491,12 @@ class KvtierTier(SecondaryTierManager):
                 self._jobs[job.job_id] = job
                 self._finish(job)
                 return
-            self._submit(job, self._ptrs(job_metadata.chunk_ids, len(keys)))
+            ptrs = self._ptrs(job_metadata.chunk_ids, len(keys))
+            if self._worker:
+                self._jobs[job.job_id] = job
+                self._worker.post(("op", job, ptrs, None))
+                return
+            self._submit(job, ptrs)
 
     def get_finished_jobs(self):
         with self._lock:
@@ -479,11 +508,19 @@ class KvtierTier(SecondaryTierManager):
         """Wait for every op in flight (none is cut short); their results stay queued for
         get_finished_jobs."""
         with self._lock:
-            self._collect(block=True)
+            if not self._worker:
+                self._collect(block=True)
+                return
+            while self._jobs:  # the worker lands them; each a server's timeout at most
+                self._cond.wait(0.05)
 
     def has_pending_work(self) -> bool:
         with self._lock:
-            return bool(self._ops) or bool(self._done)
+            return bool(self._jobs) or bool(self._done)
+
+    def on_schedule_end(self, context) -> None:
+        if self._worker:
+            self._worker.flush()
 
     def touch(self, keys, req_context=None):
         with self._lock:
@@ -581,14 +618,16 @@ class KvtierTier(SecondaryTierManager):
 
     @classmethod
     def config_info_keys(cls, tier_config) -> tuple:
-        return ("kvtier_dir", "kvtier_capacity_bytes", "kvtier_sync")
+        return ("kvtier_dir", "kvtier_capacity_bytes", "kvtier_sync", "kvtier_remote")
 
     def config_info(self):
         return {"kvtier_dir": self.dir, "kvtier_capacity_bytes": self.capacity,
-                "kvtier_sync": self.sync}
+                "kvtier_sync": self.sync, "kvtier_remote": _redact(self.remote)}
 
     def shutdown(self) -> None:
         """Wait for what is in flight, flush and close the store; release the view."""
+        if self._worker:
+            self._worker.stop()  # lands every op first
         with self._lock:
             if self._closed:
                 return
@@ -599,3 +638,151 @@ class KvtierTier(SecondaryTierManager):
                 self._log_once("closing the page store", e)
             self._closed = True
             self._arr = None  # the export of the primary view, which vLLM releases next
+
+
+def _redact(url: Optional[str]) -> str:
+    """A URL without its password, for labels and logs."""
+    if not url:
+        return ""
+    out = []
+    for part in url.split(","):
+        head, at, tail = part.rpartition("@")
+        out.append(f"{head.split(':')[0]}:***@{tail}" if at and ":" in head.split("//")[-1]
+                   else part)
+    return ",".join(out)
+
+
+class _RemoteWorker:
+    """The tier's calls that may wait for the remote server, on a thread of their own: jobs'
+    submissions and completions (the chain of disk and server waits for the server on a read
+    the disk cannot serve), and the lookups the disk cannot answer, batched per scheduler step
+    (RETRY until answered; unanswered past the deadline, a MISS). The tier's lock is taken only
+    to hand results over, never across a call into the page store."""
+
+    HIT_TTL = 5.0   # seconds a server's "stored" is believed
+    MISS_TTL = 1.0  # and its "not stored" (another engine may store it meanwhile)
+
+    def __init__(self, tier: "KvtierTier", timeout_ms: int):
+        import queue
+
+        self.tier = tier
+        self.q: "queue.SimpleQueue" = queue.SimpleQueue()
+        self.ops: Dict[int, tuple] = {}  # the worker's: op id -> (job, key indices)
+        self.deadline = 3 * max(timeout_ms, 1) / 1000 + 0.2
+        self.asked: Dict[bytes, float] = {}  # page key -> when first asked (tier lock)
+        self.verdicts: Dict[bytes, tuple] = {}  # page key -> (stored, when) (tier lock)
+        self.batch: List[bytes] = []  # asked this step, not yet posted (tier lock)
+        self.thread = threading.Thread(target=self.run, name="kvtier-remote", daemon=True)
+        self.thread.start()
+
+    # ---- the scheduler's side (tier lock held) ----
+
+    def verdict(self, pk: bytes) -> Optional[bool]:
+        now = time.monotonic()
+        v = self.verdicts.get(pk)
+        if v is not None and now - v[1] < (self.HIT_TTL if v[0] else self.MISS_TTL):
+            return v[0]
+        since = self.asked.get(pk)
+        if since is None:
+            self.asked[pk] = now
+            self.batch.append(pk)
+            return None
+        return None if now - since < self.deadline else False
+
+    def flush(self) -> None:
+        with self.tier._lock:
+            batch, self.batch = self.batch, []
+            if len(self.verdicts) > 100000:  # forget what has expired
+                now = time.monotonic()
+                self.verdicts = {k: v for k, v in self.verdicts.items()
+                                 if now - v[1] < self.HIT_TTL}
+        if batch:
+            self.q.put(("lookup", batch))
+
+    def post(self, task) -> None:
+        self.q.put(task)
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.q.put(("stop",))
+            self.thread.join()
+
+    # ---- the worker's side ----
+
+    def run(self) -> None:
+        import queue
+
+        while True:
+            try:
+                task = self.q.get(timeout=0.001 if self.ops else None)
+            except queue.Empty:
+                task = None
+            if task is not None and task[0] == "stop":
+                self.land(block=True)
+                return
+            try:
+                if task is not None and task[0] == "lookup":
+                    self.lookup(task[1])
+                elif task is not None:
+                    self.submit(*task[1:])
+                self.land(block=False)
+            except Exception as e:  # noqa: BLE001 - the thread must live on
+                self.tier._log_once("the remote worker", e)
+
+    def lookup(self, keys: List[bytes]) -> None:
+        store = self.tier._store
+        out = []
+        for pk in keys:
+            try:
+                out.append((pk, store.exists(pk) == 1))
+            except Exception as e:  # noqa: BLE001
+                self.tier._log_once("a remote lookup", e)
+                out.append((pk, False))
+        now = time.monotonic()
+        with self.tier._lock:
+            for pk, found in out:
+                self.verdicts[pk] = (found, now)
+                self.asked.pop(pk, None)
+
+    def submit(self, job: "_Job", ptrs, parents) -> None:
+        tier = self.tier
+        idx = [i for i, p in enumerate(ptrs) if p is not None]
+        for i, p in enumerate(ptrs):
+            if p is None:
+                job.results[i] = -errno.EINVAL
+        if idx:
+            keys = b"".join(job.pkeys[i] for i in idx)
+            try:
+                if job.promotion:
+                    op = tier._store.submit_get(keys, [ptrs[i] for i in idx])
+                else:
+                    par = [parents[i] for i in idx] if parents else None
+                    op = tier._store.submit_set(keys, [ptrs[i] for i in idx], parent=par)
+            except Exception as e:  # noqa: BLE001
+                tier._log_once("submitting to the page store", e)
+                for i in idx:
+                    job.results[i] = getattr(e, "code", -errno.EIO)
+            else:
+                self.ops[op] = (job, idx)
+                job.pending += 1
+        if job.pending == 0:
+            with tier._lock:
+                tier._finish(job)
+
+    def land(self, block: bool) -> None:
+        tier = self.tier
+        for op in list(self.ops):
+            try:
+                results = tier._store.wait(op, -1 if block else 0)
+            except TimeoutError:
+                continue
+            except Exception as e:  # noqa: BLE001
+                tier._log_once("collecting a page store op", e)
+                results = [-errno.EIO] * len(self.ops[op][1])
+            job, idx = self.ops.pop(op)
+            for i, r in zip(idx, results):
+                job.results[i] = r
+            job.pending -= 1
+            if job.pending == 0:
+                with tier._lock:
+                    tier._finish(job)

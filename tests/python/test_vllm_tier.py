@@ -4,7 +4,9 @@ Where vLLM is not installed, tests/python/vllm_standin (a stand-in of the few vL
 tier imports: TransferJob, JobResult, LookupResult, the base class, the config dataclasses) is
 put on the path. The primary tier's memory is a page-aligned anonymous mapping seen through a
 numpy array, chunk c at c * stride, as vLLM's CPU pool is. Every chunk read back is compared
-byte for byte with what was stored. tests/vllm does the same under the real vLLM.
+byte for byte with what was stored. With a remote: a redis-server of the test's own shared by two
+tiers on two dirs, and a server that accepts connections and never answers.
+tests/vllm does the same under the real vLLM.
 """
 
 import errno
@@ -15,6 +17,7 @@ import mmap
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -474,6 +477,138 @@ class TierTest(unittest.TestCase):
             self.assertEqual(tier.kvtier_stats()["loaded"], 3 * 6 * 8)
         finally:
             tier.shutdown()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SilentServer:
+    """A TCP server that accepts every connection and never answers: a hung Redis."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            while True:
+                self.conns.append(self.sock.accept()[0])
+        except OSError:
+            pass
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def resolve(tier, key, limit=30.0):
+    """Look key up as vLLM does (a step between tries) until it is not RETRY: (result, s)."""
+    t0 = time.monotonic()
+    while True:
+        r = tier.lookup(key, ReqContext("remote"))
+        if r is not LookupResult.RETRY or time.monotonic() - t0 > limit:
+            return r, time.monotonic() - t0
+        tier.on_schedule_end(None)
+        time.sleep(0.002)
+
+
+@unittest.skipUnless(shutil.which("redis-server"), "redis-server is not installed")
+class RemoteTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvtier-vllm-remote-")
+        self.port = free_port()
+        self.srv = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.tmp], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.pools = []
+
+    def tearDown(self):
+        self.srv.kill()
+        self.srv.wait()
+        for p in self.pools:
+            p.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def pool(self, n, chunk):
+        p = Pool(n, chunk)
+        self.pools.append(p)
+        return p
+
+    def test_second_engine_is_served_from_the_server(self):
+        chunk = 256 << 10
+        a_pool, b_pool = self.pool(8, chunk), self.pool(8, chunk)
+        a = open_tier(a_pool, os.path.join(self.tmp, "a"), remote=self.url,
+                      remote_timeout_ms=500)
+        b = open_tier(b_pool, os.path.join(self.tmp, "b"), remote=self.url,
+                      remote_timeout_ms=500)
+        try:
+            for i in range(6):
+                a_pool.arr[i] = content(i, chunk)
+            j = job([key_of(i) for i in range(6)], range(6), False)
+            a.submit_store(j)
+            self.assertTrue(drain(a)[j.job_id].success)
+            # b's disk has none: RETRY while the server is asked, then HIT.
+            self.assertIs(b.lookup(key_of(0), ReqContext("x")), LookupResult.RETRY)
+            for i in range(6):
+                self.assertIs(resolve(b, key_of(i))[0], LookupResult.HIT)
+            self.assertIs(resolve(b, key_of(77))[0], LookupResult.MISS)
+            j = job([key_of(i) for i in range(6)], [7, 6, 5, 4, 3, 2], True)
+            b.submit_load(j)
+            self.assertTrue(drain(b)[j.job_id].success)
+            for i, c in enumerate([7, 6, 5, 4, 3, 2]):
+                np.testing.assert_array_equal(b_pool.arr[c], content(i, chunk))
+            st = b.kvtier_stats()
+            self.assertEqual((st["remote"], st["remote_reads"], st["get_hits"]), (True, 6, 0))
+            self.assertEqual(b.config_info()["kvtier_remote"], self.url)
+        finally:
+            a.shutdown()
+            b.shutdown()
+
+    def test_a_server_that_never_answers_costs_hits_in_bounded_time(self):
+        chunk = 256 << 10
+        hung = SilentServer()
+        pool = self.pool(8, chunk)
+        t0 = time.monotonic()
+        tier = open_tier(pool, os.path.join(self.tmp, "h"),
+                         remote=f"redis://127.0.0.1:{hung.port}", remote_timeout_ms=200)
+        try:
+            for i in range(4):
+                pool.arr[i] = content(i, chunk)
+            j = job([key_of(i) for i in range(4)], range(4), False)
+            tier.submit_store(j)
+            self.assertTrue(drain(tier)[j.job_id].success)  # the disk kept every chunk
+            r, took = resolve(tier, key_of(50))
+            self.assertIs(r, LookupResult.MISS)
+            self.assertLess(took, 3.0)
+            self.assertIs(tier.lookup(key_of(1), ReqContext("x")), LookupResult.HIT)  # disk
+            pool.arr[4:] = 0
+            j = job([key_of(i) for i in range(4)] + [key_of(50)], [4, 5, 6, 7, 3], True)
+            tier.submit_load(j)
+            r = drain(tier)[j.job_id]
+            self.assertEqual(set(r.successful_keys), {key_of(i) for i in range(4)})
+            for i, c in enumerate([4, 5, 6, 7]):
+                np.testing.assert_array_equal(pool.arr[c], content(i, chunk))
+        finally:
+            tier.shutdown()
+            hung.close()
+        self.assertLess(time.monotonic() - t0, 20.0)
 
 
 def run_child(what, d, chunk, n):
