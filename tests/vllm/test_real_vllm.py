@@ -7,7 +7,8 @@ SecondaryTierFactory (KvtierTier from "module_path": "kvtier.vllm", and vLLM's o
 where a test compares) and the TieringOffloadingManager with its tier-poll thread. The GPU
 worker's part, copying KV between the GPU and the CPU region, is played by the test: it
 writes each stored chunk's bytes into the region where prepare_store put it, and reads
-promoted chunks back from where prepare_load says they are.
+promoted chunks back from where prepare_load says they are. With a remote, a redis-server of
+the test's own.
 """
 
 import glob
@@ -16,6 +17,7 @@ import json
 import mmap
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -274,6 +276,51 @@ class RealVllmTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "model_name: the dir has 'Qwen/Qwen3-0.6B', "
                                                 "this engine 'meta-llama/Llama-3.2-1B'"):
             self.engine(model="meta-llama/Llama-3.2-1B")
+
+
+@unittest.skipUnless(shutil.which("redis-server"), "redis-server is not installed")
+class RealVllmRemoteTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kvtier-real-vllm-remote-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.srv = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.tmp], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+    def tearDown(self):
+        self.srv.kill()
+        self.srv.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_second_engine_promotes_from_the_server(self):
+        url = f"redis://127.0.0.1:{self.port}"
+        a = Engine(user_json(os.path.join(self.tmp, "a"), model_extra={"remote": url}))
+        b = Engine(user_json(os.path.join(self.tmp, "b"), model_extra={"remote": url}))
+        try:
+            a.store("req", list(range(8)))
+            a.settle()
+            # b has nothing on its disk nor in its CPU pool: vLLM's lookup gets RETRY from the
+            # tier while the server is asked, then promotes each chunk from it.
+            ctx = b.ctx("reader")
+            with b.manager.lock:
+                first = b.manager.lookup(key_of(0), ctx)
+            self.assertIs(first, LookupResult.RETRY)
+            for i in range(8):
+                np.testing.assert_array_equal(b.fetch("reader", i), content(i, b.chunk))
+            self.assertEqual(b.tiers[0].kvtier_stats()["remote_reads"], 8)
+            self.assertIsNone(b.fetch("reader", 500))
+        finally:
+            a.shutdown()
+            b.shutdown()
 
 
 def restart_child(d):
