@@ -339,7 +339,7 @@ static int describe(struct ps_op *op)
     if (!(op->r = calloc(op->n ? op->n : 1, sizeof(*op->r))))
         return -ENOMEM;
     for (size_t i = 0; i < op->n; i++)
-        op->r[i] = (struct dstore_rpage){op->pages[i].key, op->bufs[i]};
+        op->r[i] = (struct dstore_rpage){.key = op->pages[i].key, .buf = op->bufs[i]};
     return 0;
 }
 
@@ -457,8 +457,13 @@ static int wait_chain(kvt_pagestore *s, uint64_t id, int timeout_ms, struct dsto
         nap = nap < 1000000 ? 2 * nap : nap;
     }
     if (rc == 0)
-        *d = (struct dstore_done){sd.op,    sd.kind,    sd.pages,    sd.ok,
-                                  sd.split, sd.near_ok, sd.remote_ok};
+        *d = (struct dstore_done){.op = sd.op,
+                                  .kind = sd.kind,
+                                  .pages = sd.pages,
+                                  .ok = sd.ok,
+                                  .split = sd.split,
+                                  .near_ok = sd.near_ok,
+                                  .remote_ok = sd.remote_ok};
     return rc;
 }
 
