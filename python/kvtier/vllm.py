@@ -19,7 +19,9 @@ the default: data and index flushed every second and at shutdown, or ``"durable"
 batch fdatasync'd before it counts as stored), ``disk_io`` (``auto``, ``uring``, ``psync``),
 ``weights_revision`` (any string naming the weights: part of the fingerprint), ``locality``
 (``LOCAL`` or ``REMOTE``, as vLLM's own tiers), ``enable_kv_events`` (BlockStored events for
-chunks stored here, when vLLM publishes KV events). ``backpressure`` is vLLM's own.
+chunks stored here, when vLLM publishes KV events), ``remote`` (a Redis/Valkey URL: a server
+below the disk that engines of the same fingerprint share), ``remote_timeout_ms`` (default
+1000) and ``remote_ttl_s``. ``backpressure`` is vLLM's own.
 
 The dir holds the page store in ``kv/`` (``kv-dp<i>of<n>/`` for data-parallel engines, one
 each) and beside it ``kv.json``, the fields of the fingerprint in plain text: the model name,
@@ -27,8 +29,9 @@ dtype, tokens per hash, blocks per chunk, the TP/PP/PCP/DCP sizes, the KV-cache 
 per block and layer names), the layout flags, the chunk size and the weights revision. A dir
 written for other values is refused at start, naming the field that differs. vLLM's block
 hashes carry no model identity of their own; they are only stable across restarts when the
-engine's hash is (``prefix_caching_hash_algo`` ``sha256`` or ``sha256_cbor``, or a pinned
-``PYTHONHASHSEED`` for the seeded ``xxhash`` ones).
+engine's seed is: ``PYTHONHASHSEED`` unset or the same on every run with ``sha256`` (the
+default) or ``sha256_cbor``, and set, the same on every run, with ``xxhash`` (which otherwise
+draws a random seed per process).
 
 Failures stay inside: a chunk that fails to load (missing, a checksum that does not match, an
 I/O error) fails that chunk alone, which vLLM recomputes; a failed store leaves that chunk out.

@@ -323,6 +323,41 @@ class RealVllmRemoteTest(unittest.TestCase):
             b.shutdown()
 
 
+class BenchTest(unittest.TestCase):
+    """tools/bench/bench_vllm_tier.py, small: it runs both tiers through vLLM's manager and
+    reports what each serves."""
+
+    def test_bench_runs_both_tiers_and_tells_them_apart(self):
+        tmp = tempfile.mkdtemp(prefix="kvtier-real-vllm-bench-")
+        bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                             "bench", "bench_vllm_tier.py")
+        try:
+            r = subprocess.run([sys.executable, "-W", "ignore", bench, "--dirs", tmp,
+                                "--chunks", "2M", "--data", "64M", "--cpu", "48M", "--req", "4",
+                                "--reps", "2", "--json"],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            self.assertEqual(os.listdir(tmp), [])  # the bench removed what it made
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        out = json.loads(r.stdout)
+        self.assertEqual([row["op"] for row in out["rows"]], ["store", "load"])
+        for row in out["rows"]:
+            self.assertEqual(row["not_exact"], {"kvtier": 0, "fs": 0})
+            for kind in ("kvtier", "vllm_fs"):
+                lo, mid, hi = row[kind]
+                self.assertTrue(0 < lo <= mid <= hi, row)
+        (by,) = out["extras"].values()
+        k, f = by["kvtier"], by["fs"]
+        self.assertEqual((k["restart_exact"], f["restart_exact"]), ("31/31", "31/31"))
+        self.assertEqual(k["flipped"], "a miss (recomputed)")
+        self.assertTrue(f["flipped"].startswith("SERVED WRONG BYTES"), f["flipped"])
+        self.assertEqual((k["lookup_hit_answer"], k["lookup_miss_answer"]), ("HIT", "MISS"))
+        kept = int(k["capacity"].split(" chunks kept")[0].rsplit(" ", 1)[1].split("/")[0])
+        self.assertTrue(0 < kept <= 8, k["capacity"])  # a limit of a quarter and a MiB
+        self.assertIn("no limit", f["capacity"])
+
+
 def restart_child(d):
     e = Engine(user_json(d))
     out = [i for i in range(16)
