@@ -252,7 +252,7 @@ class ZeroCopy(Base):
         fill_page(writer_pool, 0, "w0")
         fill_page(writer_pool, 1, "w1")
         self.assertEqual(writer.batch_set_v1(keys, slots(range(2), 4)), [True] * 2)
-        reader._next_open = 0.0  # instead of waiting out the second between tries
+        reader.kv.next_open = 0.0  # instead of waiting out the second between tries
         self.assertEqual(reader.batch_exists(keys), 2)
         self.assertEqual(reader.batch_get_v1(keys, slots(range(2), 4)), [True] * 2)
         self.assertEqual(page_bytes_at(reader_pool, 1), page_bytes_at(writer_pool, 1))
