@@ -107,7 +107,7 @@ cmd_test() {
         meson test -C build-asan --suite unit --suite integration --print-errorlogs || rc=1
     # ThreadSanitizer over the tests that run transfer, disk I/O and stats server threads.
     build build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled
-    TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache store store_contract store_redis disk_engine \
+    TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite unit transfer hicache store store_contract store_redis disk_engine emb \
         pagestore stats_server --print-errorlogs || rc=1
     summary "$PY_LOG" build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
         build-tsan/meson-logs/testlog.json

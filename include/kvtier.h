@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 8
+#define KVT_VERSION_MINOR 9
 #define KVT_VERSION_PATCH 0
 
 /* kvtier-specific error codes, below the errno range. */
@@ -251,7 +251,7 @@ struct kvt_options {
      * disk_sync_bytes of pages wait (0: 256 MiB), whichever comes first. (Since 0.4.) */
     uint32_t disk_sync_ms;
     uint64_t disk_sync_bytes;
-    /* A shared remote tier (since 0.4; issue 17): a standalone Redis or Valkey server,
+    /* A shared remote tier (since 0.4): a standalone Redis or Valkey server,
      * "redis://[[USER]:PASSWORD@]HOST[:PORT]" (USER: an ACL user, Redis 6+; USER and PASSWORD
      * percent-decoded, %XX), or a Redis Cluster: the URL of any node, or a comma-separated
      * list of seed URLs, "redis://H1:P1,redis://H2:P2" (at most 16; "redis://" may be left
@@ -288,15 +288,38 @@ struct kvt_options {
                                     one (tls-auth-clients); NULL: none */
     const char *remote_tls_key;  /* its private key, PEM; NULL: in remote_tls_cert's file */
     /* Tokens per page of the tiers below the host, the disk and the remote store (since
-     * 0.8): a multiple of page_size, at most 4096; 0 (the default) is page_size. Each small
-     * page costs those tiers a record of its own (an index entry, a server key); a larger
-     * store page holds that many tokens of a key, from a multiple of them on, as one. What is
-     * left at a key's end short of a whole store page is not written below; it goes down
-     * with the store page it starts once the key grows past it. It is part of the
-     * fingerprint: a data dir written with another store page size is refused
-     * (KVT_EFINGERPRINT). Not with mamba or swa layers: a store page of several pages is
-     * then -EINVAL (one of page_size, which changes nothing, is taken). */
+     * 0.8): a multiple of page_size, at most 4096. Each page costs those tiers a record of
+     * its own (an index entry, a server key) whatever its size; a store page holds that many
+     * tokens of a key, from a multiple of them on, as one. What is left at a key's end short
+     * of a whole store page is not written below; it goes down with the store page it starts
+     * once the key grows past it. 0 (the default; since 0.9): chosen by bytes, the smallest
+     * multiple of page_size whose KV is 64 KiB or more, at most max_context (page_size for
+     * pages that large already, and for models with mamba or swa layers), which
+     * kvt_store_page_tokens tells;
+     * a data dir written by an engine whose store pages were page_size (the default before
+     * 0.9) is opened with those. It is part of the fingerprint: a data dir written with
+     * another store page size is refused (KVT_EFINGERPRINT), and a Redis server's keys of
+     * one size are not seen by engines of another. Not with mamba or swa layers: a store
+     * page of several pages is then -EINVAL (one of page_size, which changes nothing, is
+     * taken). */
     uint32_t store_page_tokens;
+    /* The multimodal embedding cache (since 0.9; see "multimodal embeddings" below): device
+     * memory in bytes for vision-encoder outputs kept by item hash, least recently used out
+     * first (SGLang's MultiModalStaticCache max_size). 0 (the default): no embedding cache,
+     * and the other emb_ options must be 0. It is one allocation on the device, taken at open. */
+    uint64_t emb_device_bytes;
+    /* Host memory in bytes that keeps copies of embeddings (written as they are put or read
+     * from below), so one evicted from the device comes back without the encoder; 0 (the
+     * default): none. Its own budget, beside the host tier of KV; more than the memory
+     * available at open is KVT_EHOSTRAM. */
+    uint64_t emb_host_bytes;
+    /* enum kvt_emb_store: whether embeddings also go to the engine's disk and remote tiers. */
+    uint32_t emb_store;
+};
+
+enum kvt_emb_store {
+    KVT_EMB_STORE_ALL = 0,  /* the disk tier and the remote tier, whichever the engine has */
+    KVT_EMB_STORE_NONE = 1, /* neither: device and host only */
 };
 
 /* A key of the prefix cache: tokens in a namespace (LoRA id, cache_salt, tenant). Keys in
@@ -445,9 +468,9 @@ void kvt_options_init(struct kvt_options *opts, size_t size);
  * their defaults; a size below sizeof(size_t) is -EINVAL. *out is NULL on failure. Errors:
  * -EINVAL (bad options, NULL out), -ENOMEM, KVT_ENOBACKEND, KVT_EBACKEND, KVT_EHOSTRAM,
  * KVT_EHOSTSIZE; with a disk tier KVT_EFORMAT, KVT_EFINGERPRINT, -EBUSY (another process has
- * the dir) and -errno of the file system; with a stats socket -EADDRINUSE, -ENAMETOOLONG and
- * -errno of the socket calls.
- * Blocks: allocates and pins memory, opens (and may create) the data dir, starts threads. */
+ * the dir, or a page store of this process has it open: kvtier_store.h) and -errno of the file
+ * system; with a stats socket -EADDRINUSE, -ENAMETOOLONG and -errno of the socket calls. Blocks:
+ * allocates and pins memory, opens (and may create) the data dir, starts threads. */
 int kvt_open(const struct kvt_options *opts, kvt_engine **out);
 
 /* Free everything the engine owns. NULL is a no-op.
@@ -463,6 +486,12 @@ uint64_t kvt_max_tokens(const struct kvt_geometry *g, uint32_t page_size, uint64
 
 /* KV bytes per token for geometry g over all its layers; 0 for an invalid geometry. */
 uint64_t kvt_cell_bytes(const struct kvt_geometry *g);
+
+/* The store page size (tokens) kvt_open takes for o when it opens a disk or remote tier:
+ * o->store_page_tokens when set, else the one chosen by bytes; 0 for options kvt_open
+ * refuses with -EINVAL. (A dir written before 0.9 with pages of page_size is opened with
+ * those; see kvt_options.store_page_tokens.) Since 0.9. */
+uint32_t kvt_store_page_tokens(const struct kvt_options *o);
 
 /* Copy the engine's 32-byte fingerprint (model id, geometry, page size, TP, hash version).
  * out NULL: nothing; e NULL: 32 zero bytes. */
@@ -728,7 +757,8 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
 
 /* Apply up to max finished transfers and disk ops together (0: all) to the prefix cache:
  * backups become host copies, loads release their pages for eviction, disk writes and reads
- * land. *applied (may be NULL) gets the count.
+ * land. *applied (may be NULL) gets the count. The embedding cache's finished reads and
+ * writes are applied too (all of them; not counted).
  * Call once per scheduler step; the engine also polls when it needs room. KVT_EBACKEND once
  * any transfer failed (a CUDA error): from then on the engine refuses to serve; close it.
  * Errors: -EINVAL (e NULL), KVT_EBACKEND. Never waits; applied backups may start disk
@@ -736,7 +766,8 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
 int kvt_poll(kvt_engine *e, size_t max, size_t *applied);
 
 /* Wait for every transfer and disk op in flight and apply them all: afterwards nothing is
- * pending, and the records of pages that reads found bad are dropped from the disk tier.
+ * pending (the embedding cache's reads and writes included), and the records of pages that
+ * reads found bad are dropped from the disk tier.
  * Errors: -EINVAL (e NULL), KVT_EBACKEND. Blocks: until all of it has landed. */
 int kvt_sync(kvt_engine *e);
 
@@ -753,6 +784,164 @@ int kvt_sync(kvt_engine *e);
  * Blocks: it reads the disk index; a device-only prefix before the disk part is backed up to
  * the host first, and room on the host may be made (see the conventions). */
 int kvt_prefetch(kvt_engine *e, const struct kvt_key *key, size_t *tokens);
+
+/* ---- multimodal embeddings (options.emb_device_bytes; since 0.9) ----
+ * A vision-language model runs its encoder over each image (video frame, audio clip) of a
+ * request and puts the embedding it gives in place of the image's tokens. The embedding
+ * cache keeps those outputs by the item's hash (SGLang's mm_hash: a hash of the item's
+ * content), so a repeated image is not encoded again: in device memory up to
+ * emb_device_bytes, least recently used out first; below it, when configured, in host memory
+ * (emb_host_bytes), in the engine's disk tier (surviving restarts) and in its remote tier
+ * (shared between engines). An embedding is a blob of bytes of any size up to the device
+ * budget; the cache never looks inside.
+ *
+ * The prefix cache needs nothing of it: an image's tokens in a key are pad tokens that name
+ * the image (kvt_emb_pad_tokens), so prefixes with different images part there, and the same
+ * image after the same text shares its KV like any text (docs/design.md discusses pad values
+ * and their collisions).
+ *
+ * Holds: an embedding a caller holds (kvt_emb_fetch, kvt_emb_put with a struct kvt_emb) is
+ * never evicted from the device and its device address stays valid until it is released
+ * (kvt_emb_release, or a failed kvt_emb_wait). Each hold is released once. Embeddings are
+ * named by namespace as keys are (LoRA id, cache_salt): the same hash in two namespaces names
+ * two embeddings. Every call here follows the owner-thread rule of the engine. */
+
+#define KVT_EMB_HASH_BYTES 32
+
+/* An embedding's name: the item's hash in a namespace. The caller's bytes need to live only
+ * for the call. */
+struct kvt_emb_key {
+    const uint8_t *hash; /* KVT_EMB_HASH_BYTES bytes: the item's content hash */
+    const void *ns;      /* namespace bytes as kvt_key's; NULL or ns_len 0: the default one */
+    size_t ns_len;       /* at most KVT_NS_MAX */
+};
+
+/* Where an embedding was found. */
+enum kvt_emb_tier {
+    KVT_EMB_DEVICE = 0,
+    KVT_EMB_HOST = 1,
+    KVT_EMB_DISK = 2,
+    KVT_EMB_REMOTE = 3,
+};
+
+/* A held embedding, filled by kvt_emb_fetch and kvt_emb_put. */
+struct kvt_emb {
+    uint64_t handle; /* names the hold; 0: none (released, or a failed wait) */
+    uint64_t op;     /* the read bringing it onto the device (kvt_emb_wait); 0: it is there */
+    void *ptr;       /* its device address, len bytes; NULL while op is not 0 */
+    size_t len;      /* its bytes; 0 while op is not 0 */
+    uint32_t tier;   /* enum kvt_emb_tier it came from (disk or remote: the read's, once
+                        waited for) */
+};
+
+/* Cache the len bytes at buf (host memory) as the embedding named by key: copied onto the
+ * device, evicting unheld embeddings least recently used first, then, when configured, to
+ * the host and written to the disk and remote tiers (asynchronously; a write that fails
+ * costs only later hits). An embedding the device has already is left as it is (its bytes
+ * are not compared: a hash names one content) and becomes the most recent. With held not
+ * NULL the embedding is also held (as kvt_emb_fetch would). One larger than the whole device
+ * budget is refused and evicts nothing, as SGLang refuses it.
+ * Errors: -EINVAL (no embedding cache, key or its hash NULL, ns_len > KVT_NS_MAX, buf NULL,
+ * len 0), -E2BIG (len > emb_device_bytes), -ENOMEM (held embeddings leave no room, or no
+ * memory: nothing was evicted), -EBUSY (the embedding is being read from below: wait for it
+ * with kvt_emb_fetch's op instead), KVT_EBACKEND (the copy to the device failed).
+ * Blocks: copies to the device and the host (synchronous). */
+int kvt_emb_put(kvt_engine *e, const struct kvt_emb_key *key, const void *buf, size_t len,
+                struct kvt_emb *held);
+
+/* Find the embedding named by key, nearest tier first, and hold it on the device: out->tier
+ * says where it was. From the device it is there at once (op 0); from the host it is copied
+ * up (op 0); from the disk or remote tier a read starts (out->op): wait for it with
+ * kvt_emb_wait before using it. It is then the most recent embedding. A read of the same
+ * embedding already under way is joined (the same op).
+ * Errors: -EINVAL (as kvt_emb_put's key; out NULL), -ENOENT (not cached in any tier: encode
+ * the item and kvt_emb_put it), -ENOMEM (no room on the device for it: held embeddings fill
+ * it, or no memory; nothing was evicted), -EIO (the store below refused the read: a miss),
+ * KVT_EBACKEND (the copy from the host failed).
+ * Blocks: the copy from the host; with a disk or remote tier it reads their index (LMDB, a
+ * round trip to the server) when the device and host do not have it. */
+int kvt_emb_fetch(kvt_engine *e, const struct kvt_emb_key *key, struct kvt_emb *out);
+
+/* Wait up to timeout_ms (negative: no limit; 0: do not wait) for emb's read: 0 when it is on
+ * the device (emb->ptr, emb->len, emb->tier set, op 0); at once when there was none.
+ * A read that found the embedding damaged or incomplete is a miss: the hold is gone
+ * (emb->handle 0, nothing to release) and it returns -ENOENT (a chunk missing),
+ * KVT_ECORRUPT (it failed its checks) or -EIO: encode the item and put it.
+ * Errors: -EINVAL (e or emb NULL, no embedding cache, not a held embedding), -ETIMEDOUT (not
+ * landed yet: wait again), the misses above, KVT_EBACKEND (the copy to the device failed:
+ * a miss too). Blocks: up to timeout_ms. */
+int kvt_emb_wait(kvt_engine *e, struct kvt_emb *emb, int timeout_ms);
+
+/* Let go of a hold: the embedding may be evicted from then on (a read still under way lands
+ * all the same). emb->handle becomes 0. Errors: -EINVAL (e or emb NULL, no embedding cache,
+ * not a held embedding). */
+int kvt_emb_release(kvt_engine *e, struct kvt_emb *emb);
+
+/* Copy n bytes of a held embedding from offset into buf (host memory): for a caller that
+ * cannot read device memory itself, and for checks. Errors: -EINVAL (as kvt_emb_release;
+ * buf NULL with n > 0; past its end), -EAGAIN (its read has not landed: kvt_emb_wait first),
+ * KVT_EBACKEND. Blocks: until copied. */
+int kvt_emb_read(kvt_engine *e, const struct kvt_emb *emb, size_t offset, void *buf, size_t n);
+
+/* Where the embedding named by key is, without moving or refreshing it: 0 with *tier (enum
+ * kvt_emb_tier, the nearest) and *len (its bytes; 0 when only the disk or remote tier has it,
+ * whose head has not been read; either may be NULL), or -ENOENT. The disk and remote tiers
+ * answer from their index: a read of what they report may still miss.
+ * Errors: -EINVAL (as kvt_emb_put's key), -ENOENT, -ENOMEM. Blocks: as kvt_emb_fetch's index
+ * look. */
+int kvt_emb_lookup(kvt_engine *e, const struct kvt_emb_key *key, uint32_t *tier, size_t *len);
+
+/* Drop the embedding named by key from the device and the host (SGLang's free); the disk and
+ * remote tiers keep theirs. Errors: -EINVAL (as kvt_emb_put's key), -ENOENT (neither has
+ * it), -EBUSY (held, or a read or write of it is under way). */
+int kvt_emb_drop(kvt_engine *e, const struct kvt_emb_key *key);
+
+struct kvt_emb_stats {
+    size_t size;           /* set by the caller to sizeof(struct kvt_emb_stats) */
+    uint64_t device_bytes; /* the device budget (emb_device_bytes) */
+    uint64_t device_used;  /* bytes of it in use (whole units of 256 bytes) */
+    uint64_t device_embeddings;
+    uint64_t held;       /* embeddings held now */
+    uint64_t host_bytes; /* the host budget (emb_host_bytes) */
+    uint64_t host_used;  /* bytes of it in use (whole 4 KiB units) */
+    uint64_t host_embeddings;
+    uint64_t puts;           /* kvt_emb_put calls that cached an embedding anew */
+    uint64_t put_bytes;      /* their bytes */
+    uint64_t put_present;    /* puts of an embedding the device had */
+    uint64_t refused;        /* puts refused: larger than the device budget, or no room */
+    uint64_t fetches;        /* kvt_emb_fetch calls */
+    uint64_t hits[4];        /* by enum kvt_emb_tier: fetches served from there (disk and
+                                remote once their reads landed whole) */
+    uint64_t misses;         /* fetches that found nothing, and reads that missed */
+    uint64_t read_errors;    /* reads that found a damaged or incomplete embedding */
+    uint64_t evicted_device; /* embeddings evicted from the device */
+    uint64_t evicted_host;   /* from the host */
+    uint64_t stored;         /* embeddings written whole to the disk or remote tier */
+    uint64_t store_errors;   /* writes that failed (a chunk not kept) */
+    uint64_t ops_in_flight;  /* reads and writes not yet landed */
+};
+
+/* Fill *st (st->size bytes of it, as kvt_stats). Errors: -EINVAL (NULL, st->size <
+ * sizeof(size_t), no embedding cache). */
+int kvt_emb_stats(const kvt_engine *e, struct kvt_emb_stats *st);
+
+/* The n pad tokens of an item whose hash is hash (KVT_EMB_HASH_BYTES), for its place in a
+ * key: token i is 0x80000000 | bits 0..30 of the hash's little-endian u32 word i mod 8. They
+ * lie above every vocabulary (bit 31 set), and any 8 in a row carry 248 bits of the hash, so
+ * a page of the prefix cache holding 8 of them names the item, not only its first 30 bits
+ * (SGLang's pad value before 0.5: hash mod 2^30, one value repeated). Does nothing when hash
+ * or tokens is NULL. */
+void kvt_emb_pad_tokens(const uint8_t *hash, uint32_t *tokens, size_t n);
+
+/* How much of a cached prefix of matched tokens (kvt_match's device, host and disk parts
+ * together) a request may use when its key holds items whose pad tokens start at starts[0 ..
+ * n): matched, cut back to the last page boundary at or before an item's start wherever it
+ * would end fewer than 8 tokens into that item. Such a page holds only the item's first k < 8
+ * pad tokens, which name it by 31 k bits: two items agreeing on those bits would share that
+ * page's KV. A caller that matches first (kvt_match) and passes kvt_req_begin the key cut to
+ * this length never shares KV on less than 248 bits of an item's hash. page_size 0 or starts
+ * NULL with n > 0: 0. */
+size_t kvt_emb_prefix_limit(const size_t *starts, size_t n, size_t matched, uint32_t page_size);
 
 #ifdef __cplusplus
 }

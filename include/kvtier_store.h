@@ -56,7 +56,13 @@ void kvt_pagestore_options_init(struct kvt_pagestore_options *o, size_t size);
  * Errors: -EINVAL (a missing or out-of-range option, a size field of a newer struct with
  * fields this build does not know set), KVT_EFINGERPRINT (the dir holds another
  * fingerprint's pages or another page size), KVT_EFORMAT (not a kvtier dir), -EBUSY (another
- * writer holds it), -ENOMEM, or the error of the file system or of io_uring. */
+ * writer holds it; or, for a writer, a store of this process has the dir open), -ENOMEM, or
+ * the error of the file system or of io_uring.
+ * Stores of one dir in one process share its index (LMDB allows a process one environment per
+ * file): a read-only store opened beside a writer, or beside another reader, of the same dir
+ * in this process joins it, and any of them may close first; a writer opened while a store of
+ * this process has the dir open is refused (-EBUSY), so open the writer first. The engine's
+ * disk tier (kvt_open with disk_dir) is such a writer too. */
 int kvt_pagestore_open(const struct kvt_pagestore_options *o, kvt_pagestore **out);
 
 /* Wait for every op, make what was written durable, close. NULL is a no-op. */

@@ -5,12 +5,14 @@
  * engine as it was.
  */
 #include "engine.h"
+#include "emb/emb.h"
 #include "host/host_tier.h"
 #include "stats_server.h"
 #include "store/disk/ops.h"
 #include "store/disk/store.h"
 #include "store/store_tier.h"
 #include "store/chain.h"
+#include "store/share.h"
 #ifdef KVT_HAVE_REDIS
 #include "store/redis/redis.h"
 #endif
@@ -107,11 +109,14 @@ static const struct {
     OPTION(remote_tls_cert),
     OPTION(remote_tls_key),
     OPTION(store_page_tokens),
+    OPTION(emb_device_bytes),
+    OPTION(emb_host_bytes),
+    OPTION(emb_store),
 };
 #undef OPTION
 /* A store page's tokens are recorded in its disk page's head. */
 _Static_assert(STORE_PAGE_TOKENS_MAX <= DSTORE_MAX_TOKENS, "a store page the disk cannot record");
-_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, store_page_tokens) -
+_Static_assert(sizeof(struct kvt_options) - offsetof(struct kvt_options, emb_store) -
                        sizeof(uint32_t) <
                    _Alignof(struct kvt_options),
                "a field added to struct kvt_options needs its row in option_fields");
@@ -155,6 +160,9 @@ static int check_options(const struct kvt_options *o)
      * to keep (a state or a window copy is kept per page). */
     if (o->store_page_tokens % ps || o->store_page_tokens > STORE_PAGE_TOKENS_MAX ||
         (store_pages(o) > 1 && (o->mamba.layers || o->swa.window)))
+        return -EINVAL;
+    if (o->emb_store > KVT_EMB_STORE_NONE ||
+        (!o->emb_device_bytes && (o->emb_host_bytes || o->emb_store)))
         return -EINVAL;
     return engine_swa_check_options(o);
 }
@@ -292,8 +300,10 @@ static size_t scratch_pages(const kvt_engine *e)
 static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store **out)
 {
     static const uint32_t io[] = {DSTORE_IO_AUTO, DSTORE_IO_URING, DSTORE_IO_PSYNC};
-    struct dstore_options *so = e->disk_so = malloc(sizeof(*so));
+    struct dstore_options *so;
 
+    free(e->disk_so); /* a second try (open_stores_compat) */
+    so = e->disk_so = malloc(sizeof(*so));
     if (!so)
         return -ENOMEM;
     dstore_options_init(so, sizeof(*so));
@@ -372,21 +382,61 @@ static int open_stores(kvt_engine *e, const struct host_pool *hp, struct kvt_sto
     return rc;
 }
 
+/* open_stores, and for a store page size chosen by bytes, a second try with pages of
+ * page_size, which was the default before 0.9: a data dir written then keeps them, and its
+ * fingerprint says so. The fingerprint names the page hashes too, and the tree that hashes
+ * them is made after this. */
+static int open_stores_compat(kvt_engine *e, const struct host_pool *hp)
+{
+    int rc = open_stores(e, hp, &e->store);
+
+    if (rc != KVT_EFINGERPRINT || !e->store_page_auto || store_pages(&e->opts) == 1)
+        return rc;
+    e->opts.store_page_tokens = e->opts.page_size;
+    if ((rc = make_fingerprint(e)))
+        return rc;
+    return open_stores(e, hp, &e->store);
+}
+
+/* The embedding cache (engine_emb.c), over a view of the store below when it keeps
+ * embeddings there (*store: the store tier's, then its own view; NULL: none). */
+static int open_emb(kvt_engine *e, struct kvt_store **store)
+{
+    struct emb_config c = {.be = e->be,
+                           .device_bytes = e->opts.emb_device_bytes,
+                           .host_bytes = e->opts.emb_host_bytes};
+    struct kvt_store *v[2];
+    int rc;
+
+    if (!e->opts.emb_device_bytes || e->emb)
+        return 0;
+    if (*store && e->opts.emb_store == KVT_EMB_STORE_ALL) {
+        if ((rc = store_share_open(*store, 2, v)))
+            return rc;
+        *store = v[0];
+        c.store = v[1];
+    }
+    return emb_open(&c, &e->emb);
+}
+
 static int open_store_tier(kvt_engine *e)
 {
     struct tier *host = e->below;
     const struct host_pool *hp = host ? host_tier_pool(host) : NULL;
-    size_t group = store_pages(&e->opts);
+    size_t group;
     int rc;
 
     if (!e->store && !e->opts.disk_dir && !e->opts.remote)
         return 0;
     if ((rc = store_tier_check_options(&e->opts, host != NULL, hp ? hp->page_bytes : 0)) ||
-        (!e->store && (rc = open_stores(e, hp, &e->store))))
+        (!e->store && (rc = open_stores_compat(e, hp))))
         return rc;
+    group = store_pages(&e->opts); /* as opened: open_stores_compat may have changed it */
     if (e->store->page_bytes != hp->page_bytes * group ||
         e->store->page_tokens != e->opts.page_size * group)
         return -EINVAL; /* a store given for pages of another size */
+    if ((rc = open_emb(e, &e->store)))
+        return rc;
     struct store_tier_config c = {&e->opts, &e->tree, scratch_pages(e)};
     if ((rc = store_tier_open(&c, e->store, host_tier_up(host), &e->bottom))) {
         e->store = NULL; /* closed by the failed open */
@@ -423,6 +473,12 @@ static int open_parts(kvt_engine *e)
     uint64_t tokens;
     int rc;
 
+    /* The store page size, when left to kvt_open: only for stores of its own (a store
+     * handed to engine_open has a page size already). */
+    if (!e->store && (e->opts.disk_dir || e->opts.remote) && !e->opts.store_page_tokens) {
+        e->store_page_auto = true;
+        e->opts.store_page_tokens = store_page_tokens_of(&e->opts);
+    }
     if ((rc = device_tokens(&e->opts, &tokens)) ||
         (rc = dev_backend_select(e->opts.backend, &e->be)) || (rc = make_fingerprint(e)) ||
         (rc = req_pool_init(&e->reqs, e->opts.max_requests, e->opts.max_context)))
@@ -436,8 +492,9 @@ static int open_parts(kvt_engine *e)
         rc = engine_swa_open(e, tokens);
     else if ((rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)) == 0)
         rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size);
+    struct kvt_store *none = NULL;
     if (rc || (e->opts.mamba.layers && (rc = engine_mamba_open(e))) ||
-        (rc = open_tiers(e, tokens)) || (rc = open_tree(e)))
+        (rc = open_tiers(e, tokens)) || (rc = open_emb(e, &none)) || (rc = open_tree(e)))
         return rc;
     if (e->opts.stats_socket && (rc = stats_server_start(e->opts.stats_socket, &e->stats)))
         return rc;
@@ -507,6 +564,7 @@ static void engine_free(kvt_engine *e)
     if (!e)
         return;
     stats_server_stop(e->stats);
+    emb_close(e->emb); /* its ops land first; the store goes with the tier's view */
     /* Transfers and store I/O land first, then the tree hands its pages back through the
      * allocators, and only then do the tiers' memories go. */
     tier_stop_chain(e->below);
@@ -530,6 +588,15 @@ static void engine_free(kvt_engine *e)
 void kvt_close(kvt_engine *e)
 {
     engine_free(e);
+}
+
+uint32_t kvt_store_page_tokens(const struct kvt_options *o)
+{
+    struct kvt_options full;
+
+    if (copy_options(o, &full) || check_options(&full))
+        return 0;
+    return store_page_tokens_of(&full);
 }
 
 void kvt_fingerprint(const kvt_engine *e, uint8_t out[32])

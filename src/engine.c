@@ -273,7 +273,7 @@ size_t engine_evict(kvt_engine *e, size_t pages)
     /* Nodes a transfer is filling cannot give up their device copy yet: wait for the ops
      * in flight (they are few and short), apply them and try again. */
     if (done < pages && e->below && e->below->ops->busy(e->below)) {
-        tier_sync(e->below);
+        tier_settle(e->below); /* not the disk's writes: they hold no device page */
         done += rdx_evict(e->tree, pages - done);
     }
     return done;
@@ -318,6 +318,7 @@ int kvt_poll(kvt_engine *e, size_t max, size_t *applied)
     n = tier_poll(e->below, max ? max : SIZE_MAX);
     if (applied)
         *applied = n;
+    engine_emb_poll(e);
     engine_publish(e);
     return failed(e);
 }
@@ -326,6 +327,7 @@ int kvt_sync(kvt_engine *e)
 {
     if (!e)
         return -EINVAL;
+    engine_emb_sync(e);
     tier_sync(e->below);
     tier_poll(e->below, SIZE_MAX);
     engine_publish(e);

@@ -9,6 +9,7 @@
  *   engine_mamba.c hybrid models' recurrent states: slots, checkpoints, copy on write at match
  *   engine_mamba_tiers.c  their room, host copies and states in the store below
  *   engine_swa.c   the device allocator and KV pools, with sliding-window layers or without
+ *   engine_emb.c   the multimodal embedding cache's calls (the cache: src/emb/)
  */
 #ifndef KVT_ENGINE_H
 #define KVT_ENGINE_H
@@ -25,6 +26,7 @@
 #define KVT_PAGE_SIZE_MAX 256
 
 struct dstore_options;
+struct emb_cache;
 struct engine_mamba;
 struct engine_swa;
 
@@ -49,11 +51,13 @@ struct kvt_engine {
         uint64_t inserted_tokens, evicted_tokens;
     } count;
     struct dstore_options *disk_so; /* what the disk store was opened with (tests) */
+    bool store_page_auto;           /* options.store_page_tokens was 0: chosen at open */
     struct stats_server *stats;     /* options.stats_socket; NULL without one */
     struct engine_mamba *mamba;     /* options.mamba; NULL without recurrent layers */
     struct engine_swa *swa;         /* options.swa; NULL without sliding-window layers: then
                                        alloc and kv are the device's */
     uint8_t bigram_ns[RDX_NS_MAX];  /* the namespace of the key at hand, with bigram keys */
+    struct emb_cache *emb;          /* options.emb_device_bytes; NULL without (engine_emb.c) */
 };
 
 /* The device pages' slots, page_size per page. */
@@ -197,6 +201,11 @@ void engine_disk_options(const kvt_engine *e, struct dstore_options *so);
  * the old one is closed first. s NULL only closes it (to open another writer on its dir):
  * call again with a store before the engine is used. -EINVAL without a store tier. */
 int engine_swap_store(kvt_engine *e, struct kvt_store *s);
+
+/* The embedding cache's ops (engine_emb.c): apply those finished; wait for them all. Nothing
+ * without an embedding cache. */
+void engine_emb_poll(kvt_engine *e);
+void engine_emb_sync(kvt_engine *e);
 
 /* Hand the stats socket (if any) the figures of now; kvt_poll and kvt_sync call it. */
 void engine_publish(kvt_engine *e);

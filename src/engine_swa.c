@@ -243,7 +243,7 @@ int engine_swa_room(kvt_engine *e, size_t pages)
         rdx_swa_evict(e->tree, pages - a->nfree);
     /* The SWA KV of nodes a transfer is moving waits for it: they are few and short. */
     if (pages > a->nfree && e->below && e->below->ops->busy(e->below)) {
-        tier_sync(e->below);
+        tier_settle(e->below);
         rdx_swa_evict(e->tree, pages - a->nfree);
     }
     return pages <= a->nfree ? 0 : -ENOMEM;

@@ -19,7 +19,7 @@ size_t tier_evict_storing(struct tier *below, struct rdx_tree *tree, tier_evict_
             started += (size_t)below->ops->store(below, defer[i]);
         if (started == 0)
             break;
-        below->ops->sync(below); /* the next round evicts them, now stored below */
+        tier_settle(below); /* the next round evicts them, now stored below */
     }
     return done;
 }
@@ -33,6 +33,12 @@ void tier_sync(struct tier *t)
 {
     if (t)
         t->ops->sync(t);
+}
+
+void tier_settle(struct tier *t)
+{
+    if (t)
+        (t->ops->settle ? t->ops->settle : t->ops->sync)(t);
 }
 
 size_t tier_find(struct tier *t, const struct kvt_key *key, const struct rdx_hit *hit)

@@ -117,6 +117,9 @@ struct tier_ops {
     void (*sync)(struct tier *t);
     /* Whether ops of this tier are in flight (a storing eviction may wait for them). */
     bool (*busy)(const struct tier *t);
+    /* Wait for this tier's own ops in flight (those busy counts) and apply them; the tiers
+     * below are polled, not waited for. NULL: sync. What frees the tier above needs no more. */
+    void (*settle)(struct tier *t);
     /* A failure that stops the engine (a transfer the device failed): 0, or KVT_EBACKEND. */
     int (*failed)(const struct tier *t);
 
@@ -158,6 +161,7 @@ size_t tier_evict_storing(struct tier *below, struct rdx_tree *tree, tier_evict_
 /* The chain's operations, NULL-safe: without a tier below, nothing is there. */
 size_t tier_poll(struct tier *t, size_t max);
 void tier_sync(struct tier *t);
+void tier_settle(struct tier *t);
 size_t tier_find(struct tier *t, const struct kvt_key *key, const struct rdx_hit *hit);
 void tier_matched(struct tier *t, const struct rdx_hit *hit, size_t found);
 bool tier_wants_evicted(const struct tier *t);

@@ -35,14 +35,16 @@ MODULES = [
     ("src/store/disk/", "store-disk", 1),
     ("src/store/mem.", "store-mem", 1),
     ("src/store/chain.", "store-chain", 1),
+    ("src/store/share.", "store-share", 1),
     ("src/store/redis/", "store-redis", 1),
     ("src/host/host_tier.", "host-tier", 4),
     ("src/host/", "host-memory", 2),
     ("src/tier.", "tier", 3),
     ("src/store/store_tier", "store-tier", 4),
+    ("src/emb/", "emb", 4),
     ("src/", "engine", 5),
 ]
-BACKENDS = {"store-disk", "store-mem", "store-chain", "store-redis"}
+BACKENDS = {"store-disk", "store-mem", "store-chain", "store-share", "store-redis"}
 TIERS = {"tier", "host-tier", "store-tier"}
 BUILDER = "src/api.c"
 KVT_HELPERS = {"kvt_cell_bytes", "kvt_max_tokens"}  # pure functions of a geometry

@@ -1,4 +1,5 @@
-"""kvtier for Python: the page store, kvtier's disk tier on its own.
+"""kvtier for Python: the page store (kvtier's disk tier on its own) and the engine's multimodal
+embedding cache.
 
 A PageStore is a data dir of whole KV pages named by 32-byte keys, in the format of the
 engine's disk tier (slab files, checksummed page heads, an LMDB index), so kvtier-ctl reads,
@@ -37,7 +38,25 @@ set -errno.ENOSPC. A call that fails as a whole raises Error (an OSError: .code 
 negative code, e.g. EFINGERPRINT; .errno is -code; .strerror kvtier's text); bad arguments
 raise ValueError or TypeError before any I/O. The GIL is released inside every call, and
 a store may be used from several threads at once.
-"""
-from ._native import ECORRUPT, EFINGERPRINT, EFORMAT, KEY_BYTES, Error, PageStore
 
-__all__ = ["PageStore", "Error", "ECORRUPT", "EFINGERPRINT", "EFORMAT", "KEY_BYTES"]
+EmbeddingCache(device_bytes, *, host_bytes=0, dir=None, disk_bytes=1 << 30, remote=None,
+               chunk_bytes=262144, model_id="", store=True)
+    The engine's multimodal embedding cache (vision-encoder outputs by 32-byte item hash):
+    device_bytes of device memory (host memory in this build), least recently used out
+    first; host_bytes of host memory below it; a data dir (dir: across restarts, every read
+    checked) and a Redis server (remote) below that, in chunks of chunk_bytes.
+    .put(hash, data, ns=b"") -> bool            False when not cached (no room, too large)
+    .get(hash, ns=b"") -> bytes | None          from the nearest tier; None on a miss
+    .get_into(hash, out, ns=b"") -> int | None  into a writable buffer
+    .fetch(hash, ns=b"") -> Embedding | None    a hold: .wait(timeout_ms), .ready, .nbytes,
+                                                .ptr, .tier, .read_into(out), .release(); its
+                                                bytes through the buffer protocol, no copy
+    .lookup(hash, ns=b"") -> (tier, length) | None, .drop(hash, ns=b"") -> bool,
+    .stats() -> dict, .close(); a context manager
+kvtier.mm.MultimodalCache puts SGLang's multimodal cache interface on one.
+"""
+from ._native import (ECORRUPT, EFINGERPRINT, EFORMAT, KEY_BYTES, Embedding, EmbeddingCache,
+                      Error, PageStore)
+
+__all__ = ["PageStore", "EmbeddingCache", "Embedding", "Error", "ECORRUPT", "EFINGERPRINT",
+           "EFORMAT", "KEY_BYTES"]

@@ -9,7 +9,7 @@
  * A submitted op's arrays, and the buffers it holds (the *_into / *_from variants), live in
  * the store's table of pending ops until wait collects the op, or close, which waits for
  * every op, drops them. close waits out the calls in flight in other threads first: the C
- * store's close must be its last call.
+ * store's close must be its last call, and comes once however many threads call close at once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,6 +21,7 @@
 
 #include "kvtier.h"
 #include "kvtier_store.h"
+#include "_emb.h"
 
 #define KEY_BYTES KVT_PAGESTORE_KEY_BYTES
 #define MAX_SEGS_PER_PAGE 65536 /* far past any layout (layer_first: 2 x layers) */
@@ -480,19 +481,34 @@ out:
 
 /* ---- methods ---- */
 
+/* Let other threads run for a millisecond. */
+static void nap(void)
+{
+    PyThreadState *ts = PyEval_SaveThread();
+
+    usleep(1000);
+    PyEval_RestoreThread(ts);
+}
+
+/* The first caller closes; one that comes while it does (another thread: the GIL is let go
+ * inside) waits until it has, so each returns with the store closed and the C store is closed
+ * once. self->closing stays set from the first close on; self->s is NULL once the C store is
+ * gone. */
 static void store_close(PageStore *self)
 {
     kvt_pagestore *s = self->s;
     PyThreadState *ts;
 
-    self->closing = 1;
-    while (self->busy) { /* other threads' calls: the C close must come after them */
-        ts = PyEval_SaveThread();
-        usleep(1000);
-        PyEval_RestoreThread(ts);
+    if (self->closing) {
+        while (self->s)
+            nap();
+        return;
     }
-    if (!s || self->s != s)
-        return; /* another thread closed it meanwhile */
+    if (!s)
+        return; /* never opened */
+    self->closing = 1;
+    while (self->busy) /* other threads' calls: the C close must come after them */
+        nap();
     ts = PyEval_SaveThread();
     kvt_pagestore_close(s);
     PyEval_RestoreThread(ts);
@@ -995,7 +1011,8 @@ PyMODINIT_FUNC PyInit__native(void)
         PyExc_OSError, NULL);
     if (!kvtier_error || add_constants(m) < 0 ||
         PyModule_AddObjectRef(m, "Error", kvtier_error) < 0 ||
-        PyModule_AddObjectRef(m, "PageStore", (PyObject *)&PageStore_type) < 0) {
+        PyModule_AddObjectRef(m, "PageStore", (PyObject *)&PageStore_type) < 0 ||
+        kvt_py_emb_add(m, kvtier_error) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,5 +1,5 @@
 /*
- * The Mamba state pool (issue 16): fixed-size state slots for the recurrent layers of a
+ * The Mamba state pool (0.4): fixed-size state slots for the recurrent layers of a
  * hybrid model (Mamba2, Gated DeltaNet). A slot holds, for every Mamba layer, one conv state
  * and one SSM temporal state; a request runs in one slot, and the prefix cache keeps others
  * as checkpoints. Unlike KV, a state is whole or useless: it is never split or paged.

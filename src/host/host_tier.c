@@ -151,14 +151,21 @@ static size_t host_poll(struct tier *t, size_t max)
     return n + tier_poll(t->below, max - n);
 }
 
-static void host_sync(struct tier *t)
+/* The device's page moves in flight landed and applied: what device eviction waits for. The
+ * writes below that applied backups start go on. */
+static void host_settle(struct tier *t)
 {
     struct host_tier *h = ht(t);
 
     for (int d = XFER_LOAD; d <= XFER_BACKUP; d++)
         if (h->ops[d].n)
             xfer_wait(h->xfer, (enum xfer_dir)d, h->ops[d].last_id);
-    host_poll(t, SIZE_MAX); /* applied backups may start writes below */
+    host_poll(t, SIZE_MAX);
+}
+
+static void host_sync(struct tier *t)
+{
+    host_settle(t); /* applied backups may start writes below */
     tier_sync(t->below);
     host_poll(t, SIZE_MAX);
 }
@@ -554,6 +561,7 @@ static const struct tier_ops host_ops = {
     .wants_evicted = host_wants_evicted,
     .poll = host_poll,
     .sync = host_sync,
+    .settle = host_settle,
     .busy = host_busy,
     .failed = host_failed,
     .stats = host_stats,

@@ -15,7 +15,7 @@
  * page still holds every model layer. Each page then names its full-pool page and its SWA-pool
  * page (xfer_submit_swa), 0 where it has none: its sliding-window layers are skipped, on both
  * sides, and the host page's rows of those layers are left as they were. Layers, layer marks
- * and waits count model layers. sim only: cuda refuses such an engine (issue 19).
+ * and waits count model layers. sim only: cuda refuses such an engine (not yet run on a GPU).
  *
  * sim: one worker thread per stream does the copies with memcpy, so the asynchrony is real:
  * submit returns at once and the wait functions block on the CPU.
@@ -75,7 +75,7 @@ struct xfer_config {
     bool high_priority_loads;
     /* cuda, copy engine: ask cudaMemcpyBatchAsync to prefer overlapping compute
      * (cudaMemcpyFlagPreferOverlapWithCompute, a hint). On an H200 the batches without it lost
-     * 29-40% beside a forward that fills the SMs; with it: not yet measured (issue 19), so off
+     * 29-40% beside a forward that fills the SMs; with it: not yet measured on a GPU, so off
      * by default. */
     bool dma_prefer_overlap;
 };

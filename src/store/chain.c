@@ -31,6 +31,7 @@ struct chain_op {
 
 struct chain_store {
     struct kvt_store base;
+    struct store_ops ops; /* chain_ops, parts as its stores allow */
     struct kvt_store *stores[STORE_CHAIN_MAX];
     uint32_t n;
     uint64_t last_id;
@@ -489,6 +490,7 @@ static void chain_close(struct kvt_store *s)
 
 static const struct store_ops chain_ops = {
     .name = "chain",
+    /* .parts: set per chain (its ops), when every store of it takes parts */
     .leading_run = chain_leading_run,
     .read = chain_read,
     .write = chain_write,
@@ -513,7 +515,11 @@ int store_chain_open(struct kvt_store *const *stores, size_t n, struct kvt_store
             return -EINVAL;
     if (!(c = calloc(1, sizeof(*c))))
         return -ENOMEM;
-    c->base = (struct kvt_store){&chain_ops, stores[0]->page_bytes, stores[0]->page_tokens};
+    c->ops = chain_ops;
+    c->ops.parts = true;
+    for (size_t k = 0; k < n; k++)
+        c->ops.parts = c->ops.parts && stores[k]->ops->parts;
+    c->base = (struct kvt_store){&c->ops, stores[0]->page_bytes, stores[0]->page_tokens};
     memcpy(c->stores, stores, n * sizeof(*stores));
     c->n = (uint32_t)n;
     *out = &c->base;

@@ -136,10 +136,47 @@ static int fault(struct mem_store *m, enum store_op_kind kind, const uint8_t *ke
     return rc;
 }
 
+/* Whether a page's bytes are there: a buffer, or whole parts (store.h). */
+static bool bytes_given(const struct mem_store *m, const void *buf, const void *const *parts,
+                        uint32_t n)
+{
+    if (!n)
+        return buf != NULL;
+    if (n > STORE_MAX_PARTS || m->o.page_bytes % n || !parts)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (!parts[i])
+            return false;
+    return true;
+}
+
+/* A page given in parts, into (out of) the store's copy at to. */
+static void gather(const struct mem_store *m, const struct store_wpage *w, uint8_t *to)
+{
+    size_t part = m->o.page_bytes / (w->nparts ? w->nparts : 1);
+
+    if (!w->nparts)
+        memcpy(to, w->buf, m->o.page_bytes);
+    for (uint32_t i = 0; i < w->nparts; i++)
+        memcpy(to + i * part, w->parts[i], part);
+}
+
+static void scatter(const struct mem_store *m, const struct store_rpage *r, const uint8_t *from)
+{
+    size_t part = m->o.page_bytes / (r->nparts ? r->nparts : 1);
+
+    if (!r->nparts)
+        memcpy(r->buf, from, m->o.page_bytes);
+    for (uint32_t i = 0; i < r->nparts; i++)
+        memcpy(r->parts[i], from + i * part, part);
+}
+
 static int put_page(struct mem_store *m, const struct store_wpage *w)
 {
     uint32_t e;
-    int rc = w->key && w->buf ? fault(m, STORE_OP_WRITE, w->key) : -EINVAL;
+    int rc = w->key && bytes_given(m, w->buf, w->parts, w->nparts)
+                 ? fault(m, STORE_OP_WRITE, w->key)
+                 : -EINVAL;
 
     if (rc)
         return rc;
@@ -152,8 +189,8 @@ static int put_page(struct mem_store *m, const struct store_wpage *w)
         drop(m, m->tail);
     e = m->free[--m->nfree];
     memcpy(m->pages[e].key, w->key, STORE_KEY_BYTES);
-    memcpy(bytes_of(m, e), w->buf, m->o.page_bytes);
-    m->pages[e].sum = XXH3_64bits(w->buf, m->o.page_bytes);
+    gather(m, w, bytes_of(m, e));
+    m->pages[e].sum = XXH3_64bits(bytes_of(m, e), m->o.page_bytes);
     m->pages[e].used = true;
     m->table[slot_of(m, w->key)] = e;
     push_lru(m, e);
@@ -165,7 +202,9 @@ static int put_page(struct mem_store *m, const struct store_wpage *w)
 static int get_page(struct mem_store *m, const struct store_rpage *r)
 {
     uint32_t e;
-    int rc = r->key && r->buf ? fault(m, STORE_OP_READ, r->key) : -EINVAL;
+    int rc = r->key && bytes_given(m, r->buf, (const void *const *)r->parts, r->nparts)
+                 ? fault(m, STORE_OP_READ, r->key)
+                 : -EINVAL;
 
     if (rc || (e = find(m, r->key)) == NONE)
         return rc ? rc : -ENOENT;
@@ -174,7 +213,7 @@ static int get_page(struct mem_store *m, const struct store_rpage *r)
         m->st.errors++;
         return KVT_ECORRUPT;
     }
-    memcpy(r->buf, bytes_of(m, e), m->o.page_bytes);
+    scatter(m, r, bytes_of(m, e));
     unlink_lru(m, e);
     push_lru(m, e);
     m->st.bytes_read += m->o.page_bytes;
@@ -323,6 +362,7 @@ static void mem_close(struct kvt_store *s)
 
 static const struct store_ops mem_ops = {
     .name = "mem",
+    .parts = true,
     .leading_run = mem_leading_run,
     .read = mem_read,
     .write = mem_write,

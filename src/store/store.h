@@ -33,6 +33,9 @@
 #define STORE_KEY_BYTES 32
 #define STORE_NS_BYTES 32
 
+/* The most parts a page may come in, for a store that takes parts (ops->parts). */
+#define STORE_MAX_PARTS 64
+
 /* One page to write. key, parent, ns and tokens are copied at submit. */
 struct store_wpage {
     const uint8_t *key;     /* STORE_KEY_BYTES */
@@ -40,12 +43,20 @@ struct store_wpage {
     const uint8_t *ns;      /* STORE_NS_BYTES; NULL: zeros (the default namespace) */
     const uint32_t *tokens; /* the page's tokens; NULL: zeros */
     const void *buf;        /* the page's bytes */
+    /* Or, nparts > 0 (only to a store with ops->parts): the page in nparts parts of
+     * page_bytes / nparts bytes each, in order (nparts divides page_bytes, at most
+     * STORE_MAX_PARTS); buf is then unused. Valid, like buf, until the op completes. */
+    const void *const *parts;
+    uint32_t nparts;
 };
 
-/* One page to read: buf holds the page where its result is 0. */
+/* One page to read: buf (or, nparts > 0, the parts, as store_wpage's) holds the page where
+ * its result is 0. */
 struct store_rpage {
     const uint8_t *key;
     void *buf;
+    void *const *parts;
+    uint32_t nparts;
 };
 
 enum store_op_kind {
@@ -87,6 +98,7 @@ struct kvt_store;
 struct store_ops {
     const char *name;
     bool remote; /* the pages live on another machine (a Redis server), not on this one's disk */
+    bool parts;  /* takes pages in parts (store_wpage.parts), moving them without a copy */
     /* *run = how many of the first keys (n, back to back) are all present. */
     int (*leading_run)(struct kvt_store *s, const uint8_t *keys, size_t n, size_t *run);
     /* Queue n page reads; *leading (may be NULL) = the first pages found and on their way,

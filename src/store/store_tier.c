@@ -97,7 +97,7 @@ static size_t fill_landed(struct store_tier *s, const struct store_op *op)
     const struct tier_up *up = &s->base.up;
     size_t ok = fill_pages(s, op, leading_ok(op->results, op->n));
 
-    for (size_t i = 0; op->host && i < ok; i++)
+    for (size_t i = 0; op->host && !op->parts && i < ok; i++)
         memcpy(up->addr(up->ctx, op->host[i]),
                (const uint8_t *)op->stage + (op->skip + i) * s->page_bytes, s->page_bytes);
     return ok;
@@ -139,6 +139,7 @@ static void apply(struct store_tier *s, struct store_op *op, const struct store_
     }
     free(op->stage);
     free(op->host);
+    free(op->parts);
     free(op->results);
     *op = s->ops[--s->nops];
 }
@@ -280,13 +281,43 @@ static void store_tier_matched(struct tier *t, const struct rdx_hit *hit, size_t
     s->remote.hit += remote * s->opts->page_size;
 }
 
+/* Whether store pages of several pages move in parts, without a staging copy. */
+static bool in_parts(const struct store_tier *s)
+{
+    return s->group > 1 && s->group <= STORE_MAX_PARTS && s->store->ops->parts;
+}
+
+/* A fill's store pages in parts: its pages' host pages, and stage for the pages of its store
+ * pages above it (skip) or past its end, which it does not keep. */
+static int fill_parts(struct store_tier *s, struct store_op *op)
+{
+    const struct tier_up *up = &s->base.up;
+    size_t g = s->group, n = op->n * g, extra = n - op->pages, x = 0;
+
+    if (!(op->parts = malloc(n * sizeof(void *))) ||
+        (extra && posix_memalign(&op->stage, 4096, extra * s->page_bytes)))
+        return -ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        bool ours = k >= op->skip && k - op->skip < op->pages;
+        op->parts[k] = ours ? up->addr(up->ctx, s->fill_host[k - op->skip])
+                            : (uint8_t *)op->stage + x++ * s->page_bytes;
+    }
+    for (size_t i = 0; i < op->n; i++)
+        s->rpages[i] = (struct store_rpage){
+            .key = unit_key(s, op->skip, i * g), .parts = op->parts + i * g, .nparts = (uint32_t)g};
+    return 0;
+}
+
 /* The fill's store reads: one per page, into its host pages, or one per store page of
- * several pages, into a staging buffer (op->stage, op->host) that the op copies out. */
+ * several pages, in parts into its host pages (fill_parts), or else into a staging buffer
+ * (op->stage, op->host) that the op copies out. */
 static int fill_reads(struct store_tier *s, struct store_op *op, size_t win)
 {
     const struct tier_up *up = &s->base.up;
     size_t n = op->n, sb = s->store->page_bytes;
 
+    if (in_parts(s))
+        return fill_parts(s, op);
     if (s->group > 1 && (posix_memalign(&op->stage, 4096, n * sb) ||
                          !(op->host = malloc(op->pages * sizeof(uint32_t)))))
         return -ENOMEM;
@@ -300,7 +331,7 @@ static int fill_reads(struct store_tier *s, struct store_op *op, size_t win)
                 return -ENOMEM;
             key = s->wkeys[i];
         }
-        s->rpages[i] = (struct store_rpage){key, buf};
+        s->rpages[i] = (struct store_rpage){.key = key, .buf = buf};
     }
     return 0;
 }
@@ -325,6 +356,7 @@ static int submit_fill(struct store_tier *s, kvt_node_ref leaf, uint64_t tag, si
         free(op.results);
         free(op.stage);
         free(op.host);
+        free(op.parts);
         return rc;
     }
     s->ops[s->nops++] = op;
@@ -369,14 +401,51 @@ static int store_tier_fetch(struct tier *t, const struct kvt_key *key, const str
 
 /* ---- writes ---- */
 
+/* A write's store pages in parts: its span's host pages, which the write holds, as they are;
+ * its head's (the pages above the span its first store page holds), which nothing holds
+ * while the write flies, copied into stage first. */
+static int write_parts(struct store_tier *s, struct store_op *op, size_t units)
+{
+    const struct tier_up *up = &s->base.up;
+    size_t g = s->group, ps = s->opts->page_size,
+           heads = op->skip > op->lead ? op->skip - op->lead : 0;
+
+    if (!(op->parts = malloc(units * g * sizeof(void *))) ||
+        (heads && posix_memalign(&op->stage, 4096, heads * s->page_bytes)))
+        return -ENOMEM;
+    for (size_t u = 0; u < units; u++) {
+        const struct rdx_disk_page *p = &s->dpages[op->lead + u * g];
+        for (size_t k = 0; k < g; k++) {
+            size_t at = op->lead + u * g + k; /* in dpages: the head's first, then the span */
+            void *host = up->addr(up->ctx, p[k].host_page);
+            if (at < op->skip) {
+                host = memcpy((uint8_t *)op->stage + (at - op->lead) * s->page_bytes, host,
+                              s->page_bytes);
+            }
+            op->parts[u * g + k] = host;
+            memcpy(s->gtokens + (u * g + k) * ps, p[k].tokens, ps * sizeof(uint32_t));
+        }
+        s->wpages[u] = (struct store_wpage){.key = p[g - 1].hash,
+                                            .parent = p->parent,
+                                            .ns = p->ns,
+                                            .tokens = s->gtokens + u * g * ps,
+                                            .parts = (const void *const *)op->parts + u * g,
+                                            .nparts = (uint32_t)g};
+    }
+    return 0;
+}
+
 /* The store pages of a write whose pages (its head, then its span) are described in dpages,
- * from op->lead on, into wpages: a page's own host page and tokens, or a copy of a store
- * page's pages and tokens, back to back, in op->stage and gtokens. */
+ * from op->lead on, into wpages: a page's own host page and tokens, its pages in parts
+ * (write_parts), or a copy of a store page's pages and tokens, back to back, in op->stage
+ * and gtokens. */
 static int write_units(struct store_tier *s, struct store_op *op, size_t units)
 {
     const struct tier_up *up = &s->base.up;
     size_t g = s->group, ps = s->opts->page_size, sb = s->store->page_bytes;
 
+    if (in_parts(s))
+        return write_parts(s, op, units);
     if (g > 1 && posix_memalign(&op->stage, 4096, units * sb))
         return -ENOMEM;
     for (size_t u = 0; u < units; u++) {
@@ -392,7 +461,8 @@ static int write_units(struct store_tier *s, struct store_op *op, size_t units)
                 memcpy(s->gtokens + (u * g + k) * ps, p[k].tokens, ps * sizeof(uint32_t));
             }
         }
-        s->wpages[u] = (struct store_wpage){p[g - 1].hash, p->parent, p->ns, tokens, buf};
+        s->wpages[u] = (struct store_wpage){
+            .key = p[g - 1].hash, .parent = p->parent, .ns = p->ns, .tokens = tokens, .buf = buf};
     }
     return 0;
 }
@@ -440,6 +510,7 @@ static int write_chain(struct store_tier *s, kvt_node_ref node)
         rdx_disk_done(tree, node, tag, span_results(s, &op), n); /* nothing was stored */
         free(op.results);
         free(op.stage);
+        free(op.parts);
         return 0;
     }
     s->ops[s->nops++] = op;
@@ -604,6 +675,23 @@ void store_tier_swap(struct tier *t, struct kvt_store *store)
 }
 
 /* ---- open ---- */
+
+uint32_t store_page_tokens_of(const struct kvt_options *o)
+{
+    uint64_t page = kvt_cell_bytes(&o->geometry) * o->page_size, group, most;
+
+    if (o->store_page_tokens)
+        return o->store_page_tokens;
+    if (o->mamba.layers || o->swa.window || !page || page >= STORE_PAGE_AUTO_BYTES)
+        return o->page_size;
+    group = (STORE_PAGE_AUTO_BYTES + page - 1) / page;
+    /* No longer than a key can be: a store page no key fills is never written. */
+    most = (o->max_context < STORE_PAGE_TOKENS_MAX ? o->max_context : STORE_PAGE_TOKENS_MAX) /
+           o->page_size;
+    if (group > most)
+        group = most ? most : 1;
+    return (uint32_t)(group * o->page_size);
+}
 
 int store_tier_check_options(const struct kvt_options *o, bool has_host, size_t page_bytes)
 {

@@ -19,6 +19,20 @@ static inline size_t store_pages(const struct kvt_options *o)
 /* The most tokens a store page may hold (a disk page's head records them all). */
 #define STORE_PAGE_TOKENS_MAX 4096
 
+/* options.store_page_tokens left 0: store pages of at least this many bytes. A page below
+ * the host costs its store a record (an index entry and, once full, an eviction's delete; a
+ * server's key) whatever its size: on the shared trace with the tiny geometry's 2 KiB pages
+ * that cost, not the bytes, made a disk tier cost the replay 23 times its time, and store
+ * pages of 64 KiB (512 tokens) brought it within 2x at no cost in hits. */
+#define STORE_PAGE_AUTO_BYTES (64u << 10)
+
+/* The store page size a store tier takes for o: o->store_page_tokens when set, else the
+ * smallest multiple of page_size holding STORE_PAGE_AUTO_BYTES of KV (at most
+ * STORE_PAGE_TOKENS_MAX and max_context), or page_size where a page holds that much already or the
+ * model has recurrent or sliding-window layers (their states and window copies are kept a page at
+ * a time). o is validated. */
+uint32_t store_page_tokens_of(const struct kvt_options *o);
+
 struct store_tier_config {
     const struct kvt_options *opts; /* the engine's, validated; outlives the tier */
     struct rdx_tree *const *tree;   /* the engine's tree, made after the tiers */

@@ -65,8 +65,11 @@ size_t store_add_windows(struct store_tier *s, size_t n)
         const struct rdx_disk_page *p = &s->dpages[i];
         if (!p->window || store_window_key(s, p->hash, s->wkeys[m]))
             continue;
-        s->wpages[n + m] = (struct store_wpage){s->wkeys[m], p->hash, s->window_ns, NULL,
-                                                up->addr(up->ctx, p->host_page)};
+        s->wpages[n + m] = (struct store_wpage){.key = s->wkeys[m],
+                                                .parent = p->hash,
+                                                .ns = s->window_ns,
+                                                .tokens = NULL,
+                                                .buf = up->addr(up->ctx, p->host_page)};
         m++;
     }
     return m;
@@ -135,8 +138,11 @@ int store_tier_put_state(struct tier *t, const uint8_t *hash, const void *buf, s
         memcpy(stage, buf, bytes);
         memset((uint8_t *)stage + bytes, 0, n * pb - bytes);
         for (size_t i = 0; i < n; i++)
-            w[i] =
-                (struct store_wpage){keys[i], hash, s->state_ns, NULL, (uint8_t *)stage + i * pb};
+            w[i] = (struct store_wpage){.key = keys[i],
+                                        .parent = hash,
+                                        .ns = s->state_ns,
+                                        .tokens = NULL,
+                                        .buf = (uint8_t *)stage + i * pb};
         rc = store_write(s->store, w, n, results, &id);
     }
     free(keys);
@@ -176,7 +182,7 @@ int store_tier_get_state(struct tier *t, const uint8_t *hash, void *buf, size_t 
     int rc = r && results ? 0 : -ENOMEM;
 
     for (size_t i = 0; rc == 0 && i < n; i++)
-        r[i] = (struct store_rpage){keys[i], (uint8_t *)stage + i * pb};
+        r[i] = (struct store_rpage){.key = keys[i], .buf = (uint8_t *)stage + i * pb};
     if (rc == 0 && (rc = store_read(s->store, r, n, results, &id, NULL)) == 0 &&
         (rc = store_wait_for(s->store, id, -1, &d)) == 0)
         for (size_t i = 0; rc == 0 && i < n; i++)

@@ -30,6 +30,11 @@ struct store_op {
     size_t lead;    /* a write whose head was lost: pages of the span before its first
                      * store page, not written */
     uint32_t *host; /* a fill of store pages of several pages: its host pages */
+    /* Store pages of several pages moved in parts (the store takes them, store.h): each
+     * store page's group pointers, to host pages (a write's span, a fill's pages) or into
+     * stage (a write's head, which nothing holds, copied; a fill's pages above it or past
+     * its end). */
+    void **parts;
 };
 
 #define OP_STATE 2u

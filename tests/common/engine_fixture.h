@@ -12,7 +12,9 @@
  * tokens at most, no host or disk tier. A test sets what it is about after this. */
 void fixture_engine_options(struct kvt_options *o, uint32_t layers, uint32_t head_dim);
 
-/* A fresh directory TMPDIR/kvt-<what>-XXXXXX (/tmp without TMPDIR) in dir; 0 or -errno. */
+/* A fresh directory TMPDIR/kvt-<what>-XXXXXX (/tmp without TMPDIR) in dir; 0 or -errno. What
+ * fixture_remove_tree has not removed by the time the process exits (a test that failed) is
+ * removed then. */
 int fixture_data_dir(char *dir, size_t len, const char *what);
 
 /* Bytes of the slot a page of page_bytes with page_tokens tokens takes in a disk tier's slab
@@ -24,5 +26,8 @@ int fixture_flip_bytes(const char *path, uint64_t off, size_t n);
 
 /* Removes dir and everything below it. */
 void fixture_remove_tree(const char *dir);
+
+/* A dir fixture_data_dir made stays after the process (to be looked at). */
+void fixture_keep_tree(const char *dir);
 
 #endif

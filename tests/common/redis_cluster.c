@@ -12,6 +12,11 @@ int redis_cluster_home(unsigned slot)
     return (int)(slot * REDIS_CLUSTER_NODES / SLOTS);
 }
 
+int redis_cluster_size(const struct redis_cluster *c)
+{
+    return c->replicas ? 2 * REDIS_CLUSTER_NODES : REDIS_CLUSTER_NODES;
+}
+
 /* A command answered +OK (or NOKEY: a MIGRATE of a key gone already). */
 static int cmd(const struct redis_server *s, int argc, const char **argv)
 {
@@ -23,7 +28,8 @@ static int cmd(const struct redis_server *s, int argc, const char **argv)
                : -1;
 }
 
-/* Node i's id, its own config epoch (so no two claim the same), and its range of slots. */
+/* Node i's id, its own config epoch (so no two claim the same), and its range of slots (a
+ * replica: none yet). */
 static int prepare(struct redis_cluster *c, int i)
 {
     char epoch[16], lo[16], hi[16];
@@ -35,6 +41,8 @@ static int prepare(struct redis_cluster *c, int i)
     snprintf(hi, sizeof(hi), "%d", (i + 1) * SLOTS / REDIS_CLUSTER_NODES - 1);
     if (redis_server_cmd_str(&c->node[i], 2, myid, c->id[i], sizeof(c->id[i])))
         return -1;
+    if (i >= REDIS_CLUSTER_NODES)
+        return 0;
     return cmd(&c->node[i], 3, ep) || cmd(&c->node[i], 4, add) ? -1 : 0;
 }
 
@@ -48,30 +56,60 @@ static int meet(const struct redis_cluster *c, int i, int j)
     return cmd(&c->node[i], 5, m);
 }
 
-/* Every node sees the whole map, every slot covered. */
+/* Every node sees the whole map, every slot covered, every node known. */
 static int wait_ok(const struct redis_cluster *c)
 {
     const char *info[] = {"CLUSTER", "INFO"};
-    char out[2048];
-    int ok = 0;
+    char out[2048], known[32];
+    int ok = 0, n = redis_cluster_size(c);
 
-    for (int t = 0; t < 1000 && ok < REDIS_CLUSTER_NODES; t++, usleep(10000))
-        for (ok = 0; ok < REDIS_CLUSTER_NODES; ok++)
+    snprintf(known, sizeof(known), "cluster_known_nodes:%d\r", n);
+    for (int t = 0; t < 1000 && ok < n; t++, usleep(10000))
+        for (ok = 0; ok < n; ok++)
             if (redis_server_cmd_str(&c->node[ok], 2, info, out, sizeof(out)) ||
                 !strstr(out, "cluster_state:ok") || !strstr(out, "cluster_slots_ok:16384") ||
-                !strstr(out, "cluster_known_nodes:3"))
+                !strstr(out, known))
                 break;
-    return ok == REDIS_CLUSTER_NODES ? 0 : -ETIMEDOUT;
+    return ok == n ? 0 : -ETIMEDOUT;
+}
+
+/* Node r copies master m: REPLICATE once r knows m, then until its link to m is up. */
+static int replicate(const struct redis_cluster *c, int r, int m)
+{
+    const char *rep[] = {"CLUSTER", "REPLICATE", c->id[m]}, *info[] = {"INFO", "replication"};
+    char out[4096];
+
+    for (int t = 0; t < 500 && cmd(&c->node[r], 3, rep); t++)
+        usleep(10000); /* it may not know m yet */
+    for (int t = 0; t < 1000; t++, usleep(10000))
+        if (!redis_server_cmd_str(&c->node[r], 2, info, out, sizeof(out)) &&
+            strstr(out, "master_link_status:up"))
+            return 0;
+    return -1;
+}
+
+int redis_cluster_wait_master(const struct redis_cluster *c, int i, unsigned ms)
+{
+    const char *info[] = {"INFO", "replication"};
+    char out[4096];
+
+    for (unsigned t = 0; t < ms / 20; t++, usleep(20000))
+        if (!redis_server_cmd_str(&c->node[i], 2, info, out, sizeof(out)) &&
+            strstr(out, "role:master"))
+            return 0;
+    return -1;
 }
 
 int redis_cluster_start(struct redis_cluster *c)
 {
-    bool tls = c->tls;
-    int rc = 0;
+    bool tls = c->tls, replicas = c->replicas;
+    int rc = 0, n;
 
     memset(c, 0, sizeof(*c));
     c->tls = tls;
-    for (int i = 0; i < REDIS_CLUSTER_NODES && !rc; i++) {
+    c->replicas = replicas;
+    n = redis_cluster_size(c);
+    for (int i = 0; i < n && !rc; i++) {
         c->node[i].cluster = true;
         c->node[i].tls = tls;
         if (tls && i > 0) /* one CA for the cluster: node 0's certificates for every node */
@@ -79,8 +117,10 @@ int redis_cluster_start(struct redis_cluster *c)
         if (!(rc = redis_server_start(&c->node[i], 0)))
             rc = prepare(c, i) ? -EIO : 0;
     }
-    for (int i = 1; i < REDIS_CLUSTER_NODES && !rc; i++)
+    for (int i = 1; i < n && !rc; i++)
         rc = meet(c, 0, i) ? -EIO : 0;
+    for (int i = REDIS_CLUSTER_NODES; i < n && !rc; i++)
+        rc = replicate(c, i, i - REDIS_CLUSTER_NODES) ? -EIO : 0;
     if (!rc)
         rc = wait_ok(c);
     if (rc)
@@ -90,7 +130,7 @@ int redis_cluster_start(struct redis_cluster *c)
 
 void redis_cluster_stop(struct redis_cluster *c)
 {
-    for (int i = 0; i < REDIS_CLUSTER_NODES; i++)
+    for (int i = 0; i < redis_cluster_size(c); i++)
         redis_server_stop(&c->node[i]);
 }
 
@@ -110,7 +150,7 @@ int redis_cluster_flush(const struct redis_cluster *c)
 {
     const char *flush[] = {"FLUSHALL"};
 
-    for (int i = 0; i < REDIS_CLUSTER_NODES; i++)
+    for (int i = 0; i < REDIS_CLUSTER_NODES; i++) /* the replicas follow */
         if (cmd(&c->node[i], 1, flush))
             return -1;
     return 0;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU checks of issue 19 in one script, for a session lent a GPU by the device tool.
+# The GPU checks in one script, for a session lent a GPU by the device tool.
 #
 #   tests/gpu/device-check.sh bundle [BUILD]   here: copy BUILD's (default build) GPU tests,
 #                                              tools, their shared libraries and the traces

@@ -257,7 +257,8 @@ static int put_page(const char *dir, const uint8_t *key, char **argv)
         posix_memalign(&buf, 4096, in.slot_bytes)) {
         rc = fail("put", -ENOMEM);
     } else {
-        struct dstore_wpage w = {key, parent, ns, tokens, buf};
+        struct dstore_wpage w = {
+            .key = key, .parent = parent, .ns = ns, .tokens = tokens, .buf = buf};
 
         for (uint32_t i = 0; i < in.page_tokens; i++)
             tokens[i] = (uint32_t)strtoul(argv[2], NULL, 10);
@@ -304,7 +305,8 @@ static int grow_page(struct grower *g, uint32_t k, bool first)
         return -EIO;
     for (uint32_t i = 0; i < g->in.page_bytes; i++)
         buf[i] = g->keys[k][i % DSTORE_KEY_BYTES];
-    g->w[k] = (struct dstore_wpage){g->keys[k], parent, g->root, t, buf};
+    g->w[k] = (struct dstore_wpage){
+        .key = g->keys[k], .parent = parent, .ns = g->root, .tokens = t, .buf = buf};
     return 0;
 }
 

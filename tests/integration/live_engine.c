@@ -100,6 +100,7 @@ static int open_engine(const struct config *c, kvt_engine **e)
     o.host_tokens = HOST_TOKENS;
     o.disk_dir = c->dir;
     o.disk_bytes = c->dir ? DISK_BYTES : 0;
+    o.store_page_tokens = o.page_size; /* a store page to a page: what the tests count */
     o.stats_socket = c->socket;
     static const uint32_t full_layer = 1;
     if (c->hybrid) { /* no disk (hybrid engines refuse one); no host tier with windows */

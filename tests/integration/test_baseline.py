@@ -9,8 +9,10 @@ record field by field: tokens per tier, computed and decoded, evictions per tier
 path, disk errors, pages verified; times are left out, and mismatches must be 0.
 
 What lands when depends on timing as well as on the code (a restart's backups follow which
-host leaves an eviction finds free of loads still in flight), so the runs use --serial: the
-sim backend copies each transfer as it is submitted, and a run repeats exactly. Recording runs
+host leaves an eviction finds free of loads still in flight), so the runs use --deterministic:
+the sim backend copies each transfer as it is submitted and every transfer and disk op lands
+before the next request, and a run repeats exactly. The disk runs keep a store page to a page
+(--store-page-tokens of the page size: the default before 0.9, when these were recorded). Recording runs
 each case REPEATS times and keeps each field's range; a field that never moved must come out
 the same, one that moved (none did when this was written) must stay within what was seen.
 
@@ -85,10 +87,11 @@ def run(name):
     d = os.path.join(TMP, name)
     shutil.rmtree(d, ignore_errors=True)
     if any(a == "--disk-tokens" for a in args):
-        args = args + ["--dir", d]
+        page = args[args.index("--page-size") + 1] if "--page-size" in args else "16"
+        args = args + ["--dir", d, "--store-page-tokens", page]
     out = []
     for i in range(times):
-        r = subprocess.run([BENCH, *args, "--serial", "--json"], capture_output=True, text=True,
+        r = subprocess.run([BENCH, *args, "--deterministic", "--json"], capture_output=True, text=True,
                            timeout=300)
         eq(r.returncode, 0, f"{name} run {i + 1}: exit status ({r.stderr[-300:]!r})")
         j = json.loads(r.stdout)

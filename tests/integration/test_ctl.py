@@ -43,6 +43,9 @@ from harness import Failure, case, check, eq
 import harness
 
 CTL = BENCH = LIVE = FIXTURE = None
+# kvtier-bench's dirs and servers as these tests count them: a page of the engine to a store
+# page (not chosen by bytes), every op landed before the next request.
+PINNED = ["--store-page-tokens", "16", "--deterministic"]
 TMP = None
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGE_TOKENS = 16
@@ -257,7 +260,7 @@ def bench_dir():
     if "bench" not in _dirs:
         d = os.path.join(TMP, "bench")
         r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000", "--dir",
-                            d, "--synthetic", "mixed", "--requests", "40", "--json"],
+                            d, "--synthetic", "mixed", "--requests", "40", *PINNED, "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
         _dirs["bench"] = d
@@ -467,7 +470,7 @@ def _():
     d = os.path.join(TMP, "grouped")
     r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000", "--dir", d,
                         "--synthetic", "mixed", "--requests", "40", "--store-page-tokens", "256",
-                        "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+                        "--deterministic", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
     check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
     j = ok_json("stat", d)
     fp = fingerprint("tiny", 256)
@@ -498,7 +501,7 @@ def _():
     d = os.path.join(TMP, "hybrid")
     r = subprocess.run([BENCH, "--geometry", "tiny,mamba_layers=2,conv_bytes=64,ssm_bytes=256",
                         "--host-tokens", "65536", "--disk-tokens", "300000", "--dir", d,
-                        "--synthetic", "mixed", "--requests", "40", "--json"],
+                        "--synthetic", "mixed", "--requests", "40", "--deterministic", "--json"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
     check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
     stored = json.loads(r.stdout)["mamba"]["stored_states"]
@@ -537,7 +540,8 @@ def window_dir():
                                     "hash_ids": ids}) + "\n")
         r = subprocess.run([BENCH, "--geometry", "tiny,layers=4,swa_window=32,full_every=2",
                             "--trace", trace, "--device-tokens", "2048", "--host-tokens",
-                            "16384", "--disk-tokens", "65536", "--dir", d, "--json"],
+                            "16384", "--disk-tokens", "65536", "--dir", d, "--deterministic",
+                            "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
         _dirs["window"] = d
@@ -912,6 +916,27 @@ def _():
     eq(ok_json("gc", d, "--detached")["dropped"], len(below), "gc --detached")
 
 
+@case("an entry of the wrong kind in a dir is named with its path, never a bare errno")
+def _():
+    src = bench_dir()
+    d = copy_of(src, "wrong-slabs")
+    shutil.rmtree(os.path.join(d, "slabs"))
+    open(os.path.join(d, "slabs"), "w").close()
+    name = re.escape(d)
+    for cmd in (("stat",), ("evict", "--to", "0")):
+        fails(1, rf"^kvtier-ctl: {name}: cannot open: {name}/slabs is a regular file, where "
+              rf"kvtier keeps its slab files \(a directory\) \(Not a directory\): remove it\n$",
+              cmd[0], d, *cmd[1:])
+    d = copy_of(src, "wrong-lock")
+    os.remove(os.path.join(d, "lock"))
+    os.makedirs(os.path.join(d, "lock", "keep"))
+    name = re.escape(d)
+    fails(1, rf"^kvtier-ctl: {name}: cannot open: {name}/lock is a directory, where kvtier "
+          rf"keeps the lock file a writer holds \(Directory not empty\): remove it\n$",
+          "evict", d, "--to", "0")
+    eq(ok_json("stat", d)["pages"], len(pages_of(src)), "a reader takes no lock: stat works")
+
+
 @case("clear errors: not a dir, not kvtier's, a newer format, a corrupt index")
 def _():
     fails(1, "no such data dir", "stat", os.path.join(TMP, "missing"))
@@ -1027,7 +1052,7 @@ def _():
 def _():
     src = bench_dir()
     pages = set(pages_of(src))
-    n, slots = len(pages), ok_json("stat", src)["capacity_slots"]
+    n, slots = len(pages), ok_json("stat", src)["backed_slots"]
     for how in DAMAGES:
         d = copy_of(src, "recover-" + how.replace(" ", "-"))
         damage_index(d, how)
@@ -1091,6 +1116,60 @@ def _():
     eq(r.err, f"kvtier-ctl: note: {d}: the index was missing: rebuilt from the slabs with {n} "
        "pages\n", f"the note{r.where()}")
     check(f"{n} already there" in r.out, f"the pages were found there{r.where()}")
+
+
+def other_dir(name, *args):
+    """A dir kvtier-bench wrote beside bench_dir(), with args of its own (another page size)."""
+    d = os.path.join(TMP, name)
+    shutil.rmtree(d, ignore_errors=True)
+    page = args[args.index("--page-size") + 1] if "--page-size" in args else "16"
+    r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000", "--dir", d,
+                        "--synthetic", "mixed", "--requests", "10", "--store-page-tokens", page,
+                        "--deterministic", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    check(r.returncode == 0, f"kvtier-bench failed: {r.stderr[-400:]!r}")
+    return d
+
+
+@case("an index copied from another dir: read-only commands name it and recover; verify "
+      "--repair and the engine rebuild it, and every page comes back")
+def _():
+    src = bench_dir()
+    pages = set(pages_of(src))
+    for how, args in (("page64", ("--page-size", "64")), ("sibling", ("--seed", "7"))):
+        other = other_dir("foreign-" + how, *args)
+        d = copy_of(src, "foreign-index-" + how)
+        shutil.rmtree(os.path.join(d, "index"))
+        shutil.copytree(os.path.join(other, "index"), os.path.join(d, "index"))
+        name = re.escape(d)
+        message = (rf"^kvtier-ctl: {name}: {name}/index/data.mdb is not this dir's \(it is "
+                   rf"another dir's index: its meta record names pages of "
+                   rf"{64 if how == 'page64' else 16} tokens, .*and no slab file here agrees "
+                   rf"\(they hold pages of 16 tokens, 2.0 KiB; .*\)\); the pages are in "
+                   rf"{name}/slabs.*run `kvtier-ctl recover {name}`")
+        before = sorted(os.listdir(d))
+        for cmd in (("stat",), ("verify",), ("ls",), ("gc", "--dry-run")):
+            fails(1, message, cmd[0], d, *cmd[1:])
+        eq(sorted(os.listdir(d)), before, f"{how}: the dir after read-only commands")
+        if how == "sibling":  # an engine's open rebuilds it as a writer's does
+            e = copy_of(d, "foreign-engine")
+            r = subprocess.run([BENCH, "--host-tokens", "65536", "--disk-tokens", "300000",
+                                "--dir", e, "--synthetic", "mixed", "--requests", "5", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+            eq(r.returncode, 0, f"kvtier-bench on a foreign index: {r.stderr[-400:]!r}")
+            eq(json.loads(r.stdout)["disk_errors"], 0, "disk errors")
+            check(os.path.isdir(os.path.join(e, "index.damaged")), "index.damaged")
+            check(pages <= set(pages_of(e)), "the engine's open kept every page")
+        r = ctl("verify", d, "--repair", "--json")
+        eq(r.rc, 0, f"verify --repair{r.where()}")
+        check(re.search(rf"^kvtier-ctl: note: {name}: the index was another dir's \(its meta "
+                        rf"record agreed with no slab file's head\): set aside as "
+                        rf"{name}/index.damaged and rebuilt from the slabs with {len(pages)} "
+                        rf"pages\n$", r.err), f"the note{r.where()}")
+        j = r.json()
+        eq((j["pages"], j["pages_read"], j["problems"], j["ok"]), (len(pages), len(pages), 0,
+           True), f"verify --repair ({how})")
+        eq(set(pages_of(d)), pages, f"the pages after verify --repair ({how})")
 
 
 @case("a FIFO or a link in place of the lock file neither hangs kvtier-ctl nor says locked")
@@ -1853,6 +1932,10 @@ def resp(port, *args):
     return reply.decode().strip()
 
 
+# A page's own key in a SCAN reply (not the start of its copy's name, "...:copy{T}").
+PAGE_NAME = rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}(?![0-9a-f:])"
+
+
 def redis_url():
     """The URL of a redis-server of the test's own, filled by kvtier-bench once; Skip where
     redis-server or ctl's remote commands are missing."""
@@ -1864,7 +1947,7 @@ def redis_url():
     _redis["proc"], port = harness.start_redis(TMP)
     url = f"redis://127.0.0.1:{port}"
     b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic", "mixed",
-                        "--requests", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        "--requests", "50", *PINNED], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=120)
     check(b.returncode == 0, f"kvtier-bench --remote failed: {b.stderr[-400:]!r}")
     _redis["port"], _redis["url"] = port, url
@@ -1909,7 +1992,7 @@ def _():
         reply = b""
         while not names and (chunk := s.recv(1 << 16)):
             reply += chunk
-            names = re.findall(rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}", reply)
+            names = re.findall(PAGE_NAME, reply)
     check(names, "no kvt:* key to damage")
     key = names[0]
     check(key.decode().startswith(f"kvt:{fp}:"), f"key {key!r} of fingerprint {fp}")
@@ -1930,7 +2013,7 @@ def redis_cluster_url():
     _redis["cluster_procs"], ports = harness.start_redis_cluster(TMP)
     url = ",".join(f"redis://127.0.0.1:{p}" for p in ports)
     b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic", "mixed",
-                        "--requests", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        "--requests", "50", *PINNED], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=120)
     check(b.returncode == 0, f"kvtier-bench --remote (cluster) failed: {b.stderr[-400:]!r}")
     _redis["cluster_url"], _redis["cluster_ports"] = url, ports
@@ -1959,7 +2042,7 @@ def _():
         reply, names = b"", []
         while not names and (chunk := s.recv(1 << 16)):
             reply += chunk
-            names = re.findall(rb"kvt:[0-9a-f]{64}:[0-9a-f]{64}", reply)
+            names = re.findall(PAGE_NAME, reply)
     check(names, "no kvt:* key on the third master")
     eq(resp(ports[2], b"SET", names[0], b"garbage"), "+OK", "SET garbage")
     r = ctl("remote", "verify", url, "--json")
@@ -1968,6 +2051,80 @@ def _():
     eq((j["bad"], j["bad_keys"]), (1, [names[0].decode()]), "the bad key named")
     eq({n["server"]: n["bad"] for n in j["nodes"]},
        {s: int(s.endswith(f":{ports[2]}")) for s in sizes}, "bad pages per node")
+
+
+@case("remote stat and verify over a cluster: each page's copy on another master, counted")
+def _():
+    url, ports = redis_cluster_url()
+    j = ok_json("remote", "stat", url)
+    eq(j["copies"] * 2, j["pages"], f"a copy of every page: {j}")
+    eq(j["fingerprints"][0]["copies"], j["copies"], "copies of the fingerprint")
+    check("copies:" in ok("remote", "stat", url).out, "the text says copies")
+
+
+@case("remote: a kvt:* key of another type is foreign; stat and verify go on")
+def _():
+    url = redis_url()
+    port = _redis["port"]
+    before = ok_json("remote", "stat", url)
+    page_like = b"kvt:" + b"ab" * 32 + b":" + b"cd" * 32  # a page's name, a list's value
+    eq(resp(port, b"RPUSH", page_like, b"x"), ":1", "RPUSH")
+    eq(resp(port, b"SADD", b"kvt:a-set", b"m"), ":1", "SADD")
+    try:
+        j = ok_json("remote", "stat", url)
+        eq((j["pages"], j["other_keys"]), (before["pages"], before["other_keys"] + 2),
+           f"stat counts the lists and sets as foreign: {j}")
+        r = ctl("remote", "verify", url, "--json")
+        eq(r.rc, 1, f"exit status{r.where()}")
+        j = r.json()
+        check(page_like.decode() in j["bad_keys"] and "kvt:a-set" in j["bad_keys"],
+              f"both named: {j['bad_keys']}")
+        check(j["good"] >= before["pages"] - 1, f"the pages read all the same: {j}")
+        t = ctl("remote", "stat", url)
+        eq(t.rc, 0, f"exit status{t.where()}")
+        check("no page (another name or type)" in t.out, f"text: {t.out!r}")
+    finally:
+        resp(port, b"DEL", page_like, b"kvt:a-set")
+
+
+@case("remote stat and verify over a cluster with a master down: the others reported, exit 1")
+def _():
+    redis_url()  # skips where ctl or redis-server lack
+    procs, ports = harness.start_redis_cluster(TMP)
+    try:
+        url = ",".join(f"redis://127.0.0.1:{p}" for p in ports)
+        b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--synthetic",
+                            "mixed", "--requests", "20"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+        check(b.returncode == 0, f"kvtier-bench --remote (cluster) failed: {b.stderr[-400:]!r}")
+        sizes = {f"127.0.0.1:{p}": int(resp(p, b"DBSIZE")[1:]) for p in ports}
+        procs[1].kill()
+        procs[1].wait()
+        dead = f"127.0.0.1:{ports[1]}"
+        for sub in ("stat", "verify"):
+            r = ctl("remote", sub, url, "--json")
+            eq(r.rc, 1, f"{sub}: exit status{r.where()}")
+            check(f"cannot connect to {dead}" in r.err, f"{sub}: stderr names it{r.where()}")
+            j = r.json()
+            eq(j["unreachable"], 1, f"{sub}: unreachable")
+            states = {n["server"]: n["state"] for n in j["nodes"]}
+            eq(states, {s: "unreachable" if s == dead else "ok" for s in sizes}, "states")
+            live = {n["server"]: n["pages"] for n in j["nodes"] if n["state"] == "ok"}
+            eq(live, {s: n for s, n in sizes.items() if s != dead}, f"{sub}: the live masters")
+            check(any("Connection refused" in n.get("error", "") for n in j["nodes"]),
+                  f"{sub}: why: {j['nodes']}")
+        t = ctl("remote", "verify", url)
+        eq(t.rc, 1, f"exit status{t.where()}")
+        check(re.search(rf"{re.escape(dead)} .* unreachable: cannot connect", t.out) and
+              "INCOMPLETE" in t.out and "unreachable:  1 master" in t.out, f"text: {t.out!r}")
+        # From a dead seed too: the next seed answers.
+        t = ctl("remote", "stat", f"redis://{dead},redis://127.0.0.1:{ports[0]}")
+        eq(t.rc, 1, f"exit status{t.where()}")
+        check("3 masters" in t.out, f"text: {t.out!r}")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 @case("remote: a bad URL exits 2 naming it; a dead port exits 1")
@@ -1994,7 +2151,7 @@ def _():
     try:
         url = f"rediss://127.0.0.1:{tls_port}"
         b = subprocess.run([BENCH, "--host-tokens", "65536", "--remote", url, "--remote-tls-ca",
-                            files["ca.crt"], "--synthetic", "mixed", "--requests", "50"],
+                            files["ca.crt"], "--synthetic", "mixed", "--requests", "50", *PINNED],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         check(b.returncode == 0, f"kvtier-bench over rediss:// failed: {b.stderr[-400:]!r}")
         dbsize = int(resp(port, b"DBSIZE")[1:])

@@ -72,6 +72,13 @@ def has_fio():
     return shutil.which("fio") is not None
 
 
+def hugetlb_free():
+    """Huge pages (hugetlb) free now: what fio's buffers can have with --iomem=shmhuge."""
+    with open("/proc/meminfo") as f:
+        m = re.search(r"^HugePages_Free:\s+(\d+)", f.read(), re.M)
+    return int(m.group(1)) if m else 0
+
+
 # ---- checking a report ----
 
 CONFIG_KEYS = {"work_dir": str, "fs": str, "keep": bool, "reps": int, "batch": int,
@@ -238,6 +245,31 @@ def _():
     check(re.search(r"^  note: .*apt-get install fio", r.out, re.M), f"text note{r.where()}")
 
 
+@case("--buffers: the store's and fio's buffers on the same pages, and the report says which")
+def _():
+    small = ["--page-bytes", "64K", "--queue-depth", "4", "--pages", "8", "--batch", "4",
+             "--reps", "1", "--open-pages", "0"]
+    # 4k: both on 4 KiB pages, whatever the machine has
+    j = run_json(*small, "--buffers", "4k")
+    eq(j["config"]["buffers"], "4k", "config.buffers with --buffers 4k")
+    eq(j["throughput"][0]["store"]["huge_page_bytes"], 0, "store buffers on huge pages with 4k")
+    # auto: never reported as auto; without fio the store's as the engine's (huge); with fio
+    # and no hugetlb pages to give it, 4 KiB pages for both
+    j = run_json(*small, "--fio", "/nonexistent/fio")
+    eq(j["config"]["buffers"], "huge", "config.buffers without fio")
+    if has_fio() and hugetlb_free() == 0:
+        j = run_json(*small)
+        eq(j["config"]["buffers"], "4k", "config.buffers with fio and no hugetlb pages")
+        r = run(*small, "--buffers", "huge")
+        eq(r.rc, 1, f"--buffers huge with no hugetlb pages for fio{r.where()}")
+        check("vm.nr_hugepages" in r.err and "--buffers 4k" in r.err,
+              f"the error should say how to reserve them, or use 4k{r.where()}")
+    elif has_fio():
+        j = run_json(*small)
+        eq(j["config"]["buffers"], "huge", "config.buffers with fio and hugetlb pages free")
+    bad_usage("--buffers", "2m", mention="--buffers")
+
+
 @case("--pages 0 --open-pages 0 measures nothing and says so in the shape")
 def _():
     j = check_report(run_json("--pages", 0, "--open-pages", 0, "--no-fio"), False)
@@ -354,7 +386,7 @@ def _():
     # ("--end" is how the pattern above reads fio's --end_fsync.)
     fio_opts = {"--name", "--filename", "--ioengine", "--direct", "--fixedbufs", "--fallocate",
                 "--bs", "--iodepth", "--rw", "--size", "--fdatasync", "--end", "--output",
-                "--output-format"}
+                "--output-format", "--iomem"}
     for opt in sorted(documented - fio_opts - {"--help", "--json", "--keep", "--no-fio",
                                                "--fio", "--dir"}):
         r = run(opt, "not-a-value")

@@ -440,6 +440,60 @@ class Closed(StoreCase):
         self.assertEqual(len(closed_seen), 3)
 
 
+    def test_close_from_threads_at_once(self):
+        """close from several threads at once, with ops pending and without, while others
+        keep calling: every close returns (the C store is closed once), the callers get
+        ValueError, and nothing is left waiting."""
+        for pending in (False, True):
+            with self.subTest(pending=pending):
+                self.s.close()
+                self.s = self.open()
+                self.put(0, 16)
+                ops = []
+                if pending:
+                    ops = [self.s.submit_set_from([key_of(100 + i)], [bytes_of(100 + i)])
+                           for i in range(8)]
+                    ops += [self.s.submit_get_into([key_of(i)], [bytearray(PAGE)])
+                            for i in range(8)]
+                go, closes, errors, refused = threading.Barrier(6), [], [], []
+
+                def closer():
+                    go.wait()
+                    try:
+                        self.s.close()
+                        self.s.close()
+                        closes.append(self.s.closed)
+                    except BaseException as e:  # reported below
+                        errors.append(e)
+
+                def caller():
+                    go.wait()
+                    try:
+                        while True:
+                            self.s.exists([key_of(i) for i in range(16)])
+                            self.read(0, 4)
+                    except ValueError as e:
+                        refused.append(str(e))
+                    except BaseException as e:
+                        errors.append(e)
+
+                threads = [threading.Thread(target=closer, daemon=True) for _ in range(4)]
+                threads += [threading.Thread(target=caller, daemon=True) for _ in range(2)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join(20)
+                self.assertEqual([th.is_alive() for th in threads], [False] * 6,
+                                 "a thread still blocked after 20 s")
+                self.assertEqual(errors, [])
+                self.assertEqual(closes, [True] * 4)
+                self.assertEqual(len(refused), 2)
+                self.assertTrue(all("closed" in r for r in refused), refused)
+                for op in ops:
+                    self.assertRaises(ValueError, self.s.wait, op)
+        self.s = self.open()  # the pages the pending sets wrote are there
+        self.assertEqual(self.read(100, 8), [0] * 8)
+
 class Gil(StoreCase):
     def test_gil_released_inside_a_call(self):
         """A pure-Python thread counts, stamping the time every 256 counts, while another is

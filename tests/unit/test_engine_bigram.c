@@ -34,6 +34,7 @@ static kvt_engine *open_bigram(int bigram, const char *dir)
         o.host_tokens = 2048;
         o.disk_dir = dir;
         o.disk_bytes = 1 << 20;
+        o.store_page_tokens = o.page_size; /* a store page to a page */
     }
     assert_int_equal(kvt_open(&o, &e), 0);
     return e;

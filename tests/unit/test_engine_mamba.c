@@ -1,4 +1,4 @@
-/* Hybrid models with recurrent layers through the public engine (options.mamba): issue 16's
+/* Hybrid models with recurrent layers through the public engine (options.mamba): the design's
  * seed examples as requests (230 tokens reuse 192; 280 reuse 256, or 192 once that checkpoint
  * is gone; the A/B/C tree where a request sharing 200 tokens gets A's state at 128 and
  * branches at 192), copy on write at match, checkpoints handed over mid-request and at finish,

@@ -562,6 +562,7 @@ static void test_disk_restart(void **state)
     assert_int_equal(kvt_stats(e, &st), 0);
     assert_int_equal(st.disk_hit_tokens, 64);
     kvt_close(e);
+    fixture_remove_tree(dir);
 }
 
 /* ---- randomized ---- */
@@ -707,6 +708,8 @@ static void run_random(uint64_t seed, uint32_t window, int host)
     disk_served += disk;
     free(live);
     kvt_close(e);
+    if (host == 3)
+        fixture_remove_tree(dir);
 }
 
 static void test_random(void **state)

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvtier.h"
+#include "engine_fixture.h"
 #include "rng.h"
 #include "store/disk/layout.h"
 #include "store/disk/store.h"
@@ -103,8 +105,11 @@ static void write_pages(const char *dir)
             make_key(first + i, keys[i]);
             make_key(first + i - 1, parents[i]);
             fill_page(keys[i], bufs[i]);
-            w[i] = (struct dstore_wpage){keys[i], first + i ? parents[i] : NULL, NULL, tokens,
-                                         bufs[i]};
+            w[i] = (struct dstore_wpage){.key = keys[i],
+                                         .parent = first + i ? parents[i] : NULL,
+                                         .ns = NULL,
+                                         .tokens = tokens,
+                                         .buf = bufs[i]};
         }
         assert_int_equal(dstore_put(s, w, BATCH, res), 0);
         for (size_t i = 0; i < BATCH; i++)
@@ -287,7 +292,7 @@ static void read_all(struct dstore *s, struct served *sv)
     for (uint64_t first = 0; first < PAGES; first += BATCH) {
         for (size_t i = 0; i < BATCH; i++) {
             make_key(first + i, keys[i]);
-            r[i] = (struct dstore_rpage){keys[i], bufs[i]};
+            r[i] = (struct dstore_rpage){.key = keys[i], .buf = bufs[i]};
         }
         if (dstore_get(s, r, BATCH, res)) {
             sv->missing += BATCH;
@@ -432,7 +437,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
 
 static void test_damaged_index(void **state)
 {
-    char pristine[64] = "/tmp/kvt-damage-XXXXXX", work[96];
+    char root[64], pristine[96], work[96];
     uint64_t rounds = env_u64("KVT_DAMAGE_ROUNDS", 500);
     uint64_t only = env_u64("KVT_DAMAGE_ONLY", UINT64_MAX); /* run that round's checks alone */
     uint64_t seed = env_u64("KVT_SEED", (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
@@ -441,9 +446,9 @@ static void test_damaged_index(void **state)
     time_t t0 = time(NULL);
 
     (void)state;
-    assert_non_null(mkdtemp(pristine));
-    snprintf(work, sizeof(work), "%s.work", pristine);
-    strcat(pristine, "/d");
+    assert_int_equal(fixture_data_dir(root, sizeof(root), "damage"), 0);
+    snprintf(pristine, sizeof(pristine), "%s/d", root);
+    snprintf(work, sizeof(work), "%s/work", root);
     write_pages(pristine);
     for (uint64_t i = 0; i < rounds; i++) {
         enum damage_kind k = (enum damage_kind)rnd(&rs, KINDS);
@@ -476,10 +481,9 @@ static void test_damaged_index(void **state)
            " of them sound (false alarms)\n",
            t.crashes, t.wrong, t.lost, t.broken, t.recovered_auto, t.false_alarms);
     if (only == UINT64_MAX) { /* one round alone leaves its dirs to look at */
-        rm_rf(work);
-        pristine[strlen(pristine) - 2] = '\0';
-        rm_rf(pristine);
+        fixture_remove_tree(root);
     } else {
+        fixture_keep_tree(root);
         printf("test_index_damage: round %" PRIu64 ": %s, from %s\n", only, work, pristine);
     }
     assert_int_equal(t.crashes, 0);

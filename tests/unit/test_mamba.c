@@ -1,4 +1,4 @@
-/* Mamba state pool (issue 16): slots and their states, copies, per-layer reads and writes,
+/* Mamba state pool: slots and their states, copies, per-layer reads and writes,
  * the request map with and without track slots, the checkpoint arithmetic, and a randomized
  * run against a reference model. KVT_SEED=<n> reruns the randomized run. */
 #include <stdarg.h>
@@ -472,7 +472,7 @@ static void test_ckpt_grids(void **state)
     assert_true(mamba_ckpt_decode_due(&r, 1024));
 }
 
-/* Issue 16's seed examples that need no tree. */
+/* The design's seed examples that need no tree. */
 static void test_ckpt_seed_examples(void **state)
 {
     struct mamba_ckpt_rules r;

@@ -3,8 +3,10 @@
  * pages of one and of several segments round trip byte for byte; runs, deletes and clear; a
  * restart keeps the pages and refuses another fingerprint or page size; asynchronous ops
  * with the eventfd; bad arguments refused before anything changes; a read-only store; damaged
- * slabs give misses, never bytes; and three threads calling exists, get and set at once, as
- * SGLang's controller does, never see a wrong byte.
+ * slabs give misses, never bytes; three threads calling exists, get and set at once, as
+ * SGLang's controller does, never see a wrong byte; and stores of one dir in one process
+ * (readers beside a writer, on threads, beside the engine's disk tier) share one LMDB
+ * environment, so that none breaks another.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -444,13 +446,158 @@ static void test_three_threads(void **state)
     fx_close(&f);
 }
 
+/* ---- stores of one dir in one process: one LMDB environment ---- */
+
+/* A read-only store opened and closed beside the writer in the same process leaves the writer
+ * whole (LMDB allows one environment of a file per process: a second one's close once dropped
+ * the writer's locks, and its exists and get failed ever after); readers outlive the writer;
+ * a writer opened beside a reader is refused, and opens once the reader is gone. */
+static void test_reader_beside_writer(void **state)
+{
+    struct fixture f;
+    kvt_pagestore *r1 = NULL, *r2 = NULL, *w = (kvt_pagestore *)1;
+
+    (void)state;
+    fx_open(&f);
+    put_range(f.s, 0, 16);
+    for (int round = 0; round < 2; round++) { /* the reader closes first, twice */
+        assert_int_equal(open_at(f.dir, FP, PAGE, 0, 1, &r1), 0);
+        assert_int_equal(get_range(r1, 0, 16, NULL), 16);
+        kvt_pagestore_close(r1);
+        assert_int_equal(run_of(f.s, 0, 16), 16);
+        assert_int_equal(get_range(f.s, 0, 16, NULL), 16);
+        put_range(f.s, 16 + 8 * (uint32_t)round, 8);
+    }
+    /* Another fingerprint beside the writer: refused, and the writer goes on. */
+    assert_int_equal(open_at(f.dir, "another model", PAGE, 0, 1, &r1), KVT_EFINGERPRINT);
+    assert_int_equal(get_range(f.s, 0, 32, NULL), 32);
+    /* Two readers; the writer closes first, then one reader: the other still reads. */
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 1, &r1), 0);
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 1, &r2), 0);
+    kvt_pagestore_close(f.s);
+    assert_int_equal(get_range(r1, 0, 32, NULL), 32);
+    kvt_pagestore_close(r1);
+    assert_int_equal(run_of(r2, 0, 32), 32);
+    assert_int_equal(get_range(r2, 0, 32, NULL), 32);
+    /* A reader first: a writer of the dir is refused while it is open, and not after. */
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 0, &w), -EBUSY);
+    assert_null(w);
+    kvt_pagestore_close(r2);
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 0, &f.s), 0);
+    assert_int_equal(get_range(f.s, 0, 32, NULL), 32);
+    put_range(f.s, 32, 8);
+    assert_int_equal(run_of(f.s, 0, 40), 40);
+    fx_close(&f);
+}
+
+struct opener {
+    const char *dir;
+    int rc;
+    uint32_t exact;
+};
+
+static void *open_read_close(void *arg)
+{
+    struct opener *o = arg;
+    kvt_pagestore *r = NULL;
+
+    for (int i = 0; i < 20 && !o->rc; i++) {
+        if ((o->rc = open_at(o->dir, FP, PAGE, 0, 1, &r)))
+            break;
+        o->exact += get_range(r, 0, 16, NULL);
+        kvt_pagestore_close(r);
+    }
+    return NULL;
+}
+
+/* Readers opened and closed on four threads at once beside a writer that keeps writing and
+ * reading: none fails, the writer never does. */
+static void test_readers_on_threads(void **state)
+{
+    struct fixture f;
+    struct opener o[4];
+    pthread_t t[4];
+
+    (void)state;
+    fx_open(&f);
+    put_range(f.s, 0, 16);
+    for (int i = 0; i < 4; i++) {
+        o[i] = (struct opener){.dir = f.dir};
+        assert_int_equal(pthread_create(&t[i], NULL, open_read_close, &o[i]), 0);
+    }
+    for (uint32_t r = 0; r < 20; r++) {
+        put_range(f.s, 16 + r % 4 * 8, 8);
+        assert_int_equal(get_range(f.s, 0, 16, NULL), 16);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(o[i].rc, 0);
+        assert_int_equal(o[i].exact, 20 * 16);
+    }
+    assert_int_equal(run_of(f.s, 0, 48), 48);
+    fx_close(&f);
+}
+
+/* The engine's disk tier and a page store of the same dir in one process: a reader beside
+ * the engine (another fingerprint: refused) leaves the engine's disk tier whole; a page store
+ * open on the dir keeps the engine out (-EBUSY) until it closes. */
+static void test_engine_beside_page_store(void **state)
+{
+    struct kvt_options o;
+    struct kvt_stats st = {.size = sizeof(st)};
+    kvt_engine *e = NULL;
+    kvt_pagestore *r = NULL;
+    char dir[128];
+    uint32_t tokens[16];
+    int32_t slots[16];
+
+    (void)state;
+    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "pagestore-engine"), 0);
+    fixture_engine_options(&o, 2, 8);
+    o.host_tokens = 256;
+    o.disk_dir = dir;
+    o.disk_bytes = 1 << 20;
+    o.disk_write_policy = KVT_DISK_WRITE_THROUGH;
+    o.store_page_tokens = o.page_size; /* a store page to a page: the keys below count them */
+    assert_int_equal(kvt_open(&o, &e), 0);
+    assert_int_equal(open_at(dir, FP, PAGE, 0, 1, &r), KVT_EFINGERPRINT);
+    for (uint32_t round = 0; round < 2; round++) {
+        struct kvt_key key = {.tokens = tokens, .len = 16};
+        for (uint32_t i = 0; i < 16; i++)
+            tokens[i] = round * 100 + i;
+        assert_int_equal(kvt_alloc(e, 16, slots), 0);
+        size_t cached = 99;
+        assert_int_equal(kvt_insert(e, &key, slots, 0, &cached), 0);
+        assert_int_equal(cached, 0);
+        assert_int_equal(kvt_sync(e), 0);
+    }
+    assert_int_equal(kvt_stats(e, &st), 0);
+    assert_true(st.disk_written_tokens == 32 && st.disk_cached_tokens == 32);
+    assert_int_equal(st.disk_errors, 0);
+    kvt_close(e);
+    e = NULL;
+    assert_int_equal(open_at(dir, "another model", PAGE, 0, 1, &r), KVT_EFINGERPRINT);
+    fixture_remove_tree(dir);
+
+    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "pagestore-engine"), 0);
+    assert_int_equal(open_at(dir, FP, PAGE, 0, 0, &r), 0);
+    put_range(r, 0, 4);
+    kvt_pagestore_close(r);
+    assert_int_equal(open_at(dir, FP, PAGE, 0, 1, &r), 0);
+    assert_int_equal(kvt_open(&o, &e), -EBUSY);
+    assert_int_equal(get_range(r, 0, 4, NULL), 4);
+    kvt_pagestore_close(r);
+    fixture_remove_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_restart_and_fingerprint),
-        cmocka_unit_test(test_async_and_eventfd), cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_damaged_slab),      cmocka_unit_test(test_empty_segment),
-        cmocka_unit_test(test_three_threads),
+        cmocka_unit_test(test_round_trip),         cmocka_unit_test(test_restart_and_fingerprint),
+        cmocka_unit_test(test_async_and_eventfd),  cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_damaged_slab),       cmocka_unit_test(test_empty_segment),
+        cmocka_unit_test(test_three_threads),      cmocka_unit_test(test_reader_beside_writer),
+        cmocka_unit_test(test_readers_on_threads), cmocka_unit_test(test_engine_beside_page_store),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

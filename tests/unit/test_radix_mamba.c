@@ -1,4 +1,4 @@
-/* Mamba states in the radix tree (cfg.mamba): the seed examples of issue 16 that live in the
+/* Mamba states in the radix tree (cfg.mamba): the design's seed examples that live in the
  * tree (the A/B/C tree with a tombstone and a branching request, a split leaving a tombstone,
  * the deepest state found through tombstones, eviction making tombstones, locks keeping a
  * state), the rules of attach and locks, host copies of states (saved, their LRU, dropped with

@@ -2,7 +2,8 @@
  * store_redis_parse_url (src/store/redis/url.c), the one parser of options.remote,
  * kvtier-bench --remote and kvtier-ctl remote: hosts and ports, a password alone
  * (":PASSWORD@", the default user), an ACL user ("USER:PASSWORD@"), percent-decoding of both,
- * cluster seed lists with one user and password, rediss:// (TLS) and the URLs it refuses. No
+ * cluster seed lists with one user and password, rediss:// (TLS), the store's options after
+ * '?' (copies, replica_reads; a '?' in a password is no query) and the URLs it refuses. No
  * server needed.
  */
 #include <stdarg.h>
@@ -131,6 +132,41 @@ static void test_tls_scheme(void **state)
     assert_int_equal(parse("rediss://", &p), -EINVAL);
 }
 
+static void test_options(void **state)
+{
+    static const char *bad[] = {
+        "redis://h:1?copies=3",
+        "redis://h:1?copies=",
+        "redis://h:1?copies",
+        "redis://h:1?ttl=5",
+        "redis://h:1?replica_reads=maybe",
+        "redis://h:1?copies=1&",
+    };
+    struct parsed p;
+
+    (void)state;
+    assert_int_equal(parse("redis://a:1,b:2?copies=1&replica_reads=yes", &p), 0);
+    assert_int_equal(p.o.n_seeds, 2);
+    assert_int_equal(p.o.seeds[1].port, 2);
+    assert_int_equal(p.o.copies, 1);
+    assert_true(p.o.replica_reads);
+    assert_int_equal(parse("redis://a:1?replica_reads=no&copies=2", &p), 0);
+    assert_int_equal(p.o.copies, 2);
+    assert_false(p.o.replica_reads);
+    assert_int_equal(parse("redis://a:1", &p), 0);
+    assert_int_equal(p.o.copies, 0); /* the store's default: 2 on a cluster */
+    /* A '?' before the last '@' is the password's. */
+    assert_int_equal(parse("redis://:pa?ss@h:1", &p), 0);
+    expect_auth(&p, NULL, "pa?ss");
+    assert_int_equal(parse("redis://:pa?ss@h:1?copies=1", &p), 0);
+    expect_auth(&p, NULL, "pa?ss");
+    assert_int_equal(p.o.copies, 1);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("%s\n", bad[i]);
+        assert_int_equal(parse(bad[i], &p), -EINVAL);
+    }
+}
+
 static void test_refused(void **state)
 {
     static const char *bad[] = {
@@ -157,7 +193,7 @@ int main(void)
         cmocka_unit_test(test_host_port),  cmocka_unit_test(test_password_alone),
         cmocka_unit_test(test_acl_user),   cmocka_unit_test(test_percent_decoding),
         cmocka_unit_test(test_seed_list),  cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_tls_scheme),
+        cmocka_unit_test(test_tls_scheme), cmocka_unit_test(test_options),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

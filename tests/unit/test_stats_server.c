@@ -190,8 +190,8 @@ static void trickler_join(struct trickler *t)
 /* ---- fixtures ---- */
 
 struct fixture {
-    char dir[32];
-    char path[64];
+    char dir[64];
+    char path[96]; /* a socket's path: 108 bytes at most */
 };
 
 static int setup(void **state)
@@ -200,8 +200,7 @@ static int setup(void **state)
 
     if (!f)
         return -1;
-    snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-stats-XXXXXX");
-    if (!mkdtemp(f->dir))
+    if (fixture_data_dir(f->dir, sizeof(f->dir), "stats"))
         return -1;
     snprintf(f->path, sizeof(f->path), "%s/stats.sock", f->dir);
     *state = f;
@@ -211,11 +210,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    char cmd[64];
 
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    if (system(cmd) != 0)
-        return -1;
+    fixture_remove_tree(f->dir);
     free(f);
     return 0;
 }
@@ -238,7 +234,7 @@ static struct stats_server *server_start(const char *path)
 
 /* ---- clients ---- */
 
-/* Issue 13: one client that trickled its request held the thread for a minute. */
+/* A regression: one client that trickled its request held the thread for a minute. */
 static void test_trickler_does_not_hold_others(void **state)
 {
     struct fixture *f = *state;
@@ -254,7 +250,7 @@ static void test_trickler_does_not_hold_others(void **state)
     stats_server_stop(sv);
 }
 
-/* Issue 13: kvt_close waited for a trickling client. */
+/* A regression: kvt_close waited for a trickling client. */
 static void test_close_while_trickling(void **state)
 {
     struct fixture *f = *state;
@@ -274,7 +270,7 @@ static void test_close_while_trickling(void **state)
         trickler_stop(&t[i]);
 }
 
-/* Issue 13: 20 idle clients made every kvtier-ctl stat --live fail. The idle ones are closed
+/* A regression: 20 idle clients made every kvtier-ctl stat --live fail. The idle ones are closed
  * at their deadline, not kept. */
 static void test_idle_clients(void **state)
 {
@@ -399,7 +395,7 @@ static mode_t kind_at(const char *path)
     return st.st_mode & S_IFMT;
 }
 
-/* Issue 13: a regular file at stats_socket was deleted. Nothing but a stale socket is
+/* A regression: a regular file at stats_socket was deleted. Nothing but a stale socket is
  * replaced; anything else is refused with -EEXIST and left as it was. */
 static void test_path_not_a_socket(void **state)
 {

@@ -124,7 +124,7 @@ static void get(struct kvt_store *s, const uint32_t *ids, uint32_t n, int *res, 
     assert_non_null(got);
     for (uint32_t i = 0; i < n; i++) {
         key_of(ids[i], keys[i]);
-        r[i] = (struct store_rpage){keys[i], got[i]};
+        r[i] = (struct store_rpage){.key = keys[i], .buf = got[i]};
     }
     assert_int_equal(store_read(s, r, n, res, &op, leading), 0);
     assert_int_equal(store_wait_for(s, op, -1, &d), 0);
@@ -323,7 +323,7 @@ static void test_lost_part_fails(void **state)
 {
     struct kvt_store lost = {&lost_ops, PAGE_BYTES, PAGE_TOKENS}, *c = NULL, *one[1] = {&lost};
     uint8_t key[STORE_KEY_BYTES], buf[PAGE_BYTES];
-    struct store_rpage r = {key, buf};
+    struct store_rpage r = {.key = key, .buf = buf};
     struct store_done d;
     uint64_t op = 0;
     int res = 0; /* looks like success unless the chain writes it */

@@ -1,9 +1,9 @@
 /*
  * The store contract (src/store/store.h), checked the same way on every backend built in:
- * the in-memory store, the disk block store, a chain of the two, and (where the Redis store is
- * built) the Redis store over a redis-server the test starts itself and over a 3-master Redis
- * Cluster likewise. A new backend adds one row to BACKENDS and passes these before the engine ever
- * sees it (docs/tiers.md).
+ * the in-memory store, the disk block store, a chain of the two, a view of a shared disk store,
+ * and (where the Redis store is built) the Redis store over a redis-server the test starts
+ * itself and over a 3-master Redis Cluster likewise. A new backend adds one row to BACKENDS
+ * and passes these before the engine ever sees it (docs/tiers.md).
  *
  * Each backend gets a store of CAPACITY pages of PAGE_BYTES, and then:
  * - a chain of pages written in one batch is all there: each page's result 0, the op's
@@ -14,7 +14,8 @@
  *   issued -EINVAL, and a timed wait on a finished op collects it;
  * - more pages than the capacity: the store keeps at most its capacity, the newest chain is
  *   whole, and every page it still reads is exact;
- * - stats agree with what was done.
+ * - stats agree with what was done;
+ * - a store that takes pages in parts moves them byte for byte either way.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +33,7 @@
 #include "store/chain.h"
 #include "store/disk/ops.h"
 #include "store/mem.h"
+#include "store/share.h"
 #include "store/store.h"
 #ifdef KVT_HAVE_REDIS
 #include "redis_cluster.h"
@@ -88,6 +90,22 @@ static int open_chain(char *dir, struct kvt_store **out)
         return 0;
     store_close(s[0]);
     store_close(s[1]);
+    return rc;
+}
+
+/* One view of a disk store shared with another user (the engine's embedding cache), which
+ * submits nothing and is closed first: the view alone must keep the contract. */
+static int open_share(char *dir, struct kvt_store **out)
+{
+    struct kvt_store *s, *v[2];
+    int rc = open_disk(dir, &s);
+
+    if (rc == 0 && (rc = store_share_open(s, 2, v)) != 0)
+        store_close(s);
+    if (rc == 0) {
+        store_close(v[1]);
+        *out = v[0];
+    }
     return rc;
 }
 
@@ -156,6 +174,7 @@ static const struct backend BACKENDS[] = {
     {"mem", open_mem, NULL, NULL},
     {"disk", open_disk, NULL, NULL},
     {"chain", open_chain, NULL, NULL},
+    {"share", open_share, NULL, NULL},
 #ifdef KVT_HAVE_REDIS
     {"redis", open_redis, redis_server_installed, "redis-server on PATH"},
     {"redis-cluster", open_redis_cluster, redis_server_installed, "redis-server on PATH"},
@@ -236,7 +255,7 @@ static size_t read_chain(struct kvt_store *s, struct chain *ch, size_t n, size_t
 
     assert_non_null(got);
     for (size_t i = 0; i < n; i++)
-        r[i] = (struct store_rpage){ch->keys[i], got + i * PAGE_BYTES};
+        r[i] = (struct store_rpage){.key = ch->keys[i], .buf = got + i * PAGE_BYTES};
     assert_int_equal(store_read(s, r, n, results, &op, leading), 0);
     assert_int_equal(store_wait_for(s, op, -1, &d), 0);
     assert_int_equal(d.kind, STORE_OP_READ);
@@ -364,6 +383,84 @@ static void check_capacity(const struct backend *b)
     remove_dir(dir);
 }
 
+/* Pages in parts (ops->parts): written from parts and read back whole, written whole and
+ * read into parts, byte for byte; parts that are not whole fail their page alone. A store
+ * without parts says so (the store tier then stages its pages). */
+static void check_parts(const struct backend *b)
+{
+    enum { NP = 3, PART = PAGE_BYTES / NP };
+    struct kvt_store *s = NULL;
+    struct chain ch;
+    char dir[96] = "";
+    void *mem[CHAIN][NP];
+    uint8_t *got = malloc(PAGE_BYTES);
+    struct store_wpage w[CHAIN];
+    struct store_rpage r[CHAIN];
+    int results[CHAIN];
+    struct store_done d;
+    uint64_t op;
+
+    assert_int_equal(b->open(dir, &s), 0);
+    if (!s->ops->parts) {
+        printf("test_store_contract: %s takes no parts\n", b->name);
+        store_close(s);
+        remove_dir(dir);
+        free(got);
+        return;
+    }
+    chain_make(&ch, 40);
+    for (uint32_t i = 0; i < CHAIN; i++) /* apart from each other, each of its own allocation */
+        for (uint32_t k = 0; k < NP; k++) {
+            mem[i][k] = malloc(PART);
+            memcpy(mem[i][k], ch.bufs + (size_t)i * PAGE_BYTES + k * PART, PART);
+        }
+    /* The first half written in parts, the rest whole. */
+    for (uint32_t i = 0; i < CHAIN; i++)
+        w[i] = i < CHAIN / 2 ? (struct store_wpage){.key = ch.keys[i],
+                                                    .parent = i ? ch.keys[i - 1] : NULL,
+                                                    .parts = (const void *const *)mem[i],
+                                                    .nparts = NP}
+                             : (struct store_wpage){.key = ch.keys[i],
+                                                    .parent = ch.keys[i - 1],
+                                                    .buf = ch.bufs + (size_t)i * PAGE_BYTES};
+    assert_int_equal(store_write(s, w, CHAIN, results, &op), 0);
+    assert_int_equal(store_wait_for(s, op, -1, &d), 0);
+    assert_int_equal(d.ok, CHAIN);
+    for (uint32_t i = 0; i < CHAIN; i++) /* the parts' memory scrubbed: reads must fill it */
+        for (uint32_t k = 0; k < NP; k++)
+            memset(mem[i][k], 0xA5, PART);
+    size_t lead = 0;
+    assert_int_equal(read_chain(s, &ch, CHAIN, &lead), CHAIN); /* whole reads of all */
+    for (uint32_t i = 0; i < CHAIN; i++)
+        r[i] = (struct store_rpage){.key = ch.keys[i], .parts = mem[i], .nparts = NP};
+    assert_int_equal(store_read(s, r, CHAIN, results, &op, &lead), 0);
+    assert_int_equal(store_wait_for(s, op, -1, &d), 0);
+    assert_int_equal(d.ok, CHAIN);
+    for (uint32_t i = 0; i < CHAIN; i++) {
+        assert_int_equal(results[i], 0);
+        for (uint32_t k = 0; k < NP; k++)
+            assert_memory_equal(mem[i][k], ch.bufs + (size_t)i * PAGE_BYTES + k * PART, PART);
+    }
+    /* Parts that are not whole: a count that does not divide the page, a NULL part. */
+    void *parts_bad[NP] = {mem[0][0], NULL, mem[0][2]};
+    r[0] = (struct store_rpage){.key = ch.keys[0], .parts = mem[0], .nparts = 7};
+    r[1] = (struct store_rpage){.key = ch.keys[1], .parts = parts_bad, .nparts = NP};
+    r[2] = (struct store_rpage){.key = ch.keys[2], .buf = got};
+    assert_int_equal(store_read(s, r, 3, results, &op, NULL), 0);
+    assert_int_equal(store_wait_for(s, op, -1, &d), 0);
+    assert_int_equal(results[0], -EINVAL);
+    assert_int_equal(results[1], -EINVAL);
+    assert_int_equal(results[2], 0);
+    assert_memory_equal(got, ch.bufs + 2 * (size_t)PAGE_BYTES, PAGE_BYTES);
+    store_close(s);
+    for (uint32_t i = 0; i < CHAIN; i++)
+        for (uint32_t k = 0; k < NP; k++)
+            free(mem[i][k]);
+    free(ch.bufs);
+    free(got);
+    remove_dir(dir);
+}
+
 static void test_contract(void **state)
 {
     (void)state;
@@ -377,6 +474,7 @@ static void test_contract(void **state)
         check_chain(&BACKENDS[i]);
         check_completions(&BACKENDS[i]);
         check_capacity(&BACKENDS[i]);
+        check_parts(&BACKENDS[i]);
     }
 }
 

@@ -7,18 +7,28 @@
  * - FLUSHALL between a write and a read: misses, a leading run of 0, and writes work again;
  * - the server killed: ops fail (-EIO / -ECONNREFUSED) within the timeouts and leading_run
  *   answers 0 at once; a new server on the port and the store serves again;
- * - the server stopped (SIGSTOP): ops fail within the read timeout, nothing hangs;
+ * - the server stopped (SIGSTOP): the first op fails within the read timeout, the server is
+ *   marked down, and requests then cost nothing (the prober tries it); SIGCONT, served again;
+ * - a hostile server that trickles every reply a byte at a time: marked down at its first
+ *   reply, requests then cost nothing; two that send every command to each other with ASK:
+ *   given up past the redirections, the node marked down, later requests not sent round; one
+ *   that answers with an endless tree of arrays: cut off at the whole reply's bounds, said;
  * - a TTL: the page is there, then gone once it expires;
  * - ACL users (AUTH user password): the right user and password (percent-encoded ':', '@', ',')
  *   read and write; a wrong password, or a user without GET and SET, gets misses, counted
  *   (auth_refused, denied, the server's text), and the store goes on.
  * And over a 3-master Redis Cluster of the test's own (redis_cluster.h):
- * - pages spread over every master, found from any one seed, read exact;
+ * - pages and their copies spread over every master (a copy never on its page's), found from
+ *   any one seed, read exact;
  * - a slot migrated while the store runs: ASK while its keys move (the map untouched), then
  *   MOVED once the slot is the new node's (the map updated), every read exact;
- * - a master killed: its slots' pages fail (counted) and the others are served; restarted,
- *   it serves again;
- * - a master stopped (SIGSTOP): its pages fail within the timeouts, the others are served.
+ * - a master killed: every page still read and the leading run whole (the copies); with
+ *   copies=1 its slots' pages fail and the run stops at the first; restarted, it serves again;
+ * - a master stopped (SIGSTOP): the first read waits the timeout, every page from its copy;
+ *   then requests cost nothing; SIGCONT and it serves again;
+ * - with a replica per master, one key a page: a master killed, its pages read from its
+ *   replica by a store that may (replica_reads), then, once the replica took over, served
+ *   again by the store that could not, without a restart.
  * And over TLS (a server with a TLS port and certificates of the test's own):
  * - the CA given, the server named as its certificate names it (IP 127.0.0.1, DNS localhost):
  *   pages written and read exact;
@@ -39,15 +49,18 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kvtier.h"
 #include "redis_cluster.h"
+#include "redis_hostile.h"
 #include "redis_server.h"
 #include "store/redis/client.h"
 #include "store/redis/redis.h"
@@ -58,6 +71,12 @@
 #define CLUSTER_PAGES 48 /* enough that every master holds some */
 #define MAX_PAGES CLUSTER_PAGES
 #define TIMEOUT_MS 300
+/* Requests against a hung server, SPACED_GAP_MS apart as an engine's come: before a hung node
+ * was known down, each retry waited the timeout again (some 2.4 s for these); now they may
+ * take SPACED_BOUND_MS in all (a few ms each; some 250 ms in all under TSan). */
+#define SPACED_OPS 20
+#define SPACED_GAP_MS 100
+#define SPACED_BOUND_MS 900
 
 struct fixture {
     struct redis_server srv;
@@ -150,6 +169,27 @@ static int setup_cluster(void **state)
     return 0;
 }
 
+/* A cluster whose masters each have a replica (node 3 + i copies node i), the store on it
+ * with one key a page (copies=1): what a failover brings back is the replica's. */
+static int setup_cluster_replicas(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    if (!f || !(f->bufs = malloc((size_t)MAX_PAGES * PAGE_BYTES)))
+        return -1;
+    f->cl.replicas = true;
+    if (redis_cluster_start(&f->cl))
+        return -1;
+    f->cluster = true;
+    redis_cluster_url(&f->cl, 0, f->url, sizeof(f->url));
+    strcat(f->url, "?copies=1");
+    if (open_store(f, 0))
+        return -1;
+    make_pages(f, 2);
+    *state = f;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     struct fixture *f = *state;
@@ -204,7 +244,7 @@ static size_t read_pages(struct fixture *f, size_t n, int *results)
     assert_non_null(got);
     memset(got, 0xee, (size_t)MAX_PAGES * PAGE_BYTES);
     for (size_t i = 0; i < n; i++)
-        r[i] = (struct store_rpage){f->keys[i], got + i * PAGE_BYTES};
+        r[i] = (struct store_rpage){.key = f->keys[i], .buf = got + i * PAGE_BYTES};
     assert_int_equal(store_read(f->s, r, n, results, &op, NULL), 0);
     assert_int_equal(store_wait_for(f->s, op, -1, &d), 0);
     for (size_t i = 0; i < n; i++)
@@ -349,27 +389,182 @@ static void test_server_killed(void **state)
     assert_true(c.failed >= 2 * PAGES);
 }
 
+/* Pages read while the server is stopped fail; the leading run finds nothing. */
+static void expect_nothing(struct fixture *f)
+{
+    size_t run = 1;
+    int res[PAGES];
+
+    assert_int_equal(read_pages(f, PAGES, res), 0);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] == -EIO || res[i] == -ECONNREFUSED);
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], PAGES, &run), 0);
+    assert_int_equal(run, 0);
+}
+
+/* The server stopped (SIGSTOP), as a hung one: the first exchange waits out the read timeout
+ * and marks it down; from then on requests fail at once (each retry waited the timeout again
+ * before: seconds for these), while the prober tries it in the background. SIGCONT: a probe
+ * answers and the store serves again. */
 static void test_server_stopped(void **state)
 {
     struct fixture *f = *state;
-    uint64_t ms;
-    size_t run = 1;
+    struct store_redis_counters c;
+    uint64_t first, spent = 0;
     int res[PAGES];
 
     write_all_ok(f);
     assert_int_equal(kill(f->srv.pid, SIGSTOP), 0);
-    ms = timed_read(f, res);
-    for (size_t i = 0; i < PAGES; i++)
-        assert_true(res[i] == -EIO || res[i] == -ECONNREFUSED);
-    uint64_t t0 = now_ms();
-    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], PAGES, &run), 0);
-    assert_int_equal(run, 0);
-    assert_true(now_ms() - t0 < 3 * TIMEOUT_MS);
+    first = timed_read(f, res);
+    for (int k = 0; k < SPACED_OPS && spent < 20 * TIMEOUT_MS; k++) {
+        uint64_t t0 = now_ms();
+        expect_nothing(f);
+        spent += now_ms() - t0;
+        usleep(SPACED_GAP_MS * 1000);
+    }
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
     assert_int_equal(kill(f->srv.pid, SIGCONT), 0);
-    assert_true(ms < 4 * TIMEOUT_MS);
-    for (t0 = now_ms(); now_ms() - t0 < 5000 && read_pages(f, PAGES, res) < PAGES;)
+    printf("test_store_redis: server stopped: first read %" PRIu64 " ms, then %d requests %" PRIu64
+           " ms in all; %" PRIu64 " probes, %s\n",
+           first, SPACED_OPS, spent, c.probes, c.last_error);
+    assert_true(first < 4 * TIMEOUT_MS);
+    assert_true(spent < SPACED_BOUND_MS);
+    assert_int_equal(c.nodes_down, 1);
+    assert_true(c.probes >= 1);
+    assert_non_null(strstr(c.last_error, "no whole reply"));
+    for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000 && read_pages(f, PAGES, res) < PAGES;)
         usleep(50000);
     assert_int_equal(read_pages(f, PAGES, res), PAGES);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    assert_int_equal(c.nodes_down, 0);
+}
+
+/* A server that sends its replies a byte every 100 ms: no single read ever waits the 300 ms
+ * timeout, yet no reply is whole within it. It is marked down at its first reply, and
+ * requests then cost nothing (before, each waited out whole replies: seconds each). */
+static void test_trickling_server(void **state)
+{
+    struct fixture *f = *state;
+    struct redis_hostile h = {.mode = HOSTILE_TRICKLE, .gap_ms = 100};
+    struct store_redis_counters c;
+    uint64_t spent = 0;
+    int res[PAGES];
+
+    assert_int_equal(redis_hostile_start(&h), 0);
+    store_close(f->s);
+    default_options(f, 0);
+    f->o.port = h.port;
+    assert_int_equal(store_redis_open(&f->o, &f->s), 0);
+    for (int k = 0; k < SPACED_OPS && spent < 20 * TIMEOUT_MS; k++) {
+        uint64_t t0 = now_ms();
+        write_pages(f, PAGES, res);
+        expect_nothing(f);
+        spent += now_ms() - t0;
+        usleep(SPACED_GAP_MS * 1000);
+    }
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    store_close(f->s); /* a probe under way is cancelled */
+    f->s = NULL;
+    redis_hostile_stop(&h);
+    printf("test_store_redis: trickling server: %d requests %" PRIu64 " ms in all; %" PRIu64
+           " probes, %s\n",
+           SPACED_OPS, spent, c.probes, c.last_error);
+    assert_true(spent < 4 * TIMEOUT_MS);
+    assert_int_equal(c.hits, 0);
+    assert_int_equal(c.nodes_down, 1);
+    assert_non_null(strstr(c.last_error, "no whole reply"));
+}
+
+static long max_rss_mib(void)
+{
+    struct rusage u;
+
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss >> 10;
+}
+
+/* A server that answers the handshake's first command with a tree of arrays without end
+ * (every level within its own bound): the reply is cut off at the client's bounds on the
+ * whole reply, some MiB in, the node marked down saying so, every page a miss. Before, the
+ * client took all it was sent, some 14 bytes of memory a byte. */
+static void test_endless_reply(void **state)
+{
+    struct fixture *f = *state;
+    struct redis_hostile h = {.mode = HOSTILE_TREE, .tree_bytes = 48u << 20};
+    struct store_redis_counters c;
+    long rss0 = max_rss_mib();
+    int res[PAGES];
+
+    assert_int_equal(redis_hostile_start(&h), 0);
+    store_close(f->s);
+    default_options(f, 0);
+    f->o.port = h.port;
+    f->o.read_timeout_ms = 5000; /* the bound, not the time, is what cuts it off */
+    assert_int_equal(store_redis_open(&f->o, &f->s), 0);
+    write_pages(f, PAGES, res);
+    for (size_t i = 0; i < PAGES; i++)
+        assert_true(res[i] < 0);
+    expect_nothing(f);
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    store_close(f->s); /* a probe under way is cancelled */
+    f->s = NULL;
+    redis_hostile_stop(&h);
+    printf("test_store_redis: endless reply: %s; peak RSS +%ld MiB\n", c.last_error,
+           max_rss_mib() - rss0);
+    assert_int_equal(c.nodes_down, 1);
+    assert_non_null(strstr(c.last_error, "a reply past the client's bounds"));
+#ifndef __SANITIZE_THREAD__ /* whose shadow memory grows with every byte the client touches */
+    assert_true(max_rss_mib() - rss0 < 384);
+#endif
+}
+
+/* Two nodes that send every command to each other with ASK, for ever. A command gives up past
+ * its redirections, the node that sent it last is marked down, and later requests do not
+ * bounce again (before, every page of every request went round the loop). */
+static void test_redirect_loop(void **state)
+{
+    struct fixture *f = *state;
+    struct redis_hostile a = {.mode = HOSTILE_ASK}, b = {.mode = HOSTILE_ASK};
+    struct store_redis_counters c;
+    uint64_t spent = 0, commands;
+    int res[PAGES];
+
+    assert_int_equal(redis_hostile_start(&a), 0);
+    assert_int_equal(redis_hostile_start(&b), 0);
+    a.map_port = b.map_port = a.port;
+    a.peer_port = b.port;
+    b.peer_port = a.port;
+    store_close(f->s);
+    default_options(f, 0);
+    f->o.port = a.port;
+    f->o.backoff_max_ms = 1000; /* the default's: a node found looping is tried again slowly */
+    assert_int_equal(store_redis_open(&f->o, &f->s), 0);
+    for (int k = 0; k < SPACED_OPS && spent < 20 * TIMEOUT_MS; k++) {
+        uint64_t t0 = now_ms();
+        write_pages(f, PAGES, res);
+        for (size_t i = 0; i < PAGES; i++)
+            assert_int_equal(res[i], -EIO);
+        expect_nothing(f);
+        spent += now_ms() - t0;
+        usleep(SPACED_GAP_MS * 1000);
+    }
+    assert_int_equal(store_redis_counters(f->s, &c), 0);
+    store_close(f->s);
+    f->s = NULL;
+    commands = atomic_load(&a.commands) + atomic_load(&b.commands);
+    redis_hostile_stop(&a);
+    redis_hostile_stop(&b);
+    printf("test_store_redis: redirect loop: %d requests %" PRIu64 " ms, %" PRIu64
+           " commands seen, %" PRIu64 " given up, %" PRIu64 " probes, %s\n",
+           SPACED_OPS, spent, commands, c.redirect_loops, c.probes, c.last_error);
+    assert_true(c.redirect_loops >= PAGES);
+    assert_true(c.marked_down >= 1);
+    assert_non_null(strstr(c.last_error, "redirected"));
+    assert_true(spent < 10 * TIMEOUT_MS); /* nothing waits: the loop is on loopback */
+    /* Every request's three commands a page, each sent 6 times round the loop, would be
+     * SPACED_OPS * 3 * PAGES * 6; the first request's are, and a few more each time a probe
+     * finds the node again, not most. */
+    assert_true(commands < (uint64_t)SPACED_OPS * 3 * PAGES * 6 / 2);
 }
 
 static void test_ttl(void **state)
@@ -418,10 +613,19 @@ static void expect_counters(struct fixture *f, struct store_redis_counters *c)
     assert_int_equal(c->cluster, 1);
 }
 
-/* CLUSTER_PAGES written and read exact, every master holding some of them. */
+/* The master page i's copy lives on, as the cluster was formed: never page i's own. */
+static int copy_node(const struct fixture *f, size_t i)
+{
+    return redis_cluster_home(STORE_REDIS_COPY_SLOT(page_slot(f, i)));
+}
+
+/* CLUSTER_PAGES written and read exact, every master holding some of them, and each page's
+ * copy, under its copy name, on another master than the page. */
 static void spread_over_masters(struct fixture *f)
 {
     const char *dbsize[] = {"DBSIZE"};
+    char name[STORE_REDIS_COPY_KEY_CHARS + 1];
+    const char *exists[] = {"EXISTS", name};
     long long total = 0, on;
     int res[MAX_PAGES];
 
@@ -431,7 +635,14 @@ static void spread_over_masters(struct fixture *f)
         assert_true((on = node_cmd(f, k, 1, dbsize)) > 0);
         total += on;
     }
-    assert_int_equal(total, CLUSTER_PAGES);
+    assert_int_equal(total, 2 * CLUSTER_PAGES);
+    for (size_t i = 0; i < CLUSTER_PAGES; i++) {
+        store_redis_copy_key(f->o.fingerprint, f->keys[i], name);
+        assert_int_equal(store_redis_slot(name, STORE_REDIS_COPY_KEY_CHARS),
+                         STORE_REDIS_COPY_SLOT(page_slot(f, i)));
+        assert_int_not_equal(copy_node(f, i), page_node(f, i));
+        assert_int_equal(node_cmd(f, copy_node(f, i), 2, exists), 1);
+    }
 }
 
 static void test_cluster_spread(void **state)
@@ -446,8 +657,11 @@ static void test_cluster_spread(void **state)
     expect_counters(f, &c);
     assert_int_equal(c.masters, REDIS_CLUSTER_NODES);
     assert_int_equal(c.moved + c.asked, 0);
+    assert_int_equal(c.copies, 2);
+    assert_int_equal(c.copy_sets, CLUSTER_PAGES);
+    assert_int_equal(c.copy_reads, 0); /* every master up: each page read from its own key */
     store_stats(f->s, &st);
-    assert_int_equal(st.pages, CLUSTER_PAGES); /* DBSIZE of every master */
+    assert_int_equal(st.pages, CLUSTER_PAGES); /* DBSIZE of every master, over the copies */
     assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
     assert_int_equal(run, CLUSTER_PAGES);
     /* One URL naming one node is enough: it answers as a cluster and names the others. */
@@ -544,7 +758,24 @@ static size_t read_without(struct fixture *f, int down)
     return on;
 }
 
-/* Until every page is written and read exact (5 s at most). */
+/* Every page read exact although a master is down, then the leading run whole: the pages of
+ * its slots come from their copies. Returns how long the read took, in ms. (The first
+ * exchange with a hung master waits out the read timeout; a leading run waits no longer than
+ * that, so it comes second.) */
+static uint64_t read_all_timed(struct fixture *f)
+{
+    uint64_t t0 = now_ms(), ms;
+    size_t run = 0;
+    int res[MAX_PAGES];
+
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    ms = now_ms() - t0;
+    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
+    assert_int_equal(run, CLUSTER_PAGES);
+    return ms;
+}
+
+/* Until every page is written and read exact (10 s at most). */
 static void until_served(struct fixture *f)
 {
     int res[MAX_PAGES];
@@ -557,55 +788,171 @@ static void until_served(struct fixture *f)
     assert_int_equal(got, CLUSTER_PAGES);
 }
 
+/* f->s replaced by a store on the cluster from f->url with suffix appended ("?copies=1"). */
+static void reopen_cluster(struct fixture *f, const char *suffix)
+{
+    store_close(f->s);
+    f->s = NULL;
+    redis_cluster_url(&f->cl, 0, f->url, sizeof(f->url));
+    strncat(f->url, suffix, sizeof(f->url) - strlen(f->url) - 1);
+    assert_int_equal(open_store(f, 0), 0);
+}
+
+/* A master killed: a KV's pages, spread over every master, are all still found and read (the
+ * dead one's from their copies), so its chain does not break at its first page there; writes
+ * are kept (by their copies). With copies=1 the dead master's pages fail and the leading run
+ * stops at the first. Restarted, empty: served again. */
 static void test_cluster_master_killed(void **state)
 {
     struct fixture *f = *state;
     struct store_redis_counters c;
-    int down = 1, res[MAX_PAGES];
-    size_t on, run = 0;
-    uint64_t t0;
+    int down = 1;
+    size_t on = 0, run = 0, first = CLUSTER_PAGES;
 
+    for (size_t i = CLUSTER_PAGES; i-- > 0;)
+        if (page_node(f, i) == down)
+            first = i, on++;
     write_n_ok(f, CLUSTER_PAGES);
     redis_server_kill(&f->cl.node[down]);
-    t0 = now_ms();
-    on = read_without(f, down);
-    assert_true(now_ms() - t0 < 3 * TIMEOUT_MS);
-    read_without(f, down); /* and again, while it backs off */
+    assert_true(read_all_timed(f) < 3 * TIMEOUT_MS);
+    read_all_timed(f); /* and again, the master known down */
     expect_counters(f, &c);
-    assert_true(c.failed >= 2 * on);
+    assert_true(c.copy_reads >= 2 * on);
+    assert_int_equal(c.failed, 0);
+    assert_int_equal(c.nodes_down, 1);
     assert_int_equal(c.masters, REDIS_CLUSTER_NODES); /* no replica took its slots */
-    write_pages(f, CLUSTER_PAGES, res);
-    for (size_t i = 0; i < CLUSTER_PAGES; i++)
-        assert_int_equal(res[i] == 0, page_node(f, i) != down);
+    write_n_ok(f, CLUSTER_PAGES);
+    /* One key a page: the dead master's pages are lost, a chain breaks at the first. */
+    reopen_cluster(f, "?copies=1");
+    read_without(f, down);
     assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
-    assert_true(run < CLUSTER_PAGES);
-    /* Back on its port with its nodes.conf (and none of its data): served again. */
+    assert_int_equal(run, first);
+    expect_counters(f, &c);
+    assert_int_equal(c.copies, 1);
+    assert_true(c.failed >= on);
+    /* Back on its port with its nodes.conf (and none of its data): served again, writes too,
+     * and with copies every page is found before any is written again (its own key absent
+     * now, its copy there). */
     assert_int_equal(redis_server_restart(&f->cl.node[down]), 0);
+    reopen_cluster(f, "");
+    read_all_timed(f);
+    expect_counters(f, &c);
+    assert_true(c.copy_reads >= on);
+    assert_int_equal(c.failed, 0);
+    until_served(f);
+    reopen_cluster(f, "?copies=1");
     until_served(f);
     expect_counters(f, &c);
     assert_int_equal(c.connected, 1);
 }
 
+/* SPACED_OPS reads of every page (a leading run, then the read), SPACED_GAP_MS apart, as an
+ * engine's requests come: the time they took in all, in ms. Pages that are served must be
+ * exact (read_pages checks); want: the pages each must find. */
+static uint64_t spaced_reads(struct fixture *f, size_t n, size_t want)
+{
+    uint64_t spent = 0;
+    size_t run = 0;
+    int res[MAX_PAGES];
+
+    for (int k = 0; k < SPACED_OPS; k++) {
+        uint64_t t0 = now_ms();
+        assert_int_equal(store_leading_run(f->s, &f->keys[0][0], n, &run), 0);
+        assert_int_equal(read_pages(f, n, res), want);
+        assert_int_equal(run, want);
+        spent += now_ms() - t0;
+        if (spent > 20 * TIMEOUT_MS)
+            fail_msg("%d spaced reads took %" PRIu64 " ms: a request waits on a stopped node",
+                     k + 1, spent);
+        usleep(SPACED_GAP_MS * 1000);
+    }
+    return spent;
+}
+
+/* A master stopped (SIGSTOP): the first exchange with it waits out the read timeout, its
+ * pages coming from their copies; from then on it is known down, and requests cost nothing
+ * more (before, each retry waited the timeout again). SIGCONT: served from it again. */
 static void test_cluster_master_stopped(void **state)
 {
     struct fixture *f = *state;
+    struct store_redis_counters c;
     int down = 2;
-    size_t run = 1;
-    uint64_t t0;
+    uint64_t first, spent;
 
     write_n_ok(f, CLUSTER_PAGES);
     assert_int_equal(kill(f->cl.node[down].pid, SIGSTOP), 0);
-    t0 = now_ms();
-    read_without(f, down);
-    uint64_t ms = now_ms() - t0;
-    t0 = now_ms();
-    assert_int_equal(store_leading_run(f->s, &f->keys[0][0], CLUSTER_PAGES, &run), 0);
-    uint64_t lead_ms = now_ms() - t0;
-    read_without(f, down);
+    first = read_all_timed(f);
+    spent = spaced_reads(f, CLUSTER_PAGES, CLUSTER_PAGES);
+    expect_counters(f, &c);
     assert_int_equal(kill(f->cl.node[down].pid, SIGCONT), 0);
-    assert_true(ms < 4 * TIMEOUT_MS);
-    assert_true(lead_ms < 4 * TIMEOUT_MS);
+    printf("test_store_redis: a master stopped: first read %" PRIu64 " ms, then %d reads %" PRIu64
+           " ms in all; %" PRIu64 " probes, %s\n",
+           first, SPACED_OPS, spent, c.probes, c.last_error);
+    assert_true(first < 4 * TIMEOUT_MS);
+    assert_true(spent < SPACED_BOUND_MS);
+    assert_int_equal(c.nodes_down, 1);
+    assert_non_null(strstr(c.last_error, "no whole reply"));
+    assert_int_equal(c.failed, 0);
     until_served(f);
+    for (uint64_t t0 = now_ms(); now_ms() - t0 < 5000 && c.nodes_down; usleep(50000))
+        expect_counters(f, &c);
+    assert_int_equal(c.nodes_down, 0);
+}
+
+/* Until every page is read exact, nothing written meanwhile (10 s at most): the pages the
+ * store wrote before are served again. */
+static uint64_t until_read_all(struct fixture *f)
+{
+    uint64_t t0 = now_ms();
+    int res[MAX_PAGES];
+
+    while (read_pages(f, CLUSTER_PAGES, res) < CLUSTER_PAGES && now_ms() - t0 < 10000)
+        usleep(50000);
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    return now_ms() - t0;
+}
+
+/* A master with a replica killed, the store keeping one key a page: its pages fail, and a
+ * store that may read from replicas reads them from its replica meanwhile. The replica takes
+ * over (a failover, some seconds later): the store finds the new master on its own (the map
+ * read again while a master is down) and serves every page written before, no restart. */
+static void test_cluster_failover(void **state)
+{
+    struct fixture *f = *state;
+    struct store_redis_counters c;
+    struct kvt_store *s = f->s, *rs = NULL;
+    char url[300], buf[300];
+    const char *wait[] = {"WAIT", "1", "2000"};
+    int down = 1, res[MAX_PAGES];
+    uint64_t back_ms;
+
+    write_n_ok(f, CLUSTER_PAGES);
+    for (int k = 0; k < REDIS_CLUSTER_NODES; k++) /* every page on its replica too */
+        assert_int_equal(node_cmd(f, k, 3, wait), 1);
+    snprintf(url, sizeof(url), "%s&replica_reads=yes", f->url);
+    default_options(f, 0);
+    assert_int_equal(store_redis_parse_url(url, buf, sizeof(buf), &f->o), 0);
+    assert_true(f->o.replica_reads);
+    assert_int_equal(store_redis_open(&f->o, &rs), 0);
+    f->s = rs;
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    redis_server_kill(&f->cl.node[down]);
+    /* Before the failover: the replica serves its master's pages to the store that may. */
+    assert_int_equal(read_pages(f, CLUSTER_PAGES, res), CLUSTER_PAGES);
+    assert_int_equal(store_redis_counters(rs, &c), 0);
+    assert_true(c.replica_reads > 0);
+    assert_int_equal(c.failed, 0);
+    f->s = s;
+    read_without(f, down);
+    assert_int_equal(redis_cluster_wait_master(&f->cl, REDIS_CLUSTER_NODES + down, 15000), 0);
+    back_ms = until_read_all(f);
+    expect_counters(f, &c);
+    printf("test_store_redis: failover: every page served %" PRIu64
+           " ms after the replica took over; %" PRIu64 " map reads\n",
+           back_ms, c.map_refreshes);
+    assert_int_equal(c.masters, REDIS_CLUSTER_NODES);
+    write_n_ok(f, CLUSTER_PAGES);
+    store_close(rs);
 }
 
 static void acl_setuser(struct fixture *f, const char *user, const char *pass_rule,
@@ -890,12 +1237,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_flushall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trickling_server, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redirect_loop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_endless_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acl_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_spread, setup_cluster, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_migration, setup_cluster, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_master_killed, setup_cluster, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_master_stopped, setup_cluster, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_failover, setup_cluster_replicas, teardown),
         cmocka_unit_test_setup_teardown(test_tls, setup_tls, teardown),
         cmocka_unit_test_setup_teardown(test_tls_client_cert, setup_tls, teardown),
         cmocka_unit_test_setup_teardown(test_tls_bad_files, setup_tls, teardown),

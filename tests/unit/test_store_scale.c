@@ -148,8 +148,11 @@ static void write_pages(struct dstore *s, uint64_t first, uint64_t n, uint8_t *b
             make_key(id, keys[i]);
             make_key(id - 1, parents[i]);
             fill_page(id, bufs + i * PAGE_BYTES);
-            w[i] = (struct dstore_wpage){keys[i], id % CHAIN ? parents[i] : NULL, NULL, tokens,
-                                         bufs + i * PAGE_BYTES};
+            w[i] = (struct dstore_wpage){.key = keys[i],
+                                         .parent = id % CHAIN ? parents[i] : NULL,
+                                         .ns = NULL,
+                                         .tokens = tokens,
+                                         .buf = bufs + i * PAGE_BYTES};
         }
         CHECK(dstore_put(s, w, k, res) == 0);
         for (size_t i = 0; i < k; i++)
@@ -170,7 +173,7 @@ static uint64_t read_pages(struct dstore *s, uint64_t first, uint64_t n, uint8_t
 
         for (size_t i = 0; i < k; i++) {
             make_key(first + at + i, keys[i]);
-            r[i] = (struct dstore_rpage){keys[i], bufs + i * PAGE_BYTES};
+            r[i] = (struct dstore_rpage){.key = keys[i], .buf = bufs + i * PAGE_BYTES};
         }
         CHECK(dstore_get(s, r, k, res) == 0);
         for (size_t i = 0; i < k; i++) {

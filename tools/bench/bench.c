@@ -26,7 +26,9 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "bench_mm.h"
 #include "cli.h"
+#include "datadir.h"
 #include "workload.h"
 
 #define PROG "kvtier-bench"
@@ -38,6 +40,10 @@
 #define DEFAULT_SYNTHETIC "mixed"
 #define DEFAULT_SYNTHETIC_REQUESTS 1000
 #define DEFAULT_DEVICE_TOKENS 32768
+/* Disk and remote ops a request may start beside (--disk-backlog): as a server, which never
+ * waits for its writes to land, with a bound so the pinned host pages stay few. */
+#define DEFAULT_DISK_BACKLOG 64
+#define DISK_BACKLOG_S CLI_STR(DEFAULT_DISK_BACKLOG)
 /* SGLang's mamba_full_memory_ratio fallback: the state pool is 0.9 of the KV pool's bytes. */
 #define MAMBA_MEMORY_RATIO 0.9
 #define MAMBA_MIN_SLOTS 4
@@ -70,9 +76,12 @@ struct config {
     uint64_t seed;
     uint64_t corrupt_after; /* test seam: damage a cached page after this request (1-based) */
     bool json;
-    bool serial; /* kvt_options.sim_serial */
+    bool serial;        /* kvt_options.sim_serial */
+    bool deterministic; /* --deterministic: serial, and everything lands before a request */
     uint32_t disk_sync;
-    uint64_t disk_backlog; /* --disk-backlog: disk ops a request may start beside; 0: none */
+    uint64_t disk_backlog;     /* --disk-backlog: disk ops a request may start beside; 0: none */
+    bool backlog_set;          /* --disk-backlog given */
+    struct bench_mm_config mm; /* --synthetic multimodal: the embedding cache (bench_mm.c) */
 };
 
 /* ---- counters and state ---- */
@@ -127,12 +136,16 @@ struct bench {
     uint8_t *state[2];         /* one recurrent layer's conv and SSM state (hybrid models) */
     uint32_t *full_ids, nfull; /* sliding-window models: the full-attention layers */
     uint32_t nswa;             /* and how many layers are not */
+    char *model_id;            /* the engine's: --geometry, and --seed when not 1 */
     size_t filled;             /* entries of the request's req_to_token row written so far */
     size_t remote_len;         /* tokens the request's match found on the remote tier */
+    uint32_t store_pages;      /* tokens a page of the disk and remote tiers holds, as
+                                  kvt_open takes them (kvt_store_page_tokens) */
     struct counters c;
     struct kvt_stats st; /* the engine's, at the end of the replay */
     struct mismatch first;
     double seconds;
+    struct bench_mm *mm; /* --synthetic multimodal; NULL otherwise */
 };
 
 static uint64_t now_ns(void)
@@ -501,6 +514,8 @@ static int serve(struct bench *b, const struct wl_req *r, struct kvt_req *req)
 
     if (hit && (rc = kvt_req_read(b->e, req, 0, hit, b->slots)))
         return engine_error("kvt_req_read", rc);
+    if (b->mm && bench_mm_serve(b->mm, &b->src->w, r, hit, b->c.requests + 1))
+        return -1;
     if (verify(b, b->slots, hit, req->load_op) || verify_state(b, req) ||
         make_room(b, round_up(kv_len, b->cfg->page_size) - hit) || prefill(b, req, hit, in) ||
         prefill_checkpoints(b, req, in) || cache_prompt(b, req, in) || decode(b, req, in, kv_len))
@@ -558,6 +573,8 @@ static int run_request(struct bench *b, const struct wl_req *r)
     hash_tokens(b, 0, kv_len);
     if ((rc = settle_before(b)))
         return rc;
+    if (b->mm && bench_mm_key(b->mm, &b->src->w, r, &key))
+        return -1;
     uint64_t remote_before = remote_hits(b);
     if ((rc = kvt_req_begin(b->e, &key, &req)))
         return engine_error("kvt_req_begin", rc);
@@ -568,6 +585,8 @@ static int run_request(struct bench *b, const struct wl_req *r)
     key.len = b->filled;
     if ((rc = kvt_req_cache_finished(b->e, &req, &key, 0, !failed)))
         return engine_error("kvt_req_cache_finished", rc);
+    if (b->mm)
+        bench_mm_release(b->mm);
     b->c.requests++;
     b->c.tokens_total += in;
     return failed;
@@ -699,15 +718,23 @@ static int survey(struct bench *b)
     const struct wl_req *r;
     int rc;
 
+    struct cli_progress pg;
+
     if (source_start(b->src, limit))
         return -1;
+    cli_progress_start(&pg);
     while ((rc = source_next(b->src, &r)) == 1) {
         uint64_t slots = round_up(request_tokens(r), cfg->page_size);
         b->nreqs++;
         if (request_tokens(r) > b->max_tokens)
             b->max_tokens = request_tokens(r);
         b->slots_taken += slots < UINT64_MAX - b->slots_taken ? slots : UINT64_MAX - b->slots_taken;
+        if (cli_progress_due(&pg))
+            cli_progress_line("sizing the engine: %" PRIu64 " requests of the workload read "
+                              "(%.0f/s)",
+                              b->nreqs, (double)b->nreqs / cli_progress_seconds(&pg));
     }
+    cli_progress_end(&pg);
     if (rc == 0 && b->nreqs == 0) {
         fprintf(stderr, "%s: %s: no requests\n", PROG,
                 cli_clip(cfg->trace, CLI_PATH_ECHO_MAX, clip));
@@ -729,17 +756,13 @@ static int trace_changed(const struct bench *b)
 
 /* ---- progress ---- */
 
-static void progress(const struct bench *b, uint64_t t0, bool done)
+static void progress(const struct bench *b, const struct cli_progress *pg)
 {
-    double s = (double)(now_ns() - t0) / 1e9;
+    double s = cli_progress_seconds(pg);
 
-    if (done) {
-        fputs("\r\033[K", stderr);
-        return;
-    }
-    fprintf(
-        stderr, "\r\033[K%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit",
-        b->c.requests, b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
+    cli_progress_line(
+        "%" PRIu64 "/%" PRIu64 " requests  %.0f req/s  %.1f%% of input tokens hit", b->c.requests,
+        b->nreqs, s > 0 ? (double)b->c.requests / s : 0.0,
         b->c.tokens_total ? 100.0 * (double)served_tokens(&b->c) / (double)b->c.tokens_total : 0.0);
 }
 
@@ -762,19 +785,17 @@ static int replay_one(struct bench *b)
 
 static int replay(struct bench *b)
 {
-    bool tty = isatty(STDERR_FILENO);
-    uint64_t t0 = now_ns(), shown = t0;
+    uint64_t t0 = now_ns();
+    struct cli_progress pg;
     int rc = source_start(b->src, b->src->limit); /* the same requests the survey went through */
 
+    cli_progress_start(&pg);
     while (rc == 0 && (rc = replay_one(b)) == 1) {
         rc = 0;
-        if (tty && now_ns() - shown > 250000000ull) {
-            progress(b, t0, false);
-            shown = now_ns();
-        }
+        if (cli_progress_due(&pg))
+            progress(b, &pg);
     }
-    if (tty)
-        progress(b, t0, true);
+    cli_progress_end(&pg);
     /* With a backlog the last requests' disk ops are still flying: they count in the time. */
     if (rc == 0 && b->cfg->disk_backlog && (rc = kvt_sync(b->e)))
         return engine_error("kvt_sync", rc);
@@ -790,7 +811,8 @@ static int replay(struct bench *b)
 
 /* ---- kvt_open's errors, told in terms of the options given ---- */
 
-/* Tokens of a page of the disk and remote tiers. */
+/* Tokens of a page of the disk and remote tiers that --store-page-tokens asks for (when it
+ * is left to kvt_open, which chooses by bytes, the least it can be). */
 static uint64_t store_page_tokens(const struct config *cfg)
 {
     return cfg->store_page_tokens ? cfg->store_page_tokens : cfg->page_size;
@@ -799,9 +821,8 @@ static uint64_t store_page_tokens(const struct config *cfg)
 /* Bytes of the disk tier's slab files for --disk-tokens (docs/formats.md): a page below 4 KiB
  * takes its bytes and its head (160 bytes and 4 a token) in 64-byte steps, a larger one its
  * whole blocks and one more for the rest and the head. */
-static uint64_t disk_bytes(const struct config *cfg)
+static uint64_t disk_bytes(const struct config *cfg, uint64_t ps)
 {
-    uint64_t ps = store_page_tokens(cfg);
     uint64_t page = kvt_cell_bytes(&cfg->g) * ps, head = 160 + 4 * ps, slot;
 
     if (page < 4096)
@@ -847,29 +868,60 @@ static const char *dir_problem(int rc)
 }
 
 /* Whether rc is an error of the data dir, which dir_error words. */
-static bool is_dir_error(int rc)
+static bool is_dir_error(const struct config *cfg, int rc)
 {
-    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT;
+    char entry[2 * CLI_PATH_ECHO_MAX + 128];
+
+    return dir_problem(rc) || rc == KVT_EFINGERPRINT || rc == -ENOSPC || rc == -EDQUOT ||
+           (rc > -4096 && cli_dir_problem(cfg->dir, cfg->dir, entry, sizeof(entry)));
 }
 
-static int dir_error(const struct config *cfg, int rc)
+/* The options of kvt_open that name a path or a server, for an error none of them explains:
+ * which ones this run gave, in buf. */
+static const char *open_paths(const struct config *cfg, char *buf, size_t len)
 {
-    char clip[CLI_PATH_ECHO_MAX + 4], size[32];
+    char clip[CLI_PATH_ECHO_MAX + 4];
+    size_t n = 0;
+
+    buf[0] = '\0';
+    if (cfg->dir)
+        n += (size_t)snprintf(buf + n, len - n, " --dir %s",
+                              cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --remote %s",
+                              cli_clip(cfg->remote, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote_tls_ca && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --remote-tls-ca %s",
+                              cli_clip(cfg->remote_tls_ca, CLI_PATH_ECHO_MAX, clip));
+    if (cfg->remote_tls_cert && n < len)
+        snprintf(buf + n, len - n, " --remote-tls-cert %s",
+                 cli_clip(cfg->remote_tls_cert, CLI_PATH_ECHO_MAX, clip));
+    return buf;
+}
+
+static int dir_error(const struct bench *b, int rc)
+{
+    const struct config *cfg = b->cfg;
+    char clip[CLI_PATH_ECHO_MAX + 4], size[32], entry[2 * CLI_PATH_ECHO_MAX + 128];
     const char *dir = cli_clip(cfg->dir, CLI_PATH_ECHO_MAX, clip), *what = dir_problem(rc);
 
-    if (what)
+    /* A bare errno about a file in the dir: which one, when one is of the wrong kind. */
+    if (rc > -4096 && rc != -EBUSY && cli_dir_problem(cfg->dir, dir, entry, sizeof(entry)))
+        fprintf(stderr, "%s: --dir %s: %s (%s): remove it, or use another --dir\n", PROG, dir,
+                entry, kvt_strerror(rc));
+    else if (what)
         fprintf(stderr, "%s: --dir %s: %s\n", PROG, dir, what);
     else if (rc == KVT_EFINGERPRINT)
         fprintf(stderr,
-                "%s: --dir %s holds the KV of another model, geometry or page size than this "
-                "run's (--geometry %s, --page-size %u): use another --dir, or the --geometry "
-                "and --page-size it was written with\n",
-                PROG, dir, cfg->geometry_arg, cfg->page_size);
+                "%s: --dir %s holds the KV of another model, geometry, page size or seed than "
+                "this run's (--geometry %s, --page-size %u, --seed %" PRIu64 "): use another "
+                "--dir, or the --geometry, --page-size and --seed it was written with\n",
+                PROG, dir, cfg->geometry_arg, cfg->page_size, cfg->seed);
     else if (rc == -ENOSPC || rc == -EDQUOT)
         fprintf(stderr,
                 "%s: --dir %s: no room on its file system for the %s of slab files "
                 "--disk-tokens %" PRIu64 " takes: free some, or lower --disk-tokens\n",
-                PROG, dir, cli_size(disk_bytes(cfg), size), cfg->disk_tokens);
+                PROG, dir, cli_size(disk_bytes(cfg, b->store_pages), size), cfg->disk_tokens);
     return -1;
 }
 
@@ -887,13 +939,14 @@ static int invalid_error(const struct config *cfg)
 }
 
 /* kvt_open's error rc, named by the option that most likely caused it, with what to do. */
-static int open_error(const struct config *cfg, int rc)
+static int open_error(const struct bench *b, int rc)
 {
+    const struct config *cfg = b->cfg;
     uint64_t cell = kvt_cell_bytes(&cfg->g);
     char size[32];
 
-    if (cfg->dir && is_dir_error(rc))
-        return dir_error(cfg, rc);
+    if (cfg->dir && is_dir_error(cfg, rc))
+        return dir_error(b, rc);
     switch (rc) {
     case KVT_EHOSTRAM:
         fprintf(stderr,
@@ -937,8 +990,14 @@ static int open_error(const struct config *cfg, int rc)
             return -1;
         }
         return invalid_error(cfg);
-    default:
-        return engine_error("kvt_open", rc);
+    default: {
+        char paths[4 * CLI_PATH_ECHO_MAX + 96];
+
+        open_paths(cfg, paths, sizeof(paths));
+        fprintf(stderr, "%s: kvt_open: %s%s%s%s\n", PROG, kvt_strerror(rc),
+                *paths ? " (opening the engine with" : "", paths, *paths ? ")" : "");
+        return -1;
+    }
     }
 }
 
@@ -1009,6 +1068,24 @@ static uint64_t mamba_slots(const struct config *cfg)
     return n < MAMBA_MIN_SLOTS ? MAMBA_MIN_SLOTS : n > INT32_MAX - 1 ? INT32_MAX - 1 : n;
 }
 
+/* The KV bytes are a function of the tokens and --seed (hash_tokens), so a seed other than the
+ * default one is part of the model id: a dir or a remote tier holding another seed's KV is
+ * another fingerprint's (a dir refused, a remote tier other keys), never pages that fail the
+ * verifier. Seed 1 keeps the id --geometry alone, as dirs written before it was added have. */
+static int make_model_id(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    size_t len = strlen(cfg->geometry_arg) + 32;
+
+    if (!(b->model_id = malloc(len)))
+        return -1;
+    if (cfg->seed == 1)
+        snprintf(b->model_id, len, "%s", cfg->geometry_arg);
+    else
+        snprintf(b->model_id, len, "%s;kv-seed=%" PRIu64, cfg->geometry_arg, cfg->seed);
+    return 0;
+}
+
 static int open_engine(struct bench *b)
 {
     const struct config *cfg = b->cfg;
@@ -1024,7 +1101,11 @@ static int open_engine(struct bench *b)
     o.max_requests = 1;
     o.max_context = (uint32_t)round_up(b->max_tokens, ps);
     o.evict_policy = cfg->policy;
-    o.model_id = cfg->geometry_arg;
+    if (make_model_id(b)) {
+        fprintf(stderr, "%s: out of memory\n", PROG);
+        return -1;
+    }
+    o.model_id = b->model_id;
     o.tp_size = cfg->tp_size;
     o.host_tokens = cfg->host_tokens;
     o.write_policy = cfg->write_policy;
@@ -1032,19 +1113,26 @@ static int open_engine(struct bench *b)
     o.mamba.slots = (uint32_t)mamba_slots(cfg);
     if (cfg->swa_window)
         o.swa = (struct kvt_swa){cfg->swa_window, b->nfull, b->full_ids, cfg->swa_tokens};
+    o.store_page_tokens = (uint32_t)cfg->store_page_tokens;
+    /* Without a disk or remote tier there is no store page; 0: kvt_open refuses the options
+     * and says so. */
+    b->store_pages = cfg->disk_tokens || cfg->remote ? kvt_store_page_tokens(&o) : ps;
+    if (!b->store_pages)
+        b->store_pages = ps;
     if (cfg->disk_tokens) {
         o.disk_dir = cfg->dir;
-        o.disk_bytes = disk_bytes(cfg);
+        o.disk_bytes = disk_bytes(cfg, b->store_pages);
         o.disk_sync = cfg->disk_sync;
     }
-    o.store_page_tokens = (uint32_t)cfg->store_page_tokens;
     o.remote = cfg->remote;
     o.remote_tls_ca = cfg->remote_tls_ca;
     o.remote_tls_cert = cfg->remote_tls_cert;
     o.remote_tls_key = cfg->remote_tls_key;
+    if (bench_mm_wanted(cfg->synthetic))
+        bench_mm_options(&cfg->mm, cfg->device_tokens * kvt_cell_bytes(&cfg->g), &o);
     int rc = kvt_open(&o, &b->e);
     if (rc)
-        return open_error(cfg, rc);
+        return open_error(b, rc);
     if (check_sim_memory(b))
         return -1;
     if (kvt_available(b->e) < o.max_context) {
@@ -1121,11 +1209,15 @@ static int setup(struct bench *b)
     }
     if (check_fit(b) || open_engine(b))
         return -1;
+    if (bench_mm_wanted(b->cfg->synthetic) &&
+        bench_mm_open(&b->cfg->mm, kvt_cell_bytes(g), b->cfg->page_size, b->e, &b->mm))
+        return -1;
     return alloc_buffers(b);
 }
 
 static void teardown(struct bench *b)
 {
+    bench_mm_close(b->mm); /* its holds go before the engine */
     kvt_close(b->e);
     free(b->tokens);
     free(b->hash);
@@ -1136,6 +1228,7 @@ static void teardown(struct bench *b)
     free(b->state[0]);
     free(b->state[1]);
     free(b->full_ids);
+    free(b->model_id);
 }
 
 /* ---- report ---- */
@@ -1255,8 +1348,8 @@ static void print_text(const struct bench *b)
         print_bytes(b->st.disk_tokens * cell);
         printf(", %s, %s", b->st.disk_io == KVT_DISK_IO_URING ? "io_uring" : "pread/pwrite",
                disk_sync_names[cfg->disk_sync]);
-        if (cfg->store_page_tokens && cfg->store_page_tokens != cfg->page_size)
-            printf(", pages of %" PRIu64 " tokens", cfg->store_page_tokens);
+        if (b->store_pages != cfg->page_size)
+            printf(", pages of %" PRIu32 " tokens", b->store_pages);
         printf(")\n");
     } else {
         printf("; disk none\n");
@@ -1278,6 +1371,8 @@ static void print_text(const struct bench *b)
         print_hybrid(b);
     if (cfg->swa_window)
         print_window(b);
+    if (b->mm)
+        bench_mm_print(b->mm);
     printf("  verified      %" PRIu64 " pages served from cache, %" PRIu64 " mismatches\n",
            c->pages_checked, c->mismatches);
     printf("  data moved    compute -> device ");
@@ -1335,8 +1430,8 @@ static void print_json_config(const struct bench *b)
         printf(",\"remote\":");
         cli_json_string(cfg->remote);
     }
-    printf(",\"disk_backlog\":%" PRIu64 ",\"store_page_tokens\":%" PRIu64, cfg->disk_backlog,
-           store_page_tokens(cfg));
+    printf(",\"disk_backlog\":%" PRIu64 ",\"deterministic\":%s,\"store_page_tokens\":%" PRIu32,
+           cfg->disk_backlog, cfg->deterministic ? "true" : "false", b->store_pages);
     printf(",\"backend\":\"%s\",\"evict_policy\":\"%s\",\"write_policy\":\"%s\"}",
            backend_in_use(b), policy_names[cfg->policy], write_policy_names[cfg->write_policy]);
 }
@@ -1387,6 +1482,8 @@ static void print_json(const struct bench *b)
                b->cfg->swa_window, b->nfull, st->swa_tokens, st->kv_pool_bytes,
                st->swa_kv_hit_tokens, served_tokens(c), st->swa_released_tokens,
                st->swa_evicted_tokens, st->swa_revived_tokens);
+    if (b->mm)
+        bench_mm_json(b->mm);
     print_json_config(b);
     printf("}\n");
 }
@@ -1484,6 +1581,7 @@ static int parse_count(void *field, const char *opt, const char *val)
         cfg->seed = v;
     } else if (strcmp(opt, "--disk-backlog") == 0) {
         cfg->disk_backlog = v;
+        cfg->backlog_set = true;
     } else if (strcmp(opt, "--swa-tokens") == 0) {
         if (v == 0 || v >= INT32_MAX)
             return cli_bad_usage(PROG, "--swa-tokens needs a count from 1 to 2^31-2", val);
@@ -1529,13 +1627,16 @@ static const struct cli_option options[] = {
      .help = "a generated workload:", .more = print_workloads},
     {"--requests", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "replay the first N requests of a trace (default all), or\n"
-             "generate N (default " SYNTHETIC_REQUESTS_S "); one is held at a time"},
+             "generate N (default " SYNTHETIC_REQUESTS_S ", at most 2^40); one is held at\n"
+             "a time"},
     {"--shard", CLI_CUSTOM, .parse = parse_shard, .arg = "K/N",
      .help = "replay only the workload's requests at K modulo N (K from\n"
              "0), so that N processes split one workload between them\n"
              "(--requests counts the workload's, before the split)"},
     {"--seed", CLI_CUSTOM, .parse = parse_count, .arg = "N",
-     .help = "seeds the synthetic workload and the KV content (default 1)"},
+     .help = "seeds the synthetic workload and the KV content (default\n"
+             "1); a dir or remote tier holding another seed's KV is\n"
+             "another model's to this run"},
     {.kind = CLI_TEXT, .help = "\nEngine:\n"},
     {"--geometry", CLI_CUSTOM, .parse = parse_geometry, .arg = "G",
      .help = "a preset, or key=value pairs, or a preset then pairs, comma\n"
@@ -1599,26 +1700,48 @@ static const struct cli_option options[] = {
              "the pages since, never serve wrong bytes)"},
     {"--store-page-tokens", CLI_CUSTOM, .parse = parse_count, .arg = "N",
      .help = "tokens per page of the disk and remote tiers, a multiple\n"
-             "of --page-size up to 4096 (default: --page-size). Each\n"
-             "page costs those tiers a record; 256 makes one 32 KiB\n"
-             "record of sixteen of the tiny geometry's 2 KiB pages.\n"
-             "What is left at a request's end short of one is not\n"
-             "written below (it goes with its page once a later\n"
-             "request fills it). Not with hybrid geometries"},
+             "of --page-size up to 4096. Each page costs those tiers a\n"
+             "record whatever its size, so by default kvt_open chooses\n"
+             "them by bytes: 64 KiB or more (the tiny geometry's 2 KiB\n"
+             "pages: 512 tokens; a page that large already: --page-size;\n"
+             "hybrid geometries: --page-size). What is left at a\n"
+             "request's end short of one is not written below (it goes\n"
+             "with its page once a later request fills it). Several\n"
+             "pages to one: not with hybrid geometries"},
     {"--disk-backlog", CLI_CUSTOM, .parse = parse_count, .arg = "N",
-     .help = "let the disk tier's reads and writes go on while a request\n"
-             "runs, up to N in flight (past that the bench waits for all);\n"
-             "default 0: all land before each request, so a run repeats.\n"
-             "With N > 0 the hits may differ a little from run to run\n"
-             "(what is on disk when depends on the disk's speed)"},
+     .help = "let the disk and remote tiers' reads and writes go on\n"
+             "while a request runs, up to N in flight (past that the\n"
+             "bench waits for all), as a server does, which never waits\n"
+             "for its writes (default " DISK_BACKLOG_S "; 0: all land before\n"
+             "each request). The hits may then differ a little from run\n"
+             "to run (what is on disk when depends on the disk's speed);\n"
+             "--deterministic for counts that repeat"},
+    {"--emb-device-bytes", CLI_SIZE, OFF(mm.device_bytes), 1, UINT64_MAX, .arg = "SIZE",
+     .help = "--synthetic multimodal: the embedding cache's device\n"
+             "budget (K, M, G suffixes; default a quarter of the KV\n"
+             "pool's bytes, 1M at least)"},
+    {"--emb-host-bytes", CLI_SIZE, OFF(mm.host_bytes), 1, UINT64_MAX, .arg = "SIZE",
+     .help = "--synthetic multimodal: host memory for embeddings\n"
+             "(default none); with --dir or --remote they go there too"},
+    {"--emb-token-bytes", CLI_COUNT, OFF(mm.token_bytes), 1, 1u << 20, .arg = "N",
+     .help = "--synthetic multimodal: an embedding's bytes per image\n"
+             "token, the model's hidden size times its element size\n"
+             "(default an eighth of a token's KV, 16 at least)"},
+    {"--emb-store", CLI_NAME, OFF(mm.store), 0, 0, bench_mm_store_names, 2, .arg = "S",
+     .help = "--synthetic multimodal: all (default: embeddings go to the\n"
+             "disk and remote tiers too, when there are) or none"},
     {"--backend", CLI_NAME, OFF(backend), CLI_NAMES(backend_names), .arg = "B",
      .help = "auto, sim or cuda (default auto)"},
     {"--evict-policy", CLI_NAME, OFF(policy), CLI_NAMES(policy_names), .arg = "P",
      .help = "lru, lfu, fifo, mru or filo (default lru)"},
     {"--serial", CLI_FLAG, OFF(serial),
-     .help = "sim backend: copy each transfer as it is submitted, so\n"
-             "that a run repeats exactly (what lands when otherwise\n"
-             "varies, as on a GPU)"},
+     .help = "sim backend: copy each transfer as it is submitted (what\n"
+             "lands when otherwise varies, as on a GPU)"},
+    {"--deterministic", CLI_FLAG, OFF(deterministic),
+     .help = "counts that repeat exactly, for tests: --serial, and every\n"
+             "transfer and disk op lands before the next request\n"
+             "(--disk-backlog 0; a disk tier then costs every request\n"
+             "its writes' flushes)"},
     {.kind = CLI_TEXT, .help = "\nOutput:\n"},
     {"--json", CLI_FLAG, OFF(json), .help = "one JSON object on stdout instead of the report"},
     {"--corrupt-after", CLI_CUSTOM, .parse = parse_count, .arg = "N",
@@ -1728,6 +1851,15 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         return cli_bad_usage(PROG, "give --trace or --synthetic, not both", NULL);
     if (!cfg->trace && !cfg->synthetic)
         cfg->synthetic = DEFAULT_SYNTHETIC;
+    if (cfg->synthetic && cfg->requests > WL_SYNTH_MAX_REQUESTS) {
+        char msg[96];
+
+        snprintf(msg, sizeof(msg),
+                 "--requests: a synthetic workload makes at most %llu (2^40) "
+                 "requests",
+                 WL_SYNTH_MAX_REQUESTS);
+        return cli_bad_usage(PROG, msg, NULL);
+    }
     if (cfg->host_tokens && cfg->host_tokens <= cfg->device_tokens)
         return cli_bad_usage(PROG, "--host-tokens must be larger than --device-tokens", NULL);
     if (cfg->disk_tokens && !cfg->host_tokens)
@@ -1739,7 +1871,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--remote needs a redis://[[USER]:PASSWORD@]HOST[:PORT] URL "
                              "(rediss:// for TLS) or a comma-separated list of them",
                              cfg->remote);
-    if ((rc = check_tls_files(cfg)))
+    if ((rc = check_tls_files(cfg)) || (rc = bench_mm_check_args(&cfg->mm, cfg->synthetic)))
         return rc;
     if (!cfg->disk_tokens != !cfg->dir)
         return cli_bad_usage(PROG, "--disk-tokens and --dir go together", NULL);
@@ -1753,6 +1885,15 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                              "--geometry: recurrent and sliding-window layers together are "
                              "not supported yet",
                              NULL);
+    if (cfg->deterministic && cfg->backlog_set && cfg->disk_backlog)
+        return cli_bad_usage(PROG,
+                             "--deterministic waits for every disk op before a request: not "
+                             "with --disk-backlog",
+                             NULL);
+    if (cfg->deterministic)
+        cfg->serial = true;
+    else if (!cfg->backlog_set)
+        cfg->disk_backlog = DEFAULT_DISK_BACKLOG;
     return check_sizes(cfg);
 }
 
@@ -1778,6 +1919,10 @@ int main(int argc, char **argv)
             print_text(&b);
         if (b.c.mismatches) {
             report_mismatch(&b);
+            rc = 1;
+        }
+        if (bench_mm_mismatches(b.mm)) {
+            fprintf(stderr, "%s: VERIFY FAILED: embeddings served differ from the images'\n", PROG);
             rc = 1;
         }
     } else {

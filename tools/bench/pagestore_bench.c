@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "datadir.h"
 #include "kvtier_store.h"
 #include "rng.h"
 
@@ -109,8 +110,14 @@ static kvt_pagestore *open_dir(const struct config *c, const char *dir)
     o.fingerprint_len = strlen(PROG);
     o.page_bytes = c->page_bytes;
     o.capacity_bytes = (c->pages + c->batch) * (c->page_bytes + (64u << 10));
-    if ((rc = kvt_pagestore_open(&o, &s)))
-        fail(dir, rc);
+    if ((rc = kvt_pagestore_open(&o, &s))) {
+        char clip[CLI_PATH_ECHO_MAX + 4], entry[2 * CLI_PATH_ECHO_MAX + 128];
+        const char *shown = cli_clip(dir, CLI_PATH_ECHO_MAX, clip);
+
+        if (rc > -4096 && cli_dir_problem(dir, shown, entry, sizeof(entry)))
+            fail(entry, rc);
+        fail(shown, rc);
+    }
     return s;
 }
 

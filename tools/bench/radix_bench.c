@@ -200,7 +200,12 @@ static int open_engine(const struct config *cfg, const struct trace_set *ts, int
     o.hash_pages = (uint32_t)hash_pages;
     int rc = kvt_open(&o, e);
     if (rc)
-        fprintf(stderr, "%s: kvt_open: %s\n", PROG, kvt_strerror(rc));
+        fprintf(stderr,
+                "%s: kvt_open, for a tree of --pages %" PRIu64
+                " of --page-size %u (a pool of %" PRIu64 " tokens, requests of up to %" PRIu64
+                "): %s\n",
+                PROG, cfg->target_pages, ps, o.device_tokens, (uint64_t)o.max_context,
+                kvt_strerror(rc));
     return rc ? -1 : 0;
 }
 

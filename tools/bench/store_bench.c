@@ -11,9 +11,10 @@
  *     the committer always has the next batch queued; then the N pages read back with
  *     dstore_read in ops of --batch pages, enough ops in flight to keep queue_depth page I/Os
  *     in the kernel, in random (or written) order. Buffers come from one page-aligned region
- *     registered with io_uring, as the engine registers its host pool, and on huge pages where
- *     the kernel gives them (MADV_HUGEPAGE), as the host pool asks; fio's are of 4 KiB pages
- *     (--buffers 4k makes the store's so too, like against like).
+ *     registered with io_uring, as the engine registers its host pool. The store's and fio's
+ *     buffers are of the same kind of pages (resolve_buffers): huge pages for both (the
+ *     store's by MADV_HUGEPAGE, as the host pool asks; fio's hugetlb pages, reserved
+ *     beforehand) or 4 KiB pages for both, never one of each.
  *     fio: io_uring, O_DIRECT (as the store got it), registered buffers (likewise), iodepth
  *     = queue depth, N I/Os on a file of N slots in the same dir: a durable sequential write
  *     of slots (--fdatasync=<batch> --end_fsync=1: a sync per store batch, the last one
@@ -61,6 +62,7 @@
 
 #include "kvtier.h"
 #include "cli.h"
+#include "datadir.h"
 #include "fio.h"
 #include "report.h"
 #include "rng.h"
@@ -96,8 +98,8 @@ enum read_order { ORDER_RANDOM = 0, ORDER_SEQ = 1 };
 static const char *const order_names[] = {"random", "seq"};
 static const char *const io_names[] = {"auto", "uring", "psync"};
 static const char *const sync_names[] = {"durable", "relaxed"}; /* enum dstore_sync */
-enum buffers { BUF_HUGE = 0, BUF_4K = 1 };
-static const char *const buffer_names[] = {"huge", "4k"};
+enum buffers { BUF_AUTO = 0, BUF_HUGE = 1, BUF_4K = 2 };
+static const char *const buffer_names[] = {"auto", "huge", "4k"};
 
 struct config {
     const char *parent; /* --dir: the work dir is made inside it */
@@ -146,6 +148,7 @@ struct bench {
     const struct config *cfg;
     struct workdir wd; /* our own dir under --dir; everything goes in it */
     struct fio_state fio;
+    uint32_t buffers; /* BUF_HUGE or BUF_4K: the store's and fio's alike */
     struct point *pt;
     size_t npt;
     struct open_result open;
@@ -157,6 +160,20 @@ struct bench {
 static int fail(const char *what, int rc)
 {
     fprintf(stderr, "%s: %s: %s\n", PROG, what, kvt_strerror(rc));
+    return -1;
+}
+
+/* dstore_open failed on dir: the dir, and the entry of it of the wrong kind when there is one. */
+static int open_fail(const char *dir, int rc)
+{
+    char clip[CLI_PATH_ECHO_MAX + 4], entry[2 * CLI_PATH_ECHO_MAX + 128];
+    const char *shown = cli_clip(dir, CLI_PATH_ECHO_MAX, clip);
+
+    if (rc > -4096 && cli_dir_problem(dir, shown, entry, sizeof(entry)))
+        fprintf(stderr, "%s: opening the store in %s: %s (%s)\n", PROG, shown, entry,
+                kvt_strerror(rc));
+    else
+        fprintf(stderr, "%s: opening the store in %s: %s\n", PROG, shown, kvt_strerror(rc));
     return -1;
 }
 
@@ -416,13 +433,17 @@ static void store_options(struct dstore_options *o, const char *dir, uint32_t pa
            sizeof(PROG) < DSTORE_FINGERPRINT_BYTES ? sizeof(PROG) : DSTORE_FINGERPRINT_BYTES);
 }
 
-/* Read ops in flight: enough pages queued to keep queue_depth I/Os in the kernel while the
- * oldest op is collected, and never fewer than two ops. */
-static uint32_t read_window(uint32_t batch, uint32_t qd)
-{
-    uint32_t ops = (2 * qd + batch - 1) / batch;
+/* Reads go in READ_OPS ops of half the queue depth each, round robin over twice the queue
+ * depth's buffers: enough queued to keep queue_depth I/Os in the kernel while the oldest
+ * op is collected, and a footprint near fio's (iodepth buffers of a block each). The
+ * footprint matters, not only the buffers' pages: on this machine's virtual disk, random
+ * 256 KiB reads into a round robin of 133 MB of buffers ran at 2.7 GB/s, into 8 MiB at 3.8
+ * (a bare io_uring reader, the same file and offsets). */
+#define READ_OPS 4
 
-    return ops < 2 ? 2 : ops;
+static uint32_t read_batch(uint32_t qd)
+{
+    return qd < 2 ? 1 : qd / 2;
 }
 
 /* A random order of n pages (Fisher-Yates), or the order they were written in. */
@@ -486,12 +507,18 @@ static int store_phases(const struct bench *b, struct point *pt, struct dstore *
                      .batch = (uint32_t)cfg->batch,
                      .window = 2};
     struct pump r = w;
+    struct ring rring = *ring;
     struct dstore_stats st;
     int rc;
 
     r.write = false;
     r.order = order;
-    r.window = read_window(r.batch, pt->queue_depth);
+    r.batch = read_batch(pt->queue_depth);
+    r.window = READ_OPS;
+    rring.pages = (uint64_t)r.batch * READ_OPS; /* the ring's first pages */
+    if (rring.pages > ring->pages)
+        rring.pages = ring->pages;
+    r.ring = &rring;
     if ((rc = dstore_wait_ready(s)))
         return fail("dstore_wait_ready", rc);
     if (warm_up(s, ring, cfg->seed, pt->pages))
@@ -526,7 +553,7 @@ static int store_rep(const struct bench *b, struct point *pt, const struct ring 
     o.register_base = ring->base;
     o.register_bytes = ring->bytes;
     if ((rc = dstore_open(&o, &s)))
-        return fail("dstore_open", rc);
+        return open_fail(dir, rc);
     rc = store_phases(b, pt, s, ring, order, t);
     dstore_close(s);
     workdir_rm_tree(dir);
@@ -556,6 +583,65 @@ static void fio_setup(struct bench *b)
         return;
     }
     f->usable = true;
+}
+
+/* Huge pages (hugetlb) free now, and their size; 0 when /proc/meminfo does not say. */
+static uint64_t hugetlb_free(uint64_t *page_bytes)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    uint64_t n = 0, kb = 0;
+
+    while (f && fgets(line, sizeof(line), f)) {
+        sscanf(line, "HugePages_Free: %" SCNu64, &n);
+        sscanf(line, "Hugepagesize: %" SCNu64 " kB", &kb);
+    }
+    if (f)
+        fclose(f);
+    *page_bytes = kb * 1024;
+    return kb ? n : 0;
+}
+
+/* The largest of a list. */
+static uint64_t list_max(const struct cli_list *l)
+{
+    uint64_t m = 0;
+
+    for (size_t i = 0; i < l->n; i++)
+        m = l->v[i] > m ? l->v[i] : m;
+    return m;
+}
+
+/* Which pages the buffers are of, the store's and fio's alike, so that the two are compared
+ * like for like: this machine's virtio disk moves 256 KiB from huge pages at nearly twice
+ * the speed it does from 4 KiB ones. The store's buffers get huge pages as the engine's host
+ * pool does (MADV_HUGEPAGE); fio has no such option, only hugetlb pages (--iomem=shmhuge),
+ * which must be reserved beforehand (vm.nr_hugepages). auto: huge pages when fio can have
+ * them (or fio does not run), else 4 KiB pages for both. */
+static int resolve_buffers(struct bench *b)
+{
+    const struct config *cfg = b->cfg;
+    uint64_t hp = 0, free_pages = hugetlb_free(&hp), need = 0;
+    uint64_t per_job =
+        (uint64_t)slot_of((uint32_t)list_max(&cfg->page_bytes)) * list_max(&cfg->queue_depth);
+
+    b->buffers = cfg->buffers == BUF_4K ? BUF_4K : BUF_HUGE;
+    if (!b->fio.usable || b->buffers == BUF_4K)
+        return 0;
+    /* fio's buffers: a block per queue slot and a page of alignment, in whole huge pages,
+     * plus one for what the kernel rounds. */
+    need = hp ? (per_job + 4096 + hp - 1) / hp + 1 : 0;
+    if (hp && free_pages >= need)
+        return 0;
+    if (cfg->buffers == BUF_AUTO) {
+        b->buffers = BUF_4K;
+        return 0;
+    }
+    fprintf(stderr,
+            "%s: --buffers huge: fio's buffers need %" PRIu64 " huge pages (hugetlb) and %" PRIu64
+            " are free: reserve them (sysctl vm.nr_hugepages=%" PRIu64 ") or use --buffers 4k\n",
+            PROG, need, free_pages, need);
+    return -1;
 }
 
 /* ---- fio runs ---- */
@@ -598,6 +684,7 @@ static void job_init(struct bench_job *j, const struct bench *b, const struct po
                                       .rw = j->rw,
                                       .direct = pt->direct,
                                       .fixed_buffers = pt->fixed_buffers,
+                                      .huge_buffers = b->buffers == BUF_HUGE,
                                       .block_bytes = read ? pt->read_block : pt->slot_bytes,
                                       .iodepth = pt->queue_depth,
                                       .size = pt->pages * pt->slot_bytes,
@@ -726,8 +813,9 @@ static uint64_t point_pages(const struct config *cfg, uint64_t page_bytes)
 static int run_point(struct bench *b, struct point *pt)
 {
     const struct config *cfg = b->cfg;
-    /* Reads keep more ops in flight than writes (two), so their window sizes the buffers. */
-    uint64_t ring_pages = cfg->batch * read_window((uint32_t)cfg->batch, pt->queue_depth);
+    /* Writes keep two ops of a batch in flight; reads use the first pages (read_batch). */
+    uint64_t rpages = (uint64_t)read_batch(pt->queue_depth) * READ_OPS;
+    uint64_t ring_pages = 2 * cfg->batch > rpages ? 2 * cfg->batch : rpages;
     struct ring ring = {0};
     struct samples sm = {{0}};
     uint32_t *order = NULL;
@@ -745,7 +833,7 @@ static int run_point(struct bench *b, struct point *pt)
     if (!(order = read_order(cfg, pt->pages)))
         rc = fail("read order", -ENOMEM);
     else if (!samples_alloc(&sm, cfg->reps) &&
-             !ring_create(&ring, pt->slot_bytes, ring_pages, cfg->buffers == BUF_HUGE)) {
+             !ring_create(&ring, pt->slot_bytes, ring_pages, b->buffers == BUF_HUGE)) {
         pt->buffer_bytes = ring.bytes;
         pt->huge_bytes = huge_bytes_at(ring.base); /* touched by now: filled with random bytes */
         rc = point_reps(b, pt, &ring, order, &sm);
@@ -808,7 +896,7 @@ static int open_build(struct bench *b, const char *dir)
     o.register_base = ring.base;
     o.register_bytes = ring.bytes;
     if ((rc = dstore_open(&o, &s)))
-        rc = fail("dstore_open (build)", rc);
+        rc = open_fail(dir, rc);
     p.s = s;
     p.ring = &ring;
     if (!rc && (rc = dstore_wait_ready(s)))
@@ -870,7 +958,7 @@ static int open_once(const struct bench *b, const char *dir, const uint8_t *keys
         workdir_drop_cache(dir);
     t0 = cli_now();
     if ((rc = dstore_open(&o, &s)))
-        return fail("dstore_open", rc);
+        return open_fail(dir, rc);
     t[0] = cli_now() - t0;
     rc = serve_keys(s, keys, b->open.keys);
     t[1] = cli_now() - t0;
@@ -965,12 +1053,15 @@ static void print_text_head(const struct bench *b)
         printf("  note: %s\n", b->fio.note);
 }
 
-static void print_store_how(const struct point *pt)
+static void print_store_how(const struct bench *b, const struct point *pt)
 {
-    printf("  store: %s, %s, %s, %.0f%% of them on huge pages (fio's: 4 KiB pages)\n",
-           io_name(pt->io), pt->direct ? "O_DIRECT" : "buffered",
+    printf("  store: %s, %s, %s, %.0f%% of them on huge pages", io_name(pt->io),
+           pt->direct ? "O_DIRECT" : "buffered",
            pt->fixed_buffers ? "registered buffers" : "plain buffers",
            pt->buffer_bytes ? 100.0 * (double)pt->huge_bytes / (double)pt->buffer_bytes : 0.0);
+    if (pt->fio_ran)
+        printf(" (fio's: %s)", b->buffers == BUF_HUGE ? "huge pages, hugetlb" : "4 KiB pages");
+    printf("\n");
 }
 
 static void print_fio_lines(const struct bench *b, const struct point *pt)
@@ -1019,7 +1110,7 @@ static void print_text_point(const struct bench *b, const struct point *pt)
            pt->pages);
     cli_print_size(pt->pages * pt->page_bytes);
     printf(" a run; median (best) of %" PRIu64 " runs\n", b->cfg->reps);
-    print_store_how(pt);
+    print_store_how(b, pt);
     printf("  %-24s %-17s %9s", "", "store GB/s", "pages/s");
     if (pt->fio_ran)
         printf("   %-17s %7s   %s", "fio GB/s", "ratio", "target");
@@ -1145,7 +1236,7 @@ static void print_json_config(struct jw *w, const struct bench *b)
     jw_string(w, "read_order", order_names[cfg->order]);
     jw_string(w, "io", io_names[cfg->io]);
     jw_string(w, "disk_sync", sync_names[cfg->sync]);
-    jw_string(w, "buffers", buffer_names[cfg->buffers]);
+    jw_string(w, "buffers", buffer_names[b->buffers]);
     jw_u64(w, "seed", cfg->seed);
     jw_u64(w, "page_tokens", PAGE_TOKENS);
     jw_string(w, "fio", b->fio.version[0] ? b->fio.version : NULL);
@@ -1247,9 +1338,11 @@ static const struct cli_option options[] = {
     {"--io", CLI_NAME, OFF(io), CLI_NAMES(io_names), .arg = "M",
      .help = "the store's I/O engine: auto, uring or psync (default auto)"},
     {"--buffers", CLI_NAME, OFF(buffers), CLI_NAMES(buffer_names), .arg = "B",
-     .help = "the store's buffers: huge (default: huge pages where the\n"
-             "kernel gives them, as the engine's host pool asks) or 4k\n"
-             "(4 KiB pages, as fio's: like against like)"},
+     .help = "the store's and fio's buffers alike: huge (huge pages: the\n"
+             "store's as the engine's host pool asks, MADV_HUGEPAGE;\n"
+             "fio's hugetlb pages, which must be reserved beforehand:\n"
+             "sysctl vm.nr_hugepages), 4k (4 KiB pages both), or auto\n"
+             "(default: huge when fio can have them, else 4k)"},
     {"--disk-sync", CLI_NAME, OFF(sync), CLI_NAMES(sync_names), .arg = "S",
      .help = "durable (default: an fdatasync per batch, judged against\n"
              "fio's durable write) or relaxed (no sync per batch, a flush\n"
@@ -1316,7 +1409,8 @@ static void usage(FILE *f)
             "    same run, rep by rep, fio on a file in the same dir, as many I/Os as the store\n"
             "    has pages, iodepth = the queue depth:\n"
             "      fio --name=%s --filename=DIR/fio.data --ioengine=io_uring --direct=1\n"
-            "          --fixedbufs=1 --fallocate=native --bs=BS --iodepth=QD --rw=RW\n"
+            "          --fixedbufs=1 [--iomem=shmhuge] --fallocate=native --bs=BS\n"
+            "          --iodepth=QD --rw=RW\n"
             "          --size=PAGES*SLOT [--io_size=PAGES*BS] --fdatasync=K [--end_fsync=1]\n"
             "          --output=DIR/fio.json --output-format=json\n"
             "    SLOT is what a page takes in the store's slab: its whole 4 KiB blocks, then a\n"
@@ -1332,7 +1426,9 @@ static void usage(FILE *f)
             "    PAGES*SLOT bytes of file: RW=randread (random offsets, each read once), or\n"
             "    with --read-order seq RW=read:SKIP (SLOT-BS skipped after each read, the\n"
             "    store's stride). --direct and --fixedbufs follow what the store got (O_DIRECT\n"
-            "    on both sides: no page cache; the store's index is its own cost). Every\n"
+            "    on both sides: no page cache; the store's index is its own cost); the\n"
+            "    buffers are of the same pages on both sides (--buffers: huge pages, fio's\n"
+            "    hugetlb ones, or 4 KiB pages), and the report says which. Every\n"
             "    timed write, the store's and fio's, starts after a syncfs of the work dir, so\n"
             "    none pays for the write cache or discards an earlier one left.\n"
             "    Ratio = fio's time / the store's for as many I/Os (store pages/s over fio\n"
@@ -1508,6 +1604,10 @@ int main(int argc, char **argv)
     if (workdir_make(&b.wd, PROG, cfg.parent))
         return 1;
     fio_setup(&b);
+    if (resolve_buffers(&b)) {
+        finish(&b);
+        return 1;
+    }
     if (cfg.json && b.fio.note[0] && !cfg.no_fio)
         fprintf(stderr, "%s: note: %s\n", PROG, b.fio.note);
     rc = run_throughput(&b) || run_open(&b) ? 1 : 0;

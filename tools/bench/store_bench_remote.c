@@ -64,7 +64,8 @@ static double run_ops(struct kvt_store *s, const struct remote_bench_config *c, 
     for (uint64_t i = 0; i < c->pages; i++) {
         w[i] = (struct store_wpage){.key = keys + i * STORE_KEY_BYTES,
                                     .buf = data + i * c->page_bytes};
-        r[i] = (struct store_rpage){keys + i * STORE_KEY_BYTES, data + i * c->page_bytes};
+        r[i] = (struct store_rpage){.key = keys + i * STORE_KEY_BYTES,
+                                    .buf = data + i * c->page_bytes};
     }
     t0 = cli_now();
     for (uint64_t o = 0; o < nops && !rc; o++) {

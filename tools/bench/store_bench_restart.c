@@ -169,7 +169,8 @@ static bool read_op(struct kvt_store *s, const struct restart_bench_config *c, s
 
     memset(b->back, 0, c->batch * c->page_bytes);
     for (uint64_t i = 0; i < c->batch; i++)
-        r[i] = (struct store_rpage){b->keys + i * STORE_KEY_BYTES, b->back + i * c->page_bytes};
+        r[i] = (struct store_rpage){.key = b->keys + i * STORE_KEY_BYTES,
+                                    .buf = b->back + i * c->page_bytes};
     return store_read(s, r, c->batch, b->results, &id, NULL) == 0 &&
            store_wait_for(s, id, -1, &d) == 0 && d.ok == c->batch &&
            !memcmp(b->back, b->data, c->batch * c->page_bytes);

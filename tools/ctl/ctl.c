@@ -101,7 +101,8 @@ struct command {
 #define SELECT_HELP                                                                                \
     "  --ns NS               pages of namespace NS: \"default\", \"states\" (recurrent\n"          \
     "                        states' pages), \"windows\" (window copies of sliding-window\n"       \
-    "                        pages), \"name:TEXT\" (the namespace's bytes) or a hex\n"             \
+    "                        pages), \"embeddings\" (chunks of multimodal embeddings),\n"          \
+    "                        \"name:TEXT\" (the namespace's bytes) or a hex\n"                     \
     "                        prefix of its root hash as stat prints it\n"                          \
     "  --prefix HASH         the page HASH, its chain to the root and every page below it\n"
 #define JSON_HELP "  --json                one JSON object on stdout instead of text\n"
@@ -228,23 +229,42 @@ static const struct command commands[] = {
      "nothing is written to the server. Keys evicted or expired during the scan are not\n"
      "counted. On a cluster (the first seed to answer answers CLUSTER SLOTS; one node's\n"
      "URL is enough) every master is scanned, the totals are the cluster's and a line per\n"
-     "master follows (--json: nodes); keys whose slot moved during the scan count as gone.\n\n"
+     "master follows with its state (--json: nodes, each with \"state\"); keys whose slot\n"
+     "moved during the scan count as gone. A master that cannot be reached (or fails\n"
+     "during its scan) is named with why (\"unreachable\" or \"failed\", and \"error\"),\n"
+     "the others are scanned all the same, and the exit status is 1. A page's copy (its\n"
+     "key then \":copy{T}\", on another master: an engine writes one on a cluster) counts\n"
+     "as a page, and as a copy (\"copies\"). Each reply must come whole within 10 s.\n\n"
      "stat: pages and bytes per fingerprint (the engine's KV identity; several models\n"
      "may share a server), and the server's used memory, maxmemory and its policy.\n\n"
      "verify: read every page and check its header (magic, format, fingerprint and page\n"
      "key matching the key's name, length) and its XXH3-128 checksum; count good and bad\n"
-     "pages per fingerprint and name the first bad keys. A kvt:* key not named as a page\n"
-     "is bad too. An engine treats a bad value as a miss and deletes it when it reads it.\n"
+     "pages per fingerprint and name the first bad keys. A kvt:* key not named as a page,\n"
+     "or of another type than a string (a list, a set), is foreign: counted (other keys),\n"
+     "and bad for verify. An engine treats a bad value as a miss and deletes it when it\n"
+     "reads it.\n"
      "\n"
      "  --tls-ca FILE         rediss://: PEM CA certificates the server's must chain to\n"
      "                        (default: the system's); its certificate must also name\n"
      "                        the URL's host\n"
      "  --tls-cert FILE       rediss://: a PEM client certificate, for a server that asks\n"
      "  --tls-key FILE        its private key (default: in --tls-cert's file)\n" JSON_HELP
-     "\nExit status: 0 ok (verify: nothing bad), 1 bad pages found (verify) or an error\n"
-     "(server down, TLS refused), 2 on bad usage (a bad URL, a TLS option without\n"
+     "\nExit status: 0 ok (verify: nothing bad), 1 bad pages found (verify), a cluster's\n"
+     "master unreachable (the others reported), or an error (server down, TLS\n"
+     "refused), 2 on bad usage (a bad URL, a TLS option without\n"
      "rediss://, an unusable TLS file), or where kvtier-ctl was built without the Redis\n"
      "store.\n"},
+    {"emb", cmd_emb, 1, 1, "--json --verify ", "emb DIR [--verify]",
+     "The multimodal embeddings the dir holds (kvt_emb_put with a disk tier), one line\n"
+     "each: item hash, namespace, bytes, chunks, created, state. Each embedding's first\n"
+     "chunk is read: its head names the item and the rest of its chunks, which are looked\n"
+     "up. States: ok; incomplete (a chunk is not in the dir: evicted, or its write was cut\n"
+     "short; the engine reads it as a miss, no problem); damaged (a chunk or the head fails\n"
+     "its checks, or with --verify the bytes fail the head's checksum: a miss too). Chunks\n"
+     "whose first chunk is gone are counted.\n" DIR_NOTE "\n"
+     "  --verify              read every chunk and check each embedding whole\n" JSON_HELP
+     "\nExit status: 0 when no embedding is damaged, 1 when one is or on an error, 2 on bad\n"
+     "usage.\n"},
     {"metrics", cmd_metrics, 1, 1, "--json ", "metrics SOCKET",
      "The engine's figures in Prometheus text format, as its stats socket serves them\n"
      "(kvtier_<field> lines with # HELP and # TYPE).\n\n"
@@ -280,6 +300,8 @@ static void usage(FILE *f)
             "  export DIR TARGET     writes TARGET: copy chosen prefixes to a dir of the same\n"
             "                        fingerprint (created when missing)\n"
             "  import DIR SOURCE     writes DIR: copy chosen prefixes from SOURCE\n"
+            "  emb DIR               the multimodal embeddings it holds; --verify: read them\n"
+            "                        whole; exit 1 when any is damaged\n"
             "\n"
             "On a running engine (its stats socket):\n"
             "  stat --live SOCKET    per tier occupancy, hits, bytes moved, ops in flight, errors\n"
@@ -404,10 +426,10 @@ static int parse_valued(const struct command *c, struct ctl_args *a, const char 
 
 static bool set_flag(struct ctl_args *a, const char *opt)
 {
-    static const char *const names[] = {"--json", "--dot",     "--repair",  "--reverse",
-                                        "--all",  "--dry-run", "--detached"};
-    bool *flags[] = {&a->json, &a->dot,     &a->repair,  &a->reverse,
-                     &a->all,  &a->dry_run, &a->detached};
+    static const char *const names[] = {"--json", "--dot",     "--repair",   "--reverse",
+                                        "--all",  "--dry-run", "--detached", "--verify"};
+    bool *flags[] = {&a->json, &a->dot,     &a->repair,   &a->reverse,
+                     &a->all,  &a->dry_run, &a->detached, &a->verify};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (!strcmp(opt, names[i])) {

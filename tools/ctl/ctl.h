@@ -8,6 +8,7 @@
  *   ctl_copy.c    export, import
  *   ctl_live.c    stat --live, top, metrics (a running engine's stats socket)
  *   ctl_remote.c  remote stat, remote verify (the Redis tier's server, plain or TLS)
+ *   ctl_emb.c     emb: the multimodal embeddings a dir holds, checked whole
  */
 #ifndef KVT_TOOLS_CTL_H
 #define KVT_TOOLS_CTL_H
@@ -31,6 +32,7 @@ struct ctl_args {
                          * remote: stat or verify, then URL */
     int npos;
     bool json, dot, repair, reverse, all, dry_run, detached;
+    bool verify;                    /* emb --verify */
     const char *live;               /* stat --live SOCKET */
     const char *ns[MAX_SELECT];     /* --ns, repeatable */
     const char *prefix[MAX_SELECT]; /* --prefix, repeatable */
@@ -112,9 +114,10 @@ struct page {
 struct ns_info {
     uint8_t root[HASH_BYTES];
     bool is_default;
-    bool is_states;  /* the pages of recurrent states (KVT_STATE_TAG) */
-    bool is_windows; /* window copies of sliding-window pages (KVT_WINDOW_TAG) */
-    uint32_t first;  /* first of its first pages (linked by next), NO_PAGE when none */
+    bool is_states;     /* the pages of recurrent states (KVT_STATE_TAG) */
+    bool is_windows;    /* window copies of sliding-window pages (KVT_WINDOW_TAG) */
+    bool is_embeddings; /* chunks of multimodal embeddings (EMB_TAG, src/emb/format.h) */
+    uint32_t first;     /* first of its first pages (linked by next), NO_PAGE when none */
     uint64_t pages, good, detached; /* good: served now */
     uint64_t oldest, newest;        /* created */
 };
@@ -129,6 +132,7 @@ struct ctl_index {
     uint8_t default_root[HASH_BYTES];
     uint8_t states_root[HASH_BYTES];
     uint8_t windows_root[HASH_BYTES];
+    uint8_t embeddings_root[HASH_BYTES];
     uint64_t bad_keys; /* records whose key is not 32 bytes: listed apart, never dropped */
     /* The engine's page, which records of several (kvt_options.store_page_tokens) chain their
      * key over; info.page_tokens when none was found. */
@@ -150,8 +154,8 @@ void index_free(struct ctl_index *ix);
 /* The page whose key starts with hex (a unique prefix, 4 to 64 digits): 0 and *out, or an
  * exit status after saying why. */
 int index_find(const struct ctl_index *ix, const char *hex, uint32_t *out);
-/* The namespace named by arg: "default", "states", "windows", "name:TEXT" (its bytes) or a
- * unique hex prefix of a root hash; 0 and *out, or an exit status after saying why. */
+/* The namespace named by arg: "default", "states", "windows", "embeddings", "name:TEXT" (its bytes)
+ * or a unique hex prefix of a root hash; 0 and *out, or an exit status after saying why. */
 int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out);
 /* Mark (sel[i] = true) the pages chosen by a's --ns, --prefix (the page, its chain to the
  * root and its descendants) or --all (also when none is given); with good_only, only pages
@@ -197,6 +201,7 @@ int cmd_import(const struct ctl_args *a);
 int cmd_stat_live(const struct ctl_args *a);
 int cmd_top(const struct ctl_args *a);
 int cmd_metrics(const struct ctl_args *a);
+int cmd_emb(const struct ctl_args *a);
 /* remote stat URL, remote verify URL (pos[0] says which); 2 where the Redis store is not built. */
 int cmd_remote(const struct ctl_args *a);
 

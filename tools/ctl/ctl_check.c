@@ -139,7 +139,8 @@ static int read_batch(struct scan *sc, const uint32_t *idx, uint32_t n)
     int rc;
 
     for (uint32_t k = 0; k < n; k++)
-        sc->rp[k] = (struct dstore_rpage){sc->ix->p[idx[k]].key, sc->buf + (size_t)k * pb};
+        sc->rp[k] =
+            (struct dstore_rpage){.key = sc->ix->p[idx[k]].key, .buf = sc->buf + (size_t)k * pb};
     if ((rc = dstore_get(sc->ix->s, sc->rp, n, sc->res)))
         return rc;
     for (uint32_t k = 0; k < n; k++)

@@ -297,15 +297,22 @@ static enum skip_reason read_failure(int rc, bool lookup)
     return SKIP_READ_ERROR;
 }
 
-/* Page k of the batch again, alone, while its read says the snapshot could not be taken. */
+/* Page k of the batch again, alone, while its read says the snapshot could not be taken, and
+ * once more after bad bytes: beside a live engine, the slot may have been evicted and written
+ * again between the snapshot and the read, which a new snapshot tells (gone), as verify's
+ * reread does. */
 static int read_again(struct copy *c, uint32_t i, uint32_t k)
 {
-    struct dstore_rpage rp = {c->ix->p[i].key, c->buf + (size_t)k * c->ix->info.page_bytes};
+    struct dstore_rpage rp = {.key = c->ix->p[i].key,
+                              .buf = c->buf + (size_t)k * c->ix->info.page_bytes};
     int res = c->res[k], tries = 0, rc;
+    bool reread = res == KVT_ECORRUPT;
 
-    while (ctl_retry(res, &tries))
+    while (ctl_retry(res, &tries) || reread) {
+        reread = false;
         if ((rc = dstore_get(c->ix->s, &rp, 1, &res)))
             res = rc;
+    }
     return res;
 }
 
@@ -337,8 +344,11 @@ static bool prepare_write(struct copy *c, uint32_t i, uint32_t k, uint32_t *toke
         skip(c, i, read_failure(rc, true));
         return false;
     }
-    c->wp[k] = (struct dstore_wpage){p->key, p->parent, c->ix->ns[p->ns].root, tokens,
-                                     c->buf + (size_t)k * c->ix->info.page_bytes};
+    c->wp[k] = (struct dstore_wpage){.key = p->key,
+                                     .parent = p->parent,
+                                     .ns = c->ix->ns[p->ns].root,
+                                     .tokens = tokens,
+                                     .buf = c->buf + (size_t)k * c->ix->info.page_bytes};
     return true;
 }
 
@@ -349,7 +359,8 @@ static int copy_batch(struct copy *c, const uint32_t *idx, uint32_t n)
     int rc;
 
     for (uint32_t k = 0; k < n; k++)
-        c->rp[k] = (struct dstore_rpage){c->ix->p[idx[k]].key, c->buf + (size_t)k * in->page_bytes};
+        c->rp[k] = (struct dstore_rpage){.key = c->ix->p[idx[k]].key,
+                                         .buf = c->buf + (size_t)k * in->page_bytes};
     if ((rc = dstore_get(c->ix->s, c->rp, n, c->res)))
         return rc;
     for (uint32_t k = 0; k < n; k++)

@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "ctl.h"
+#include "datadir.h"
 #include "store/disk/index.h"
 
 #define LMDB_PAGE 4096 /* the page size of the index's LMDB file (the host's, on x86-64) */
@@ -98,6 +99,40 @@ static int format_error(const char *dir, const char *name)
                     name, name, DSTORE_FORMAT_VERSION);
 }
 
+/* What a meta record or slab head says of its dir, for a message: "pages of N tokens, SIZE,
+ * fingerprint HEX, created TIME". */
+static void dir_id_text(const struct dstore_dir_id *id, char *buf, size_t len)
+{
+    char fp[2 * DSTORE_FINGERPRINT_BYTES + 1], b[32];
+    time_t sec = (time_t)(id->created_ns / 1000000000ull);
+    struct tm tm;
+
+    ctl_hex(id->fingerprint, DSTORE_FINGERPRINT_BYTES, fp);
+    fp[SHORT_HEX] = '\0';
+    gmtime_r(&sec, &tm);
+    snprintf(buf, len, "pages of %u tokens, %s; fingerprint %s...; created ", id->page_tokens,
+             ctl_bytes(id->page_bytes, b), fp);
+    strftime(buf + strlen(buf), len - strlen(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Whether dir's index is another dir's (its meta record agrees with no slab head): what each
+ * says, into buf. */
+static bool foreign_detail(const char *dir, char *buf, size_t len)
+{
+    struct dstore_dir_id ix, slabs;
+    char a[160], b[160];
+
+    if (dstore_index_foreign(dir, &ix, &slabs) != 1)
+        return false;
+    dir_id_text(&ix, a, sizeof(a));
+    dir_id_text(&slabs, b, sizeof(b));
+    snprintf(buf, len,
+             "it is another dir's index: its meta record names %s, and no slab file here "
+             "agrees (they hold %s)",
+             a, b);
+    return true;
+}
+
 /* What is wrong with dir's index, which the store found damaged (KVT_ECORRUPT), as its file
  * shows it, into buf. */
 static void damage_detail(const char *dir, char *buf, size_t len)
@@ -118,27 +153,35 @@ static void damage_detail(const char *dir, char *buf, size_t len)
         snprintf(buf, len, "its LMDB structure failed the check kvtier runs on it");
     else if (verdict == INDEX_UNNAMED)
         snprintf(buf, len, "kvtier's databases or its meta record are missing from it");
+    else if (verdict == INDEX_OURS && foreign_detail(dir, buf, len))
+        return;
     else
         snprintf(buf, len, "its meta record fails its checks");
 }
 
 static int damage_error(const char *dir, const char *name)
 {
-    char what[96];
+    char what[512];
+    const char *is;
 
     damage_detail(dir, what, sizeof(what));
+    is = !strcmp(what, "it is missing")                             ? "lost"
+         : !strncmp(what, "it is another", strlen("it is another")) ? "not this dir's"
+                                                                    : "damaged";
     return ctl_fail("%s: %s/index/data.mdb is %s (%s); the pages are in %s/slabs, each with a "
                     "head that names it: run `" PROG " recover %s` to rebuild the index from "
                     "them (an engine opening the dir does the same)",
-                    name, name, strcmp(what, "it is missing") ? "damaged" : "lost", what, name,
-                    name);
+                    name, name, is, what, name, name);
 }
 
 int ctl_open_error(const char *path, int rc, bool writing)
 {
-    char clip[CLI_PATH_ECHO_MAX + 4];
+    char clip[CLI_PATH_ECHO_MAX + 4], entry[2 * CLI_PATH_ECHO_MAX + 128];
     const char *dir = cli_clip(path, CLI_PATH_ECHO_MAX, clip);
 
+    /* A bare errno about a file in the dir: which one, when one is of the wrong kind. */
+    if (rc > -4096 && rc != -EBUSY && cli_dir_problem(path, dir, entry, sizeof(entry)))
+        return ctl_fail("%s: cannot open: %s (%s): remove it", dir, entry, kvt_strerror(rc));
     switch (rc) {
     case KVT_EFORMAT:
         return format_error(path, dir);
@@ -191,7 +234,13 @@ void ctl_note_rebuilt(const char *dir, struct dstore *s, bool had_index)
     dstore_stats(s, &st);
     if (!st.index_rebuilt)
         return;
-    if (had_index)
+    if (had_index && st.index_foreign)
+        fprintf(stderr,
+                PROG ": note: %s: the index was another dir's (its meta record agreed with no "
+                     "slab file's head): set aside as %s/index.damaged and rebuilt from the "
+                     "slabs with %" PRIu64 " pages\n",
+                name, name, st.recovered);
+    else if (had_index)
         fprintf(stderr,
                 PROG ": note: %s: the index was damaged: set aside as %s/index.damaged and "
                      "rebuilt from the slabs with %" PRIu64 " pages\n",

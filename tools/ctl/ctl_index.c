@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "emb/format.h"
 #include "engine.h"
 #include "radix/hash.h"
 
@@ -77,6 +78,7 @@ static uint32_t ns_of(struct loader *l, const uint8_t *root)
     v[ix->nns].is_default = !memcmp(root, ix->default_root, HASH_BYTES);
     v[ix->nns].is_states = !memcmp(root, ix->states_root, HASH_BYTES);
     v[ix->nns].is_windows = !memcmp(root, ix->windows_root, HASH_BYTES);
+    v[ix->nns].is_embeddings = !memcmp(root, ix->embeddings_root, HASH_BYTES);
     v[ix->nns].first = NO_PAGE;
     return ix->nns++;
 }
@@ -134,12 +136,14 @@ static bool chain_checks_out(struct loader *l, const struct dstore_entry *e, uin
  * of two dividing its tokens are tried, the one found last first), or a caller's own key, or
  * a page of a recurrent state (whose key depends on the state's size, which no record holds:
  * its bytes are checked when read, as every page's are), or a window copy, whose key is
- * SHA256(parent || KVT_WINDOW_TAG). */
+ * SHA256(parent || KVT_WINDOW_TAG), or a chunk of an embedding (whose key is named by the
+ * head in its first chunk: kvtier-ctl emb checks it). */
 static bool key_checks_out(struct loader *l, const struct dstore_entry *e)
 {
     uint8_t h[HASH_BYTES];
 
-    if (caller_keys(e->ns) || !memcmp(e->ns, l->ix->states_root, HASH_BYTES))
+    if (caller_keys(e->ns) || !memcmp(e->ns, l->ix->states_root, HASH_BYTES) ||
+        !memcmp(e->ns, l->ix->embeddings_root, HASH_BYTES))
         return true;
     if (!memcmp(e->ns, l->ix->windows_root, HASH_BYTES))
         return !page_hasher_digest2(&l->h, e->parent, HASH_BYTES, KVT_WINDOW_TAG,
@@ -351,6 +355,8 @@ int index_load(struct dstore *s, struct ctl_index *ix)
         rc = page_hasher_digest2(&l.h, KVT_WINDOW_TAG, sizeof(KVT_WINDOW_TAG) - 1, NULL, 0,
                                  ix->windows_root);
     if (!rc)
+        rc = emb_root(&l.h, ix->embeddings_root);
+    if (!rc)
         rc = dstore_iterate(s, on_entry, &l);
     if (!rc)
         rc = ns_sort(&l);
@@ -404,6 +410,8 @@ const char *index_ns_name(const struct ctl_index *ix, uint32_t ns, char *buf)
         return strcpy(buf, "states");
     if (ix->ns[ns].is_windows)
         return strcpy(buf, "windows");
+    if (ix->ns[ns].is_embeddings)
+        return strcpy(buf, "embeddings");
     if (caller_keys(ix->ns[ns].root))
         return strcpy(buf, "caller-keys");
     ctl_hex(ix->ns[ns].root, HASH_BYTES, hex);
@@ -526,6 +534,8 @@ int index_find_ns(const struct ctl_index *ix, const char *arg, uint32_t *out)
         return find_ns_root(ix, ix->states_root, arg, out);
     if (!strcmp(arg, "windows"))
         return find_ns_root(ix, ix->windows_root, arg, out);
+    if (!strcmp(arg, "embeddings"))
+        return find_ns_root(ix, ix->embeddings_root, arg, out);
     if (!strncmp(arg, "name:", 5)) {
         if (strlen(arg + 5) > KVT_NS_MAX)
             return ctl_fail("namespace %s: longer than %d bytes", arg, KVT_NS_MAX);

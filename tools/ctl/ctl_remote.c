@@ -7,10 +7,15 @@
  * server costs round trips per thousand keys, not per key. On a cluster (the first seed to answer
  * answers CLUSTER SLOTS) every master is scanned in turn, its own keys read from it, and counted
  * per node too; a key that moved to another node during the scan (MOVED, ASK) counts as gone, like
- * an evicted one.
+ * an evicted one. A master that cannot be reached, or fails during its scan, is reported with its
+ * state and why, the others are scanned all the same, and the exit status is 1. A page's copy
+ * (its key's name then ":copy{T}", on another master) counts as a page and as a copy. A kvt:* key
+ * of another type than a string (WRONGTYPE) is foreign, like a name that is no page's. Every
+ * reply is bounded in time as a whole (TIMEOUT_S) and in size (the client's bounds).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +45,7 @@ int cmd_remote(const struct ctl_args *a)
 
 struct fp_count {
     char hex[FP_HEX + 1];
-    uint64_t pages, bytes, good, bad;
+    uint64_t pages, bytes, good, bad, copies;
 };
 
 #define MAX_NODES 64
@@ -49,6 +54,8 @@ struct fp_count {
 struct node_count {
     char server[300];
     uint64_t pages, bytes, good, bad, used_memory, maxmemory;
+    const char *state; /* "ok", "unreachable" (no connection), "failed" (during its scan) */
+    char error[400];   /* why, when not ok */
 };
 
 struct remote {
@@ -64,32 +71,48 @@ struct remote {
     bool verify;
     struct fp_count *fp;
     size_t nfp;
-    uint64_t pages, bytes, good, bad;
-    uint64_t other;   /* kvt:* keys whose name is not a page's: bad for verify */
+    uint64_t pages, bytes, good, bad, copies;
+    uint64_t other;   /* kvt:* keys whose name is not a page's, or not strings: bad for verify */
     uint64_t gone;    /* keys SCAN named that were gone when read (evicted, expired) */
     uint64_t nlisted; /* bad keys kept in listed */
     char listed[BAD_LISTED][STORE_REDIS_KEY_CHARS + 1];
     uint64_t used_memory, maxmemory;
     char policy[64];
+    char why[400];      /* the last failure, as said on stderr */
+    size_t unreachable; /* masters not scanned whole */
 };
+
+/* Say why something failed (on stderr, as ctl_fail does) and keep it for the report: 1. */
+static int fail(struct remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct remote *r, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof(r->why), fmt, ap);
+    va_end(ap);
+    return ctl_fail("%s", r->why);
+}
 
 /* ---- the connection ---- */
 
-static int reply_error(struct remote *r, const struct resp_value *rep, const char *what)
+/* A reply that is not what what expects, or (rep NULL) none: why (rc) from the client. */
+static int reply_error(struct remote *r, const struct resp_value *rep, const char *what, int rc)
 {
     if (!rep)
-        return ctl_fail("%s: %s: the connection failed or timed out", r->server, what);
-    return ctl_fail("%s: %s: %s", r->server, what,
-                    rep->type == RESP_ERROR ? rep->str : "unexpected reply");
+        return fail(r, "%s: %s: %s", r->server, what, redis_wire_why(r->ctx, rc));
+    return fail(r, "%s: %s: %s", r->server, what,
+                rep->type == RESP_ERROR ? rep->str : "unexpected reply");
 }
 
 /* One command and its reply; NULL (said) when the connection failed. */
 static struct resp_value *call(struct remote *r, int argc, const char **argv, const char *what)
 {
     struct resp_value *rep;
+    int rc;
 
-    if (redis_call(r->ctx, argc, argv, NULL, &rep)) {
-        reply_error(r, NULL, what);
+    if ((rc = redis_call(r->ctx, argc, argv, NULL, &rep))) {
+        reply_error(r, NULL, what, rc);
         return NULL;
     }
     return rep;
@@ -107,8 +130,8 @@ static int authenticate(struct remote *r)
         redis_resp_free(rep);
         return 0;
     }
-    ctl_fail("%s: AUTH%s%s refused: %s", r->server, r->user[0] ? " as user " : "", r->user,
-             rep->str);
+    fail(r, "%s: AUTH%s%s refused: %s", r->server, r->user[0] ? " as user " : "", r->user,
+         rep->str);
     redis_resp_free(rep);
     return 1;
 }
@@ -118,12 +141,16 @@ static int connect_to(struct remote *r, const char *host, unsigned port)
 {
     const struct redis_wire_timeouts t = {TIMEOUT_S * 1000, TIMEOUT_S * 1000, TIMEOUT_S * 1000};
     char why[300];
+    size_t k;
 
     redis_wire_close(r->ctx);
     r->ctx = NULL;
     snprintf(r->server, sizeof(r->server), "%s:%u", host, port);
-    if (redis_wire_open(host, (uint16_t)port, r->tls, &t, &r->ctx, why, sizeof(why)))
-        return ctl_fail("cannot connect to %s: %s", r->server, why);
+    if (redis_wire_open(host, (uint16_t)port, r->tls, &t, &r->ctx, why, sizeof(why))) {
+        k = strlen(r->server); /* the client's reason names the server too */
+        k = !strncmp(why, r->server, k) && !strncmp(why + k, ": ", 2) ? k + 2 : 0;
+        return fail(r, "cannot connect to %s: %s", r->server, why + k);
+    }
     return r->password[0] ? authenticate(r) : 0;
 }
 
@@ -181,11 +208,11 @@ static int add_masters(struct remote *r, const struct resp_value *rep, const cha
         size_t k;
         if (e->type != RESP_ARRAY || e->n < 3 || (m = e->elem[2])->type != RESP_ARRAY || m->n < 2 ||
             m->elem[0]->type != RESP_BULK || m->elem[1]->type != RESP_INT)
-            return ctl_fail("%s: CLUSTER SLOTS: unexpected reply", r->server);
+            return fail(r, "%s: CLUSTER SLOTS: unexpected reply", r->server);
         if (snprintf(server, sizeof(server), "%s:%lld",
                      m->elem[0]->integer ? m->elem[0]->str : asked,
                      m->elem[1]->integer) >= (int)sizeof(server))
-            return ctl_fail("%s: CLUSTER SLOTS: a host name too long", r->server);
+            return fail(r, "%s: CLUSTER SLOTS: a host name too long", r->server);
         for (k = 0; k < r->nnodes && strcmp(r->node[k].server, server); k++)
             ;
         if (k == r->nnodes && r->nnodes == MAX_NODES)
@@ -242,7 +269,7 @@ static int read_memory(struct remote *r, struct node_count *n)
     if (!rep)
         return 1;
     if (rep->type != RESP_BULK) {
-        int rc = reply_error(r, rep, "INFO memory");
+        int rc = reply_error(r, rep, "INFO memory", 0);
         redis_resp_free(rep);
         return rc;
     }
@@ -270,11 +297,26 @@ static bool unhex(const char *s, uint8_t *out, size_t n)
     return true;
 }
 
-/* Whether name is a page's key, "kvt:<fp hex>:<key hex>", as store_redis_key writes it. */
-static bool parse_name(const char *name, size_t len, uint8_t *fp, uint8_t *key)
+/* A copy's suffix after the page's key: ":copy{" five hex digits "}". */
+static bool copy_suffix(const char *s)
 {
-    return len == STORE_REDIS_KEY_CHARS && !memcmp(name, "kvt:", 4) && name[4 + FP_HEX] == ':' &&
-           unhex(name + 4, fp, STORE_REDIS_FP_BYTES) &&
+    size_t k = strlen(STORE_REDIS_COPY_SUFFIX);
+    uint8_t tag[3];
+    char t[6] = {'0'};
+
+    if (memcmp(s, STORE_REDIS_COPY_SUFFIX, k) || s[k + 5] != '}')
+        return false;
+    memcpy(t + 1, s + k, 5); /* "0" and the five digits: three bytes of hex */
+    return unhex(t, tag, 3);
+}
+
+/* Whether name is a page's key, "kvt:<fp hex>:<key hex>", as store_redis_key writes it, or its
+ * copy's (*copy set), as store_redis_copy_key does. */
+static bool parse_name(const char *name, size_t len, uint8_t *fp, uint8_t *key, bool *copy)
+{
+    *copy = len == STORE_REDIS_COPY_KEY_CHARS && copy_suffix(name + STORE_REDIS_KEY_CHARS);
+    return (len == STORE_REDIS_KEY_CHARS || *copy) && !memcmp(name, "kvt:", 4) &&
+           name[4 + FP_HEX] == ':' && unhex(name + 4, fp, STORE_REDIS_FP_BYTES) &&
            unhex(name + 5 + FP_HEX, key, STORE_KEY_BYTES);
 }
 
@@ -307,13 +349,14 @@ static int count_key(struct remote *r, const struct resp_value *name, const stru
     uint8_t fp[STORE_REDIS_FP_BYTES], key[STORE_KEY_BYTES];
     size_t name_len = (size_t)name->integer,
            len = rep->type == RESP_BULK ? (size_t)rep->integer : 0;
-    bool page = parse_name(name->str, name_len, fp, key);
+    bool copy, foreign = rep->type == RESP_ERROR; /* another type than a string */
+    bool page = parse_name(name->str, name_len, fp, key, &copy) && !foreign;
     struct fp_count *f = page ? fp_of(r, name->str) : NULL;
-    uint64_t bytes = r->verify ? len : (uint64_t)rep->integer;
+    uint64_t bytes = r->verify || foreign ? len : (uint64_t)rep->integer;
 
     if (page && !f)
         return ctl_fail("out of memory");
-    if ((r->verify && rep->type == RESP_NIL) || (!r->verify && !bytes)) {
+    if ((r->verify && rep->type == RESP_NIL) || (!r->verify && !foreign && !bytes)) {
         r->gone++; /* evicted or expired between SCAN and the read */
         return 0;
     }
@@ -324,6 +367,7 @@ static int count_key(struct remote *r, const struct resp_value *name, const stru
         return 0;
     }
     f->pages++, f->bytes += bytes, r->pages++, r->bytes += bytes;
+    f->copies += copy, r->copies += copy;
     if (!r->verify)
         return 0;
     bool ok = rep->type == RESP_BULK && len >= STORE_REDIS_HEAD_BYTES &&
@@ -347,20 +391,23 @@ static int read_batch(struct remote *r, const struct resp_value *keys)
         const char *argv[] = {what, keys->elem[i]->str};
         size_t lens[] = {strlen(what), (size_t)keys->elem[i]->integer};
         if (keys->elem[i]->type != RESP_BULK)
-            return reply_error(r, keys, "SCAN");
+            return reply_error(r, keys, "SCAN", 0);
         if (redis_wire_append(r->ctx, 2, argv, lens))
             return ctl_fail("out of memory");
     }
-    if (redis_wire_flush(r->ctx))
-        return reply_error(r, NULL, what);
+    if ((rc = redis_wire_flush(r->ctx)))
+        return reply_error(r, NULL, what, rc);
     for (size_t i = 0; i < keys->n; i++) {
-        if (redis_resp_read(r->ctx, &rep))
-            return reply_error(r, NULL, what);
+        int err;
+        if ((err = redis_resp_read(r->ctx, &rep)))
+            return rc ? rc : reply_error(r, NULL, what, err);
         if (!rc && rep->type == RESP_ERROR &&
             (!strncmp(rep->str, "MOVED ", 6) || !strncmp(rep->str, "ASK ", 4)))
             r->gone++; /* its slot moved to another node during the scan */
+        else if (!rc && rep->type == RESP_ERROR && !strncmp(rep->str, "WRONGTYPE", 9))
+            rc = count_key(r, keys->elem[i], rep); /* a list, a set...: foreign */
         else if (!rc && (rep->type == RESP_ERROR || (!r->verify && rep->type != RESP_INT)))
-            rc = reply_error(r, rep, what);
+            rc = reply_error(r, rep, what, 0);
         else if (!rc)
             rc = count_key(r, keys->elem[i], rep);
         redis_resp_free(rep);
@@ -385,7 +432,7 @@ static int scan_all(struct remote *r)
         if (!rep)
             return 1;
         if (!scan_reply_ok(rep)) {
-            rc = reply_error(r, rep, "SCAN");
+            rc = reply_error(r, rep, "SCAN", 0);
             redis_resp_free(rep);
             return rc;
         }
@@ -398,24 +445,25 @@ static int scan_all(struct remote *r)
 
 /* ---- reports ---- */
 
-/* A cluster's masters, one line each. */
+/* A cluster's masters, one line each; one that was not scanned whole says so and why. */
 static void nodes_text(const struct remote *r)
 {
     char b1[32], b2[32];
 
     if (!r->cluster)
         return;
-    printf("\n%-24s %12s %12s %12s %12s\n", "node", "pages", "bytes", r->verify ? "good" : "used",
-           r->verify ? "bad" : "maxmemory");
+    printf("\n%-24s %12s %12s %12s %12s  %s\n", "node", "pages", "bytes",
+           r->verify ? "good" : "used", r->verify ? "bad" : "maxmemory", "state");
     for (size_t i = 0; i < r->nnodes; i++) {
         const struct node_count *n = &r->node[i];
         if (r->verify)
-            printf("%-24s %12" PRIu64 " %12s %12" PRIu64 " %12" PRIu64 "\n", n->server, n->pages,
+            printf("%-24s %12" PRIu64 " %12s %12" PRIu64 " %12" PRIu64, n->server, n->pages,
                    ctl_bytes(n->bytes, b1), n->good, n->bad);
         else
-            printf("%-24s %12" PRIu64 " %12s %12s %12s\n", n->server, n->pages,
+            printf("%-24s %12" PRIu64 " %12s %12s %12s", n->server, n->pages,
                    ctl_bytes(n->bytes, b1), ctl_bytes(n->used_memory, b2),
                    n->maxmemory ? ctl_bytes(n->maxmemory, b2 + 16) : "none");
+        printf("  %s%s%s\n", n->state, n->error[0] ? ": " : "", n->error);
     }
 }
 
@@ -426,6 +474,16 @@ static void server_line(const struct remote *r)
                r->seed);
     else
         printf("server:       %s\n", r->seed);
+    if (r->unreachable)
+        printf("unreachable:  %zu master%s (the totals are the others')\n", r->unreachable,
+               r->unreachable == 1 ? "" : "s");
+}
+
+static void copies_line(const struct remote *r)
+{
+    if (r->copies)
+        printf("copies:       %" PRIu64 " of them pages' copies (a second key on another master)\n",
+               r->copies);
 }
 
 static void stat_text(const struct remote *r)
@@ -439,8 +497,10 @@ static void stat_text(const struct remote *r)
            r->policy[0] ? r->policy : "?");
     printf("pages:        %" PRIu64 " (%s) in %zu fingerprint%s\n", r->pages,
            ctl_bytes(r->bytes, b1), r->nfp, r->nfp == 1 ? "" : "s");
+    copies_line(r);
     if (r->other)
-        printf("other keys:   %" PRIu64 " kvt:* keys not named as pages\n", r->other);
+        printf("other keys:   %" PRIu64 " kvt:* keys that are no page (another name or type)\n",
+               r->other);
     if (r->nfp)
         printf("\n%-*s %12s %12s\n", FP_HEX, "fingerprint", "pages", "bytes");
     for (size_t i = 0; i < r->nfp; i++)
@@ -457,6 +517,11 @@ static void nodes_json(const struct remote *r)
         const struct node_count *n = &r->node[i];
         printf("%s{\"server\":", i ? "," : "");
         cli_json_string(n->server);
+        printf(",\"state\":\"%s\"", n->state);
+        if (n->error[0]) {
+            printf(",\"error\":");
+            cli_json_string(n->error);
+        }
         printf(",\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64, n->pages, n->bytes);
         if (r->verify)
             printf(",\"good\":%" PRIu64 ",\"bad\":%" PRIu64 "}", n->good, n->bad);
@@ -471,8 +536,9 @@ static void json_head(const struct remote *r)
 {
     printf("{\"server\":");
     cli_json_string(r->seed);
-    printf(",\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"other_keys\":%" PRIu64, r->pages,
-           r->bytes, r->other);
+    printf(",\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"copies\":%" PRIu64
+           ",\"other_keys\":%" PRIu64 ",\"unreachable\":%zu",
+           r->pages, r->bytes, r->copies, r->other, r->unreachable);
     nodes_json(r);
 }
 
@@ -484,8 +550,9 @@ static void stat_json(const struct remote *r)
     cli_json_string(r->policy);
     printf(",\"fingerprints\":[");
     for (size_t i = 0; i < r->nfp; i++)
-        printf("%s{\"fingerprint\":\"%s\",\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 "}",
-               i ? "," : "", r->fp[i].hex, r->fp[i].pages, r->fp[i].bytes);
+        printf("%s{\"fingerprint\":\"%s\",\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"copies\":%" PRIu64 "}",
+               i ? "," : "", r->fp[i].hex, r->fp[i].pages, r->fp[i].bytes, r->fp[i].copies);
     printf("]}\n");
 }
 
@@ -494,8 +561,11 @@ static void verify_text(const struct remote *r)
     server_line(r);
     printf("pages read:   %" PRIu64 ", good %" PRIu64 ", bad %" PRIu64 "\n", r->pages, r->good,
            r->bad - r->other);
+    copies_line(r);
     if (r->other)
-        printf("other keys:   %" PRIu64 " kvt:* keys not named as pages (bad)\n", r->other);
+        printf("other keys:   %" PRIu64
+               " kvt:* keys that are no page (another name or type; bad)\n",
+               r->other);
     if (r->gone)
         printf("gone:         %" PRIu64 " keys evicted or expired during the scan\n", r->gone);
     if (r->nfp)
@@ -507,7 +577,7 @@ static void verify_text(const struct remote *r)
         printf("%sbad: %s\n", i ? "" : "\n", r->listed[i]);
     if (r->bad > r->nlisted)
         printf("... and %" PRIu64 " more\n", r->bad - r->nlisted);
-    printf("%s\n", r->bad ? "PROBLEMS FOUND" : "OK");
+    printf("%s\n", r->bad ? "PROBLEMS FOUND" : r->unreachable ? "INCOMPLETE" : "OK");
 }
 
 static void verify_json(const struct remote *r)
@@ -523,31 +593,54 @@ static void verify_json(const struct remote *r)
         fputs(i ? "," : "", stdout);
         cli_json_string(r->listed[i]);
     }
-    printf("],\"ok\":%s}\n", r->bad ? "false" : "true");
+    printf("],\"ok\":%s}\n", r->bad || r->unreachable ? "false" : "true");
 }
 
-/* Scan node n (connected to it first on a cluster), its counts the totals' growth. */
+/* Scan node n (connected to it first on a cluster), its counts the totals' growth; one that
+ * cannot be reached or fails keeps its state and why. */
 static int scan_node(struct remote *r, struct node_count *n)
 {
     struct remote before = *r;
     char host[300];
     int rc = 0;
 
+    n->state = "ok";
     if (r->cluster) {
         snprintf(host, sizeof(host), "%s", n->server);
         char *colon = strrchr(host, ':');
         *colon = '\0';
-        rc = connect_to(r, host, (unsigned)strtoul(colon + 1, NULL, 10));
+        if ((rc = connect_to(r, host, (unsigned)strtoul(colon + 1, NULL, 10))))
+            n->state = "unreachable";
     }
     if (!rc && !r->verify)
         rc = read_memory(r, n);
     if (!rc)
         rc = scan_all(r);
+    if (rc && !strcmp(n->state, "ok"))
+        n->state = "failed";
+    if (rc)
+        snprintf(n->error, sizeof(n->error), "%s", r->why);
     n->pages = r->pages - before.pages;
     n->bytes = r->bytes - before.bytes;
     n->good = r->good - before.good;
     n->bad = r->bad - before.bad;
     return rc;
+}
+
+/* Every master of a cluster scanned, those that fail counted and skipped; a standalone
+ * server's failure ends the run, as does every master's. */
+static int scan_nodes(struct remote *r)
+{
+    int rc;
+
+    for (size_t i = 0; i < r->nnodes; i++) {
+        if (!(rc = scan_node(r, &r->node[i])))
+            continue;
+        if (!r->cluster || rc != 1)
+            return rc;
+        r->unreachable++;
+    }
+    return r->nnodes && r->unreachable == r->nnodes ? 1 : 0;
 }
 
 static int remote_run(struct remote *r, const struct ctl_args *a)
@@ -559,15 +652,15 @@ static int remote_run(struct remote *r, const struct ctl_args *a)
         rc = find_nodes(r);
     if (!rc)
         snprintf(r->seed, sizeof(r->seed), "%s", r->server);
-    for (size_t i = 0; !rc && i < r->nnodes; i++)
-        rc = scan_node(r, &r->node[i]);
+    if (!rc)
+        rc = scan_nodes(r);
     if (rc)
         return rc;
     if (r->verify)
         json ? verify_json(r) : verify_text(r);
     else
         json ? stat_json(r) : stat_text(r);
-    return r->verify && r->bad ? 1 : 0;
+    return (r->verify && r->bad) || r->unreachable ? 1 : 0;
 }
 
 int cmd_remote(const struct ctl_args *a)

@@ -116,12 +116,13 @@ static void namespaces_json(const struct ctl_index *ix)
 
         printf("%s{\"root\":", n ? "," : "");
         ctl_json_hex(s->root, HASH_BYTES);
-        printf(",\"default\":%s,\"states\":%s,\"windows\":%s,\"pages\":%" PRIu64
+        printf(",\"default\":%s,\"states\":%s,\"windows\":%s,\"embeddings\":%s,\"pages\":%" PRIu64
                ",\"good_pages\":%" PRIu64 ",\"detached\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"tokens\":%" PRIu64 ",\"oldest_ns\":%" PRIu64 ",\"newest_ns\":%" PRIu64 "}",
                s->is_default ? "true" : "false", s->is_states ? "true" : "false",
-               s->is_windows ? "true" : "false", s->pages, s->good, s->detached, s->pages * pb,
-               s->pages * ix->info.page_tokens, s->oldest, s->newest);
+               s->is_windows ? "true" : "false", s->is_embeddings ? "true" : "false", s->pages,
+               s->good, s->detached, s->pages * pb, s->pages * ix->info.page_tokens, s->oldest,
+               s->newest);
     }
     printf("]");
 }

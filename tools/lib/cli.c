@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *cli_clip(const char *s, size_t max, char *buf)
 {
@@ -470,4 +472,43 @@ void cli_print_size(uint64_t n)
     char buf[32];
 
     fputs(cli_size(n, buf), stdout);
+}
+
+/* ---- progress ---- */
+
+void cli_progress_start(struct cli_progress *p)
+{
+    p->tty = isatty(STDERR_FILENO);
+    p->t0 = p->shown = cli_now();
+}
+
+bool cli_progress_due(struct cli_progress *p)
+{
+    double now;
+
+    if (!p->tty || (now = cli_now()) - p->shown < CLI_PROGRESS_MS / 1000.0)
+        return false;
+    p->shown = now;
+    return true;
+}
+
+void cli_progress_line(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("\r\033[K", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+double cli_progress_seconds(const struct cli_progress *p)
+{
+    return cli_now() - p->t0;
+}
+
+void cli_progress_end(const struct cli_progress *p)
+{
+    if (p->tty)
+        fputs("\r\033[K", stderr);
 }

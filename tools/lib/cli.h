@@ -152,6 +152,26 @@ double cli_gbps(uint64_t bytes, double seconds);
 double cli_ratio(double a, double b);
 /* "met" or "MISSED", for a target. */
 const char *cli_met(bool ok);
+/* A progress line on stderr when it is a terminal (pipes get nothing): rewritten in place at
+ * most every CLI_PROGRESS_MS, and cleared at the end, so the report that follows stands
+ * alone. The tools' long phases share it. */
+#define CLI_PROGRESS_MS 250
+struct cli_progress {
+    bool tty;
+    double t0, shown; /* cli_now() at the start, and at the last line */
+};
+
+void cli_progress_start(struct cli_progress *p);
+/* Whether a line is due (a terminal, and CLI_PROGRESS_MS since the last one): the caller then
+ * prints it with cli_progress_line. */
+bool cli_progress_due(struct cli_progress *p);
+/* The line, in place of the last one. */
+void cli_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Seconds since the start. */
+double cli_progress_seconds(const struct cli_progress *p);
+/* Clear the line (a terminal only). */
+void cli_progress_end(const struct cli_progress *p);
+
 /* n bytes as "1.50 GiB", "3.0 MiB" or "12.0 KiB" in buf (32 bytes); buf. */
 const char *cli_size(uint64_t n, char *buf);
 /* cli_size on stdout. */

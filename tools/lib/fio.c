@@ -101,6 +101,8 @@ void fio_job_init(struct fio_job *j, const struct fio_params *p)
     snprintf(j->args[n++], len, "--ioengine=io_uring");
     snprintf(j->args[n++], len, "--direct=%u", (unsigned)p->direct);
     snprintf(j->args[n++], len, "--fixedbufs=%u", (unsigned)p->fixed_buffers);
+    if (p->huge_buffers)
+        snprintf(j->args[n++], len, "--iomem=shmhuge");
     snprintf(j->args[n++], len, "--fallocate=native");
     snprintf(j->args[n++], len, "--bs=%u", p->block_bytes);
     snprintf(j->args[n++], len, "--iodepth=%u", p->iodepth);

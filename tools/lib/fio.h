@@ -27,6 +27,7 @@ struct fio_params {
     const char *file; /* the file it reads and writes */
     const char *rw;   /* write, read or randread */
     bool direct, fixed_buffers;
+    bool huge_buffers; /* its buffers on huge pages (hugetlb: --iomem=shmhuge) */
     uint32_t block_bytes, iodepth;
     uint64_t size;      /* bytes of the file */
     uint64_t io_size;   /* bytes the job moves, 0: size (--io_size) */
@@ -36,8 +37,8 @@ struct fio_params {
 
 /* A job's command line; the strings live in the struct. */
 struct fio_job {
-    char args[14][PATH_MAX + 32];
-    char *argv[18];
+    char args[16][PATH_MAX + 32];
+    char *argv[20];
 };
 
 /* The command line of p's job into j: "fio --name=... --output-format=json". */

@@ -2,6 +2,7 @@
  * Workloads: a Mooncake trace reader and seeded synthetic generators. See workload.h.
  */
 #include "workload.h"
+#include "kvtier.h"
 
 #include "cli.h"
 
@@ -14,8 +15,8 @@
 
 #define MAX_HASH_ID_BITS 40
 #define TAG_SHIFT 48
-#define OUTPUT_BIT (1ull << 63)
-#define SYNTH_BIT (1ull << 62)
+#define OUTPUT_BIT WL_OUTPUT_BIT
+#define SYNTH_BIT WL_SYNTH_BIT
 
 static void die_oom(void)
 {
@@ -53,6 +54,20 @@ static void add_req(struct workload *w, const struct wl_req *r)
         w->max_tokens = (uint64_t)r->input_len + r->output_len;
 }
 
+struct wl_seg wl_add_request(struct workload *w, const struct wl_seg *segs, size_t n,
+                             uint32_t out_len, uint64_t serial)
+{
+    struct wl_req r = {.first_seg = w->nsegs, .nsegs = (uint32_t)n, .output_len = out_len};
+
+    for (size_t i = 0; i < n; i++) {
+        add_seg(w, segs[i].id, segs[i].len);
+        r.input_len += segs[i].len;
+    }
+    r.output_id = OUTPUT_BIT | serial;
+    add_req(w, &r);
+    return (struct wl_seg){.id = r.output_id, .len = out_len};
+}
+
 void wl_clear(struct workload *w)
 {
     w->nreqs = w->nsegs = 0;
@@ -79,6 +94,13 @@ void wl_input_tokens(const struct workload *w, const struct wl_req *r, uint32_t 
     for (uint32_t s = 0; s < r->nsegs; s++) {
         const struct wl_seg *g = &w->segs[r->first_seg + s];
         uint64_t seed = wl_mix(g->id);
+        if (g->id & WL_IMAGE_BIT && !(g->id & OUTPUT_BIT)) {
+            uint8_t hash[32];
+            wl_image_hash(g->id, hash);
+            kvt_emb_pad_tokens(hash, tokens, g->len);
+            tokens += g->len;
+            continue;
+        }
         for (uint32_t off = 0; off < g->len; off++)
             *tokens++ = seg_token(seed, off);
     }
@@ -497,7 +519,7 @@ int wl_trace_next(struct wl_trace *t, struct workload *w, char *err, size_t err_
 #define DOC_INSTRUCTIONS 2
 #define DOC_ACTIVE 4 /* documents being asked about at once */
 
-const char *const wl_synthetic_names[] = {"chat", "docqa", "mixed", NULL};
+const char *const wl_synthetic_names[] = {"chat", "docqa", "mixed", "multimodal", NULL};
 
 static const char *const synthetic_about[] = {
     "multi-turn chats behind 8 shared system prompts (256-2048 tokens); 16 chats at a time, "
@@ -505,6 +527,7 @@ static const char *const synthetic_about[] = {
     "long documents (4-24k tokens) behind 2 shared instructions, each asked 4-16 short "
     "questions; 4 documents at a time",
     "chat and docqa requests interleaved at random, half each",
+    wl_mm_about,
 };
 
 const char *wl_synthetic_about(const char *name)
@@ -592,7 +615,8 @@ static void doc_question(struct synth *s)
 
 struct wl_synth {
     struct synth s;
-    int kind; /* index in wl_synthetic_names */
+    int kind;         /* index in wl_synthetic_names */
+    struct wl_mm *mm; /* "multimodal" (workload_mm.c) */
 };
 
 int wl_synth_open(const char *name, uint64_t seed, struct wl_synth **out)
@@ -608,6 +632,10 @@ int wl_synth_open(const char *name, uint64_t seed, struct wl_synth **out)
     if (!(g = calloc(1, sizeof(*g))))
         return -ENOMEM;
     g->kind = kind;
+    if (!strcmp(name, "multimodal") && !(g->mm = wl_mm_open(seed))) {
+        free(g);
+        return -ENOMEM;
+    }
     g->s.rng = wl_mix(seed);
     for (size_t i = 0; i < CHAT_PROMPTS; i++)
         g->s.prompts[i] = new_seg(&g->s, 256, 2048);
@@ -621,6 +649,10 @@ void wl_synth_next(struct wl_synth *g, struct workload *w)
 {
     bool chat = g->kind == 0 || (g->kind == 2 && pick(&g->s, 0, 1) == 0);
 
+    if (g->mm) {
+        wl_mm_next(g->mm, w);
+        return;
+    }
     g->s.w = w;
     if (chat)
         chat_turn(&g->s);
@@ -634,5 +666,6 @@ void wl_synth_close(struct wl_synth *g)
         return;
     for (size_t i = 0; i < CHAT_ACTIVE; i++)
         free(g->s.chats[i].hist);
+    wl_mm_close(g->mm);
     free(g);
 }

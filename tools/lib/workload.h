@@ -20,6 +20,11 @@
 #define WL_MAX_INPUT_LENGTH (1u << 24) /* tokens; keeps request sizes in 32 bits */
 #define WL_MAX_OUTPUT_LENGTH (1u << 20)
 #define WL_VOCAB 128000 /* synthetic token ids lie in [0, WL_VOCAB) */
+/* Segment ids: a request's output, a synthetic workload's text, an image (its tokens are the
+ * image's pad tokens, kvt_emb_pad_tokens of wl_image_hash; workload_mm.c). */
+#define WL_OUTPUT_BIT (1ull << 63)
+#define WL_SYNTH_BIT (1ull << 62)
+#define WL_IMAGE_BIT (1ull << 61)
 
 struct wl_seg {
     uint64_t id;
@@ -67,7 +72,10 @@ const char *wl_synthetic_about(const char *name);
 
 /* A synthetic workload, generated a request at a time from its seed: the same name and seed
  * give the same requests. What it keeps is bounded (the chats and documents under way), however
- * many requests are drawn. */
+ * many requests are drawn. It makes WL_SYNTH_MAX_REQUESTS at most: each takes up to three
+ * segment ids from a 62-bit counter, and a reader's u64 token counts (under 2^15 tokens a
+ * request) hold 2^49 of them; 2^40, 35 years at a thousand a second, is well inside both. */
+#define WL_SYNTH_MAX_REQUESTS (1ull << 40)
 struct wl_synth;
 
 /* 0, -EINVAL for an unknown name, or -ENOMEM. */
@@ -82,6 +90,22 @@ void wl_input_tokens(const struct workload *w, const struct wl_req *r, uint32_t 
 
 /* Token i of r's output. */
 uint32_t wl_output_token(const struct wl_req *r, uint32_t i);
+
+/* Append a request of the n segments and an output of out_len tokens, whose segment is named
+ * WL_OUTPUT_BIT | serial; that segment (for a later turn to quote). */
+struct wl_seg wl_add_request(struct workload *w, const struct wl_seg *segs, size_t n,
+                             uint32_t out_len, uint64_t serial);
+
+/* ---- the multimodal workload (workload_mm.c) ---- */
+
+/* The 32 bytes naming image segment id (its content hash, as a serving engine would take). */
+void wl_image_hash(uint64_t id, uint8_t hash[32]);
+/* The "multimodal" generator behind wl_synth_*: images among the text of requests. */
+struct wl_mm;
+struct wl_mm *wl_mm_open(uint64_t seed);
+void wl_mm_next(struct wl_mm *m, struct workload *w);
+void wl_mm_close(struct wl_mm *m);
+extern const char wl_mm_about[];
 
 /* Forget w's requests and segments, keeping its memory for the next ones. */
 void wl_clear(struct workload *w);

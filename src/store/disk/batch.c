@@ -4,8 +4,9 @@
  * share one fdatasync per slab touched and one index transaction (one flush of the index
  * file).
  *
- * A batch starts: drop pages already stored, evict if the free slots fall short (and make that
- * durable before any slot is reused), reserve slots, submit the writes. It joins the pipe, the
+ * A batch starts: drop pages already stored, evict if the free slots fall short (the records
+ * reads found bad go first, drop.c, then the oldest pages; either durable before any slot is
+ * reused), reserve slots, submit the writes. It joins the pipe, the
  * batches in flight, oldest first, and the committer goes on: the next batch's I/O flies while
  * an earlier one's sync and commit run. A batch retires once its I/O has landed, with every
  * landed batch before it as one group: fdatasync, then commit the group's records together
@@ -167,14 +168,21 @@ static size_t fit_batch_locked(struct dstore *s, struct batch *b, size_t need)
 
 static void reserve(struct dstore *s, struct batch *b)
 {
-    size_t need = 0, have, evicted;
+    size_t need = 0, have, evicted, drops;
 
     for (size_t i = 0; i < b->n; i++)
         need += !b->pg[i]->res && !b->pg[i]->dup;
     pthread_mutex_lock(&s->lock);
     need = fit_batch_locked(s, b, need);
     have = s->nfree;
+    drops = s->ndrops;
     pthread_mutex_unlock(&s->lock);
+    if (have < need && drops) { /* the slots of bad pages first, before good pages go */
+        drops_run(s);
+        pthread_mutex_lock(&s->lock);
+        have = s->nfree;
+        pthread_mutex_unlock(&s->lock);
+    }
     if (have < need)
         evict_oldest(s, need - have, &evicted);
     pthread_mutex_lock(&s->lock);
@@ -239,7 +247,7 @@ static size_t batch_slab(struct batch *b, uint32_t slab)
 /* The page's slab made whole and its requests filled; 0 or the error. */
 static int prepare_write(struct dstore *s, struct dop_page *p)
 {
-    int rc = slab_ready(s, slab_of(s, p->slot));
+    int rc = slab_ready(s, slab_of(s, p->slot), p->slot % s->slab_slots);
 
     return rc ? rc : page_io_prepare(s, p, p->slot, true, write_landed);
 }
@@ -296,7 +304,8 @@ static void fill_block(struct dstore *s, struct dop_page *p, uint64_t now)
     memcpy(h.parent, p->parent, DSTORE_KEY_BYTES);
     memcpy(h.ns, p->ns, DSTORE_NS_BYTES);
     memcpy(h.sum, p->sum, 16);
-    layout_fill_tail(&s->lay, p->buf, &h, p->tokens, p->block);
+    page_gather(s, p, s->lay.body, s->lay.tail, p->block);
+    layout_fill_tail(&s->lay, &h, p->tokens, p->block);
 }
 
 /* Write every reserved page; the batch's pending counts them down as they land. The bodies
@@ -311,7 +320,7 @@ static void submit_pages(struct dstore *s, struct batch *b)
     dio_submit(s->io, requests(s, b, 0));
     /* Only the requests are shared with the engine: it reads buf and never writes it. */
     for (size_t i = 0; i < b->nio; i++) {
-        page_checksum(b->io[i]->buf, s->page_bytes, b->io[i]->sum);
+        page_sum(s, b->io[i], b->io[i]->sum);
         fill_block(s, b->io[i], b->now);
     }
     dio_submit(s->io, requests(s, b, 1));

@@ -2,9 +2,10 @@
  * The committer: the one thread that reserves slots and writes the index. It takes jobs in
  * the order they were queued, so a delete queued after a write applies after it. A run of
  * write ops queued back to back is one batch (batch.c), and up to PIPE_BATCHES batches fly at
- * once; deletes, drops and evictions are jobs of their own, run once the batches before them
- * have retired (lru.c picks and forgets the victims). Below it: records.c (lookups,
- * deletes, transactions), slots.c (the slot table), queue.c (jobs and op completion).
+ * once; deletes and evictions are jobs of their own, run once the batches before them have
+ * retired (lru.c picks and forgets the victims). The records reads found bad are no jobs:
+ * they gather and go in one transaction (drop.c). Below it: records.c (lookups, deletes,
+ * transactions), slots.c (the slot table), queue.c (jobs and op completion).
  */
 #include "store_int.h"
 
@@ -78,38 +79,6 @@ out:
     return rc;
 }
 
-/* A record a read found bad. Its slot, when the slot table still gives it to the key, goes
- * too: either the record named it and is deleted, or the key was rewritten elsewhere since
- * and no record names it any more. */
-static void run_drop(struct dstore *s, struct djob *j)
-{
-    struct rec_match m = {.g = j->slot, .digest = j->digest};
-    uint32_t g = j->slot, slot;
-    bool killed = false;
-    MDB_txn *txn;
-    int rc, del = -ENOENT;
-
-    pthread_mutex_lock(&s->lock);
-    killed = g != NO_SLOT && kill_locked(s, g, j->keys);
-    pthread_mutex_unlock(&s->lock);
-    if ((rc = txn_begin(s, &txn)))
-        goto out;
-    del = delete_record(s, txn, j->keys, m, &slot);
-    rc = del == -ENOENT ? 0 : del;
-    if (!rc && killed)
-        rc = slot_del(&s->ix, txn, g);
-    if (rc)
-        mdb_txn_abort(txn);
-    else
-        rc = txn_commit_freeing(s, txn);
-out:
-    pthread_mutex_lock(&s->lock);
-    s->st.dropped += !rc && !del;
-    if (killed)
-        rc ? slot_revive_locked(s, g) : slot_release_locked(s, g);
-    pthread_mutex_unlock(&s->lock);
-}
-
 /* ---- the thread ---- */
 
 /* Under the lock: pages of the run of write jobs at the head of the queue that one batch
@@ -162,20 +131,13 @@ static void run_job(struct dstore *s, struct djob *j)
     pthread_mutex_unlock(&s->lock);
     /* Without a slot table nothing may be dropped, deleted or evicted (writes fail too). */
     if (broken && j->kind != JOB_FLUSH && j->kind != JOB_BARRIER) {
-        if (j->kind == JOB_DROP)
-            job_free_all(j);
-        else
-            job_done(s, j, broken);
+        job_done(s, j, broken);
         return;
     }
     switch (j->kind) {
     case JOB_WRITE: /* never here: writes start batches */
     case JOB_BARRIER:
         job_done(s, j, 0);
-        break;
-    case JOB_DROP:
-        run_drop(s, j);
-        job_free_all(j);
         break;
     case JOB_DELETE:
         job_done(s, j, run_delete(s, j));
@@ -196,6 +158,7 @@ enum step {
     STEP_START,  /* a write batch: into the pipe */
     STEP_RETIRE, /* the landed batches at the head of the pipe: sync, commit, complete */
     STEP_FLUSH,  /* relaxed mode: sync_ms or sync_bytes says the slabs and index flush now */
+    STEP_DROPS,  /* the records reads found bad: they fell due, or a job waits behind them */
     STEP_JOB,    /* another job: the pipe is empty */
     STEP_TIMERS, /* access times fell due; nothing else to do */
     STEP_STOP,   /* stop asked, the queue and the pipe empty */
@@ -204,9 +167,23 @@ enum step {
 /* Under the lock: the mono_ns() time the committer must wake by when idle. */
 static uint64_t due_locked(const struct dstore *s)
 {
-    uint64_t due = access_due_locked(s), flush = flush_due_locked(s);
+    uint64_t due = access_due_locked(s), flush = flush_due_locked(s), drops = drops_due_locked(s);
 
-    return flush < due ? flush : due;
+    due = flush < due ? flush : due;
+    return drops < due ? drops : due;
+}
+
+/* Under the lock: whether the drops waiting run now. They wait for others (drop.c) until
+ * they fall due, but not behind a job other than a write (a delete may free their slots),
+ * nor, when one holds no slot, behind a write batch, nor past the end. */
+static bool drops_now_locked(const struct dstore *s)
+{
+    const struct djob *head = s->jhead;
+
+    if (!s->ndrops)
+        return false;
+    return s->stop || s->drops_unheld || drops_due_locked(s) <= mono_ns() ||
+           (head && head->kind != JOB_WRITE);
 }
 
 /* Under the lock: the next step, sleeping until there is one. A write starts a batch while
@@ -221,6 +198,8 @@ static enum step next_step_locked(struct dstore *s, struct djob **jobs)
         struct djob *head = s->jhead, *last;
         uint64_t due = due_locked(s);
 
+        if (s->drops_unheld)
+            return STEP_DROPS;
         if (head && head->kind == JOB_WRITE && batch_room_locked(s, write_run_locked(s, &last))) {
             *jobs = take_locked(s, last);
             return STEP_START;
@@ -229,6 +208,8 @@ static enum step next_step_locked(struct dstore *s, struct djob **jobs)
             return STEP_RETIRE;
         if (flush_due_locked(s) <= mono_ns())
             return STEP_FLUSH;
+        if (drops_now_locked(s))
+            return STEP_DROPS;
         if (head && !s->pipe) {
             *jobs = take_locked(s, head);
             return STEP_JOB;
@@ -280,6 +261,8 @@ static void *committer_main(void *arg)
             batch_retire(s);
         else if (step == STEP_FLUSH)
             flush_all(s);
+        else if (step == STEP_DROPS)
+            drops_run(s);
         else if (step == STEP_JOB)
             run_job(s, jobs);
         else if (access_is_due(s))

@@ -70,18 +70,15 @@ void dio_destroy(struct dio *io)
 
 void dio_submit(struct dio *io, struct dio_req *list)
 {
-    struct dio_req *last = list;
-
     if (!list)
         return;
-    while (last->next)
-        last = last->next;
     pthread_mutex_lock(&io->lock);
-    if (io->tail)
-        io->tail->next = list;
-    else
-        io->head = list;
-    io->tail = last;
+    while (list) {
+        struct dio_req *r = list;
+
+        list = r->next;
+        dio_q_push(&io->q, r);
+    }
     pthread_cond_broadcast(&io->work);
     pthread_mutex_unlock(&io->lock);
     if (io->kick)

@@ -9,6 +9,10 @@
  *   buffers; a request that lies inside it goes out as READ_FIXED / WRITE_FIXED.
  * - psync: a few threads with pread/pwrite, for kernels or sandboxes that refuse io_uring.
  *
+ * Reads go ahead of writes queued before them: a read is a request waiting (a fill, a get),
+ * a write rarely is, and behind a write batch a read waited milliseconds. Each kind keeps
+ * its order.
+ *
  * A request's completion callback runs once, on an engine thread, with res set. Short
  * transfers are continued by the engine; a read that meets the end of the file ends with
  * -ENODATA (the slot is not backed by the file).
@@ -20,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "store/disk/store.h"
 
@@ -28,6 +33,10 @@ struct dio_req {
     void (*complete)(struct dio_req *r);
     void *ctx; /* the submitter's: what the request belongs to */
     void *buf;
+    /* Or, niov > 0: the bytes are these regions in order, len in all (buf unused). The
+     * engine advances them past what a short transfer moved: they are the request's. */
+    struct iovec *iov;
+    uint32_t niov;
     uint64_t off;
     uint32_t len;
     uint32_t done; /* bytes moved so far */
@@ -46,6 +55,21 @@ struct dio_config {
     size_t reg_bytes;
     const struct dstore_faults *faults; /* may be NULL */
 };
+
+/* A queue of requests: reads first (rlast the last of them, NULL when none), then writes,
+ * each kind in the order queued (dio_queue.c). */
+struct dio_q {
+    struct dio_req *head, *tail, *rlast;
+};
+
+/* Queue one request after the others of its kind. */
+void dio_q_push(struct dio_q *q, struct dio_req *r);
+
+/* Queue one request ahead of the others of its kind (a short transfer's rest). */
+void dio_q_push_front(struct dio_q *q, struct dio_req *r);
+
+/* The first request off the queue, or NULL. */
+struct dio_req *dio_q_pop(struct dio_q *q);
 
 struct dio;
 
@@ -73,7 +97,7 @@ struct dio {
     uint32_t kind;
     pthread_mutex_t lock;
     pthread_cond_t work;
-    struct dio_req *head, *tail; /* submitted, not yet taken by an engine thread */
+    struct dio_q q; /* submitted, not yet taken by an engine thread */
     bool stop;
     bool fixed;
     /* Wakes the engine after a submit (uring: writes its eventfd); NULL for psync. */
@@ -82,10 +106,13 @@ struct dio {
     void *priv;
 };
 
+/* dio_queue.c: a vectored request's regions advanced past n more bytes moved. */
+void dio_iov_advance(struct dio_req *r, size_t n);
+
 /* dio_queue.c: the fault seam's verdict on r: 0, or the error to fail it with. */
 int dio_fault(const struct dio *io, const struct dio_req *r);
 
-/* dio_queue.c: under the lock, take every queued request, oldest first. */
+/* dio_queue.c: under the lock, take every queued request, reads first. */
 struct dio_req *dio_take_locked(struct dio *io);
 
 /* The engines' starts (dio_psync.c, dio_uring.c): threads up, kick and finish set. */

@@ -1,11 +1,12 @@
 /*
- * The psync engine: every worker takes the oldest queued request and runs it to the end with
- * pread/pwrite, so requests overlap across workers as they would in the kernel's queue. For
+ * The psync engine: every worker takes the next queued request (reads first) and runs it to the end
+ * with pread/pwrite, so requests overlap across workers as they would in the kernel's queue. For
  * kernels and sandboxes that refuse io_uring.
  */
 #include "dio.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -25,7 +26,10 @@ static int psync_run(struct dio *io, struct dio_req *r)
         uint8_t *p = (uint8_t *)r->buf + r->done;
         size_t left = r->len - r->done;
         off_t off = (off_t)(r->off + r->done);
-        ssize_t n = r->write ? pwrite(r->fd, p, left, off) : pread(r->fd, p, left, off);
+        int cnt = r->niov > IOV_MAX ? IOV_MAX : (int)r->niov;
+        ssize_t n = r->niov ? (r->write ? pwritev(r->fd, r->iov, cnt, off)
+                                        : preadv(r->fd, r->iov, cnt, off))
+                            : (r->write ? pwrite(r->fd, p, left, off) : pread(r->fd, p, left, off));
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -35,24 +39,21 @@ static int psync_run(struct dio *io, struct dio_req *r)
             rc = r->write ? -EIO : -ENODATA;
         else
             r->done += (uint32_t)n;
+        if (n > 0)
+            dio_iov_advance(r, (size_t)n);
     }
     return rc;
 }
 
-/* The oldest queued request, or NULL once stopped with the queue drained. */
+/* The next queued request, or NULL once stopped with the queue drained. */
 static struct dio_req *psync_next(struct dio *io)
 {
     struct dio_req *r;
 
     pthread_mutex_lock(&io->lock);
-    while (!io->head && !io->stop)
+    while (!io->q.head && !io->stop)
         pthread_cond_wait(&io->work, &io->lock);
-    r = io->head;
-    if (r) {
-        io->head = r->next;
-        if (!io->head)
-            io->tail = NULL;
-    }
+    r = dio_q_pop(&io->q);
     pthread_mutex_unlock(&io->lock);
     return r;
 }

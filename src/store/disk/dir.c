@@ -247,8 +247,8 @@ static int open_lock_file(int dirfd)
     struct stat st;
     int fd = openat(dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
 
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) /* a directory opened for writing answers EISDIR: no regular file either */
+        return errno == EISDIR ? -ENOTSUP : -errno;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         close(fd);
         return -ENOTSUP;
@@ -264,9 +264,11 @@ static int take_lock(struct dstore *s)
     const struct timespec ms = {0, 1000000};
     int rc = open_lock_file(s->dirfd);
 
-    /* A link or a FIFO where the lock file should be is junk in our dir: it is replaced. */
+    /* A link, a FIFO or an empty directory where the lock file should be is junk in our dir:
+     * it is replaced. A directory with anything in it is left alone (-ENOTEMPTY). */
     if (rc == -ELOOP || rc == -ENOTSUP) {
-        if (unlinkat(s->dirfd, "lock", 0))
+        if (unlinkat(s->dirfd, "lock", 0) &&
+            (errno != EISDIR || unlinkat(s->dirfd, "lock", AT_REMOVEDIR)))
             return -errno;
         rc = open_lock_file(s->dirfd);
     }
@@ -298,6 +300,8 @@ int dir_prepare(struct dstore *s)
     s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dirfd < 0)
         return -errno;
+    if ((rc = share_join(s)) || s->share_joined)
+        return rc; /* a store of this process has the dir open: its index is checked */
     if ((rc = classify(s->dirfd, &kind)))
         return rc;
     if (kind == DIR_FOREIGN || (s->ro && kind != DIR_OURS))
@@ -388,6 +392,22 @@ static int index_damaged(struct dstore *s)
     return s->ro ? KVT_ECORRUPT : index_rebuild(s);
 }
 
+/* An index whose meta record no slab head agrees with (fingerprint, page geometry, creation)
+ * is another dir's, copied over this one's: its records name slots that hold other pages, and
+ * reading them would only find every page bad and drop it. It is damaged as far as this dir
+ * goes (KVT_ECORRUPT): the slabs, whose heads name every page, rebuild it. A dir without a
+ * whole slab head yet has nothing to tell. */
+static int index_foreign(struct dstore *s, const struct dmeta *m)
+{
+    struct slab_head h;
+    bool agrees;
+
+    if (slabs_against_meta(s->dirfd, m, &h, &agrees) || agrees)
+        return 0;
+    s->index_foreign = true;
+    return KVT_ECORRUPT;
+}
+
 /* A relaxed writer's commits are not flushed, so a power cut may tear the tree on disk while
  * a clean stamp of an earlier close still matches what reached the disk of it (its meta pages
  * and times): the stamp goes, durably, before the first such commit, and the open after a
@@ -425,19 +445,35 @@ static int open_or_recover(struct dstore *s, const char *path, uint64_t file, st
 {
     int rc = index_open_meta(s, path, file, m);
 
+    if (!rc && !s->created && !s->recovering && (rc = index_foreign(s, m)))
+        index_close(&s->ix);
     if (rc == KVT_ECORRUPT && !s->created && !(rc = index_damaged(s)))
         rc = index_open_meta(s, path, file, m);
     return rc;
 }
 
+/* A read-only store of a dir this process has open: the environment is there, checked. */
+static int index_joined(struct dstore *s)
+{
+    struct dmeta m;
+    int rc = share_read_meta(s, &m);
+
+    if (rc || (rc = check_meta(s, &m)) || (rc = share_read(s, &s->rtxn, false)))
+        return rc;
+    snapshot_reset(s);
+    return 0;
+}
+
 int index_prepare(struct dstore *s)
 {
     struct dmeta m;
-    char *path = dir_path(s, "index/data.mdb");
+    char *path;
     uint64_t file;
     int rc;
 
-    if (!path)
+    if (s->share_joined)
+        return index_joined(s);
+    if (!(path = dir_path(s, "index/data.mdb")))
         return -ENOMEM;
     file = index_file_bytes(path);
     path[strlen(path) - strlen("/data.mdb")] = '\0';
@@ -450,9 +486,10 @@ int index_prepare(struct dstore *s)
     if (!s->ro &&
         ((rc = index_set_mapsize(&s->ix, map_bytes(s, file))) || (rc = writer_sync_mode(s))))
         goto free_path;
-    if ((rc = index_read_begin(&s->ix, &s->rtxn, s->ro)))
+    share_ready(s); /* before the first snapshot, which counts on the entry */
+    if ((rc = share_read(s, &s->rtxn, false)))
         goto free_path;
-    mdb_txn_reset(s->rtxn);
+    snapshot_reset(s);
 free_path:
     free(path);
     return rc;

@@ -19,6 +19,9 @@
 #include <sys/stat.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack; the functions stay in the library */
 #include <xxhash.h>
+#ifdef KVT_HAVE_XXH_DISPATCH
+#include <xxh_x86dispatch.h> /* XXH3_128bits: the widest vector unit this CPU has */
+#endif
 
 #define META_KEY "format"
 #define META_MAGIC "KVTIERDS"
@@ -31,6 +34,18 @@ void page_checksum(const void *buf, size_t len, uint8_t out[16])
     XXH128_canonical_t c;
 
     XXH128_canonicalFromHash(&c, XXH3_128bits(buf, len));
+    memcpy(out, c.digest, 16);
+}
+
+void page_checksum_parts(const void *const *parts, size_t n, size_t len, uint8_t out[16])
+{
+    XXH3_state_t st;
+    XXH128_canonical_t c;
+
+    XXH3_128bits_reset(&st);
+    for (size_t i = 0; i < n; i++)
+        XXH3_128bits_update(&st, parts[i], len);
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
     memcpy(out, c.digest, 16);
 }
 

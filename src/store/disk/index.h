@@ -94,8 +94,8 @@ int index_examine(const char *path, enum index_verdict *verdict, uint32_t *versi
 
 /* The same of the data dir at dir, walked first when trust.h asks for it (INDEX_UNSOUND when
  * the walk finds it damaged): 0, KVT_EFORMAT when it has no index/data.mdb, or -errno. For
- * kvtier-ctl's messages; read-only, no lock, and not while this process has the dir open
- * (LMDB allows one environment of a file per process). */
+ * kvtier-ctl's messages; read-only, no lock; -EBUSY while a store of this process has the dir
+ * open (LMDB allows one environment of a file per process). */
 int dstore_examine_index(const char *dir, enum index_verdict *verdict, uint32_t *version);
 
 /* A read-only transaction, begun or renewed. The writer in another process may have grown
@@ -148,6 +148,8 @@ void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, 
 
 /* The XXH3-128 of a page in canonical byte order. */
 void page_checksum(const void *buf, size_t len, uint8_t out[16]);
+/* The same sum over a page in n parts of len bytes each, in order. */
+void page_checksum_parts(const void *const *parts, size_t n, size_t len, uint8_t out[16]);
 
 /* Record in txn that global slot g holds key (whose parent is parent, NULL for none), last
  * accessed at atime. */

@@ -157,6 +157,7 @@ void dstore_stats(struct dstore *s, struct dstore_stats *st)
     st->free_slots = s->ready ? s->nfree : 0;
     st->index_walked = s->index_walked;
     st->index_rebuilt = s->recovering;
+    st->index_foreign = s->index_foreign;
     st->ready = s->ro || s->ready;
     st->ops_in_flight = s->live;
     st->direct = s->direct; /* may turn off when the first slab is made */
@@ -229,7 +230,9 @@ static int with_index(const char *dir, int (*fn)(const char *path, void *arg), v
 
     if ((dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return -errno;
-    if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW))
+    if (share_busy(dirfd)) /* a second environment of it would break the store's */
+        rc = -EBUSY;
+    else if (fstatat(dirfd, "index/data.mdb", &st, AT_SYMLINK_NOFOLLOW))
         rc = errno == ENOENT ? KVT_EFORMAT : -errno;
     else if (!(path = malloc(strlen(dir) + sizeof("/index"))))
         rc = -ENOMEM;
@@ -282,4 +285,52 @@ int dstore_examine_index(const char *dir, enum index_verdict *verdict, uint32_t 
     *version = 0;
     rc = with_index(dir, examine_at, &l);
     return rc == KVT_ECORRUPT ? 0 : rc;
+}
+
+/* ---- an index copied from another dir ---- */
+
+struct foreign {
+    int dirfd;
+    struct dstore_dir_id *index, *slabs;
+};
+
+static void id_of_meta(const struct dmeta *m, struct dstore_dir_id *id)
+{
+    *id = (struct dstore_dir_id){m->version, m->page_bytes, m->page_tokens, {0}, m->created};
+    memcpy(id->fingerprint, m->fingerprint, DSTORE_FINGERPRINT_BYTES);
+}
+
+static int foreign_at(const char *path, void *arg)
+{
+    struct foreign *f = arg;
+    struct dindex ix = {0};
+    struct slab_head h;
+    struct dmeta m;
+    bool agrees;
+    int rc = index_open(&ix, path, true, 0);
+
+    if (rc)
+        return rc;
+    rc = index_read_meta(&ix, &m);
+    index_close(&ix);
+    if (rc || (rc = slabs_against_meta(f->dirfd, &m, &h, &agrees)))
+        return rc == KVT_EFORMAT ? 0 : rc; /* no whole slab head: nothing to compare */
+    id_of_meta(&m, f->index);
+    *f->slabs = (struct dstore_dir_id){h.version, h.page_bytes, h.page_tokens, {0}, h.created};
+    memcpy(f->slabs->fingerprint, h.fingerprint, DSTORE_FINGERPRINT_BYTES);
+    return !agrees;
+}
+
+int dstore_index_foreign(const char *dir, struct dstore_dir_id *index, struct dstore_dir_id *slabs)
+{
+    struct foreign f = {.index = index, .slabs = slabs};
+    int rc;
+
+    if (!dir || !index || !slabs)
+        return -EINVAL;
+    if ((f.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -errno;
+    rc = with_index(dir, foreign_at, &f);
+    close(f.dirfd);
+    return rc;
 }

@@ -111,10 +111,9 @@ int page_head_decode(const uint8_t *buf, size_t len, struct page_head *h)
     return 0;
 }
 
-void layout_fill_tail(const struct slot_layout *l, const void *buf, const struct page_head *h,
+void layout_fill_tail(const struct slot_layout *l, const struct page_head *h,
                       const uint32_t *tokens, uint8_t *block)
 {
-    memcpy(block, (const uint8_t *)buf + l->body, l->tail);
     memset(block + l->tail, 0, l->tail_bytes - l->tail);
     page_head_encode(h, tokens, block + l->head_off);
 }

@@ -87,8 +87,9 @@ void page_head_encode(const struct page_head *h, const uint32_t *tokens, uint8_t
  * or a damaged one). */
 int page_head_decode(const uint8_t *buf, size_t len, struct page_head *h);
 
-/* Fill a tail block for the page at buf (l->page_bytes long) with its head. */
-void layout_fill_tail(const struct slot_layout *l, const void *buf, const struct page_head *h,
+/* Fill a tail block whose first l->tail bytes hold the page's last ones: the rest zeroed and
+ * the head. */
+void layout_fill_tail(const struct slot_layout *l, const struct page_head *h,
                       const uint32_t *tokens, uint8_t *block);
 
 /* What a slab head says: the dir's meta as the slab was created with it. */

@@ -15,10 +15,14 @@
 _Static_assert(sizeof(struct store_wpage) == sizeof(struct dstore_wpage) &&
                    SAME(store_wpage, dstore_wpage, key) &&
                    SAME(store_wpage, dstore_wpage, parent) && SAME(store_wpage, dstore_wpage, ns) &&
-                   SAME(store_wpage, dstore_wpage, tokens) && SAME(store_wpage, dstore_wpage, buf),
+                   SAME(store_wpage, dstore_wpage, tokens) &&
+                   SAME(store_wpage, dstore_wpage, buf) && SAME(store_wpage, dstore_wpage, parts) &&
+                   SAME(store_wpage, dstore_wpage, nparts) && STORE_MAX_PARTS == DSTORE_MAX_PARTS,
                "store_wpage is dstore_wpage");
 _Static_assert(sizeof(struct store_rpage) == sizeof(struct dstore_rpage) &&
-                   SAME(store_rpage, dstore_rpage, key) && SAME(store_rpage, dstore_rpage, buf),
+                   SAME(store_rpage, dstore_rpage, key) && SAME(store_rpage, dstore_rpage, buf) &&
+                   SAME(store_rpage, dstore_rpage, parts) &&
+                   SAME(store_rpage, dstore_rpage, nparts),
                "store_rpage is dstore_rpage");
 _Static_assert(sizeof(struct store_done) == sizeof(struct dstore_done) &&
                    SAME(store_done, dstore_done, op) && SAME(store_done, dstore_done, kind) &&
@@ -101,6 +105,7 @@ static void disk_close(struct kvt_store *s)
 
 static const struct store_ops disk_ops = {
     .name = "disk",
+    .parts = true,
     .leading_run = disk_leading_run,
     .read = disk_read,
     .write = disk_write,

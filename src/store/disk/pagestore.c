@@ -297,7 +297,7 @@ static int describe(struct ps_op *op)
     if (!(op->r = calloc(op->n ? op->n : 1, sizeof(*op->r))))
         return -ENOMEM;
     for (size_t i = 0; i < op->n; i++)
-        op->r[i] = (struct dstore_rpage){op->pages[i].key, op->bufs[i]};
+        op->r[i] = (struct dstore_rpage){.key = op->pages[i].key, .buf = op->bufs[i]};
     return 0;
 }
 

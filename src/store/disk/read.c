@@ -5,7 +5,8 @@
  *
  * Before the rebuild has run the slot table is unknown, but nothing can reuse a slot then
  * either (writes wait for the rebuild), so a read pins without looking at the slot's state.
- * A bad record or bad bytes are a miss; the committer drops the record behind it.
+ * A bad record or bad bytes are a miss; the committer drops the record behind it, with the
+ * other drops waiting (drop.c).
  */
 #include "store_int.h"
 
@@ -14,25 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Ask the committer to drop key's record: the one with digest, or the one naming slot g.
- * Best effort: without memory the record stays and keeps failing its checks. */
+/* Ask the committer to drop key's record: the one with digest, or the one naming slot g. */
 static void drop_later(struct dstore *s, const uint8_t *key, uint32_t g, uint64_t digest)
 {
-    struct djob *j;
-
-    if (s->ro || !(j = calloc(1, sizeof(*j))))
-        return;
-    if (!(j->keys = malloc(DSTORE_KEY_BYTES))) {
-        free(j);
-        return;
-    }
-    memcpy(j->keys, key, DSTORE_KEY_BYTES);
-    j->kind = JOB_DROP;
-    j->n = 1;
-    j->slot = g;
-    j->digest = digest;
     pthread_mutex_lock(&s->lock);
-    job_push_locked(s, j);
+    drop_note_locked(s, key, g, digest);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -68,8 +55,8 @@ static int landed_result(const struct dstore *s, struct dop_page *p)
     if (p->res)
         return p->res;
     if (s->lay.tail) /* a page of whole blocks has no bytes beside its head */
-        memcpy((uint8_t *)p->buf + s->lay.body, p->block, s->lay.tail);
-    page_checksum(p->buf, s->page_bytes, sum);
+        page_scatter(s, p, s->lay.body, s->lay.tail, p->block);
+    page_sum(s, p, sum);
     return memcmp(sum, p->sum, 16) ? KVT_ECORRUPT : 0;
 }
 
@@ -90,7 +77,7 @@ static void count_read_locked(struct dstore *s, const struct dop_page *p, int re
 }
 
 /* Under the lock: a hit counts as an access; bad bytes take the slot out of service until
- * the drop job frees it. Before the rebuild the slot table is unknown: hits wait. */
+ * the drop frees it. Before the rebuild the slot table is unknown: hits wait. */
 static void slot_after_read_locked(struct dstore *s, const struct dop_page *p, int res)
 {
     if (s->ro || s->broken)
@@ -123,12 +110,12 @@ static void read_landed(struct dio_req *req)
     if (!p)
         return; /* the page's other request is still on its way */
     res = landed_result(s, p);
-    if (res == KVT_ECORRUPT || res == -ENODATA)
-        drop_later(s, p->key, p->slot, 0);
     pthread_mutex_lock(&s->lock);
     count_read_locked(s, p, res);
     p->res = res == -ENODATA ? KVT_ECORRUPT : res;
     slot_after_read_locked(s, p, p->res);
+    if (p->res == KVT_ECORRUPT) /* after the slot is out of service: the drop holds it */
+        drop_note_locked(s, p->key, p->slot, 0);
     unpin_locked(s, p->slot);
     op_page_done_locked(s, op);
     pthread_mutex_unlock(&s->lock);
@@ -194,6 +181,7 @@ static int prepare(struct dstore *s, struct dop_page *p)
 int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pages, size_t *leading)
 {
     struct dio_req *list = NULL, **tail = &list;
+    struct iovec *iov = op->iov;
     int rc = snapshot_renew(s);
     uint32_t queued = 0;
     size_t lead = 0;
@@ -201,8 +189,8 @@ int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pag
     for (uint32_t i = 0; i < op->n; i++) {
         struct dop_page *p = &op->pages[i];
 
-        p->buf = pages[i].buf;
-        if (!pages[i].key || !pages[i].buf) {
+        if (!pages[i].key ||
+            !page_take_bytes(s, p, pages[i].buf, pages[i].parts, pages[i].nparts, &iov)) {
             p->res = -EINVAL;
             continue;
         }

@@ -1,38 +1,29 @@
 /*
  * Read snapshots of the index for the owner's calls, the reads and the inspectors (and
  * dstore_stats). A read-only store adopts a map its writer grew, which it may do only while
- * no other snapshot of its own is live: the count here says when.
+ * no other snapshot of the environment is live in the process: share.c counts them, those of
+ * every store sharing it.
  */
 #include "store_int.h"
 
-/* Snapshots of the index for the owner (and dstore_stats). A read-only store adopts a map
- * its writer grew, which it may do only while no other snapshot of its own is live. */
 int snapshot_begin(struct dstore *s, MDB_txn **txn)
 {
-    int rc = index_read_begin(&s->ix, txn, s->ro && atomic_load(&s->snapshots) == 0);
-
-    if (!rc)
-        atomic_fetch_add(&s->snapshots, 1);
-    return rc;
+    return share_read(s, txn, false);
 }
 
 void snapshot_end(struct dstore *s, MDB_txn *txn)
 {
     mdb_txn_abort(txn);
-    atomic_fetch_sub(&s->snapshots, 1);
+    share_read_end(s);
 }
 
 int snapshot_renew(struct dstore *s)
 {
-    int rc = index_read_renew(&s->ix, s->rtxn, s->ro && atomic_load(&s->snapshots) == 0);
-
-    if (!rc)
-        atomic_fetch_add(&s->snapshots, 1);
-    return rc;
+    return share_read(s, &s->rtxn, true);
 }
 
 void snapshot_reset(struct dstore *s)
 {
     mdb_txn_reset(s->rtxn);
-    atomic_fetch_sub(&s->snapshots, 1);
+    share_read_end(s);
 }

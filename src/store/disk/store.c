@@ -45,10 +45,12 @@ static int op_blocks(struct dstore *s, struct dop *op)
     return 0;
 }
 
-static struct dop *op_alloc(struct dstore *s, uint32_t kind, size_t n, int *results)
+/* An op of n pages, room for iovs regions of their bodies (pages in parts) beside them. */
+static struct dop *op_alloc(struct dstore *s, uint32_t kind, size_t n, int *results, size_t iovs)
 {
     size_t tok = kind == DSTORE_OP_WRITE ? (size_t)s->page_tokens * sizeof(uint32_t) : 0;
-    struct dop *op = calloc(1, sizeof(*op) + n * (sizeof(struct dop_page) + tok));
+    struct dop *op =
+        calloc(1, sizeof(*op) + n * (sizeof(struct dop_page) + tok) + iovs * sizeof(struct iovec));
     uint32_t *tokens;
 
     if (!op)
@@ -58,6 +60,7 @@ static struct dop *op_alloc(struct dstore *s, uint32_t kind, size_t n, int *resu
     op->n = (uint32_t)n;
     op->results = results;
     tokens = (uint32_t *)(op->pages + n);
+    op->iov = (struct iovec *)((uint8_t *)tokens + n * tok);
     for (size_t i = 0; i < n; i++) {
         op->pages[i].op = op;
         op->pages[i].slot = NO_SLOT;
@@ -197,10 +200,31 @@ static int check_batch(const struct dstore *s, const void *pages, size_t n, cons
     return 0;
 }
 
-/* Copy what the committer needs; a page without key or buffer fails alone. */
-static void copy_wpage(struct dstore *s, struct dop_page *p, const struct dstore_wpage *w)
+/* Regions the bodies of the pages in parts need (a count past the most is refused later). */
+static size_t wparts_of(const struct dstore_wpage *pages, size_t n)
 {
-    if (!w->key || !w->buf) {
+    size_t sum = 0;
+
+    for (size_t i = 0; i < n; i++)
+        sum += pages[i].nparts <= DSTORE_MAX_PARTS ? pages[i].nparts : 0;
+    return sum;
+}
+
+static size_t rparts_of(const struct dstore_rpage *pages, size_t n)
+{
+    size_t sum = 0;
+
+    for (size_t i = 0; i < n; i++)
+        sum += pages[i].nparts <= DSTORE_MAX_PARTS ? pages[i].nparts : 0;
+    return sum;
+}
+
+/* Copy what the committer needs; a page without key or bytes fails alone. */
+static void copy_wpage(struct dstore *s, struct dop_page *p, const struct dstore_wpage *w,
+                       struct iovec **iov)
+{
+    if (!w->key ||
+        !page_take_bytes(s, p, (void *)w->buf, (void *const *)w->parts, w->nparts, iov)) {
         p->res = -EINVAL;
         return;
     }
@@ -211,7 +235,6 @@ static void copy_wpage(struct dstore *s, struct dop_page *p, const struct dstore
         memcpy(p->ns, w->ns, DSTORE_NS_BYTES);
     if (w->tokens && s->page_tokens)
         memcpy(p->tokens, w->tokens, (size_t)s->page_tokens * sizeof(uint32_t));
-    p->buf = (void *)w->buf;
 }
 
 int dstore_write(struct dstore *s, const struct dstore_wpage *pages, size_t n, int *results,
@@ -225,15 +248,16 @@ int dstore_write(struct dstore *s, const struct dstore_wpage *pages, size_t n, i
         return rc;
     if (s->ro)
         return -EROFS;
-    op = op_alloc(s, DSTORE_OP_WRITE, n, results);
+    op = op_alloc(s, DSTORE_OP_WRITE, n, results, wparts_of(pages, n));
     j = calloc(1, sizeof(*j));
     if (!op || !j) {
         op_free(op);
         free(j);
         return -ENOMEM;
     }
+    struct iovec *iov = op->iov;
     for (size_t i = 0; i < n; i++)
-        copy_wpage(s, &op->pages[i], &pages[i]);
+        copy_wpage(s, &op->pages[i], &pages[i], &iov);
     j->kind = JOB_WRITE;
     j->op = op;
     op->pending = 1; /* the committer finishes a write op whole */
@@ -253,7 +277,7 @@ int dstore_read(struct dstore *s, const struct dstore_rpage *pages, size_t n, in
 
     if (rc)
         return rc;
-    op = op_alloc(s, DSTORE_OP_READ, n, results);
+    op = op_alloc(s, DSTORE_OP_READ, n, results, rparts_of(pages, n));
     if (!op)
         return -ENOMEM;
     op->pending = 1; /* held by the submission until every page is on its way */
@@ -528,9 +552,10 @@ static void teardown(struct dstore *s)
         free(j->keys);
         free(j);
     }
+    free(s->drops);
     if (s->rtxn)
         mdb_txn_abort(s->rtxn);
-    index_close(&s->ix);
+    share_leave(s);
     slabs_close(s);
     table_free(s);
     if (s->lockfd >= 0)

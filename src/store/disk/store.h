@@ -156,6 +156,9 @@ struct dstore_options {
                         DSTORE_FORMAT_OLDEST up to it); an existing dir keeps its own */
 };
 
+/* The most parts a page may come in (dstore_wpage.parts). */
+#define DSTORE_MAX_PARTS 64
+
 /* One page of a write batch. key, parent, ns and tokens are copied at submit; buf must stay
  * valid and unchanged until the op completes. */
 struct dstore_wpage {
@@ -164,6 +167,12 @@ struct dstore_wpage {
     const uint8_t *ns;      /* DSTORE_NS_BYTES; NULL: zeros (the default namespace) */
     const uint32_t *tokens; /* page_tokens ids; NULL: zeros */
     const void *buf;        /* page_bytes */
+    /* Or, nparts > 0: the page in nparts parts of page_bytes / nparts bytes each, in order
+     * (nparts divides page_bytes; at most DSTORE_MAX_PARTS), written from where they are,
+     * as one vectored I/O; buf is then unused. The array and the parts stay valid and
+     * unchanged until the op completes. */
+    const void *const *parts;
+    uint32_t nparts;
 };
 
 /* One page of a read batch. key is copied at submit; buf (page_bytes) is written by the
@@ -171,6 +180,8 @@ struct dstore_wpage {
 struct dstore_rpage {
     const uint8_t *key;
     void *buf;
+    void *const *parts; /* or, nparts > 0: the page's parts, as dstore_wpage's */
+    uint32_t nparts;
 };
 
 enum dstore_op_kind {
@@ -216,6 +227,8 @@ struct dstore_stats {
     /* the index at open */
     uint32_t index_walked;    /* 1: not stamped clean, so a child read it whole before use */
     uint32_t index_rebuilt;   /* 1: it could not be trusted (or was lost) and was set aside */
+    uint32_t index_foreign;   /* 1: the reason was that it was another dir's (its meta record
+                                 agreed with no slab head) */
     uint64_t recovered;       /* pages whose records came back from the slabs' page heads */
     uint64_t recover_scanned; /* slots whose heads recovery read */
 };
@@ -343,6 +356,20 @@ void dstore_info(struct dstore *s, struct dstore_info *info);
  * index is not an LMDB environment), KVT_ECORRUPT for a meta record of ours too short to
  * carry a version; -errno for a system error. Read-only, no lock. */
 int dstore_peek_version(const char *dir, uint32_t *version);
+
+/* What a meta record or a slab head says of the dir it belongs to. */
+struct dstore_dir_id {
+    uint32_t version, page_bytes, page_tokens;
+    uint8_t fingerprint[DSTORE_FINGERPRINT_BYTES];
+    uint64_t created_ns;
+};
+
+/* Whether the index of the data dir at dir is another dir's (an index copied over this one's):
+ * 1 when its meta record agrees with no whole slab head there, with what the record says in
+ * *index and what the first slab head says in *slabs; 0 when one agrees or there is no whole
+ * head to compare; KVT_EFORMAT, KVT_ECORRUPT (the index's own damage), -EBUSY (a store of this
+ * process has the dir open) or -errno. Read-only, no lock. */
+int dstore_index_foreign(const char *dir, struct dstore_dir_id *index, struct dstore_dir_id *slabs);
 
 /* dstore_iterate from the first key not below from (DSTORE_KEY_BYTES; NULL: the first). */
 int dstore_iterate_from(struct dstore *s, const uint8_t *from, dstore_visit_fn fn, void *arg);

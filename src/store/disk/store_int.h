@@ -3,8 +3,10 @@
  *   store.c    open, close, the owner's API, ops and their completion
  *   read.c     the read path: lookup, pin, I/O, checksum
  *   slab.c     slab files: scan at open, create and extend, descriptors
- *   commit.c   the committer thread: write batches, deletes, drops, eviction, access times
+ *   commit.c   the committer thread: write batches, deletes, eviction, access times
+ *   drop.c     the records reads found bad, dropped together
  *   rebuild.c  the committer's first job: free-slot set and LRU order from the index
+ *   share.c    the index's environment, one per dir for every store of the process
  *
  * Locking: one mutex (lock) guards everything below marked "locked": the slot table, the
  * LRU list, the free stack, the job queue, the op list, the slab descriptors and the
@@ -72,6 +74,9 @@ struct dop_page {
     uint8_t sum[16];
     uint32_t *tokens; /* writes: page_tokens ids, in the op's allocation */
     void *buf;
+    void *const *parts; /* or the page's parts (nparts > 0), the caller's */
+    uint32_t nparts;
+    struct iovec *iov;       /* the body's regions when in parts, in the op's allocation */
     uint8_t *block;          /* the page's tail block (layout.h), in the op's allocation */
     uint32_t slot;           /* global slot, NO_SLOT when none */
     struct dop_page *dup_of; /* writes: an earlier page of the batch with the same key */
@@ -94,7 +99,8 @@ struct dop {
     uint32_t n, pending, ok;
     bool done;
     int *results;
-    uint8_t *blocks; /* the pages' tail blocks, block-aligned; NULL when none are needed */
+    uint8_t *blocks;   /* the pages' tail blocks, block-aligned; NULL when none are needed */
+    struct iovec *iov; /* the bodies' regions of its pages in parts, in this allocation */
     struct dop_page pages[];
 };
 
@@ -103,22 +109,27 @@ enum djob_kind {
     JOB_DELETE,    /* keys given by the owner; synchronous */
     JOB_EVICT,     /* count pages of LRU; synchronous */
     JOB_FLUSH,     /* nothing but the access times; synchronous */
-    JOB_DROP,      /* one record found bad by a read */
     JOB_BARRIER,   /* nothing: done once every job queued before it is; synchronous */
 };
 
 struct djob {
     struct djob *next;
     enum djob_kind kind;
-    struct dop *op;  /* JOB_WRITE */
-    uint8_t *keys;   /* JOB_DELETE: n keys; JOB_DROP: one */
-    size_t n;        /* JOB_DELETE: keys; JOB_EVICT: pages at most */
-    uint32_t slot;   /* JOB_DROP: the slot the bad bytes came from, or NO_SLOT */
-    uint64_t digest; /* JOB_DROP with NO_SLOT: value_digest of the bad record */
+    struct dop *op; /* JOB_WRITE */
+    uint8_t *keys;  /* JOB_DELETE: n keys */
+    size_t n;       /* JOB_DELETE: keys; JOB_EVICT: pages at most */
     /* synchronous jobs: the owner waits for done */
     bool done;
     int rc;
     size_t result;
+};
+
+/* A record a read found bad, waiting for the committer to drop it (drop.c). */
+struct drop_req {
+    uint8_t key[DSTORE_KEY_BYTES];
+    uint64_t digest; /* with NO_SLOT: value_digest of the bad record */
+    uint32_t g;      /* the slot the bad bytes came from, or NO_SLOT */
+    bool held;       /* nothing but the drop (or a delete) can free g */
 };
 
 /* An access time on its way to the index. */
@@ -137,14 +148,16 @@ struct dstore {
     struct dstore_options o;
     char *dir;
     bool ro;
-    bool created;      /* this open created the dir's index */
-    bool recovering;   /* the index was rebuilt empty: the committer recovers it from slabs */
-    bool index_walked; /* the index was read whole by a child before this process opened it */
+    bool created;       /* this open created the dir's index */
+    bool recovering;    /* the index was rebuilt empty: the committer recovers it from slabs */
+    bool index_walked;  /* the index was read whole by a child before this process opened it */
+    bool index_foreign; /* its meta record was another dir's: no slab head agreed with it */
     int dirfd, slabfd, lockfd; /* the data dir, slabs/, the lock file */
-    struct dindex ix;
-    MDB_txn *rtxn;         /* the owner's read transaction, reset between calls */
-    atomic_uint snapshots; /* read transactions of the owner's live now (snapshot_*) */
-    MDB_txn *ctxn;         /* the committer's */
+    struct dindex ix;          /* the environment this process's stores of the dir share */
+    struct share *share;       /* share.c's entry for the dir */
+    bool share_joined;         /* a read-only store that found the environment open already */
+    MDB_txn *rtxn;             /* the owner's read transaction, reset between calls */
+    MDB_txn *ctxn;             /* the committer's */
 
     struct dmeta meta; /* the dir's meta record as read at open */
     /* the dir's geometry, from meta */
@@ -205,7 +218,11 @@ struct dstore {
     uint8_t *recbuf;         /* the committer's: one encoded record */
 
     struct djob *jhead, *jtail; /* locked */
-    bool stop;                  /* locked: the committer drains and exits */
+    struct drop_req *drops;     /* locked: drops waiting, ndrops of drops_cap */
+    size_t ndrops, drops_cap;
+    uint64_t drops_since; /* locked: mono_ns() when the oldest of them was noted */
+    bool drops_unheld;    /* locked: one of them holds no slot: it runs before any write */
+    bool stop;            /* locked: the committer drains and exits */
     /* the committer's (read under the lock): write batches in flight, oldest first */
     struct batch *pipe, *pipe_tail;
     uint32_t piped;       /* batches in the pipe */
@@ -226,6 +243,28 @@ static inline uint64_t mono_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
+
+/* ---- share.c: one environment per dir per process ---- */
+
+struct share;
+/* Right after the dir is opened: a writer reserves the dir for its open (-EBUSY when a store
+ * of this process has it open); a read-only store joins the environment open already
+ * (share_joined, s->ix set; it waits while another store is opening it), or reserves it. */
+int share_join(struct dstore *s);
+/* The store that reserved the dir opened s->ix: the next ones join it. */
+void share_ready(struct dstore *s);
+/* Leave (the environment closes with its last store); instead of index_close. */
+void share_leave(struct dstore *s);
+/* Whether a store of this process has the dir at dirfd open. */
+bool share_busy(int dirfd);
+/* A snapshot of the shared environment, begun or renewed (*txn given), and its end; a
+ * read-only store adopts a map its writer grew only while no other snapshot of the dir's is
+ * live in the process. */
+int share_read(struct dstore *s, MDB_txn **txn, bool renew);
+void share_read_end(struct dstore *s);
+/* The meta record of a joined environment (a short transaction of its own, never beside a
+ * remap). */
+int share_read_meta(struct dstore *s, struct dmeta *m);
 
 /* ---- snapshot.c ---- */
 
@@ -322,14 +361,27 @@ int read_submit(struct dstore *s, struct dop *op, const struct dstore_rpage *pag
 /* Open slabs/ and the slab files found in it; O_DIRECT probed on the first. */
 int slabs_open(struct dstore *s);
 void slabs_close(struct dstore *s);
-/* Make slab whole (created, extended to slab_slots slots): the committer, before a write. */
-int slab_ready(struct dstore *s, uint32_t slab);
+/* Make slab back slot (created, grown past it): the committer, before writing it. */
+int slab_ready(struct dstore *s, uint32_t slab, uint32_t slot);
 /* Under the lock: the descriptor for a page I/O on slab from/into buf; -1 when none. */
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf);
-/* Fill p's requests for its page at global slot g (p->buf, p->block set): the body and, for
- * writes or a page with a tail, the tail block. -EIO when a descriptor cannot be had. */
+/* Fill p's requests for its page at global slot g (p->buf or p->parts, p->block set): the
+ * body (vectored over the parts) and, for writes or a page with a tail, the tail block. -EIO
+ * when a descriptor cannot be had. */
 int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write,
                     void (*complete)(struct dio_req *r));
+/* A page's buffer, or its parts, into p (the parts' body regions from *iov on, which moves
+ * past them); false when there are none or the parts are not whole. */
+bool page_take_bytes(struct dstore *s, struct dop_page *p, void *buf, void *const *parts,
+                     uint32_t nparts, struct iovec **iov);
+/* Bytes [from, from + len) of p's page copied out of it (gather) or into it (scatter),
+ * whether it is one buffer or parts. */
+void page_gather(const struct dstore *s, const struct dop_page *p, size_t from, size_t len,
+                 uint8_t *out);
+void page_scatter(const struct dstore *s, struct dop_page *p, size_t from, size_t len,
+                  const uint8_t *in);
+/* The checksum of p's whole page (page_checksum), one buffer or parts. */
+void page_sum(const struct dstore *s, const struct dop_page *p, uint8_t out[16]);
 /* Under the lock: one request of a page landed; the page once all of them have, else NULL.
  * Its result (the first failed request's) is in p->res. */
 struct dop_page *page_io_landed_locked(struct dio_req *r);
@@ -345,6 +397,10 @@ void slab_refresh(struct dstore *s, uint32_t slab);
 /* The head of a slab file of the dir at dirfd (any one that is whole): 0, or KVT_EFORMAT
  * when there is none (no slab of ours). */
 int slabs_first_head(int dirfd, struct slab_head *h);
+/* Whether any whole slab head of the dir at dirfd describes the dir m does (*agrees; an
+ * index copied from another dir names pages none of them holds), the first one found into
+ * *first: 0, or KVT_EFORMAT when there is no whole head. */
+int slabs_against_meta(int dirfd, const struct dmeta *m, struct slab_head *first, bool *agrees);
 
 /* Under the lock: whether the slot table (state, keys, LRU) can be trusted. Before the
  * rebuild it is being written; after a failed one it is partial, and reads then go by the
@@ -396,6 +452,16 @@ void batch_start(struct dstore *s, struct djob *jobs);
 void batch_retire(struct dstore *s);
 /* Wait for every batch in flight and retire them all. */
 void batch_drain(struct dstore *s);
+
+/* ---- drop.c: records found bad, dropped together ---- */
+
+/* Under the lock: note that a read found key's record bad: its bytes, read from slot g, or
+ * (NO_SLOT) the record itself, whose value_digest was digest. */
+void drop_note_locked(struct dstore *s, const uint8_t *key, uint32_t g, uint64_t digest);
+/* Under the lock: the mono_ns() time the drops waiting fall due; UINT64_MAX when none wait. */
+uint64_t drops_due_locked(const struct dstore *s);
+/* The committer: every drop waiting, in one transaction (flushed in durable mode). */
+void drops_run(struct dstore *s);
 
 /* ---- commit.c ---- */
 

@@ -1,8 +1,9 @@
 /*
  * A Redis client of the store's own, for the store's I/O thread and for kvtier-ctl: one
- * connection (wire.c), plain TCP or TLS, blocking with a timeout on every wait; commands framed
- * into its output buffer and written by a flush; replies read through its input buffer, a
- * reply's first line alone (the store's batches, resp.c) or whole, arrays too.
+ * connection (wire.c), plain TCP or TLS, each wait bounded by a deadline (a whole reply's,
+ * a whole write's); commands framed into its output buffer and written by a flush; replies
+ * read through its input buffer, a reply's first line alone (the store's batches, resp.c) or
+ * whole, arrays too, within bounds on the whole reply.
  */
 #ifndef KVT_STORE_REDIS_CLIENT_H
 #define KVT_STORE_REDIS_CLIENT_H
@@ -28,6 +29,11 @@ struct redis_wire {
     /* Set by a caller whose thread keeps SIGPIPE blocked: TLS calls then skip blocking it
      * around themselves (a write to a closed connection must raise nothing that kills). */
     bool sigpipe_blocked;
+    uint32_t read_ms, write_ms;
+    uint64_t deadline_ms; /* the reply being read must be whole by then (CLOCK_MONOTONIC) */
+    int cancel_fd;        /* -1, or an fd whose turning readable ends every wait */
+    int err;              /* why the last wait or transfer failed: -ETIMEDOUT, -ECANCELED,
+                             -ECONNRESET (closed or failed) */
 };
 
 struct redis_wire_timeouts {
@@ -45,10 +51,15 @@ struct resp_value {
     size_t n;
 };
 
-/* Bounds on a whole reply: no command of ours is answered with more. */
+/* Bounds on a whole reply (redis_resp_read): no command of ours is answered with more. Past
+ * them the reply is -EMSGSIZE. Elements are counted over the whole tree, and bytes over every
+ * string in it plus 64 for each element, so an endless array of arrays costs at most that,
+ * whatever each level says. */
 #define RESP_MAX_DEPTH 8
 #define RESP_MAX_BULK (64u << 20)
 #define RESP_MAX_ELEMENTS (1u << 20)
+#define RESP_MAX_BYTES (RESP_MAX_BULK + (16u << 20))
+#define RESP_BOUNDS_TEXT "8 levels, 1048576 elements, 80 MiB in all"
 
 /* A reply as resp.c reads it: its type, its first line (truncated) and number. */
 struct resp_reply {
@@ -69,11 +80,25 @@ void redis_tls_ctx_free(SSL_CTX *c);
 int redis_wire_open(const char *host, uint16_t port, SSL_CTX *tls,
                     const struct redis_wire_timeouts *t, struct redis_wire **out, char *err,
                     size_t len);
+/* redis_wire_open, every wait of the connection (its connect and handshake too) ended at once,
+ * -ECANCELED, when cancel_fd (an eventfd, say) turns readable. */
+int redis_wire_open_cancellable(const char *host, uint16_t port, SSL_CTX *tls,
+                                const struct redis_wire_timeouts *t, int cancel_fd,
+                                struct redis_wire **out, char *err, size_t len);
 void redis_wire_close(struct redis_wire *w); /* NULL: a no-op */
-/* Up to len bytes (at least one); -1 when the peer closed, failed or the timeout ran out. */
+/* Up to len bytes (at least one); -1 when the peer closed, failed or the reply's deadline (or,
+ * outside a reply, read_ms) ran out. */
 ssize_t redis_wire_read(struct redis_wire *w, void *buf, size_t len);
 /* Frame a command (argv[i] of lens[i] bytes; lens NULL: strings) into the output buffer. */
 int redis_wire_append(struct redis_wire *w, int argc, const char *const *argv, const size_t *lens);
+/* A reply begins: it must be whole within read_ms from now, plus 1 ms for each 64 KiB of
+ * bytes (what the reply is known to hold; 0 when not). resp.c calls it. */
+void redis_wire_reply_start(struct redis_wire *w, size_t bytes);
+/* The reply turned out to hold bytes more: its time grows as reply_start's does. */
+void redis_wire_reply_extend(struct redis_wire *w, size_t bytes);
+/* Why a call on w failed with rc, as text (a timeout, a closed connection, a reply past the
+ * bounds, ...); w may be NULL. */
+const char *redis_wire_why(const struct redis_wire *w, int rc);
 /* Write out what was appended: 0 or -EIO. */
 int redis_wire_flush(struct redis_wire *w);
 /* What was appended, then the pieces of iov (consumed: iov is changed): on plain TCP written
@@ -81,7 +106,8 @@ int redis_wire_flush(struct redis_wire *w);
  * pipeline passes 1 MiB). 0, -ENOMEM or -EIO. */
 int redis_wire_writev(struct redis_wire *w, struct iovec *iov, int n);
 
-/* The next reply, whole (-ENOMEM, or -EIO: also one past RESP_MAX_*); free it with
+/* The next reply, whole, within the read timeout: 0, -ENOMEM, -EMSGSIZE (past RESP_MAX_*),
+ * or -EIO (the connection failed or timed out: w->err says which); free it with
  * redis_resp_free. */
 int redis_resp_read(struct redis_wire *w, struct resp_value **out);
 void redis_resp_free(struct resp_value *v);

@@ -1,50 +1,60 @@
 /*
- * A node's connection on the I/O thread: made on demand, with timeouts on connect, read and
- * write, so no exchange outlasts them, and after a failure not again before a backoff that
- * doubles up to backoff_max_ms. While it waits, pages fail at once with the last error, so a
- * dead server costs the ops in its way (on a cluster, the pages of its slots) nothing but
- * their misses.
+ * A node's connection on the I/O thread, and whether the node is down. A node is tried on
+ * demand the first time (a connect and handshake, each wait bounded); from the first failure
+ * on (refused, closed, no whole reply within read_timeout_ms, a write that would not go out,
+ * redirections that loop) it is down: the connection is dropped, the prober (probe.c) tries
+ * it in the background after a doubling wait, and until a probe answers every command for it
+ * fails at once with the error that marked it down, so a dead, hung or trickling server costs
+ * the ops in its way (on a cluster, the pages of its slots, which go to their copies) one
+ * timeout when it is first seen, then nothing but their misses. A probe's answer is its
+ * connection, which the node takes up again; the wait goes back to its start once the node has
+ * answered commands again, so a node that answers probes but not commands is tried less and
+ * less often.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 
 #include "store/redis/redis_int.h"
 
 #define BACKOFF_MIN_MS 20
 
-uint64_t redis_now_ms(void)
+/* Whether node i is one the store sends commands to now: a master (a replica it reads from)
+ * on a cluster, the server that answered on a standalone one, a seed while the mode is
+ * unknown. */
+static bool serving(const struct redis_store *r, size_t i)
 {
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+    if (!r->mode_known)
+        return i < r->n_seeds;
+    return r->cluster ? r->nodes[i].master || r->nodes[i].replica_of != NODE_NONE
+                      : i == r->standalone;
 }
 
-/* Published under the lock: leading_run reads them to answer at once while every node is
- * down; stats read the capacity (the masters' together on a cluster). */
+/* Published under the lock: leading_run reads whether any node may answer (none: it answers
+ * at once); stats read the capacity (the masters' together on a cluster, over the copies). */
 void redis_conn_publish(struct redis_store *r)
 {
-    uint64_t retry = UINT64_MAX, bytes = 0, value = STORE_REDIS_HEAD_BYTES + r->base.page_bytes;
-    bool up = false;
+    uint64_t bytes = 0, value = STORE_REDIS_HEAD_BYTES + r->base.page_bytes;
+    uint32_t down = 0;
+    bool connected = false, usable = false;
 
     for (size_t i = 0; i < r->n_nodes; i++) {
         const struct redis_node *n = &r->nodes[i];
-        up |= n->ctx != NULL;
-        retry = !n->ctx && n->retry_at_ms < retry ? n->retry_at_ms : retry;
-        if (r->cluster ? n->master : i == r->standalone)
-            bytes += n->capacity;
+        connected |= n->ctx != NULL;
+        down += n->down;
+        if (serving(r, i) && n->replica_of == NODE_NONE) { /* replicas add no room */
+            usable |= !n->down;
+            bytes += r->mode_known ? n->capacity : 0;
+        }
     }
     pthread_mutex_lock(&r->lock);
-    r->up = up;
-    r->c.connected = up;
-    r->retry_at_ms = up ? 0 : retry;
-    r->value_capacity = bytes / value;
+    r->usable = usable || r->revived;
+    r->c.connected = connected;
+    r->c.nodes_down = down;
+    r->value_capacity = bytes / value / redis_copies(r);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -52,17 +62,6 @@ void redis_conn_close(struct redis_node *n)
 {
     redis_wire_close(n->ctx); /* and what was read off it, which belongs to nothing now */
     n->ctx = NULL;
-}
-
-static void backoff(struct redis_store *r, struct redis_node *n, int err)
-{
-    redis_conn_close(n);
-    n->conn_err = err;
-    n->retry_at_ms = redis_now_ms() + n->backoff_ms;
-    n->backoff_ms =
-        n->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : n->backoff_ms * 2;
-    r->map_stale = true; /* a node gone: the cluster may have moved its slots */
-    redis_conn_publish(r);
 }
 
 /* A SIGPIPE left pending (blocked on this thread) by a write to a closed connection. */
@@ -77,75 +76,60 @@ static void drop_sigpipe(void)
         sigtimedwait(&pipe, NULL, &zero);
 }
 
+void redis_conn_down(struct redis_store *r, struct redis_node *n, int err, const char *why)
+{
+    uint16_t i = (uint16_t)(n - r->nodes);
+
+    redis_conn_close(n);
+    if (!n->down) {
+        n->down = true;
+        redis_note_down(r, n->host, n->port, why);
+        if (redis_probe_add(r, i, n->replica_of != NODE_NONE, n->backoff_ms))
+            n->down = false; /* out of memory: tried on demand again, as if never down */
+        n->backoff_ms =
+            n->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms : n->backoff_ms * 2;
+    }
+    n->conn_err = err;
+    r->map_stale = true; /* a node gone: the cluster may move its slots */
+    redis_conn_publish(r);
+}
+
 void redis_conn_lost(struct redis_store *r, struct redis_node *n)
 {
     drop_sigpipe();
-    backoff(r, n, -EIO);
+    redis_conn_down(r, n, -EIO, redis_wire_why(n->ctx, -EIO));
 }
 
-/* The server's maxmemory, or its machine's memory where it has no limit (or will not say):
- * what stats report as capacity; eviction itself is the server's. -EIO when the connection
- * failed; an error reply (CONFIG refused to this user) is no failure. */
-static int probe_capacity(struct redis_node *n)
+void redis_conn_answered(struct redis_node *n)
 {
-    const char *cfg[] = {"CONFIG", "GET", "maxmemory"}, *info[] = {"INFO", "memory"};
-    struct resp_value *rep;
-    uint64_t bytes = 0;
-    const char *t;
-
-    if (redis_call(n->ctx, 3, cfg, NULL, &rep))
-        return -EIO;
-    if (rep->type == RESP_ARRAY && rep->n == 2 && rep->elem[1]->type == RESP_BULK)
-        bytes = strtoull(rep->elem[1]->str, NULL, 10);
-    redis_resp_free(rep);
-    if (bytes == 0) {
-        if (redis_call(n->ctx, 2, info, NULL, &rep))
-            return -EIO;
-        if (rep->type == RESP_BULK && (t = strstr(rep->str, "total_system_memory:")))
-            bytes = strtoull(t + strlen("total_system_memory:"), NULL, 10);
-        redis_resp_free(rep);
-    }
-    n->capacity = bytes;
-    return 0;
+    n->backoff_ms = BACKOFF_MIN_MS;
 }
 
-/* What the server said when it refused us, kept for tools (store_redis_counters). */
-void redis_note_refusal(struct redis_store *r, const char *text, bool auth)
+/* Node i's probe answered: its connection is the node's from now on. */
+static bool take_probe(struct redis_store *r, uint16_t i)
+{
+    struct redis_node *n = &r->nodes[i];
+
+    if (!redis_probe_take(r, i, &n->ctx, &n->capacity))
+        return false;
+    n->down = false;
+    n->ctx->sigpipe_blocked = true;
+    r->map_stale = true; /* back: perhaps as another node's replica now */
+    pthread_mutex_lock(&r->lock);
+    r->c.connects++;
+    pthread_mutex_unlock(&r->lock);
+    return true;
+}
+
+void redis_conn_adopt(struct redis_store *r)
 {
     pthread_mutex_lock(&r->lock);
-    snprintf(r->c.last_refusal, sizeof(r->c.last_refusal), "%s", text);
-    r->c.auth_refused += auth;
+    r->revived = false;
     pthread_mutex_unlock(&r->lock);
-}
-
-/* AUTH [user] password: 0, -EACCES when refused (a wrong password, an unknown or disabled
- * user), -EIO when the connection failed. */
-static int authenticate(struct redis_store *r, struct redis_node *n)
-{
-    const char *argv[] = {"AUTH", r->user ? r->user : r->password, r->password};
-    struct resp_value *rep;
-    char text[160];
-    int rc = 0;
-
-    if (redis_call(n->ctx, r->user ? 3 : 2, argv, NULL, &rep))
-        return -EIO;
-    if (rep->type == RESP_ERROR) {
-        snprintf(text, sizeof(text), "AUTH%s%s refused by %s:%u: %s", r->user ? " as " : "",
-                 r->user ? r->user : "", n->host, n->port, rep->str);
-        redis_note_refusal(r, text, true);
-        rc = -EACCES;
-    }
-    redis_resp_free(rep);
-    return rc;
-}
-
-static int handshake(struct redis_store *r, struct redis_node *n)
-{
-    int rc;
-
-    if (r->password && (rc = authenticate(r, n)))
-        return rc;
-    return probe_capacity(n);
+    for (size_t i = 0; i < r->n_nodes; i++)
+        if (r->nodes[i].down)
+            take_probe(r, (uint16_t)i);
+    redis_conn_publish(r);
 }
 
 int redis_conn_ensure(struct redis_store *r, struct redis_node *n)
@@ -153,24 +137,32 @@ int redis_conn_ensure(struct redis_store *r, struct redis_node *n)
     struct redis_wire_timeouts t = {r->o.connect_timeout_ms, r->o.read_timeout_ms,
                                     r->o.write_timeout_ms};
     char why[sizeof(r->c.last_refusal)];
+    bool replica = n->replica_of != NODE_NONE;
     int err;
 
     if (n->ctx)
         return 0;
-    if (redis_now_ms() < n->retry_at_ms)
-        return n->conn_err;
+    if (n->down) {
+        if (!take_probe(r, (uint16_t)(n - r->nodes)))
+            return n->conn_err;
+        redis_conn_publish(r);
+        return 0;
+    }
     if ((err = redis_wire_open(n->host, n->port, r->tls, &t, &n->ctx, why, sizeof(why)))) {
         if (err == -EPROTO) /* TLS refused, or a certificate that does not check out */
             redis_note_refusal(r, why, false);
-        backoff(r, n, err);
-        return n->conn_err;
-    }
-    n->ctx->sigpipe_blocked = true; /* the I/O thread runs with every signal blocked */
-    if ((err = handshake(r, n))) {
-        backoff(r, n, err);
+        redis_conn_down(r, n, err, why);
         return err;
     }
-    n->backoff_ms = BACKOFF_MIN_MS;
+    n->ctx->sigpipe_blocked = true; /* the I/O thread runs with every signal blocked */
+    if ((err = redis_handshake(r, n->ctx, n->host, n->port, replica, &n->capacity))) {
+        snprintf(why, sizeof(why), "handshake: %s",
+                 err == -EACCES   ? "AUTH refused"
+                 : err == -EPROTO ? "READONLY refused"
+                                  : redis_wire_why(n->ctx, err));
+        redis_conn_down(r, n, err == -EACCES ? -EACCES : -EIO, why);
+        return n->conn_err;
+    }
     pthread_mutex_lock(&r->lock);
     r->c.connects++;
     pthread_mutex_unlock(&r->lock);

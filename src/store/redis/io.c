@@ -3,7 +3,9 @@
  * chunk's commands sent, then all replies read; on a cluster split per master, route.c),
  * answering a waiting leading run between chunks so that one never waits behind a large
  * write. A connection that fails mid-chunk fails the chunk's pages not yet answered by its
- * node; the next chunk tries a new one (conn.c).
+ * node, and marks the node down (conn.c). On a cluster a chunk of writes also writes each
+ * page's copy, and a read or a leading run asks elsewhere (alt.c) for the pages whose master
+ * did not answer or did not have them; a page is stored when either of its two keys took it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,11 +18,13 @@
 #define CHUNK_BYTES (16u << 20) /* what one chunk of writes buffers before the server acks */
 #define EXISTS_CHUNK 256
 
-_Static_assert(EXISTS_CHUNK <= ITEMS_MAX && CHUNK_PAGES <= ITEMS_MAX, "a chunk is one batch");
+_Static_assert(EXISTS_CHUNK <= ITEMS_MAX && 2 * CHUNK_PAGES <= ITEMS_MAX,
+               "a chunk (its copies too) is one batch");
 
 /* What a chunk tells the counters, added under the lock once it is done. */
 struct tally {
     uint64_t hits, misses, corrupt, failed, sets, dups, bytes, denied;
+    uint64_t copy_sets, copy_reads, replica_reads;
 };
 
 static void add_tally(struct redis_store *r, enum store_op_kind kind, const struct tally *t)
@@ -33,6 +37,9 @@ static void add_tally(struct redis_store *r, enum store_op_kind kind, const stru
     r->c.sets += t->sets;
     r->c.set_dups += t->dups;
     r->c.denied += t->denied;
+    r->c.copy_sets += t->copy_sets;
+    r->c.copy_reads += t->copy_reads;
+    r->c.replica_reads += t->replica_reads;
     r->st.errors += t->corrupt + t->failed;
     if (kind == STORE_OP_READ)
         r->st.bytes_read += t->bytes;
@@ -87,6 +94,8 @@ static int get_result(struct redis_store *r, const struct redis_item *it, struct
         return KVT_ECORRUPT;
     }
     t->hits++;
+    t->copy_reads += it->copy;
+    t->replica_reads += it->replica;
     t->bytes += r->base.page_bytes;
     return 0;
 }
@@ -107,60 +116,86 @@ static bool refused(struct redis_store *r, const struct redis_item *it, struct t
     return true;
 }
 
-/* The result of a page of op from its item. */
-static int page_result(struct redis_store *r, struct redis_op *op, const struct redis_item *it,
+/* What an item's command came to, as a page's result. */
+static int item_result(struct redis_store *r, enum store_op_kind kind, const struct redis_item *it,
                        struct tally *t)
 {
-    int rc;
-
     if (it->err)
-        rc = it->err;
-    else if (refused(r, it, t))
-        rc = -EACCES;
-    else if (op->kind == STORE_OP_WRITE)
-        rc = set_result(&it->rep, t);
-    else
-        rc = get_result(r, it, t);
-    if (op->kind == STORE_OP_WRITE) {
-        t->sets++;
-        t->bytes += rc == 0 ? r->base.page_bytes : 0;
-    }
+        return it->err;
+    if (refused(r, it, t))
+        return -EACCES;
+    return kind == STORE_OP_WRITE ? set_result(&it->rep, t) : get_result(r, it, t);
+}
+
+/* A write's page: stored when its key or its copy took it (copy: NULL when none was sent). */
+static int write_result(struct redis_store *r, const struct redis_item *it,
+                        const struct redis_item *copy, struct tally *t)
+{
+    struct tally ct = {0};
+    int rc = item_result(r, STORE_OP_WRITE, it, t);
+    int crc = copy ? item_result(r, STORE_OP_WRITE, copy, &ct) : -EIO;
+
+    t->copy_sets += copy && crc == 0; /* ct's other counts are the page's, counted once */
+    rc = rc == 0 || crc == 0 ? 0 : rc;
+    t->sets++;
+    t->bytes += rc == 0 ? r->base.page_bytes : 0;
     return rc;
 }
 
-/* Values that failed their checks are deleted: a bad value under a key would otherwise keep
- * the right page from ever being written there (SET NX). */
-static void delete_bad(struct redis_store *r, struct redis_op *op, size_t p, size_t k)
+/* Values that failed their checks are deleted, under the name they were read from: a bad value
+ * under a key would otherwise keep the right page from ever being written there (SET NX). */
+static void delete_bad(struct redis_store *r, const int *results, size_t k)
 {
     size_t n = 0;
 
-    for (size_t i = p; i < p + k; i++)
-        if (op->results[i] == KVT_ECORRUPT)
-            r->items[n++] = (struct redis_item){.key = op->keys + i * STORE_KEY_BYTES};
+    for (size_t i = 0; i < k; i++)
+        if (results[i] == KVT_ECORRUPT)
+            r->alt[n++] = (struct redis_item){.key = r->items[i].key, .copy = r->items[i].copy};
     if (n)
-        redis_route_batch(r, CMD_DEL, r->items, n);
+        redis_route_batch(r, CMD_DEL, r->alt, n);
+}
+
+/* The chunk's items: its pages' keys, then (writes on a cluster with copies) their copies. */
+static size_t chunk_items(struct redis_store *r, struct redis_op *op, size_t p, size_t k)
+{
+    bool copies = op->kind == STORE_OP_WRITE && redis_copies(r) == 2;
+
+    for (size_t i = 0; i < k; i++) {
+        struct redis_item it = {.key = op->keys + (p + i) * STORE_KEY_BYTES,
+                                .page = op->bufs[p + i],
+                                .dst = op->bufs[p + i]};
+        r->items[i] = it;
+        if (copies) {
+            it.copy = true;
+            r->items[k + i] = it;
+        }
+    }
+    return copies ? 2 * k : k;
 }
 
 static void run_chunk(struct redis_store *r, struct redis_op *op, size_t p, size_t k,
                       struct tally *t)
 {
     uint64_t corrupt = t->corrupt;
+    size_t n;
 
-    for (size_t i = 0; i < k; i++)
-        r->items[i] = (struct redis_item){.key = op->keys + (p + i) * STORE_KEY_BYTES,
-                                          .page = op->bufs[p + i],
-                                          .dst = op->bufs[p + i]};
-    redis_route_batch(r, op->kind == STORE_OP_WRITE ? CMD_SET : CMD_GET, r->items, k);
+    redis_cluster_update(r); /* the mode and map, which say whether copies are written */
+    n = chunk_items(r, op, p, k);
+    redis_route_batch(r, op->kind == STORE_OP_WRITE ? CMD_SET : CMD_GET, r->items, n);
+    if (op->kind == STORE_OP_READ)
+        redis_read_elsewhere(r, CMD_GET, r->items, k);
     for (size_t i = p; i < p + k; i++) {
         const struct redis_item *it = &r->items[i - p];
-        op->results[i] = page_result(r, op, it, t);
+        op->results[i] = op->kind == STORE_OP_WRITE
+                             ? write_result(r, it, n > k ? &r->items[k + i - p] : NULL, t)
+                             : item_result(r, STORE_OP_READ, it, t);
         t->failed +=
             op->results[i] != 0 && op->results[i] != -ENOENT && op->results[i] != KVT_ECORRUPT;
-        if (!it->err && op->results[i] != -EIO)
+        if (op->results[i] == 0 || (!it->err && op->results[i] != -EIO))
             hint(r, it->key, op->results[i] == 0);
     }
     if (op->kind == STORE_OP_READ && t->corrupt > corrupt)
-        delete_bad(r, op, p, k);
+        delete_bad(r, op->results + p, k);
 }
 
 /* DBSIZE, for stats' pages: every key of the database (of every master on a cluster), other
@@ -171,6 +206,7 @@ static void refresh_pages(struct redis_store *r)
     uint64_t pages = 0;
     struct resp_value *rep;
     bool any = false;
+    int rc;
 
     for (size_t i = 0; i < r->n_nodes; i++) {
         struct redis_node *n = &r->nodes[i];
@@ -185,8 +221,10 @@ static void refresh_pages(struct redis_store *r)
         struct redis_node *n = &r->nodes[i];
         if (!n->sent || !n->ctx)
             continue;
-        if (redis_resp_read(n->ctx, &rep)) {
-            redis_conn_lost(r, n);
+        if ((rc = redis_resp_read(n->ctx, &rep))) {
+            char why[200];
+            snprintf(why, sizeof(why), "DBSIZE: %s", redis_wire_why(n->ctx, rc));
+            redis_conn_down(r, n, -EIO, why);
             continue;
         }
         if (rep->type == RESP_INT) {
@@ -197,7 +235,7 @@ static void refresh_pages(struct redis_store *r)
     }
     pthread_mutex_lock(&r->lock);
     if (any)
-        r->st.pages = pages;
+        r->st.pages = pages / redis_copies(r); /* a page and its copy are one page */
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -214,6 +252,7 @@ static size_t exists_run(struct redis_store *r, const uint8_t *keys, size_t n)
         for (size_t i = 0; i < k; i++)
             r->items[i] = (struct redis_item){.key = keys + (p + i) * STORE_KEY_BYTES};
         redis_route_batch(r, CMD_EXISTS, r->items, k);
+        redis_read_elsewhere(r, CMD_EXISTS, r->items, k);
         for (size_t i = 0; i < k; i++) {
             const struct redis_item *it = &r->items[i];
             bool present = it->answered && it->rep.type == RESP_INT && it->rep.integer == 1;
@@ -286,7 +325,11 @@ void *redis_io_main(void *arg)
 
     pthread_mutex_lock(&r->lock);
     for (;;) {
-        if (r->ex.state == EX_QUEUED) {
+        if (r->revived) { /* a probe answered: its node takes commands again */
+            pthread_mutex_unlock(&r->lock);
+            redis_conn_adopt(r);
+            pthread_mutex_lock(&r->lock);
+        } else if (r->ex.state == EX_QUEUED) {
             pthread_mutex_unlock(&r->lock);
             serve_exists(r);
             pthread_mutex_lock(&r->lock);

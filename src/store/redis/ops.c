@@ -157,10 +157,9 @@ static int redis_leading_run(struct kvt_store *s, const uint8_t *keys, size_t n,
     if (n == 0)
         return 0;
     pthread_mutex_lock(&r->lock);
-    /* A server down (no connect allowed yet) or an earlier request still running: no time
-     * to ask, so nothing found. */
-    if (r->ex.state != EX_IDLE || (!r->up && redis_now_ms() < r->retry_at_ms) ||
-        keys_reserve(&r->ex, n)) {
+    /* Every node it would ask known down, or an earlier request still running: no time to
+     * ask, so nothing found. */
+    if (r->ex.state != EX_IDLE || !r->usable || keys_reserve(&r->ex, n)) {
         r->c.exists_late++;
         pthread_mutex_unlock(&r->lock);
         return 0;
@@ -268,21 +267,26 @@ static void free_store(struct redis_store *r)
         next = op->next;
         free(op);
     }
+    redis_prober_stop(r);
     pthread_cond_destroy(&r->wake);
     pthread_cond_destroy(&r->done);
+    pthread_cond_destroy(&r->probe_wake);
     pthread_mutex_destroy(&r->lock);
     redis_nodes_free(r);
     free(r->ex.keys);
     free(r->hint);
     free(r->items);
+    free(r->alt);
     free(r->slot_node);
+    free(r->slot_replica);
     free(r->password);
     free(r->user);
     redis_tls_ctx_free(r->tls);
     free(r);
 }
 
-/* Every op queued runs first (a dead server fails them fast, within the timeouts). */
+/* Every op queued runs first (a dead server fails them fast, within the timeouts; one known
+ * down at once); then the prober, whose probe under way (if any) is cancelled. */
 static void redis_close(struct kvt_store *s)
 {
     struct redis_store *r = rs(s);
@@ -352,12 +356,19 @@ static int alloc_store(struct redis_store *r, const struct store_redis_options *
     r->user = o->user ? strdup(o->user) : NULL;
     r->hint = calloc(HINT_SLOTS, STORE_KEY_BYTES);
     r->items = calloc(ITEMS_MAX, sizeof(*r->items));
+    r->alt = calloc(ITEMS_MAX, sizeof(*r->alt));
     r->slot_node = malloc(STORE_REDIS_SLOTS * sizeof(*r->slot_node));
-    if (!r->hint || !r->items || !r->slot_node || (!r->password && o->password) ||
+    if (o->replica_reads)
+        r->slot_replica = malloc(STORE_REDIS_SLOTS * sizeof(*r->slot_replica));
+    if (!r->hint || !r->items || !r->alt || !r->slot_node ||
+        (o->replica_reads && !r->slot_replica) || (!r->password && o->password) ||
         (!r->user && o->user))
         return -ENOMEM;
-    for (size_t s = 0; s < STORE_REDIS_SLOTS; s++)
+    for (size_t s = 0; s < STORE_REDIS_SLOTS; s++) {
         r->slot_node[s] = NODE_NONE;
+        if (r->slot_replica)
+            r->slot_replica[s] = NODE_NONE;
+    }
     return add_seeds(r, o);
 }
 
@@ -385,18 +396,22 @@ int store_redis_open_err(const struct store_redis_options *o, struct kvt_store *
     if (err && len)
         err[0] = '\0';
     if (!o || !out || !o->page_bytes || o->page_bytes > MAX_PAGE_BYTES - STORE_REDIS_HEAD_BYTES ||
-        o->n_seeds > STORE_REDIS_MAX_SEEDS || (o->user && !o->password))
+        o->n_seeds > STORE_REDIS_MAX_SEEDS || (o->user && !o->password) || o->copies > 2)
         return -EINVAL;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;
     r->base = (struct kvt_store){&redis_ops, o->page_bytes, o->page_tokens};
     r->o = *o;
+    r->cancel_fd = -1;
+    r->usable = true; /* nothing is known down before the first try */
+    r->c.copies = 1;
     defaults(&r->o);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     pthread_cond_init(&r->done, NULL);
+    pthread_cond_init(&r->probe_wake, NULL);
     if ((o->tls && (rc = redis_tls_ctx(o->tls_ca, o->tls_cert, o->tls_key, &r->tls, err, len))) ||
-        (rc = alloc_store(r, o)) || (rc = start_thread(r))) {
+        (rc = alloc_store(r, o)) || (rc = redis_prober_start(r)) || (rc = start_thread(r))) {
         free_store(r);
         return rc;
     }

@@ -10,7 +10,12 @@
  * one that fails only its checksum has (its result says so).
  *
  * The one-off exchanges (the handshake, DBSIZE, CLUSTER SLOTS, and kvtier-ctl's commands)
- * read whole replies, arrays too, as trees (redis_resp_read) through the same buffer.
+ * read whole replies, arrays too, as trees (redis_resp_read) through the same buffer, within
+ * bounds on the whole tree (client.h): each level's own bound alone would let a hostile
+ * server nest arrays of a million arrays, and an array header of a few bytes cost a client
+ * some hundred bytes of memory.
+ *
+ * Every reply is bounded in time as a whole: its clock starts at its first line (wire.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -51,7 +56,8 @@ static int next_line(struct redis_wire *w, char **line, size_t *len)
     return *len < 1 ? -EIO : 0;
 }
 
-int redis_resp_head(struct redis_wire *w, struct resp_reply *rep)
+/* A reply's (or an element's) first line. */
+static int parse_head(struct redis_wire *w, struct resp_reply *rep)
 {
     char *line;
     size_t len;
@@ -82,6 +88,12 @@ int redis_resp_head(struct redis_wire *w, struct resp_reply *rep)
     default:
         return -EIO; /* RESP3's types: no connection of ours asks for them */
     }
+}
+
+int redis_resp_head(struct redis_wire *w, struct resp_reply *rep)
+{
+    redis_wire_reply_start(w, 0);
+    return parse_head(w, rep);
 }
 
 /* The next len bytes of the stream into dst (NULL: dropped): what the buffer holds first,
@@ -121,6 +133,7 @@ int redis_resp_page(struct redis_store *r, struct redis_wire *w, const struct re
 
     if ((size_t)rep->integer != STORE_REDIS_HEAD_BYTES + (size_t)r->base.page_bytes)
         return redis_resp_skip(w, rep) ? -EIO : KVT_ECORRUPT;
+    redis_wire_reply_extend(w, (size_t)rep->integer); /* a page of the size asked for */
     if (take(w, head, sizeof(head)))
         return -EIO;
     if (redis_head_check(r, key, head))
@@ -143,18 +156,49 @@ void redis_resp_free(struct resp_value *v)
     free(v);
 }
 
-static int read_value(struct redis_wire *w, unsigned depth, struct resp_value **out)
+/* What is left of a whole reply's bounds: elements, and bytes (strings, 64 an element). */
+struct budget {
+    size_t elements, bytes;
+};
+
+#define ELEMENT_BYTES 64
+
+static int charge(struct budget *b, unsigned long long elements, unsigned long long bytes)
+{
+    if (elements > b->elements || bytes > b->bytes)
+        return -EMSGSIZE;
+    b->elements -= elements;
+    b->bytes -= bytes;
+    return 0;
+}
+
+/* An array's or a bulk's declared size is charged when its header comes, before anything is
+ * allocated for it; the element itself with its parent's count. */
+static int charge_head(struct budget *b, const struct resp_reply *h)
+{
+    unsigned long long n = (unsigned long long)h->integer;
+
+    if (h->type == RESP_BULK)
+        return n > RESP_MAX_BULK ? -EMSGSIZE : charge(b, 0, n + 2);
+    if (h->type == RESP_ARRAY)
+        return charge(b, n, n * ELEMENT_BYTES);
+    return charge(b, 0, strlen(h->line) + 1);
+}
+
+static int read_value(struct redis_wire *w, unsigned depth, struct budget *b,
+                      struct resp_value **out)
 {
     struct resp_reply h;
     struct resp_value *v;
     int rc;
 
     *out = NULL;
-    if (depth > RESP_MAX_DEPTH || redis_resp_head(w, &h))
+    if (depth > RESP_MAX_DEPTH)
+        return -EMSGSIZE;
+    if (parse_head(w, &h))
         return -EIO;
-    if ((h.type == RESP_BULK && (unsigned long long)h.integer > RESP_MAX_BULK) ||
-        (h.type == RESP_ARRAY && (unsigned long long)h.integer > RESP_MAX_ELEMENTS))
-        return -EIO; /* not what any command of ours is answered with */
+    if ((rc = charge_head(b, &h)))
+        return rc;
     if (!(v = calloc(1, sizeof(*v))))
         return -ENOMEM;
     v->type = h.type;
@@ -165,6 +209,7 @@ static int read_value(struct redis_wire *w, unsigned depth, struct resp_value **
     case RESP_ERROR:
         return (v->str = strdup(h.line)) ? 0 : -ENOMEM;
     case RESP_BULK:
+        redis_wire_reply_extend(w, (size_t)h.integer); /* a page (verify's GET) takes longer */
         if (!(v->str = malloc((size_t)h.integer + 2)))
             return -ENOMEM;
         if (take(w, v->str, (size_t)h.integer + 2))
@@ -175,7 +220,7 @@ static int read_value(struct redis_wire *w, unsigned depth, struct resp_value **
         if (h.integer && !(v->elem = calloc((size_t)h.integer, sizeof(*v->elem))))
             return -ENOMEM;
         for (; v->n < (size_t)h.integer; v->n++)
-            if ((rc = read_value(w, depth + 1, &v->elem[v->n]))) {
+            if ((rc = read_value(w, depth + 1, b, &v->elem[v->n]))) {
                 v->n++; /* what the element got is freed with the rest */
                 return rc;
             }
@@ -187,9 +232,11 @@ static int read_value(struct redis_wire *w, unsigned depth, struct resp_value **
 
 int redis_resp_read(struct redis_wire *w, struct resp_value **out)
 {
-    int rc = read_value(w, 0, out);
+    struct budget b = {RESP_MAX_ELEMENTS, RESP_MAX_BYTES};
+    int rc;
 
-    if (rc) {
+    redis_wire_reply_start(w, 0);
+    if ((rc = read_value(w, 0, &b, out))) {
         redis_resp_free(*out);
         *out = NULL;
     }

@@ -3,9 +3,10 @@
  * appends every command still unanswered to its node's connection (ASKING first where an
  * ASK sent it), flushes every node before reading any reply, so the masters work at once,
  * then reads each node's replies in the order they were sent. A MOVED or ASK reply sends the
- * command to its new node in the next round; after MAX_ROUNDS it fails (-EIO), so a slot
- * bounced between nodes costs its pages, never a loop. A node that cannot be reached fails
- * only the commands sent to it.
+ * command to its new node in the next round; past MAX_REDIRECTS it fails (-EIO), and the node
+ * that redirected it last is marked down, so a slot bounced between nodes costs its pages a
+ * few round trips once, then nothing until a probe finds the node again, never a loop. A node
+ * that cannot be reached fails only the commands sent to it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,7 +16,22 @@
 
 #include "store/redis/redis_int.h"
 
-#define MAX_ROUNDS 5 /* an ASK, then a MOVED after the migration ends, and spare rounds */
+/* Redirections of one command (MOVED, ASK, TRYAGAIN), as Redis's own clients allow: an ASK,
+ * then a MOVED once the migration ends, and spare ones. */
+#define MAX_REDIRECTS 5
+
+#define NAME_MAX_CHARS STORE_REDIS_COPY_KEY_CHARS
+
+/* it's server key (its copy's name for a copy) into name: its length. */
+static size_t item_name(const struct redis_store *r, const struct redis_item *it, char *name)
+{
+    if (it->copy) {
+        store_redis_copy_key(r->o.fingerprint, it->key, name);
+        return STORE_REDIS_COPY_KEY_CHARS;
+    }
+    store_redis_key(r->o.fingerprint, it->key, name);
+    return STORE_REDIS_KEY_CHARS;
+}
 
 /* GET, EXISTS or DEL of it's key (ASKING first when an ASK sent it there). */
 static const char *const asking[] = {"ASKING"};
@@ -24,13 +40,12 @@ static int append_cmd(struct redis_store *r, struct redis_wire *c, enum redis_cm
                       const struct redis_item *it)
 {
     static const char *const names[] = {"GET", "SET", "EXISTS", "DEL"};
-    char name[STORE_REDIS_KEY_CHARS + 1];
+    char name[NAME_MAX_CHARS + 1];
     const char *argv[] = {names[cmd], name};
-    size_t lens[] = {strlen(names[cmd]), STORE_REDIS_KEY_CHARS};
+    size_t lens[] = {strlen(names[cmd]), item_name(r, it, name)};
 
     if (it->ask && redis_wire_append(c, 1, asking, NULL))
         return -ENOMEM;
-    store_redis_key(r->o.fingerprint, it->key, name);
     return redis_wire_append(c, 2, argv, lens);
 }
 
@@ -54,12 +69,12 @@ static bool flush_node(struct redis_store *r, struct redis_node *n)
  * order on the wire is the order of the replies read. */
 static int send_set(struct redis_store *r, struct redis_node *n, const struct redis_item *it)
 {
-    char head[256 + STORE_REDIS_HEAD_BYTES], tail[64], name[STORE_REDIS_KEY_CHARS + 1], ttl[16];
+    char head[256 + STORE_REDIS_HEAD_BYTES], tail[64], name[NAME_MAX_CHARS + 1], ttl[16];
     int ttl_len = snprintf(ttl, sizeof(ttl), "%u", r->o.ttl_s), hl, tl;
+    size_t name_len = item_name(r, it, name);
 
-    store_redis_key(r->o.fingerprint, it->key, name);
-    hl = snprintf(head, 256, "*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%u\r\n", r->o.ttl_s ? 6 : 4,
-                  STORE_REDIS_KEY_CHARS, name, STORE_REDIS_HEAD_BYTES + r->base.page_bytes);
+    hl = snprintf(head, 256, "*%d\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%u\r\n", r->o.ttl_s ? 6 : 4,
+                  name_len, name, STORE_REDIS_HEAD_BYTES + r->base.page_bytes);
     store_redis_value_head(r->o.fingerprint, it->key, it->page, r->base.page_bytes,
                            (uint8_t *)head + hl);
     tl = r->o.ttl_s ? snprintf(tail, sizeof(tail), "\r\n$2\r\nNX\r\n$2\r\nEX\r\n$%d\r\n%s\r\n",
@@ -160,6 +175,7 @@ static void read_item(struct redis_store *r, enum redis_cmd cmd, struct redis_it
         it->err = -EIO;
         return;
     }
+    it->from = from;
     if (rep.type == RESP_ERROR && (kind = redis_redirect(r, rep.line, from, &to))) {
         it->node = to; /* n is stale now: the nodes may have moved */
         it->ask = kind == 2;
@@ -169,6 +185,7 @@ static void read_item(struct redis_store *r, enum redis_cmd cmd, struct redis_it
     it->ask = false;
     if (rep.type == RESP_ERROR && !strncmp(rep.line, "TRYAGAIN", 8))
         return; /* a key of a multi-key command mid-migration: once more */
+    redis_conn_answered(n);
     it->rep = rep;
     it->answered = true;
 }
@@ -178,22 +195,44 @@ static bool pending(const struct redis_item *it)
     return !it->answered && !it->err;
 }
 
+/* Commands still unanswered after MAX_REDIRECTS fail, and each node that redirected one last
+ * is marked down: the next commands for its slots fail at once (or go to their copies)
+ * rather than bounce again. */
+static void give_up(struct redis_store *r, struct redis_item *items, size_t n)
+{
+    char why[96];
+    uint64_t loops = 0;
+
+    snprintf(why, sizeof(why), "a command redirected more than %d times", MAX_REDIRECTS);
+    for (size_t i = 0; i < n; i++) {
+        if (!pending(&items[i]))
+            continue;
+        items[i].err = -EIO;
+        loops++;
+        if (items[i].from != NODE_NONE && !r->nodes[items[i].from].down)
+            redis_conn_down(r, &r->nodes[items[i].from], -EIO, why);
+    }
+    pthread_mutex_lock(&r->lock);
+    r->c.redirect_loops += loops;
+    pthread_mutex_unlock(&r->lock);
+}
+
 void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_item *items,
                        size_t n)
 {
-    char name[STORE_REDIS_KEY_CHARS + 1];
+    char name[NAME_MAX_CHARS + 1];
     uint64_t moved = 0, asked = 0;
     size_t sent = 1;
 
     redis_cluster_update(r);
     for (size_t i = 0; i < n; i++) {
         struct redis_item *it = &items[i];
-        store_redis_key(r->o.fingerprint, it->key, name);
-        it->slot = store_redis_slot(name, STORE_REDIS_KEY_CHARS);
-        it->node = redis_route(r, it->slot);
+        it->slot = store_redis_slot(name, item_name(r, it, name));
+        it->node = it->replica ? redis_route_replica(r, it->slot) : redis_route(r, it->slot);
+        it->from = NODE_NONE;
         it->answered = false, it->err = 0, it->ask = false, it->sent = false, it->page_rc = 0;
     }
-    for (int round = 0; round < MAX_ROUNDS && sent; round++) {
+    for (int round = 0; round <= MAX_REDIRECTS && sent; round++) {
         start_round(r);
         sent = 0;
         for (size_t i = 0; i < n; i++)
@@ -204,9 +243,7 @@ void redis_route_batch(struct redis_store *r, enum redis_cmd cmd, struct redis_i
             if (items[i].sent && ++sent)
                 read_item(r, cmd, &items[i], &moved, &asked);
     }
-    for (size_t i = 0; i < n; i++)
-        if (pending(&items[i]))
-            items[i].err = -EIO; /* redirected too many times */
+    give_up(r, items, n);
     pthread_mutex_lock(&r->lock);
     r->c.moved += moved;
     r->c.asked += asked;

@@ -3,7 +3,9 @@
  * comma-separated list of them naming one cluster's seeds: one parser for the engine's
  * options.remote and the tools that look at the same servers. USER and PASSWORD may carry any byte
  * as %XX (':', '@', ',', '%' itself), so a password holding them can be written down; a '%' not
- * followed by two hex digits is kept as it is.
+ * followed by two hex digits is kept as it is. Options of the store follow the list after a
+ * '?' (the last one, past every '@': a password may hold one): "copies=1|2",
+ * "replica_reads=yes|no", joined by '&'.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -126,15 +128,45 @@ static int parse_list(char *buf, bool tls, struct store_redis_options *ro)
     return 0;
 }
 
+static int parse_yes(const char *v, bool *out)
+{
+    *out = !strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "true");
+    return *out || !strcmp(v, "no") || !strcmp(v, "0") || !strcmp(v, "false") ? 0 : -EINVAL;
+}
+
+/* "NAME=VALUE&..." in place into o: copies, replica_reads. */
+static int parse_options(char *q, struct store_redis_options *o)
+{
+    for (char *item = q, *next; item; item = next) {
+        char *eq = strchr(item, '=');
+        if ((next = strchr(item, '&')))
+            *next++ = '\0';
+        if (!eq)
+            return -EINVAL;
+        *eq = '\0';
+        if (!strcmp(item, "copies") && (!strcmp(eq + 1, "1") || !strcmp(eq + 1, "2")))
+            o->copies = (uint32_t)(eq[1] - '0');
+        else if (strcmp(item, "replica_reads") || parse_yes(eq + 1, &o->replica_reads))
+            return -EINVAL;
+    }
+    return 0;
+}
+
 int store_redis_parse_url(const char *url, char *buf, size_t len, struct store_redis_options *ro)
 {
     struct store_redis_options o = *ro;
     size_t k = scheme_len(url, &o.tls);
+    char *q;
     int rc;
 
     if (!k || strlen(url) >= len)
         return -EINVAL;
     strcpy(buf, url + k);
+    if ((q = strrchr(buf, '?')) && !strchr(q, '@')) {
+        *q++ = '\0';
+        if ((rc = parse_options(q, &o)))
+            return rc;
+    }
     if ((rc = parse_list(buf, o.tls, &o)))
         return rc;
     *ro = o;

@@ -7,7 +7,8 @@
  *
  * Integers are little-endian. The header names what the bytes are, so a value put under the
  * key by anyone else (another fingerprint's writer, a stray SET, a truncated write) fails a
- * field before a byte of it reaches a host page.
+ * field before a byte of it reaches a host page. A page's copy (on a cluster) is the same
+ * value under another name, checked the same way.
  */
 #include <string.h>
 #include <xxhash.h>
@@ -51,6 +52,20 @@ void store_redis_key(const uint8_t fp[STORE_REDIS_FP_BYTES], const uint8_t key[S
     out[4 + 2 * STORE_REDIS_FP_BYTES] = ':';
     hex(key, STORE_KEY_BYTES, out + 5 + 2 * STORE_REDIS_FP_BYTES);
     out[STORE_REDIS_KEY_CHARS] = '\0';
+}
+
+void store_redis_copy_key(const uint8_t fp[STORE_REDIS_FP_BYTES],
+                          const uint8_t key[STORE_KEY_BYTES], char *out)
+{
+    size_t k = STORE_REDIS_KEY_CHARS, suffix = strlen(STORE_REDIS_COPY_SUFFIX);
+    uint16_t slot;
+
+    store_redis_key(fp, key, out);
+    slot = store_redis_slot(out, k);
+    memcpy(out + k, STORE_REDIS_COPY_SUFFIX, suffix);
+    store_redis_slot_tag(STORE_REDIS_COPY_SLOT(slot), out + k + suffix);
+    out[STORE_REDIS_COPY_KEY_CHARS - 1] = '}';
+    out[STORE_REDIS_COPY_KEY_CHARS] = '\0';
 }
 
 void store_redis_value_head(const uint8_t fp[STORE_REDIS_FP_BYTES],

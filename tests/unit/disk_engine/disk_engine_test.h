@@ -175,6 +175,8 @@ void test_store_geometry(void **state);
 void test_store_pages(void **state);
 void test_store_pages_random(void **state);
 void test_store_pages_mixed(void **state);
+void test_store_pages_auto_size(void **state);
+void test_store_pages_auto_compat(void **state);
 
 /* damage.c */
 void test_sync_waits_for_drops(void **state);

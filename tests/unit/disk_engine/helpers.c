@@ -90,7 +90,7 @@ void disk_opts(struct kvt_options *o, const char *dir, uint64_t host_tokens, uin
     o->max_context = MAX_CONTEXT;
     o->disk_dir = dir;
     o->disk_bytes = disk_bytes;
-    o->store_page_tokens = g_store_pages > 1 ? PS * g_store_pages : 0;
+    o->store_page_tokens = PS * (g_store_pages > 1 ? g_store_pages : 1); /* not by bytes */
 }
 
 /* kvt_open, retrying a while on -EBUSY (a writer that is going away). */

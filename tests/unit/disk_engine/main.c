@@ -14,6 +14,8 @@ int main(void)
         cmocka_unit_test(test_store_pages),
         cmocka_unit_test(test_store_pages_random),
         cmocka_unit_test_teardown(test_store_pages_mixed, store_pages_reset),
+        cmocka_unit_test(test_store_pages_auto_size),
+        cmocka_unit_test(test_store_pages_auto_compat),
         cmocka_unit_test(test_crash),
         cmocka_unit_test(test_crash_relaxed),
         cmocka_unit_test_teardown(test_crash_grouped, store_pages_reset),
@@ -24,5 +26,7 @@ int main(void)
 #endif
     };
 
+    if (getenv("KVT_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

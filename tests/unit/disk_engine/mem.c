@@ -201,11 +201,24 @@ static void chain_case(uint32_t policy, uint64_t seed, uint64_t base)
     kvt_engine *e = open_on_chain(&f, policy, &c);
     run_family(e, fam, seed, 150, 0, 1, &a);
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    /* Which calls reach the near store depends on what the host evicted meanwhile: more of
+     * the family until one of them failed. */
+    for (uint64_t k = 0; (f.failed == 0 || stats(e).disk_errors == 0) && k < 8; k++) {
+        run_family(e, fam, seed ^ (40 + k), 150, 0, 1, &a);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
+    }
     REQUIRE(g_ctx, f.failed > 0 && stats(e).disk_errors > 0);
     run_family(e, fam, seed ^ 3, 150, 1, 1, &b);
     EXPECT_RC(g_ctx, kvt_sync(e), 0);
-    check(e);
     store_stats(c.far, &far);
+    /* Whether the near store lost a page the second run asks for depends on what landed
+     * when: more requests of the family until one comes from the far store. */
+    for (uint64_t k = 0; (b.disk_tokens == 0 || far.bytes_read == 0) && k < 8; k++) {
+        run_family(e, fam, seed ^ (20 + k), 150, 1, 1, &b);
+        EXPECT_RC(g_ctx, kvt_sync(e), 0);
+        store_stats(c.far, &far);
+    }
+    check(e);
     REQUIRE(g_ctx, b.disk_tokens > 0 && far.bytes_read > 0);
     kvt_close(e);
     fixture_remove_tree(c.dir);

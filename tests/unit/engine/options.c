@@ -319,8 +319,10 @@ void test_remote_url(void **state)
     kvt_close(e);
     o.remote = "rediss://127.0.0.1:1,redis://127.0.0.1:2";
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
-    char not_pem[] = "/tmp/kvt-not-pem-XXXXXX";
-    int fd = mkstemp(not_pem);
+    char not_pem[96];
+    assert_int_equal(fixture_data_dir(not_pem, sizeof(not_pem), "not-pem"), 0);
+    strcat(not_pem, "/ca.pem");
+    int fd = open(not_pem, O_WRONLY | O_CREAT | O_EXCL, 0600);
     assert_true(fd >= 0 && write(fd, "no PEM here\n", 12) == 12);
     close(fd);
     o.remote = "redis://127.0.0.1:1";
@@ -329,6 +331,8 @@ void test_remote_url(void **state)
     o.remote = "rediss://127.0.0.1:1";
     assert_int_equal(kvt_open(&o, &e), -EINVAL); /* no PEM in it */
     unlink(not_pem);
+    *strrchr(not_pem, '/') = '\0';
+    fixture_remove_tree(not_pem);
     o.remote_tls_ca = "/nonexistent/ca.pem";
     assert_int_equal(kvt_open(&o, &e), -EINVAL);
 #endif

@@ -24,13 +24,13 @@ static void ask(const char *path, const char *req, char *out, size_t cap)
  * only its owner may use; a second engine cannot take a live socket; close removes it. */
 void test_stats_socket(void **state)
 {
-    char dir[] = "/tmp/kvt-sock-XXXXXX", path[64], want[96], reply[16384];
+    char dir[64], path[96], want[96], reply[16384];
     struct kvt_options o;
     kvt_engine *e = NULL, *other = NULL;
     struct stat st;
 
     (void)state;
-    assert_non_null(mkdtemp(dir));
+    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "sock"), 0);
     snprintf(path, sizeof(path), "%s/stats.sock", dir);
     base_options(&o);
     o.stats_socket = path;

@@ -7,6 +7,7 @@ static void disk_options(struct kvt_options *o, const char *dir)
     host_options(o, 4, 64, 256);
     o->disk_dir = dir;
     o->disk_bytes = 1 << 20;
+    o->store_page_tokens = o->page_size; /* a store page to a page: what these tests count */
 }
 
 /* Flip the first byte of every slot of a slab file (the slot size from its head: bytes 24..27;
@@ -82,7 +83,7 @@ void test_disk_restart(void **state)
     o.model_id = "another-model";
     OPEN_FAILS(KVT_EFINGERPRINT);
     disk_options(&o, dir);
-    o.page_size = 8;
+    o.page_size = o.store_page_tokens = 8;
     OPEN_FAILS(KVT_EFINGERPRINT);
     fixture_remove_tree(dir);
 }

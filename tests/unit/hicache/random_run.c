@@ -495,6 +495,7 @@ void run(const struct rcfg *cfg)
         /* 512 slots: the disk tier evicts too */
         o.disk_bytes = 512 * fixture_disk_slot(PAGE_BYTES(cfg->ps), cfg->ps);
         o.prefetch_policy = cfg->prefetch_policy;
+        o.store_page_tokens = cfg->ps; /* a store page to a page, as the slots above */
     }
     o.host_layout = cfg->layout;
     o.write_policy = cfg->write_policy;

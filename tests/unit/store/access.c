@@ -161,7 +161,7 @@ static void access_crash(struct fx *f)
             _exit(3);
         child_put(s, f->bufs, 1, 8);
         for (uint64_t id = 8; id >= 1; id--) {
-            struct dstore_rpage r = {key, f->bufs};
+            struct dstore_rpage r = {.key = key, .buf = f->bufs};
 
             make_key(id, key);
             if (dstore_get(s, &r, 1, &res) || res)

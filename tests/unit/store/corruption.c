@@ -309,34 +309,66 @@ static int count_visit(void *arg, const struct dstore_entry *e)
     return 0;
 }
 
-/* A reader beside a writer that grew the index past the reader's map (MDB_MAP_RESIZED): the
- * reader adopts the larger map between its snapshots and goes on reading, and an iteration
- * begun before the growth finishes on its own snapshot. */
+/* A reader beside a writer (in another process: in this one a writer is refused while a store
+ * has the dir open, since LMDB allows a process one environment of a file) that grew the index
+ * past the reader's map (MDB_MAP_RESIZED): the reader adopts the larger map between its
+ * snapshots and goes on reading. */
 void test_reader_beside_growth(void **state)
 {
     struct fx *f = *state;
-    struct dstore *r;
+    struct dstore *r, *w = NULL;
     struct dstore_options ro;
+    int up[2], down[2], status;
     uint64_t n = 0;
+    char c = 0;
+    pid_t pid;
 
+    /* The writer's process is forked first, while this one has no thread (a fork beside the
+     * I/O engine's threads is what ThreadSanitizer refuses); it opens on a word. */
     f->o.disk_bytes = 8192ull * SLOT;
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(120); /* never outlives a failed parent */
+        close(up[0]);
+        close(down[1]);
+        if (read(down[0], &c, 1) != 1)
+            _exit(2);
+        f->o.map_bytes = 64ull << 20;
+        c = dstore_open(&f->o, &w) == 0 ? 'y' : 'n';
+        for (uint64_t id = 100; c == 'y' && id < 100 + 6000; id += 30)
+            child_put(w, f->bufs, id, 30); /* the index file grows past 512 KiB */
+        if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
+            _exit(2);
+        dstore_close(w);
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
     f->o.map_bytes = 512ull << 10; /* a small map, recorded in the index */
     fx_open(f);
     put_range(f, 1, 8);
     fx_close(f);
     ro = f->o;
     ro.flags = DSTORE_READONLY;
-    assert_int_equal(dstore_open(&ro, &r), 0); /* takes the writer's 2 MiB */
+    assert_int_equal(dstore_open(&ro, &r), 0); /* takes the writer's map */
     f->o.map_bytes = 64ull << 20;
-    fx_open(f);
-    for (uint64_t id = 100; id < 100 + 6000; id += 30)
-        put_range(f, id, 30); /* the index file grows past 512 KiB */
-    struct dstore *w = f->s;
-    f->s = r; /* the helpers read through the reader */
+    assert_int_equal(dstore_open(&f->o, &w), -EBUSY); /* not in this process */
+    assert_int_equal(write(down[1], "g", 1), 1);
+    assert_int_equal(read(up[0], &c, 1), 1); /* EOF (0) when the writer's process died */
+    assert_int_equal(c, 'y');
+    f->s = r; /* the helpers read through the reader, the writer still open */
     for (uint64_t id = 100; id < 6100; id += 97)
         assert_int_equal(get_id(f, id), 0);
     assert_int_equal(dstore_iterate(r, count_visit, &n), 0);
     assert_int_equal(n, 6008);
-    f->s = w;
+    assert_int_equal(write(down[1], &c, 1), 1);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(up[0]);
+    close(down[1]);
+    f->s = NULL;
     dstore_close(r);
 }

@@ -41,7 +41,7 @@ bool page_ok(const uint8_t *key, const uint8_t *buf, size_t len)
 int readback_visit(void *arg, const struct dstore_entry *e)
 {
     struct readback *c = arg;
-    struct dstore_rpage r = {e->key, buf_at(c->f, 1)};
+    struct dstore_rpage r = {.key = e->key, .buf = buf_at(c->f, 1)};
     int res = 1;
 
     if (c->intact)
@@ -104,8 +104,7 @@ int fx_setup(void **state)
 
     if (layout_init(&l, PAGE, TOKENS, DSTORE_FORMAT_VERSION) || l.slot_bytes != SLOT)
         return -1; /* the tests' arithmetic no longer matches the format */
-    snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-store-XXXXXX");
-    if (!mkdtemp(f->dir))
+    if (fixture_data_dir(f->dir, sizeof(f->dir), "store"))
         return -1;
     fx_options(f);
     f->nbufs = 32;
@@ -165,7 +164,11 @@ int put_core(struct dstore *s, uint8_t *bufs, const uint64_t *ids, size_t n, int
         make_key(ids[i], keys[i]);
         tokens_of(ids[i], toks[i]);
         fill_page(keys[i], bufs + i * PAGE, page_len);
-        w[i] = (struct dstore_wpage){keys[i], parent, NULL, toks[i], bufs + i * PAGE};
+        w[i] = (struct dstore_wpage){.key = keys[i],
+                                     .parent = parent,
+                                     .ns = NULL,
+                                     .tokens = toks[i],
+                                     .buf = bufs + i * PAGE};
     }
     return dstore_put(s, w, n, res);
 }
@@ -208,7 +211,7 @@ void put_range(struct fx *f, uint64_t first, size_t n)
 int get_id(struct fx *f, uint64_t id)
 {
     uint8_t key[KEY];
-    struct dstore_rpage r = {key, buf_at(f, 0)};
+    struct dstore_rpage r = {.key = key, .buf = buf_at(f, 0)};
     int res = 1;
 
     make_key(id, key);

@@ -4,12 +4,12 @@
 
 static int probe_uring(void)
 {
-    char dir[64] = "/tmp/kvt-store-probe-XXXXXX";
+    char dir[64];
     struct fx f = {0};
     int rc;
 
-    if (!mkdtemp(dir))
-        return -errno;
+    if ((rc = fixture_data_dir(dir, sizeof(dir), "store-probe")))
+        return rc;
     snprintf(f.dir, sizeof(f.dir), "%s", dir);
     fx_options(&f);
     f.o.io = DSTORE_IO_URING;
@@ -45,6 +45,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_roundtrip_batched),
+        T(test_buffered_round_trip),
         T(test_async_poll),
         T(test_duplicates),
         T(test_duplicates_shared_tag),
@@ -52,6 +53,8 @@ int main(void)
         T(test_iterate),
         T(test_unaligned),
         T(test_direct_and_buffered),
+        T(test_parts),
+        T(test_parts_adjacent),
         T(test_small_pages_buffered),
         T(test_tmpfs),
         T(test_registered_buffers),
@@ -81,6 +84,7 @@ int main(void)
         T(test_chain_ends_first),
         T(test_batch_larger_than_store),
         T(test_capacity_lowered),
+        T(test_disk_use),
         T(test_reader_beside_growth),
         T(test_not_regular_files),
         T(test_pinned_slot),
@@ -89,9 +93,12 @@ int main(void)
         T(test_crash_relaxed),
         T(test_pipe_order),
         T(test_pipe_same_key),
+        T(test_reads_before_writes),
         T(test_durable_flushes),
         T(test_relaxed_flushes),
         T(test_flush_fails_no_reuse),
+        T(test_bad_reads_drop_together),
+        T(test_bad_slots_before_eviction),
         T(test_power_cut_relaxed),
         T(test_power_cut_durable),
         T(test_power_cut_packed),

@@ -88,7 +88,11 @@ static int order_write(struct dstore *s, uint8_t *bufs, uint64_t first, size_t n
         make_key(first + i, keys[i]);
         tokens_of(first + i, toks[i]);
         fill_page(keys[i], bufs + i * PAGE, PAGE);
-        w[i] = (struct dstore_wpage){keys[i], parent, NULL, toks[i], bufs + i * PAGE};
+        w[i] = (struct dstore_wpage){.key = keys[i],
+                                     .parent = parent,
+                                     .ns = NULL,
+                                     .tokens = toks[i],
+                                     .buf = bufs + i * PAGE};
     }
     return dstore_write(s, w, n, res, op);
 }
@@ -244,7 +248,8 @@ void test_pipe_same_key(void **state)
     struct dstore_faults faults = {hold_inject, &hold};
     uint8_t key[KEY], parent[KEY] = {7};
     uint32_t toks[TOKENS];
-    struct dstore_wpage w = {key, parent, NULL, toks, buf_at(f, 0)};
+    struct dstore_wpage w = {
+        .key = key, .parent = parent, .ns = NULL, .tokens = toks, .buf = buf_at(f, 0)};
     uint64_t op[2];
     int res[2] = {1, 1};
 
@@ -269,4 +274,120 @@ void test_pipe_same_key(void **state)
     assert_int_equal(st.pages, 1);
     assert_int_equal(get_id(f, 42), 0);
     fx_close(f);
+}
+
+/* ---- reads ahead of writes in the I/O engine's queue ---- */
+
+struct held {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool holding, released;
+    char order[16]; /* requests by name ('w' + k or 'r' + k) as they completed */
+    int n;
+};
+
+/* The first request an engine thread takes waits here until released. */
+static int hold_first(void *arg, enum dstore_fault_point point, uint32_t slab, uint32_t slot)
+{
+    struct held *h = arg;
+
+    (void)point;
+    (void)slab;
+    (void)slot;
+    pthread_mutex_lock(&h->mu);
+    if (!h->holding) {
+        h->holding = true;
+        pthread_cond_broadcast(&h->cv);
+        while (!h->released)
+            pthread_cond_wait(&h->cv, &h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return 0;
+}
+
+static struct held *g_held;
+
+static void note_done(struct dio_req *r)
+{
+    pthread_mutex_lock(&g_held->mu);
+    g_held->order[g_held->n++] = (char)(uintptr_t)r->ctx;
+    pthread_cond_broadcast(&g_held->cv);
+    pthread_mutex_unlock(&g_held->mu);
+}
+
+/* The queue's order alone: reads first, each kind in order, a short transfer's rest ahead of
+ * its kind. And through the psync engine with one worker, its first write held: reads
+ * submitted after three more writes complete before them. */
+void test_reads_before_writes(void **state)
+{
+    struct fx *f = *state;
+    struct dio_req q[6] = {0};
+    struct dio_q dq = {0};
+    const char *names = "WRwrXY";
+    char got[8] = {0};
+
+    for (int i = 0; i < 6; i++) {
+        q[i].write = names[i] == 'W' || names[i] == 'w' || names[i] == 'X';
+        q[i].ctx = (void *)(uintptr_t)names[i];
+    }
+    dio_q_push(&dq, &q[0]);       /* W */
+    dio_q_push(&dq, &q[1]);       /* R */
+    dio_q_push(&dq, &q[2]);       /* w */
+    dio_q_push(&dq, &q[3]);       /* r */
+    dio_q_push_front(&dq, &q[4]); /* X: a write continued, ahead of the writes */
+    dio_q_push_front(&dq, &q[5]); /* Y: a read continued, ahead of everything */
+    for (int i = 0; i < 6; i++)
+        got[i] = (char)(uintptr_t)dio_q_pop(&dq)->ctx;
+    assert_string_equal(got, "YRrXWw");
+    assert_null(dio_q_pop(&dq));
+    assert_null(dq.head);
+    assert_null(dq.tail);
+    assert_null(dq.rlast);
+
+    /* The engine. */
+    char path[512];
+    static uint8_t buf[6][4096] __attribute__((aligned(4096)));
+    struct held h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct dstore_faults faults = {hold_first, &h};
+    struct dio_config cfg = {.kind = DSTORE_IO_PSYNC, .threads = 1, .faults = &faults};
+    struct dio *io;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/file", f->dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 6 * 4096), 0);
+    g_held = &h;
+    assert_int_equal(dio_create(&cfg, &io), 0);
+    memset(q, 0, sizeof(q));
+    for (int i = 0; i < 6; i++)
+        q[i] = (struct dio_req){.complete = note_done,
+                                .ctx = (void *)(uintptr_t) "wwwwrr"[i],
+                                .buf = buf[i],
+                                .off = (uint64_t)i * 4096,
+                                .len = 4096,
+                                .fd = fd,
+                                .write = i < 4};
+    dio_submit(io, &q[0]); /* the worker takes it and is held */
+    pthread_mutex_lock(&h.mu);
+    while (!h.holding)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    q[1].next = &q[2];
+    q[2].next = &q[3];
+    dio_submit(io, &q[1]); /* three writes queued */
+    q[4].next = &q[5];
+    dio_submit(io, &q[4]); /* then two reads */
+    pthread_mutex_lock(&h.mu);
+    h.released = true;
+    pthread_cond_broadcast(&h.cv);
+    while (h.n < 6)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    assert_string_equal(h.order, "wrrwww");
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(q[i].res, 0);
+    dio_destroy(io);
+    close(fd);
+    g_held = NULL;
 }

@@ -165,7 +165,7 @@ static int pc_visit(void *arg, const struct dstore_entry *e)
 {
     struct fx *f = ((void **)arg)[0];
     struct pc_tally *t = ((void **)arg)[1];
-    struct dstore_rpage r = {e->key, buf_at(f, 1)};
+    struct dstore_rpage r = {.key = e->key, .buf = buf_at(f, 1)};
     int res = 1;
 
     t->records++;

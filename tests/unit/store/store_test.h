@@ -44,7 +44,9 @@
 #include "rng.h"
 #include "store/disk/index.h"
 #include "store/disk/layout.h"
+#include "store/disk/dio.h"
 #include "store/disk/store.h"
+#include "engine_fixture.h"
 
 #define PAGE 8192 /* bytes per page in most tests: O_DIRECT-sized */
 #define TOKENS 4  /* tokens per page */
@@ -100,6 +102,7 @@ int readback_visit(void *arg, const struct dstore_entry *e);
 
 /* roundtrip.c */
 void test_roundtrip_batched(void **state);
+void test_buffered_round_trip(void **state);
 void test_async_poll(void **state);
 void test_duplicates(void **state);
 void test_duplicates_shared_tag(void **state);
@@ -157,11 +160,17 @@ void test_crash_relaxed(void **state);
 /* order.c */
 void test_pipe_order(void **state);
 void test_pipe_same_key(void **state);
+void test_reads_before_writes(void **state);
+void test_parts(void **state);
+void test_parts_adjacent(void **state);
+void test_disk_use(void **state);
 
 /* sync.c */
 void test_durable_flushes(void **state);
 void test_relaxed_flushes(void **state);
 void test_flush_fails_no_reuse(void **state);
+void test_bad_reads_drop_together(void **state);
+void test_bad_slots_before_eviction(void **state);
 
 /* powercut.c */
 void test_power_cut_relaxed(void **state);

@@ -169,3 +169,105 @@ void test_flush_fails_no_reuse(void **state)
     fx_close(f);
     f->o.faults = NULL;
 }
+
+/* Zero the slots of slab 0 from slot first on, n of them, head blocks and all. */
+static void zero_slots(struct fx *f, uint32_t first, uint32_t n)
+{
+    char path[128];
+    uint8_t *zeros = calloc(n, SLOT);
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/slabs/0000.slab", f->dir);
+    assert_non_null(zeros);
+    assert_true((fd = open(path, O_WRONLY)) >= 0);
+    assert_int_equal(pwrite(fd, zeros, (size_t)n * SLOT, SLAB_HEAD_BYTES + (off_t)first * SLOT),
+                     (ssize_t)n * SLOT);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+    free(zeros);
+}
+
+/* Reads that find bad pages drop their records together: a zeroed slab costs a few commits
+ * and index flushes, not one (and two fdatasyncs) per bad page. Whether the bad pages come in
+ * one read or one at a time between the writes that replace them, a flush of the committer's
+ * own comes per 100 ms at most (the run is far shorter than 32 of those), and every slot
+ * comes back. */
+void test_bad_reads_drop_together(void **state)
+{
+    struct fx *f = *state;
+    struct tally t = {0};
+    struct dstore_faults faults = {count, &t};
+    struct dstore_rpage r[32];
+    uint8_t keys[32][KEY];
+    int res[32];
+    struct counts c0, c;
+    char why[128];
+
+    f->o.faults = &faults;
+    f->o.disk_bytes = 64ull * SLOT;
+    f->o.slab_bytes = 64ull * SLOT;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    put_range(f, 1, 32);
+    put_range(f, 33, 32);
+    zero_slots(f, 0, 64);
+
+    c0 = counts_of(&t); /* 32 bad pages in one read */
+    for (size_t i = 0; i < 32; i++) {
+        make_key(1 + i, keys[i]);
+        r[i] = (struct dstore_rpage){.key = keys[i], .buf = buf_at(f, i)};
+    }
+    assert_int_equal(dstore_get(f->s, r, 32, res), 0);
+    for (size_t i = 0; i < 32; i++)
+        assert_int_equal(res[i], KVT_ECORRUPT);
+    assert_int_equal(dstore_drain(f->s), 0);
+    c = counts_of(&t);
+    assert_int_equal(stats_of(f).dropped, 32);
+    assert_true(c.flushes - c0.flushes <= 2);
+    assert_true(c.commits - c0.commits <= 2);
+
+    c0 = c; /* 32 more, one at a time, each followed by a write of a new page */
+    for (uint64_t id = 33; id <= 64; id++) {
+        assert_int_equal(get_id(f, id), KVT_ECORRUPT);
+        put_range(f, 100 + id, 1);
+    }
+    assert_int_equal(dstore_drain(f->s), 0);
+    c = counts_of(&t);
+    assert_int_equal(stats_of(f).dropped, 64);
+    assert_true(c.flushes - c0.flushes <= 8);
+    for (uint64_t id = 1; id <= 64; id++)
+        assert_false(has_id(f, id));
+    put_range(f, 200, 32); /* the dropped pages' slots hold new pages */
+    check_all(f, 133, 164);
+    check_all(f, 200, 231);
+    assert_int_equal(stats_of(f).pages, 64);
+    assert_int_equal(slots_check(f->s, why, sizeof(why)), 0);
+    fx_close(f);
+    f->o.faults = NULL;
+}
+
+/* A write that needs room right after reads found bad pages takes their slots (their drops run
+ * first) rather than evicting good pages, and never fails for want of room. */
+void test_bad_slots_before_eviction(void **state)
+{
+    struct fx *f = *state;
+    char why[128];
+
+    f->o.disk_bytes = 16ull * SLOT;
+    f->o.slab_bytes = 16ull * SLOT;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    put_range(f, 1, 16); /* full */
+    zero_slots(f, 0, 8);
+    for (uint64_t id = 1; id <= 8; id++)
+        assert_int_equal(get_id(f, id), KVT_ECORRUPT);
+    put_range(f, 100, 8); /* all stored: put_range checks each result */
+    struct dstore_stats st = stats_of(f);
+    assert_int_equal(st.evicted, 0);
+    assert_int_equal(st.dropped, 8);
+    check_all(f, 9, 16);
+    for (uint64_t id = 9; id <= 16; id++)
+        assert_true(has_id(f, id));
+    check_all(f, 100, 107);
+    assert_int_equal(slots_check(f->s, why, sizeof(why)), 0);
+}
