@@ -24,6 +24,8 @@ V4's compressed pools, draft pools) go through SGLang's v2 calls: every host poo
 registers gets a page store of its own (``<rank dir>.<pool name>``) with its own page size
 and fingerprint, and batch_exists_v2 reports a prefix restorable only when every pool it needs
 holds its pages there, by SGLang's hit policies (all_pages, trailing_pages, block_groups).
+A KV host pool that holds no bytes (DeepSeek V4's logical anchor) gets no store: its pages
+are all there, empty, and the pools beside it decide what is restorable.
 
 What a dir holds is fixed by a fingerprint made of the model name, the weights revision, the
 host pool's class, layout, dtype and geometry, the page size, the path (v1 or copy) and the
@@ -187,15 +189,32 @@ def _host_bytes(pool) -> Optional[int]:
     return None
 
 
+def _is_logical(host) -> bool:
+    """A KV host pool that holds no bytes (DeepSeek V4's logical anchor, an MLA pool in
+    allocator-only mode): it owns the token slots, its side pools carry the data."""
+    return hasattr(host, "kv_buffer") and host.kv_buffer is None
+
+
 class _Pool:
     """One of SGLang's host pools (the KV pool, or one a hybrid model registers through v2)
     and the page store holding its pages. A page is what one key names: page_size host slots
     of the pool, moved in place through the pool's page buffer description (zero-copy) or,
-    for a pool without one, as the pool's flat data page."""
+    for a pool without one, as the pool's flat data page. A logical KV pool has no store:
+    each of its pages is there, empty, and the pools beside it say what is restorable."""
 
-    def __init__(self, name: str, host, zero_copy: bool, *, read_only: bool):
+    def __init__(self, name: str, host, zero_copy: bool, *, read_only: bool,
+                 logical: bool = False):
         self.name, self.host, self.zero_copy, self.read_only = name, host, zero_copy, read_only
+        self.logical = logical
         self.page_size = int(getattr(host, "page_size", 1) or 1)
+        self.dir = self.fingerprint = None
+        self.capacity = 0
+        self.store: Optional[PageStore] = None
+        self.next_open = 0.0
+        self.closed = False
+        if logical:
+            self.seg_sizes, self.segs, self.page_bytes = [], 0, 0
+            return
         if zero_copy:  # the pool's own regions of one page
             tokens = int(getattr(host, "logical_page_size", None) or self.page_size)
             ptrs, sizes = host.get_page_buffer_meta(_first_page_indices(tokens))
@@ -205,17 +224,12 @@ class _Pool:
         self.segs, self.page_bytes = len(self.seg_sizes), sum(self.seg_sizes)
         if not self.segs or self.page_bytes <= 0:
             raise ValueError(f"pool {name}: an empty page description")
-        self.dir = self.fingerprint = None
-        self.capacity = 0
-        self.store: Optional[PageStore] = None
-        self.next_open = 0.0
-        self.closed = False
 
     # ---- the store ----
 
     def open(self, disk_io: str) -> bool:
         """Open the store; a reader of a dir its writer has not made yet tries again later."""
-        if self.store is not None:
+        if self.store is not None or self.logical:
             return True
         try:
             self.store = PageStore(self.dir, self.fingerprint, self.page_bytes,
@@ -237,7 +251,7 @@ class _Pool:
     def ready(self, disk_io: str) -> bool:
         """Open, or a reader whose writer has not made the dir yet: try again at most once a
         second, the calls in between are misses."""
-        if self.store is not None:
+        if self.store is not None or (self.logical and not self.closed):
             return True
         if self.closed or time.monotonic() < self.next_open:
             return False
@@ -252,8 +266,14 @@ class _Pool:
 
     # ---- pages ----
 
+    def run(self, keys: List[bytes]) -> int:
+        """The leading run of keys that are stored."""
+        return len(keys) if self.logical else self.store.exists(keys)
+
     def present(self, keys: List[bytes]) -> List[bool]:
         """Which of keys are stored, each (an index lookup per absent key and per run)."""
+        if self.logical:
+            return [True] * len(keys)
         out, at = [], 0
         while at < len(keys):
             run = self.store.exists(keys[at:])
@@ -271,6 +291,8 @@ class _Pool:
         return ptrs, sizes
 
     def get(self, keys: List[bytes], host_indices) -> List[bool]:
+        if self.logical:
+            return [True] * len(keys)
         if self.zero_copy:
             ptrs, sizes = self._regions(len(keys), host_indices)
             return [r == 0 for r in self.store.get(keys, ptrs, sizes, self.segs)]
@@ -283,6 +305,8 @@ class _Pool:
         return [r == 0 for r in res]
 
     def set(self, keys: List[bytes], host_indices, parent: Optional[bytes]) -> List[bool]:
+        if self.logical:
+            return [True] * len(keys)
         if self.zero_copy:
             ptrs, sizes = self._regions(len(keys), host_indices)
             return [r == 0 for r in self.store.set(keys, ptrs, sizes, self.segs,
@@ -432,12 +456,15 @@ class KvtierHiCacheStorage(_Base):
         """Called once by SGLang with the host (KV) pool: the page geometry is known now, so
         the store opens here."""
         self.mem_pool_host = mem_pool_host
-        kv = _Pool("kv", mem_pool_host, self.interface_v1, read_only=not self.writer)
+        logical = _is_logical(mem_pool_host)
+        kv = _Pool("kv", mem_pool_host, self.interface_v1, read_only=not self.writer,
+                   logical=logical)
         kv.dir = self._rank_dir(bool(self.storage_config.is_mla_model))
-        kv.fingerprint = self._kv_fingerprint(kv)
         kv.capacity = self.capacity
-        if not kv.read_only:
-            os.makedirs(kv.dir, exist_ok=True)
+        if not logical:
+            kv.fingerprint = self._kv_fingerprint(kv)
+            if not kv.read_only:
+                os.makedirs(kv.dir, exist_ok=True)
         self.kv = kv
         kv.open(self.disk_io)
 
@@ -541,7 +568,7 @@ class KvtierHiCacheStorage(_Base):
         try:
             if not keys or not self._ready():
                 return 0
-            return self.store.exists([key_bytes(k) for k in keys])
+            return self.kv.run([key_bytes(k) for k in keys])
         except Exception as e:
             self._log_once("exists", f"kvtier: batch_exists failed, a miss: {e}")
             return 0
@@ -649,6 +676,8 @@ class KvtierHiCacheStorage(_Base):
         try:
             if target_location is None or not self._ready():
                 return None
+            if self.kv.logical:  # an anchor's page holds nothing
+                return target_location
             addr, nbytes = _buffer_of(target_location)
             if addr is not None:
                 if nbytes != self.page_bytes:
@@ -671,6 +700,8 @@ class KvtierHiCacheStorage(_Base):
         try:
             if value is None or self.read_only or not self._ready():
                 return False
+            if self.kv.logical:
+                return True
             addr, nbytes = _buffer_of(value)
             if addr is not None:
                 if nbytes != self.page_bytes:

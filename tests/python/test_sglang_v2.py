@@ -97,6 +97,20 @@ class MambaPool:
         return data
 
 
+class LogicalPool:
+    """SGLang's LogicalHostPool: token slots, no bytes."""
+
+    def __init__(self, size, page_size):
+        self.size, self.page_size, self.layout = size, page_size, "layer_first"
+        self.kv_buffer, self.size_per_token = None, 0
+
+    def get_page_buffer_meta(self, indices):
+        return None
+
+    def get_dummy_flat_data_page(self):
+        return bytearray(0)
+
+
 def window_slots(pool, pages):
     return slots(pages, pool.page_size)
 
@@ -449,6 +463,32 @@ class Hybrid(Base):
             self.assertEqual(pools[MAMBA].get_data_page(9), states[r], f"rank {r}'s own state")
             self.assertEqual(b.batch_get_v1(keys, slots(range(5, 8), 4)), [True] * 3)
             self.assertEqual(page_bytes_at(kv, 7), page_bytes_at(kv0, 2))
+
+    def test_logical_anchor(self):
+        """DeepSeek V4's KV pool is a logical anchor (no bytes, kv_buffer None): it makes no
+        dir, each of its pages is there, and the pools beside it gate what is restorable."""
+        anchor = LogicalPool(size=64, page_size=4)
+        c4 = MLAPool(pages=16, kv_cache_dim=8)
+        b, _, _ = self.hybrid(kv=anchor, pools={"deepseek_v4_c4": c4},
+                              config=make_config(mla=True))
+        self.assertFalse(os.path.exists(b.dir))
+        keys = sglang_keys(list(range(5 * 4)), 4)
+        c4_all = [PoolTransfer("deepseek_v4_c4", hit_policy=ALL)]
+        r = b.batch_exists_v2(keys, c4_all)
+        self.assertEqual((r.kv_hit_pages, r.restorable_prefix_pages), (0, []))
+        self.assertEqual(r.extra_pool_hit_pages, {KV: 5})
+        self.assertEqual(b.batch_exists(keys), 5)
+        self.assertEqual(b.batch_set_v1(keys, slots(range(5), 4)), [True] * 5)
+        want = [fill_page(c4, p, f"c4.{p}") for p in range(3)]
+        self.assertEqual(b.batch_set_v2([PoolTransfer("deepseek_v4_c4", host_indices=slots(
+            range(3), 4), keys=keys[:3], indices_from_pool=KV)]), {"deepseek_v4_c4": [True] * 3})
+        r = b.batch_exists_v2(keys, c4_all)
+        self.assertEqual((r.kv_hit_pages, r.restorable_prefix_pages), (3, [1, 2, 3]))
+        self.assertEqual(b.batch_get_v1(keys[:3], slots(range(8, 11), 4)), [True] * 3)
+        self.assertEqual(b.batch_get_v2([PoolTransfer("deepseek_v4_c4", host_indices=slots(
+            range(8, 11), 4), keys=keys[:3])]), {"deepseek_v4_c4": [True] * 3})
+        for p in range(3):
+            self.assertEqual(page_bytes_at(c4, 8 + p), want[p])
 
     def test_errors_are_misses(self):
         b, kv, pools = self.hybrid()
