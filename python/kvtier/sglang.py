@@ -211,6 +211,7 @@ class _Pool:
         self.capacity = 0
         self.store: Optional[PageStore] = None
         self.next_open = 0.0
+        self.opening = threading.Lock()
         self.closed = False
         if logical:
             self.seg_sizes, self.segs, self.page_bytes = [], 0, 0
@@ -249,14 +250,20 @@ class _Pool:
             return False
 
     def ready(self, disk_io: str) -> bool:
-        """Open, or a reader whose writer has not made the dir yet: try again at most once a
-        second, the calls in between are misses."""
+        """Open. A reader whose writer (another TP rank) has not made the dir's index yet
+        looks for it at each call, one stat, and opens it once it is there; an open that
+        fails is tried again at most once a second. The calls in between are misses."""
         if self.store is not None or (self.logical and not self.closed):
             return True
         if self.closed or time.monotonic() < self.next_open:
             return False
-        self.next_open = time.monotonic() + 1.0
-        return self.open(disk_io)
+        if self.read_only and not os.path.exists(os.path.join(self.dir, "index", "data.mdb")):
+            return False
+        with self.opening:  # one open, whichever of SGLang's threads asks first
+            if self.store is None and not self.closed:
+                self.next_open = time.monotonic() + 1.0
+                self.open(disk_io)
+        return self.store is not None
 
     def close(self) -> None:
         self.closed = True
@@ -466,7 +473,7 @@ class KvtierHiCacheStorage(_Base):
             if not kv.read_only:
                 os.makedirs(kv.dir, exist_ok=True)
         self.kv = kv
-        kv.open(self.disk_io)
+        kv.ready(self.disk_io) if kv.read_only else kv.open(self.disk_io)
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name) -> None:
         """SGLang registers each host pool of a hybrid model (its KV pool too): each gets a
@@ -491,7 +498,7 @@ class KvtierHiCacheStorage(_Base):
         pool.capacity = self._pool_capacity_of(pool)
         if not pool.read_only:
             os.makedirs(pool.dir, exist_ok=True)
-        pool.open(self.disk_io)
+        pool.ready(self.disk_io) if pool.read_only else pool.open(self.disk_io)
         with self._lock:
             old = self.pools.get(name)
             self.pools = {**self.pools, name: pool}
