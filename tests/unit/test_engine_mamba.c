@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "store/disk/layout.h"
 #include "store/disk/ops.h"
 #include "radix/hash.h"

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "kvtier.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "store/disk/layout.h"
 #include "store/disk/ops.h"
 #include "engine_fixture.h"

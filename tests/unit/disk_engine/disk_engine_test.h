@@ -75,7 +75,7 @@
 #include <unistd.h>
 
 #include "store/disk/layout.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "store/chain.h"
 #include "store/disk/ops.h"
 #include "store/mem.h"

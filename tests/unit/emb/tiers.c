@@ -7,7 +7,7 @@
 #include <pthread.h>
 
 #include "emb/format.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "store/disk/ops.h"
 #include "store/disk/store.h"
 

@@ -3,7 +3,7 @@
  * checks its arguments and hands over to the cache (src/emb/), which api.c opened beside the
  * tiers. The pad tokens that name an item in a key are here too: they need no cache.
  */
-#include "engine.h"
+#include "engine/embeddings.h"
 #include "emb/emb.h"
 
 #include <errno.h>

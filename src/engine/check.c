@@ -1,8 +1,12 @@
 /*
  * The invariant check across the tree, the device allocator and the tiers below (engine.h),
- * for tests: one walk of the tree counts the owners of every page.
+ * for tests: one walk of the tree counts the owners of every page, and each part checks its
+ * own against those counts (the slot layer, the hybrid parts, the tier below).
  */
-#include "engine.h"
+#include "engine/engine.h"
+#include "engine/mamba.h"
+#include "engine/mamba_tiers.h"
+#include "engine/swa.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -48,39 +52,6 @@ static void count_host_state(void *ctx, uint32_t hslot)
     count_one(&((struct owners *)ctx)->mhost, hslot);
 }
 
-static int check_free_list(const struct slot_alloc *a, uint8_t *seen, char *why, size_t len)
-{
-    for (uint32_t i = 0; i < a->nfree; i++) {
-        uint32_t p = a->ring[(a->head + i) % a->npages];
-        if (p == 0 || p > a->npages || a->state[p] != PAGE_FREE || seen[p]++) {
-            snprintf(why, len, "free list holds page %u that is not free or twice", p);
-            return -EUCLEAN;
-        }
-    }
-    return 0;
-}
-
-static int check_ownership(const kvt_engine *e, const struct page_count *oc, char *why, size_t len)
-{
-    const struct slot_alloc *a = engine_slots_c(e);
-    uint32_t nfree = 0;
-
-    for (uint32_t p = 1; p <= a->npages; p++) {
-        int cached = a->state[p] == PAGE_CACHED;
-        if (cached != (oc->count[p] == 1)) {
-            snprintf(why, len, "page %u: allocator state %d, held by %u nodes", p, a->state[p],
-                     oc->count[p]);
-            return -EUCLEAN;
-        }
-        nfree += a->state[p] == PAGE_FREE;
-    }
-    if (nfree != a->nfree) {
-        snprintf(why, len, "%u pages free, free list holds %u", nfree, a->nfree);
-        return -EUCLEAN;
-    }
-    return 0;
-}
-
 /* Pages of the first tier below that the tree may hold: 0 when it keeps none there. */
 static uint32_t below_tree_pages(const kvt_engine *e)
 {
@@ -93,15 +64,15 @@ int engine_check(const kvt_engine *e, char *why, size_t why_len)
 {
     uint32_t nbelow = below_tree_pages(e);
     uint32_t nstates = engine_mamba_slots(e), nhost = engine_mamba_host_slots(e);
-    const struct slot_alloc *a = engine_slots_c(e);
-    struct owners o = {.dev = {.lo = 1, .hi = a->npages},
+    uint32_t npages = engine_slots_pages(&e->slots);
+    struct owners o = {.dev = {.lo = 1, .hi = npages},
                        .host = {.lo = 0, .hi = nbelow ? nbelow - 1 : 0},
                        .mamba = {.lo = 1, .hi = nstates},
                        .mhost = {.lo = 1, .hi = nhost}};
     struct rdx_page_visitor v = {.device = count_device_page, .ctx = &o};
     int rc = -ENOMEM;
 
-    o.dev.count = calloc(a->npages + 1, 1);
+    o.dev.count = calloc((size_t)npages + 1, 1);
     o.host.count = calloc(nbelow ? nbelow : 1, 1);
     o.mamba.count = calloc((size_t)nstates + 1, 1);
     o.mhost.count = calloc((size_t)nhost + 1, 1);
@@ -119,11 +90,7 @@ int engine_check(const kvt_engine *e, char *why, size_t why_len)
         rc = -EUCLEAN;
     }
     if (rc == 0)
-        rc = check_ownership(e, &o.dev, why, why_len);
-    if (rc == 0) {
-        memset(o.dev.count, 0, a->npages + 1);
-        rc = check_free_list(a, o.dev.count, why, why_len);
-    }
+        rc = engine_slots_check(&e->slots, o.dev.count, why, why_len);
     if (rc == 0 && nbelow)
         rc = e->below->ops->check(e->below, o.host.count, why, why_len);
     if (rc == 0 && nstates)

@@ -1,18 +1,14 @@
 /*
- * Hybrid models' sliding-window layers in the engine (engine.h): the device allocator behind
- * every slot call (the full-attention allocator alone, or with sliding-window layers the pair
- * of device/swa_alloc.h that hands out a full slot and an SWA slot together), the two KV
- * pools, and SGLang's SWA request flow: a match served up to where its last window still
- * has SWA KV, window locks on the nodes that window covers, a request freeing its SWA KV as
- * its window moves on (kvt_req_swa_slide) and inserting those pages as SWA tombstones, and
- * the cache freeing SWA KV alone when the SWA pool is short. The tree's side is
- * radix_swa.c. A host tier keeps the SWA layers of the pages it backs up while they hold SWA
- * KV, a store below keeps window copies of those pages, and a request's begin brings back
- * from the store, then loads back from the host, what a match over every tier can serve.
+ * Hybrid models' sliding-window layers in the engine (swa.h): SGLang's SWA request flow over
+ * the slot layer's pair of allocators and pools (slots.h): a match served up to where its
+ * last window still has SWA KV, window locks on the nodes that window covers, a request
+ * freeing its SWA KV as its window moves on (kvt_req_swa_slide) and inserting those pages as
+ * SWA tombstones, and the cache freeing SWA KV alone when the SWA pool is short. The tree's
+ * side is radix_swa.c. A host tier keeps the SWA layers of the pages it backs up while they
+ * hold SWA KV, a store below keeps window copies of those pages, and a request's begin brings
+ * back from the store, then loads back from the host, what a match over every tier can serve.
  */
-#include "device/swa_alloc.h"
-#include "device/swa_pool.h"
-#include "engine.h"
+#include "engine/swa.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,8 +25,6 @@ struct swa_row {
 };
 
 struct engine_swa {
-    struct swa_alloc alloc;
-    struct swa_pool pool;
     uint32_t *full_ids; /* options.swa.full_layers, copied */
     struct swa_row *row;
     uint64_t kv_hit_tokens, evicted_tokens, released_tokens, revived_tokens;
@@ -64,7 +58,6 @@ int engine_swa_open(kvt_engine *e, uint64_t full_tokens)
     uint64_t swa_tokens =
         o->tokens ? o->tokens : (uint64_t)(SWA_TOKENS_RATIO * (double)full_tokens);
     struct engine_swa *s;
-    int rc;
 
     if (!(s = e->swa = calloc(1, sizeof(*s))))
         return -ENOMEM;
@@ -76,19 +69,17 @@ int engine_swa_open(kvt_engine *e, uint64_t full_tokens)
     o->full_layers = s->full_ids;
     if (swa_tokens < ps)
         swa_tokens = ps;
-    if ((rc = swa_alloc_init(&s->alloc, full_tokens, swa_tokens, ps)))
-        return rc;
-    return swa_pool_init(&s->pool, e->be, &e->opts.geometry, s->full_ids, o->nfull, &s->alloc);
+    return engine_slots_open_swa(&e->slots, e->be, &e->opts.geometry, ps, full_tokens, swa_tokens,
+                                 s->full_ids, o->nfull);
 }
 
+/* The slot layer's pair goes with the rest of the slots (engine_slots_close). */
 void engine_swa_close(kvt_engine *e)
 {
     struct engine_swa *s = e->swa;
 
     if (!s)
         return;
-    swa_pool_finish(&s->pool);
-    swa_alloc_finish(&s->alloc);
     free(s->full_ids);
     free(s->row);
     free(s);
@@ -100,7 +91,7 @@ static void release_swa_pages(void *ctx, const uint32_t *pages, size_t n)
 {
     kvt_engine *e = ctx;
 
-    swa_release_swa(&e->swa->alloc, pages, n);
+    engine_slots_swa_release(&e->slots, pages, n);
     e->swa->evicted_tokens += n * e->opts.page_size;
 }
 
@@ -108,20 +99,11 @@ static void release_swa_pages(void *ctx, const uint32_t *pages, size_t n)
 static int revive_swa(void *ctx, const uint32_t *to, const uint32_t *from, size_t n)
 {
     kvt_engine *e = ctx;
-    int rc = swa_move_peers(&e->swa->alloc, to, from, n);
+    int rc = engine_slots_swa_revive(&e->slots, to, from, n);
 
     if (rc == 0)
         e->swa->revived_tokens += n * e->opts.page_size;
     return rc;
-}
-
-void engine_swa_device(kvt_engine *e, struct kv_pool **kv, struct slot_alloc **alloc,
-                       struct swa_alloc **swa, const struct swa_pool **pool)
-{
-    *kv = &e->swa->pool.full;
-    *alloc = &e->swa->alloc.full;
-    *swa = &e->swa->alloc;
-    *pool = &e->swa->pool;
 }
 
 void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg)
@@ -131,98 +113,14 @@ void engine_swa_tree_config(kvt_engine *e, struct rdx_config *cfg)
     cfg->revive_swa = revive_swa;
 }
 
-/* ---- the device allocator ---- */
-
-struct slot_alloc *engine_slots(kvt_engine *e)
-{
-    return e->swa ? &e->swa->alloc.full : &e->alloc;
-}
-
-const struct slot_alloc *engine_slots_c(const kvt_engine *e)
-{
-    return e->swa ? &e->swa->alloc.full : &e->alloc;
-}
-
-size_t engine_slots_available(const kvt_engine *e)
-{
-    return e->swa ? swa_available(&e->swa->alloc) : slot_available(&e->alloc);
-}
-
-int engine_slots_alloc(kvt_engine *e, size_t n, int32_t *slots)
-{
-    return e->swa ? swa_alloc(&e->swa->alloc, n, slots) : slot_alloc(&e->alloc, n, slots);
-}
-
-int engine_slots_free(kvt_engine *e, const int32_t *slots, size_t n)
-{
-    return e->swa ? swa_free(&e->swa->alloc, slots, n) : slot_free(&e->alloc, slots, n);
-}
-
-int engine_slots_group(kvt_engine *e, int begin)
-{
-    if (e->swa)
-        return begin ? swa_free_group_begin(&e->swa->alloc) : swa_free_group_end(&e->swa->alloc);
-    return begin ? slot_free_group_begin(&e->alloc) : slot_free_group_end(&e->alloc);
-}
-
-int engine_slots_claim(kvt_engine *e, const uint32_t *pages, size_t n)
-{
-    return slot_claim(engine_slots(e), pages, n);
-}
-
-void engine_slots_release(kvt_engine *e, const uint32_t *pages, size_t n)
-{
-    if (e->swa)
-        swa_release_cached(&e->swa->alloc, pages, n);
-    else
-        slot_release_cached(&e->alloc, pages, n);
-}
-
-int engine_slots_extend_check(const kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
-                              const uint32_t *seq_lens, const int32_t *last_locs,
-                              const int32_t *out, size_t out_len, size_t *pages)
-{
-    if (e->swa)
-        return swa_extend_check(&e->swa->alloc, batch, prefix_lens, seq_lens, last_locs, out,
-                                out_len, pages);
-    return slot_extend_check(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out, out_len,
-                             pages);
-}
-
-void engine_slots_extend_take(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
-                              const uint32_t *seq_lens, const int32_t *last_locs, int32_t *out,
-                              size_t out_len)
-{
-    if (e->swa) /* checked, and room made on both sides: it cannot fail */
-        (void)swa_alloc_extend(&e->swa->alloc, batch, prefix_lens, seq_lens, last_locs, out,
-                               out_len);
-    else
-        slot_extend_take(&e->alloc, batch, prefix_lens, seq_lens, last_locs, out);
-}
-
-int engine_slots_decode_check(const kvt_engine *e, size_t batch, const uint32_t *seq_lens,
-                              const int32_t *last_locs, const int32_t *out, size_t *pages)
-{
-    if (e->swa)
-        return swa_decode_check(&e->swa->alloc, batch, seq_lens, last_locs, out, pages);
-    return slot_decode_check(&e->alloc, batch, seq_lens, last_locs, out, pages);
-}
-
-void engine_slots_decode_take(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
-                              const int32_t *last_locs, int32_t *out)
-{
-    if (e->swa)
-        (void)swa_alloc_decode(&e->swa->alloc, batch, seq_lens, last_locs, out);
-    else
-        slot_decode_take(&e->alloc, batch, seq_lens, last_locs, out);
-}
+/* ---- room on the SWA side ---- */
 
 /* Room for pages on the SWA side once the full side has it: the SWA KV of unlocked nodes
  * goes, least recently used first, their full KV staying. Decided first: -ENOMEM evicts
  * nothing. */
 int engine_swa_room_check(const kvt_engine *e, size_t pages)
 {
-    const struct slot_alloc *a = &e->swa->alloc.swa;
+    const struct slot_alloc *a = engine_slots_swa(&e->slots);
     struct rdx_sizes s;
 
     if (pages <= a->nfree)
@@ -233,7 +131,7 @@ int engine_swa_room_check(const kvt_engine *e, size_t pages)
 
 int engine_swa_room(kvt_engine *e, size_t pages)
 {
-    const struct slot_alloc *a = &e->swa->alloc.swa;
+    const struct slot_alloc *a = engine_slots_swa(&e->slots);
 
     /* A host tier that keeps what the device evicts (write_back) keeps the window too: the
      * nodes without a host copy are backed up, SWA layers and all, before theirs goes. */
@@ -249,51 +147,11 @@ int engine_swa_room(kvt_engine *e, size_t pages)
     return pages <= a->nfree ? 0 : -ENOMEM;
 }
 
-size_t engine_swa_free_pages(const kvt_engine *e)
-{
-    return e->swa->alloc.swa.nfree;
-}
-
-/* ---- KV data ---- */
-
-int engine_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
-                    const void *v)
-{
-    if (e->swa)
-        return swa_pool_write(&e->swa->pool, &e->swa->alloc, layer, slots, n, k, v);
-    return kv_pool_write(&e->kv, layer, slots, n, k, v);
-}
-
-int engine_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v)
-{
-    if (e->swa)
-        return swa_pool_read(&e->swa->pool, &e->swa->alloc, layer, slots, n, k, v);
-    return kv_pool_read(&e->kv, layer, slots, n, k, v);
-}
-
-/* The pool holding model layer `layer` and its index there. */
-const struct kv_pool *engine_kv_pool(const kvt_engine *e, uint32_t layer, uint32_t *index)
-{
-    int is_swa = 0;
-
-    *index = layer;
-    if (!e->swa)
-        return layer < e->kv.geo.layers ? &e->kv : NULL;
-    if (swa_pool_layer(&e->swa->pool, layer, &is_swa, index))
-        return NULL;
-    return is_swa ? &e->swa->pool.swa : &e->swa->pool.full;
-}
-
-uint64_t engine_kv_bytes(const kvt_engine *e)
-{
-    return e->swa ? swa_pool_bytes(&e->swa->pool) : kv_pool_bytes(&e->kv);
-}
-
 int kvt_swa_translate(const kvt_engine *e, const int32_t *slots, size_t n, int32_t *swa_slots)
 {
     if (!e || !e->swa)
         return -EINVAL;
-    return swa_translate(&e->swa->alloc, slots, n, swa_slots);
+    return engine_slots_swa_translate(&e->slots, slots, n, swa_slots);
 }
 
 /* ---- requests ---- */
@@ -342,7 +200,7 @@ int engine_swa_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, s
         return rc;
     count_match(e, key, &h, kv);
     if (slots)
-        engine_pages_to_slots(e, e->pages, h.swa_pages, slots);
+        engine_slots_from_pages(&e->slots, e->pages, h.swa_pages, slots);
     *m = (struct kvt_match){.device_len = h.swa_pages * e->opts.page_size,
                             .last_node = h.swa_last,
                             .host_len = host * e->opts.page_size};
@@ -451,7 +309,7 @@ int engine_swa_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, int3
         (rc = rdx_swa_lock(e->tree, h.swa_last, &span)))
         return rc;
     count_match(e, key, &h, kv);
-    engine_pages_to_slots(e, e->pages, h.swa_pages, row);
+    engine_slots_from_pages(&e->slots, e->pages, h.swa_pages, row);
     uint64_t len = h.swa_pages * e->opts.page_size;
     e->swa->row[idx] = (struct swa_row){span, len, h.kv_pages * e->opts.page_size};
     *req = (struct kvt_req){.pool_idx = idx,
@@ -515,9 +373,7 @@ int kvt_req_swa_slide(kvt_engine *e, const struct kvt_req *req, size_t seq_len)
     const int32_t *row = req_pool_row(&e->reqs, req->pool_idx) + r->cursor;
     size_t n = (size_t)(to - r->cursor);
     /* Only the request's own slots: the cache's SWA KV is the cache's to free. */
-    if (!slot_all_in_state(&e->swa->alloc.full, row, n, PAGE_USED))
-        return -EINVAL;
-    int rc = swa_free_swa(&e->swa->alloc, row, n);
+    int rc = engine_slots_swa_slide(&e->slots, row, n);
     if (rc)
         return rc;
     e->swa->released_tokens += n;
@@ -535,8 +391,6 @@ void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st)
     if (!s)
         return;
     rdx_sizes(e->tree, &z);
-    st->swa_tokens = (uint64_t)s->alloc.swa.npages * e->opts.page_size;
-    st->swa_free_tokens = slot_available(&s->alloc.swa);
     st->swa_cached_tokens = z.swa_pages * e->opts.page_size;
     st->swa_kv_hit_tokens = s->kv_hit_tokens;
     st->swa_evicted_tokens = s->evicted_tokens;
@@ -544,25 +398,10 @@ void engine_swa_stats(const kvt_engine *e, struct kvt_stats *st)
     st->swa_revived_tokens = s->revived_tokens;
 }
 
-/* The pair allocator's own invariants, and the tree's count of pages holding SWA KV equal to
- * the cached full pages that still have a peer. */
 int engine_swa_check(const kvt_engine *e, char *why, size_t len)
 {
-    const struct swa_alloc *a = &e->swa->alloc;
     struct rdx_sizes z;
-    uint64_t live = 0;
 
-    if (swa_alloc_check(a)) {
-        snprintf(why, len, "the SWA allocator's map or peers are inconsistent");
-        return -EUCLEAN;
-    }
-    for (uint32_t p = 1; p <= a->full.npages; p++)
-        live += a->full.state[p] == PAGE_CACHED && swa_page_live(a, p);
     rdx_sizes(e->tree, &z);
-    if (live != z.swa_pages) {
-        snprintf(why, len, "%llu cached pages have SWA KV, the tree counts %llu",
-                 (unsigned long long)live, (unsigned long long)z.swa_pages);
-        return -EUCLEAN;
-    }
-    return 0;
+    return engine_slots_swa_check(&e->slots, z.swa_pages, why, len);
 }

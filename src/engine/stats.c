@@ -1,9 +1,12 @@
 /*
  * The engine's figures: kvt_stats for the owner and the same figures handed to the live
- * stats socket after each poll and sync. Each tier adds its own (tier_ops.stats); the engine
- * knows none by name here either.
+ * stats socket after each poll and sync. Each part fills its own fields through its stats
+ * call: the slot layer (engine_slots_stats), the hybrid parts, each tier (tier_ops.stats); the
+ * engine knows no tier by name here either.
  */
-#include "engine.h"
+#include "engine/mamba.h"
+#include "engine/stats.h"
+#include "engine/swa.h"
 #include "stats_server.h"
 
 #include <errno.h>
@@ -20,9 +23,6 @@ static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
     st->size = sizeof(*st);
     st->backend = e->be->kind;
     st->page_size = ps;
-    st->device_tokens = (uint64_t)engine_slots_c(e)->npages * ps;
-    st->device_free_tokens = engine_slots_available(e);
-    st->kv_pool_bytes = engine_kv_bytes(e);
     st->cached_tokens = s.cached_pages * ps;
     st->evictable_tokens = s.evictable_pages * ps;
     st->protected_tokens = s.protected_pages * ps;
@@ -34,6 +34,7 @@ static void fill_stats(const kvt_engine *e, struct kvt_stats *st)
     st->match_hit_tokens = e->count.match_hit_tokens;
     st->inserted_tokens = e->count.inserted_tokens;
     st->evicted_tokens = e->count.evicted_tokens;
+    engine_slots_stats(&e->slots, st);
     tier_stats(e->below, st);
     engine_mamba_stats(e, st);
     engine_swa_stats(e, st);

@@ -1,20 +1,20 @@
 /*
  * The private side of hybrid models' recurrent states in the engine, shared by its two files:
  *
- *   engine_mamba.c        the request flow on the device: slots, checkpoints, copy on write
- *                         at match, the public calls (kvt_req_mamba, kvt_mamba_*)
- *   engine_mamba_tiers.c  below the device: the state pool's room, host copies of states
- *                         (saved, restored), states in the store below (written, fetched)
+ *   mamba.c        the request flow on the device: slots, checkpoints, copy on write at
+ *                  match, the public calls (kvt_req_mamba, kvt_mamba_*)
+ *   mamba_tiers.c  below the device: the state pool's room, host copies of states (saved,
+ *                  restored), states in the store below (written, fetched)
  *
- * engine_mamba.c calls engine_mamba_tiers.c, never the other way.
+ * mamba.c calls mamba_tiers.c, never the other way.
  */
-#ifndef KVT_ENGINE_MAMBA_H
-#define KVT_ENGINE_MAMBA_H
+#ifndef KVT_ENGINE_MAMBA_INT_H
+#define KVT_ENGINE_MAMBA_INT_H
 
 #include "device/mamba_ckpt.h"
 #include "device/mamba_pool.h"
 #include "device/mamba_req.h"
-#include "engine.h"
+#include "engine/engine_int.h"
 
 /* One track slot per request: a donated checkpoint is replaced at once, so the forward
  * always has a slot to write the next one into. */
@@ -49,7 +49,7 @@ struct engine_mamba {
     uint64_t stored, fetched;
 };
 
-/* ---- engine_mamba_tiers.c ---- */
+/* ---- mamba_tiers.c ---- */
 
 /* Before a match: when the deepest state for key lies below the device (a host copy, or in
  * the store below), bring it onto the device with the KV it continues (loaded into row), so

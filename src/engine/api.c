@@ -4,7 +4,11 @@
  * public call validates all of its input before it changes anything, so a rejected call leaves the
  * engine as it was.
  */
-#include "engine.h"
+#include "engine/engine.h"
+#include "engine/mamba.h"
+#include "engine/mamba_tiers.h"
+#include "engine/stats.h"
+#include "engine/swa.h"
 #include "emb/emb.h"
 #include "host/host_tier.h"
 #include "stats_server.h"
@@ -248,7 +252,7 @@ static void release_cached_pages(void *ctx, const uint32_t *pages, size_t n)
 {
     kvt_engine *e = ctx;
 
-    engine_slots_release(e, pages, n);
+    engine_slots_release(&e->slots, pages, n);
     e->count.evicted_tokens += n * e->opts.page_size;
 }
 
@@ -398,7 +402,7 @@ static int open_stores_compat(kvt_engine *e, const struct host_pool *hp)
     return open_stores(e, hp, &e->store);
 }
 
-/* The embedding cache (engine_emb.c), over a view of the store below when it keeps
+/* The embedding cache (embeddings.c), over a view of the store below when it keeps
  * embeddings there (*store: the store tier's, then its own view; NULL: none). */
 static int open_emb(kvt_engine *e, struct kvt_store **store)
 {
@@ -452,15 +456,12 @@ static int open_tiers(kvt_engine *e, uint64_t device_tokens)
     struct host_tier_config hc = {.opts = &e->opts,
                                   .tree = &e->tree,
                                   .be = e->be,
-                                  .kv = &e->kv,
-                                  .alloc = &e->alloc,
                                   .device_tokens = device_tokens,
                                   .scratch_pages = scratch_pages(e)};
     struct tier_up up = {.ctx = e, .room = room_up};
     int rc;
 
-    if (e->swa)
-        engine_swa_device(e, &hc.kv, &hc.alloc, &hc.swa, &hc.swa_pool);
+    engine_slots_device(&e->slots, &hc.kv, &hc.alloc, &hc.swa, &hc.swa_pool);
     if ((rc = host_tier_open(&hc, up, &e->below)))
         return rc;
     if (e->opts.prefetch_timeout_ms == 0)
@@ -490,8 +491,8 @@ static int open_parts(kvt_engine *e)
     /* The device's slots and KV: one allocator and pool, or the sliding-window pair. */
     if (e->opts.swa.window)
         rc = engine_swa_open(e, tokens);
-    else if ((rc = slot_alloc_init(&e->alloc, tokens, e->opts.page_size)) == 0)
-        rc = kv_pool_init(&e->kv, e->be, &e->opts.geometry, tokens + e->opts.page_size);
+    else
+        rc = engine_slots_open(&e->slots, e->be, &e->opts.geometry, e->opts.page_size, tokens);
     struct kvt_store *none = NULL;
     if (rc || (e->opts.mamba.layers && (rc = engine_mamba_open(e))) ||
         (rc = open_tiers(e, tokens)) || (rc = open_emb(e, &none)) || (rc = open_tree(e)))
@@ -574,12 +575,10 @@ static void engine_free(kvt_engine *e)
     engine_swa_close(e);
     if (!e->bottom)
         store_close(e->store); /* given to a failed open, never handed to a tier */
-    if (e->be)
-        kv_pool_finish(&e->kv);
+    engine_slots_close(&e->slots);
     free(e->pages);
     free(e->below_pages);
     req_pool_finish(&e->reqs);
-    slot_alloc_finish(&e->alloc);
     free(e->disk_so);
     free(e->model_id);
     free(e);

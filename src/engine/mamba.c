@@ -1,5 +1,5 @@
 /*
- * Hybrid models' recurrent states in the engine (engine.h): the state pool, each request's
+ * Hybrid models' recurrent states in the engine (mamba.h): the state pool, each request's
  * running and track slots, and the tree's checkpoints, with SGLang's MambaRadixCache request
  * flow. A match serves the device prefix only up to the deepest checkpoint on it and copies
  * that state into the request's own slot (copy on write); the request records a checkpoint
@@ -7,9 +7,11 @@
  * to that position. The pieces are the device layer's (mamba_pool, mamba_req, mamba_ckpt)
  * and the tree's (radix_mamba.c); this file only joins them.
  *
- * Below the device (host copies of states, states in the store below): engine_mamba_tiers.c.
+ * Below the device (host copies of states, states in the store below): mamba_tiers.c.
  */
-#include "engine_mamba.h"
+#include "engine/mamba.h"
+#include "engine/mamba_int.h"
+#include "engine/mamba_tiers.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -93,7 +95,7 @@ int engine_mamba_match(kvt_engine *e, const struct kvt_key *key, int32_t *slots,
         return rc;
     count_match(e, key, &h, h.kv_pages * e->opts.page_size);
     if (slots)
-        engine_pages_to_slots(e, e->pages, h.state_tokens / e->opts.page_size, slots);
+        engine_slots_from_pages(&e->slots, e->pages, h.state_tokens / e->opts.page_size, slots);
     *m = (struct kvt_match){.device_len = h.state_tokens, .last_node = h.state_last};
     /* A deeper state the host keeps (with the KV it continues) is what a begin would add. */
     struct rdx_hit hit;
@@ -158,7 +160,7 @@ int engine_mamba_begin(kvt_engine *e, int32_t idx, const struct kvt_key *key, in
         kv = h.kv_pages * e->opts.page_size;
     uint64_t branch = kv / m->grid * m->grid;
     count_match(e, key, &h, kv);
-    engine_pages_to_slots(e, e->pages, h.state_tokens / e->opts.page_size, row);
+    engine_slots_from_pages(&e->slots, e->pages, h.state_tokens / e->opts.page_size, row);
     m->row[idx] = (struct mamba_row){kv, branch > h.state_tokens ? branch : 0, 0};
     *req = (struct kvt_req){.pool_idx = idx,
                             .protected_len = h.state_tokens,

@@ -1,8 +1,15 @@
 /*
  * The engine's prefix cache over the device (engine.h): matching through the tiers below,
- * insert, eviction and room on the device, allocation, KV data, and requests.
+ * insert, eviction and room on the device, allocation, KV data, and requests. It calls down
+ * into the slot layer (slots.h) for every slot and KV call, and into swa.c and mamba.c for
+ * what hybrid models add.
  */
-#include "engine.h"
+#include "engine/embeddings.h"
+#include "engine/engine.h"
+#include "engine/mamba.h"
+#include "engine/mamba_tiers.h"
+#include "engine/stats.h"
+#include "engine/swa.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -95,7 +102,7 @@ static int match(kvt_engine *e, const struct kvt_key *key, int32_t *slots, struc
     if (rc)
         return rc;
     if (slots)
-        engine_pages_to_slots(e, e->pages, hit->dev_pages, slots);
+        engine_slots_from_pages(&e->slots, e->pages, hit->dev_pages, slots);
     e->count.match_calls++;
     e->count.match_query_tokens += key->len / ps * ps;
     e->count.match_hit_tokens += hit->dev_pages * ps;
@@ -188,10 +195,10 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
 
     if (key->len % ps || !slots)
         return -EINVAL;
-    if ((rc = slot_pages_of(engine_slots(e), slots, key->len, e->pages)))
+    if ((rc = engine_slots_pages_of(&e->slots, slots, key->len, e->pages)))
         return rc;
     cached = rdx_cached_pages(e->tree, key);
-    if ((rc = engine_slots_claim(e, e->pages + cached, np - cached)))
+    if ((rc = engine_slots_claim(&e->slots, e->pages + cached, np - cached)))
         return rc;
     kvt_node_ref last = 0;
     rc = tree_insert(e, key, prio, swa_from < key->len ? swa_from : key->len, &got, &last);
@@ -203,7 +210,7 @@ static int insert(kvt_engine *e, const struct kvt_key *key, const int32_t *slots
     if (rc == 0 && got != cached)
         rc = -EUCLEAN; /* cannot happen: the two walks see the same tree */
     if (rc) {
-        slot_unclaim(engine_slots(e), e->pages + cached, np - cached);
+        engine_slots_unclaim(&e->slots, e->pages + cached, np - cached);
         return rc;
     }
     e->count.inserted_tokens += (np - cached) * ps;
@@ -246,7 +253,7 @@ int kvt_evict(kvt_engine *e, size_t tokens, size_t *evicted)
     if (e->swa) {
         /* kvt_available is to grow by pages: each side evicts for its own shortfall, the
          * SWA side its SWA KV alone. */
-        size_t full = engine_slots(e)->nfree, swa = engine_swa_free_pages(e);
+        size_t full = engine_slots_full(&e->slots)->nfree, swa = engine_slots_swa(&e->slots)->nfree;
         size_t want = (full < swa ? full : swa) + pages;
         pages = full < want ? engine_evict(e, want - full) : 0;
         (void)engine_swa_room(e, want);
@@ -289,7 +296,7 @@ int engine_room_for(kvt_engine *e, size_t pages)
 
 int engine_room_split(kvt_engine *e, size_t pages, size_t swa_pages)
 {
-    const struct slot_alloc *a = engine_slots(e);
+    const struct slot_alloc *a = engine_slots_full(&e->slots);
     struct rdx_sizes s;
     size_t nfree = a->nfree;
 
@@ -345,22 +352,22 @@ int kvt_load_wait_layer(kvt_engine *e, uint64_t op, uint32_t layer, void *stream
 
 int kvt_alloc(kvt_engine *e, size_t n, int32_t *slots)
 {
-    return e ? engine_slots_alloc(e, n, slots) : -EINVAL;
+    return e ? engine_slots_alloc(&e->slots, n, slots) : -EINVAL;
 }
 
 int kvt_free(kvt_engine *e, const int32_t *slots, size_t n)
 {
-    return e ? engine_slots_free(e, slots, n) : -EINVAL;
+    return e ? engine_slots_free(&e->slots, slots, n) : -EINVAL;
 }
 
 int kvt_free_group_begin(kvt_engine *e)
 {
-    return e ? engine_slots_group(e, 1) : -EINVAL;
+    return e ? engine_slots_group(&e->slots, 1) : -EINVAL;
 }
 
 int kvt_free_group_end(kvt_engine *e)
 {
-    return e ? engine_slots_group(e, 0) : -EINVAL;
+    return e ? engine_slots_group(&e->slots, 0) : -EINVAL;
 }
 
 static int check_seq_lens(const kvt_engine *e, size_t batch, const uint32_t *seq_lens)
@@ -383,10 +390,11 @@ int kvt_alloc_extend(kvt_engine *e, size_t batch, const uint32_t *prefix_lens,
 
     if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    rc = engine_slots_extend_check(e, batch, prefix_lens, seq_lens, last_locs, out, out_len, &need);
+    rc = engine_slots_extend_check(&e->slots, batch, prefix_lens, seq_lens, last_locs, out, out_len,
+                                   &need);
     if (rc || (rc = engine_room_for(e, need)))
         return rc;
-    engine_slots_extend_take(e, batch, prefix_lens, seq_lens, last_locs, out, out_len);
+    engine_slots_extend_take(&e->slots, batch, prefix_lens, seq_lens, last_locs, out, out_len);
     return 0;
 }
 
@@ -398,16 +406,16 @@ int kvt_alloc_decode(kvt_engine *e, size_t batch, const uint32_t *seq_lens,
 
     if (!e || check_seq_lens(e, batch, seq_lens))
         return -EINVAL;
-    rc = engine_slots_decode_check(e, batch, seq_lens, last_locs, out, &need);
+    rc = engine_slots_decode_check(&e->slots, batch, seq_lens, last_locs, out, &need);
     if (rc || (rc = engine_room_for(e, need)))
         return rc;
-    engine_slots_decode_take(e, batch, seq_lens, last_locs, out);
+    engine_slots_decode_take(&e->slots, batch, seq_lens, last_locs, out);
     return 0;
 }
 
 size_t kvt_available(const kvt_engine *e)
 {
-    return e ? engine_slots_available(e) : 0;
+    return e ? engine_slots_available(&e->slots) : 0;
 }
 
 /* ---- KV data ---- */
@@ -415,12 +423,12 @@ size_t kvt_available(const kvt_engine *e)
 int kvt_kv_write(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, const void *k,
                  const void *v)
 {
-    return e ? engine_kv_write(e, layer, slots, n, k, v) : -EINVAL;
+    return e ? engine_slots_kv_write(&e->slots, layer, slots, n, k, v) : -EINVAL;
 }
 
 int kvt_kv_read(kvt_engine *e, uint32_t layer, const int32_t *slots, size_t n, void *k, void *v)
 {
-    return e ? engine_kv_read(e, layer, slots, n, k, v) : -EINVAL;
+    return e ? engine_slots_kv_read(&e->slots, layer, slots, n, k, v) : -EINVAL;
 }
 
 int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *row_bytes)
@@ -429,7 +437,7 @@ int kvt_kv_buffer(kvt_engine *e, uint32_t layer, int which, void **ptr, size_t *
     uint32_t index;
 
     if (!e || !ptr || !row_bytes || which < 0 || which > 1 ||
-        !(p = engine_kv_pool(e, layer, &index)) || !p->buf[which])
+        !(p = engine_slots_kv_pool(&e->slots, layer, &index)) || !p->buf[which])
         return -EINVAL;
     *ptr = p->buf[which][index];
     *row_bytes = p->row_bytes[which];
@@ -539,8 +547,8 @@ static int check_req(kvt_engine *e, const struct kvt_req *req, const struct kvt_
         req->protected_len % e->opts.page_size || rdx_is_locked(e->tree, req->last_node) != 1)
         return -EINVAL;
     row = req_pool_row(&e->reqs, req->pool_idx);
-    return slot_row_held(engine_slots(e), row + req->protected_len,
-                         (whole_row ? filled : key->len) - req->protected_len, e->pages);
+    return engine_slots_row_held(&e->slots, row + req->protected_len,
+                                 (whole_row ? filled : key->len) - req->protected_len, e->pages);
 }
 
 /* The part of key a request inserts: its whole pages, or with recurrent layers the part up
@@ -575,7 +583,7 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
     int32_t *row = e->reqs.map + (size_t)req->pool_idx * e->reqs.max_context;
     if ((rc = insert(e, &k, row, 0, &cached, NULL, engine_swa_from(e, req->pool_idx))))
         return rc;
-    engine_slots_free(e, row + req->protected_len, cached - req->protected_len);
+    engine_slots_free(&e->slots, row + req->protected_len, cached - req->protected_len);
     /* Point the row at the cached slots: ours for the part the tree already had are free
      * now. The insert left the key ending on a node, so this match cannot split and cannot
      * fail; it is bookkeeping, not a lookup, and is not counted. */
@@ -585,7 +593,7 @@ int kvt_req_cache_unfinished(kvt_engine *e, struct kvt_req *req, const struct kv
     if (hit.dev_pages * e->opts.page_size != k.len)
         return -EUCLEAN;
     last = hit.dev_last;
-    engine_pages_to_slots(e, e->pages, hit.dev_pages, row);
+    engine_slots_from_pages(&e->slots, e->pages, hit.dev_pages, row);
     /* The cached pages may be another request's load still landing. */
     uint64_t wait = load_to_wait(e, hit.pending);
     if (wait > req->load_op)
@@ -617,8 +625,8 @@ int kvt_req_cache_finished(kvt_engine *e, struct kvt_req *req, const struct kvt_
         return rc;
     /* Duplicates of what the tree had (or everything, without insert), then the rest of the
      * row: the key's partial tail page and slots past the key (allocated, not committed). */
-    engine_slots_free(e, row + req->protected_len, cached - req->protected_len);
-    engine_slots_free(e, row + k.len, filled - k.len);
+    engine_slots_free(&e->slots, row + req->protected_len, cached - req->protected_len);
+    engine_slots_free(&e->slots, row + k.len, filled - k.len);
     if (engine_req_unlock(e, req->pool_idx, req->last_node))
         rc = -EUCLEAN;
     if (e->mamba && rc == 0)

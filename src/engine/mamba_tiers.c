@@ -1,5 +1,5 @@
 /*
- * Hybrid models' recurrent states below the device (engine_mamba.h): the state pool's room,
+ * Hybrid models' recurrent states below the device (mamba_int.h): the state pool's room,
  * host copies of states and states in the store below. docs/design.md, "Recurrent states on
  * the host and disk tiers", says what happens when.
  *
@@ -11,7 +11,8 @@
  * it follows (mamba_store_state), and a match that runs past the tree reads the deepest one
  * back with its KV into a host copy (fetch_state), from where it is restored.
  */
-#include "engine_mamba.h"
+#include "engine/mamba_int.h"
+#include "engine/mamba_tiers.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -74,7 +75,7 @@ static void release_host_states(void *ctx, const uint32_t *hslots, size_t n)
 static int open_host_states(kvt_engine *e, uint64_t host_pages, uint64_t avail)
 {
     struct engine_mamba *m = e->mamba;
-    uint64_t dev_pages = engine_slots_c(e)->npages, cap = e->opts.mamba_host_states, each;
+    uint64_t dev_pages = engine_slots_pages(&e->slots), cap = e->opts.mamba_host_states, each;
 
     if (host_pages == 0)
         return 0;
