@@ -46,6 +46,7 @@ MODULES = [
     ("src/store/chain.", "store-chain", 1),
     ("src/store/share.", "store-share", 1),
     ("src/store/redis/", "store-redis", 1),
+    ("src/store/pagestore_open.", "pagestore-open", 2),
     ("src/host/host_tier.", "host-tier", 4),
     ("src/host/", "host-memory", 2),
     ("src/tier.", "tier", 3),

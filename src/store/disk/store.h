@@ -318,6 +318,11 @@ int dstore_delete(struct dstore *s, const uint8_t *keys, size_t n, size_t *delet
  * be NULL) = how many went. Writes also evict on their own when the store is full. */
 int dstore_evict(struct dstore *s, size_t max_pages, size_t *evicted);
 
+/* Count the pages of n keys as accessed now (the LRU order, and the access time persisted
+ * lazily), as read hits do, without reading them; keys not stored are skipped. *touched (may
+ * be NULL) = how many were. A read-only store touches nothing. */
+int dstore_touch(struct dstore *s, const uint8_t *keys, size_t n, size_t *touched);
+
 /* Wait until every job queued so far has been applied and access times are persisted (a
  * commit when any wait), then make all of it durable: the index flushed and, in relaxed
  * mode, the slabs written since the last flush. */
