@@ -48,8 +48,8 @@
  *     rebuild done). Each rep opens once cold (the dir's files dropped from the page cache
  *     with posix_fadvise) and once warm. *
  * Its files, each calling only those below it:
- *   store_bench.c             main: the checks across options, which runs, the work dir
- *   store_bench_options.c     the option table, --help
+ *   store_bench.c             main: which runs, the work dir
+ *   store_bench_options.c     the option table, the checks across options, --help
  *   store_bench_report.c      the report, text and JSON
  *   store_bench_throughput.c  (a) throughput, point by point, store and fio rep by rep
  *   store_bench_open.c        (b) open: a dir built, then opened cold and warm
