@@ -3,7 +3,7 @@
 the calls across files of src/.
 
   1. No arrow up: a file includes only headers of its own module or of a lower layer.
-  2. Store backends (src/store/disk, mem, chain) include nothing but the store contract,
+  2. Store backends (src/disk, mem, chain) include nothing but the store contract,
      the public header and their own files.
   3. The tier contract and the tiers include no backend and nothing of the engine.
   4. After open the engine knows no tier by name: of the engine's files only api.c (which
@@ -41,7 +41,7 @@ MODULES = [
     ("src/device/", "device", 1),
     ("src/radix/", "radix", 1),
     ("src/stats_server.", "stats-server", 1),
-    ("src/store/disk/", "store-disk", 1),
+    ("src/disk/", "store-disk", 1),
     ("src/store/mem.", "store-mem", 1),
     ("src/store/chain.", "store-chain", 1),
     ("src/store/share.", "store-share", 1),
