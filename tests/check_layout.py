@@ -63,7 +63,7 @@ DEVICE_SLOTS = {"src/device/alloc.c", "src/device/swa_alloc.c", "src/device/swa_
                 "src/device/kv_pool.c"}
 SLOT_PURE = {"kv_geometry_check", "swa_window_evict_to"}  # no allocator or pool involved
 MAX_LINES = 800
-# Files still above MAX_LINES whose split is open work (issue 14), named so none is added
+# Files still above MAX_LINES whose split is open work, named so none is added
 # unnoticed: a file here that drops under the limit must leave the list (the check says so).
 SPLIT_PENDING = set()
 
@@ -383,7 +383,7 @@ def main():
     print(f"circles: {len(found) if found else 'none'} ({len(files) + len(tools)} files of src/ "
           f"and tools/, {narrows} arrows between them)")
     for why in pending:
-        print(f"    split pending (issue 14, not yet enforced): {why}")
+        print(f"    split pending (not yet enforced): {why}")
     return 1 if any(broken.values()) else 0
 
 
