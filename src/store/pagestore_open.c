@@ -9,7 +9,7 @@
 
 #include "kvtier_store.h"
 #include "store/chain.h"
-#include "store/disk/pagestore.h"
+#include "disk/pagestore.h"
 #ifdef KVT_HAVE_REDIS
 #include "store/redis/redis.h"
 #endif

@@ -23,8 +23,8 @@
 
 #include "kvtier.h"
 #include "engine/engine.h"
-#include "store/disk/layout.h"
-#include "store/disk/ops.h"
+#include "disk/layout.h"
+#include "disk/ops.h"
 #include "radix/hash.h"
 #include "store/mem.h"
 #include "engine_fixture.h"

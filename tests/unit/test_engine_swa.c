@@ -20,8 +20,8 @@
 
 #include "kvtier.h"
 #include "engine/engine.h"
-#include "store/disk/layout.h"
-#include "store/disk/ops.h"
+#include "disk/layout.h"
+#include "disk/ops.h"
 #include "engine_fixture.h"
 #include "harness.h"
 #include "prefix_kv.h"

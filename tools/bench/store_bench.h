@@ -69,7 +69,7 @@
 #include "kvtier.h"
 #include "cli.h"
 #include "fio.h"
-#include "store/disk/store.h"
+#include "disk/store.h"
 #include "workdir.h"
 
 #define PROG "kvtier-store-bench"

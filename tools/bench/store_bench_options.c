@@ -156,7 +156,7 @@ static void usage(FILE *f)
             "    page cache) and warm: ms to dstore_open, to a dstore_leading_run finding\n"
             "    all of 64 known keys (ready to serve; target <= %.0f ms), to one page read,\n"
             "    and to dstore_wait_ready (the background rebuild done).\n"
-            "    The issue's figure, ten million pages of the tiny geometry (2 KiB pages in\n"
+            "    The figure of record, ten million pages of the tiny geometry (2 KiB pages in\n"
             "    2,304-byte slots: 25 GiB of slabs and index; it asks for 31 GiB free):\n"
             "      %s --pages 0 --open-pages 10000000 --open-page-bytes 2K\n"
             "(r) --remote URL: the Redis store instead (a server or a cluster; it writes pages\n"

@@ -12,7 +12,7 @@
 #include "rng.h"
 #include "datadir.h"
 #include "host/host_pool.h"
-#include "store/disk/layout.h"
+#include "disk/layout.h"
 
 /* ---- small helpers ---- */
 

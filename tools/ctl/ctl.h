@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "store/disk/store.h"
+#include "disk/store.h"
 
 #define PROG "kvtier-ctl"
 #define HASH_BYTES DSTORE_KEY_BYTES

@@ -8,8 +8,8 @@
 
 #include "emb/format.h"
 #include "engine/engine.h"
-#include "store/disk/ops.h"
-#include "store/disk/store.h"
+#include "disk/ops.h"
+#include "disk/store.h"
 
 #ifdef KVT_HAVE_REDIS
 #include "redis_server.h"

@@ -43,7 +43,7 @@
 
 #include "engine/engine.h"
 #include "host/host_tier.h"
-#include "store/disk/ops.h"
+#include "disk/ops.h"
 
 /* tests/gpu builds these files again with TEST_BACKEND=KVT_BACKEND_CUDA. */
 #ifndef TEST_BACKEND

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/disk/store.h"
+#include "disk/store.h"
 
 #define LAYOUT_BLOCK 4096u    /* the unit of every slab I/O */
 #define SLAB_HEAD_BYTES 4096u /* a slab file's first block */

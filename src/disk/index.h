@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/disk/store.h"
+#include "disk/store.h"
 
 #define DSTORE_RECORD_VERSION 1
 #define META_BYTES 80

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "store/disk/ops.h"
+#include "disk/ops.h"
 #include "store/store.h"
 
 #define SAME(a, b, f) (offsetof(struct a, f) == offsetof(struct b, f))

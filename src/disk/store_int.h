@@ -25,10 +25,10 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "store/disk/dio.h"
-#include "store/disk/index.h"
-#include "store/disk/layout.h"
-#include "store/disk/store.h"
+#include "disk/dio.h"
+#include "disk/index.h"
+#include "disk/layout.h"
+#include "disk/store.h"
 
 #define NO_SLOT UINT32_MAX
 #define DIRTY_MAX 4096 /* access times a write batch carries, at most; one step of persisting */

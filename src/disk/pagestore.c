@@ -18,8 +18,8 @@
  * then mu. Waits poll the chain under cmu (the chain has no thread-safe wait).
  */
 #include "kvtier_store.h"
-#include "store/disk/ops.h"
-#include "store/disk/pagestore.h"
+#include "disk/ops.h"
+#include "disk/pagestore.h"
 #include "store_int.h"
 
 #include <errno.h>

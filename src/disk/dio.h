@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "store/disk/store.h"
+#include "disk/store.h"
 
 struct dio_req {
     struct dio_req *next; /* queue link; the engine's while the request is submitted */

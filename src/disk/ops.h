@@ -2,7 +2,7 @@
 #ifndef KVT_STORE_DISK_OPS_H
 #define KVT_STORE_DISK_OPS_H
 
-#include "store/disk/store.h"
+#include "disk/store.h"
 #include "store/store.h"
 
 /* dstore_open, then the store around it: its errors. */

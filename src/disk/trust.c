@@ -36,8 +36,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "store/disk/index.h"
-#include "store/disk/lmdb_check.h"
+#include "disk/index.h"
+#include "disk/lmdb_check.h"
 
 #define STAMP_NAME "index/clean"
 #define STAMP_TMP "index/clean.new"

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "store/disk/store_int.h"
+#include "disk/store_int.h"
 
 /* Under the lock: touch the slot of key's record r, when the slot still holds key. */
 static bool touch_record_locked(struct dstore *s, const uint8_t *key, const struct drec *r)
