@@ -116,7 +116,8 @@ class Engine:
             time.sleep(0.0005)
 
     def store(self, req, keys):
-        """GPU -> CPU (the bytes already there), then vLLM's cascade; waits for room."""
+        """GPU -> CPU (the bytes already there but for a stamp of the key in the first 32, so
+        no two chunks are alike), then vLLM's cascade; waits for room."""
         ctx = self.ctx(req)
         while True:
             with self.m.lock:
@@ -127,8 +128,16 @@ class Engine:
             time.sleep(0.0005)
         for k, c in zip(out.keys_to_store, out.store_spec.chunk_ids):
             self.slot_of[k] = int(c)
+            self.view[int(c), :32] = stamp(k)
         with self.m.lock:
             self.m.complete_store(keys, ctx)
+
+    def stored_bytes(self, key):
+        """What key was stored with: its slot's bytes (the slot may hold another key's by now,
+        which differ in the stamp only)."""
+        out = self.view[self.slot_of[key]].copy()
+        out[:32] = stamp(key)
+        return out
 
     def in_primary(self, key):
         ctx = self.ctx("probe")
@@ -180,6 +189,10 @@ def tier_config(kind, d, capacity):
     return {"type": "fs", "root_dir": d}
 
 
+def stamp(key):
+    return np.frombuffer(hashlib.sha256(bytes(key)).digest(), dtype=np.uint8)
+
+
 def key_of(rep, i):
     return make_offload_key(hashlib.sha256(b"%d/%d" % (rep, i)).digest(), 0)
 
@@ -222,7 +235,7 @@ def one_run(kind, base, chunk, args, rep):
         e.store(f"s{r}", keys[r:r + args.req])
     e.settle()
     t_store = time.perf_counter() - t0
-    expected = {k: e.view[e.slot_of[k]].copy() for k in keys if not e.in_primary(k)}
+    expected = {k: e.stored_bytes(k) for k in keys if not e.in_primary(k)}
     e.close()
     drop_caches(d)
     # A fresh manager on the same dir (an engine restart): every chunk comes from the tier.
@@ -253,7 +266,7 @@ def extras(kind, base, chunk, args):
     for r in range(0, n, args.req):
         e.store(f"s{r}", keys[r:r + args.req])
     e.settle()
-    data = {k: e.view[e.slot_of[k]].copy() for k in keys}
+    data = {k: e.stored_bytes(k) for k in keys}
     tier = e.tier
     ctx = ReqContext("lat")
 
