@@ -690,11 +690,13 @@ static PyObject *PageStore_exit(PageStore *self, PyObject *args)
     Py_RETURN_FALSE;
 }
 
-static PyObject *PageStore_exists(PageStore *self, PyObject *keys)
+/* A call of the page store over a list of keys that answers a count, without the GIL. */
+static PyObject *keys_call(PageStore *self, PyObject *keys,
+                           int (*fn)(kvt_pagestore *, const uint8_t *, size_t, size_t *))
 {
     struct batch *b;
     PyThreadState *ts;
-    size_t run = 0;
+    size_t count = 0;
     int rc;
 
     if (check_open(self) < 0 || !(b = batch_new()))
@@ -704,74 +706,31 @@ static PyObject *PageStore_exists(PageStore *self, PyObject *keys)
         return NULL;
     }
     ts = PyEval_SaveThread();
-    rc = kvt_pagestore_exists(self->s, b->keys, b->n, &run);
+    rc = fn(self->s, b->keys, b->n, &count);
     PyEval_RestoreThread(ts);
     leave(self);
     batch_free(b);
-    return rc ? raise_code(rc) : PyLong_FromSize_t(run);
+    return rc ? raise_code(rc) : PyLong_FromSize_t(count);
+}
+
+static PyObject *PageStore_exists(PageStore *self, PyObject *keys)
+{
+    return keys_call(self, keys, kvt_pagestore_exists);
 }
 
 static PyObject *PageStore_touch(PageStore *self, PyObject *keys)
 {
-    struct batch *b;
-    PyThreadState *ts;
-    size_t touched = 0;
-    int rc;
-
-    if (check_open(self) < 0 || !(b = batch_new()))
-        return NULL;
-    if (batch_keys(keys, b) < 0 || enter(self) < 0) {
-        batch_free(b);
-        return NULL;
-    }
-    ts = PyEval_SaveThread();
-    rc = kvt_pagestore_touch(self->s, b->keys, b->n, &touched);
-    PyEval_RestoreThread(ts);
-    leave(self);
-    batch_free(b);
-    return rc ? raise_code(rc) : PyLong_FromSize_t(touched);
+    return keys_call(self, keys, kvt_pagestore_touch);
 }
 
 static PyObject *PageStore_exists_local(PageStore *self, PyObject *keys)
 {
-    struct batch *b;
-    PyThreadState *ts;
-    size_t run = 0;
-    int rc;
-
-    if (check_open(self) < 0 || !(b = batch_new()))
-        return NULL;
-    if (batch_keys(keys, b) < 0 || enter(self) < 0) {
-        batch_free(b);
-        return NULL;
-    }
-    ts = PyEval_SaveThread();
-    rc = kvt_pagestore_exists_local(self->s, b->keys, b->n, &run);
-    PyEval_RestoreThread(ts);
-    leave(self);
-    batch_free(b);
-    return rc ? raise_code(rc) : PyLong_FromSize_t(run);
+    return keys_call(self, keys, kvt_pagestore_exists_local);
 }
 
 static PyObject *PageStore_delete(PageStore *self, PyObject *keys)
 {
-    struct batch *b;
-    PyThreadState *ts;
-    size_t deleted = 0;
-    int rc;
-
-    if (check_open(self) < 0 || !(b = batch_new()))
-        return NULL;
-    if (batch_keys(keys, b) < 0 || enter(self) < 0) {
-        batch_free(b);
-        return NULL;
-    }
-    ts = PyEval_SaveThread();
-    rc = kvt_pagestore_delete(self->s, b->keys, b->n, &deleted);
-    PyEval_RestoreThread(ts);
-    leave(self);
-    batch_free(b);
-    return rc ? raise_code(rc) : PyLong_FromSize_t(deleted);
+    return keys_call(self, keys, kvt_pagestore_delete);
 }
 
 static PyObject *PageStore_clear(PageStore *self, PyObject *unused)
