@@ -490,6 +490,25 @@ static void test_reader_beside_writer(void **state)
     fx_close(&f);
 }
 
+/* A reader opened before its writer made the first slab (so the dir's O_DIRECT alignment was
+ * never probed for it) reads the pages written after it opened: SGLang's MLA reader ranks
+ * open the writer's dir as soon as its index is there. */
+static void test_reader_before_first_slab(void **state)
+{
+    struct fixture f;
+    kvt_pagestore *r = NULL;
+
+    (void)state;
+    fx_open(&f);
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 1, &r), 0);
+    assert_int_equal(run_of(r, 0, 8), 0);
+    put_range(f.s, 0, 8);
+    assert_int_equal(run_of(r, 0, 8), 8);
+    assert_int_equal(get_range(r, 0, 8, NULL), 8);
+    kvt_pagestore_close(r);
+    fx_close(&f);
+}
+
 struct opener {
     const char *dir;
     int rc;
@@ -593,11 +612,17 @@ static void test_engine_beside_page_store(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),         cmocka_unit_test(test_restart_and_fingerprint),
-        cmocka_unit_test(test_async_and_eventfd),  cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_damaged_slab),       cmocka_unit_test(test_empty_segment),
-        cmocka_unit_test(test_three_threads),      cmocka_unit_test(test_reader_beside_writer),
-        cmocka_unit_test(test_readers_on_threads), cmocka_unit_test(test_engine_beside_page_store),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_restart_and_fingerprint),
+        cmocka_unit_test(test_async_and_eventfd),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_damaged_slab),
+        cmocka_unit_test(test_empty_segment),
+        cmocka_unit_test(test_three_threads),
+        cmocka_unit_test(test_reader_beside_writer),
+        cmocka_unit_test(test_readers_on_threads),
+        cmocka_unit_test(test_engine_beside_page_store),
+        cmocka_unit_test(test_reader_before_first_slab),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

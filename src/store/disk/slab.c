@@ -208,16 +208,19 @@ static int slab_fd_for_locked(struct dstore *s, uint32_t slab, bool aligned)
     return d->bfd;
 }
 
+/* mem_align is 0 until a slab is opened direct: never, in a buffered dir, and not yet in a
+ * reader that opened before its writer made the first slab (its later slabs are opened
+ * buffered on first need). Either way no I/O goes direct. */
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf)
 {
-    return slab_fd_for_locked(s, slab, s->direct && (uintptr_t)buf % s->mem_align == 0);
+    return slab_fd_for_locked(s, slab,
+                              s->direct && s->mem_align && (uintptr_t)buf % s->mem_align == 0);
 }
 
-/* Whether O_DIRECT takes these regions: every address and length on mem_align (which is 0,
- * never probed, when the dir is buffered). */
+/* Whether O_DIRECT takes these regions: every address and length on mem_align. */
 static bool iov_aligned(const struct dstore *s, const struct iovec *iov, uint32_t n)
 {
-    if (!s->direct)
+    if (!s->direct || !s->mem_align)
         return false;
     for (uint32_t i = 0; i < n; i++)
         if ((uintptr_t)iov[i].iov_base % s->mem_align || iov[i].iov_len % s->mem_align)
