@@ -446,17 +446,19 @@ static uint32_t slab_capacity(const struct dstore *s, uint32_t slab)
 
 /* A slab grows by GROW_MIN_BYTES of slots or a 64th of what it holds, whichever is more,
  * so that its file follows the data (within 1 MiB, or 1.6% of a large slab) rather than
- * taking the whole slab at the first write: a store of 30 MB of pages took a 1 GiB file. */
+ * taking the whole slab at the first write: a store of 30 MB of pages took a 1 GiB file.
+ * Slots above GROW_MIN_BYTES grow one at a time until a 64th is more: a slot past the data
+ * was a third more than 3 pages of 8 MiB. */
 #define GROW_MIN_BYTES (1u << 20)
 
-/* Slots the slab's file is to back for slot to be written: slot's and a step past it. */
+/* Slots the slab's file is to back for slot to be written: slot's and the step past it. */
 static uint32_t grow_to(const struct dstore *s, uint32_t slab, uint32_t slot)
 {
     uint64_t valid = s->slabs[slab].valid, step = GROW_MIN_BYTES / s->slot_bytes;
     uint64_t want = slot + 1 > valid ? slot + 1 : valid, cap = slab_capacity(s, slab);
 
     step = step > valid / 64 ? step : valid / 64;
-    want += step ? step : 1;
+    want += step;
     return (uint32_t)(want < cap ? want : cap);
 }
 
