@@ -9,7 +9,8 @@ for kvtier `_page_set_zero_copy` / `_page_get_zero_copy` (interface_v1), for `fi
 `_generic_page_set` / `_generic_page_get` (flat pages copied through the host pool's
 get_data_page / set_from_flat_data_page), in batches of SGLang's STORAGE_BATCH_SIZE. Same host
 pool, same pages, same batches, backends alternating rep by rep (kvtier first in even reps),
-a fresh dir and fresh keys each rep.
+a fresh dir and fresh keys each rep, and a sync(2) after each backend's rep (untimed: the file
+backend writes without fsync, and its writeback would fall on the next backend's timings).
 
 Rows per backend: set pages/s; exists µs per page (batch_exists of 128 present keys); get
 pages/s hot (right after the sets, as the page cache left them) and cold (the backend's files
@@ -297,6 +298,7 @@ def main():
                 order = backends if rep % 2 == 0 else backends[::-1]
                 for b in order:
                     reps[b].append(one_rep(stack, b, base, rep))
+                    os.sync()  # the file backend never syncs: its writeback is its own cost
             for b in backends:
                 row = {"fs": fs_name, "kind": kind, "page_bytes": stack.page_nbytes,
                        "pages": stack.pages, "backend": b, "reps": reps[b]}
