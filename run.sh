@@ -5,6 +5,7 @@
 #                   tests (pip-installed into build/venv), then the unit and integration
 #                   suites again under ASan+UBSan, and the threaded tests under TSan
 #   ./run.sh test-sglang   (opt-in) the SGLang backend under the real sglang and torch
+#   ./run.sh test-vllm     (opt-in) the vLLM tier under the real vLLM 0.33.0 and torch
 # Each installs the Debian packages it is missing (apt-get, only when missing), configures
 # and builds on its own. Binaries land in build/tools/.
 set -euo pipefail
@@ -45,6 +46,8 @@ PY_LOG=build/python-tests.log
 python_tests() {
     rm -f "$PY_LOG"
     [ -x build/venv/bin/python ] || python3 -m venv build/venv
+    # numpy: the vLLM tier's tests see the CPU pool through it, as vLLM does.
+    build/venv/bin/pip install -q numpy || return 1
     build/venv/bin/pip install -q --config-settings=build-dir=build/pywheel . || return 1
     build/venv/bin/python -m unittest discover -s tests/python -v 2>&1 | tee "$PY_LOG"
     return "${PIPESTATUS[0]}"
@@ -135,12 +138,34 @@ cmd_test_sglang() {
         test_real_controller)
 }
 
+# Opt-in, not part of test: the real vLLM 0.33.0 (its wheel without its CUDA kernels' packages),
+# the torch it pins and what its offloading modules import, about 4 GB, in build/venv-vllm;
+# vLLM's own TieringOffloadingSpec builds kvtier's tier from the JSON a user passes and its
+# tiering manager drives it (tests/vllm). No GPU: CUDA_VISIBLE_DEVICES is empty.
+VLLM_PACKAGES=(torch==2.14.0 numpy packaging msgspec regex requests psutil pyzmq cbor2 aiohttp
+               openai pillow pybase64 cachetools cloudpickle uvloop py-cpuinfo prometheus_client
+               partial_json_parser oss-harmony "transformers>=5.16.1,<5.21.0" xgrammar==0.2.8
+               "llguidance>=1.7.0,<1.8.0" "fastapi>=0.133.0,<0.137.0")
+cmd_test_vllm() {
+    install_missing
+    local venv=build/venv-vllm
+    [ -x $venv/bin/python ] || python3 -m venv $venv
+    $venv/bin/pip install -q --no-deps "vllm==${VLLM_VERSION:-0.33.0}"
+    # pip warns that vllm's other pins (its CUDA stack) are missing: they are not needed.
+    $venv/bin/pip install -q "${VLLM_PACKAGES[@]}"
+    $venv/bin/pip install -q --config-settings=build-dir=build/pywheel-vllm .
+    # From tests/vllm, so the checkout's python/ never shadows the installed package.
+    (cd tests/vllm && CUDA_VISIBLE_DEVICES= ../../$venv/bin/python -W ignore -m unittest -v \
+        test_real_vllm)
+}
+
 case "${1:-}" in
 demo) cmd_demo ;;
 test) cmd_test ;;
 test-sglang) cmd_test_sglang ;;
+test-vllm) cmd_test_vllm ;;
 *)
-    echo "usage: $0 demo|test|test-sglang" >&2
+    echo "usage: $0 demo|test|test-sglang|test-vllm" >&2
     exit 2
     ;;
 esac

@@ -46,6 +46,22 @@ struct kvt_pagestore_options {
     uint32_t disk_io;        /* enum kvt_disk_io; default auto */
     uint32_t read_only;      /* 1: never writes the dir (beside a writer, or a dir on
                                 read-only media); set and delete answer -EROFS */
+    uint32_t sync; /* (since 0.8) enum kvt_disk_sync: DURABLE (the default: a set returns once its
+                      pages are fdatasync'd and indexed) or RELAXED (the data and the index are
+                      flushed every second or 256 MiB and at close: a power cut may lose
+                      pages written since, each then a miss, never wrong bytes) */
+    /* (since 0.8) A Redis or Valkey server below the disk, shared by every store of the same
+     * fingerprint that names it: "redis://[[USER]:PASSWORD@]HOST[:PORT]", a cluster's seeds
+     * comma-separated, or "rediss://..." (TLS, the server checked against the system's CAs).
+     * A set writes each page to the disk and to the server (a page is stored when either kept
+     * it); a get reads each page from the disk, or from the server where the disk lacks it,
+     * checked there as on the disk. A server that is down, slow or emptied costs only hits:
+     * its part of an op fails within remote_timeout_ms. NULL: the disk alone. In a build
+     * without the Redis store (-Dredis=disabled) any remote is KVT_ENOBACKEND. */
+    const char *remote;
+    uint32_t remote_timeout_ms; /* connect, read and write timeouts, and the longest an exists
+                                   waits for the server; 0: 1000 */
+    uint32_t remote_ttl_s;      /* seconds a page lives on the server; 0: until it evicts it */
 };
 
 /* Defaults into o, size bytes of it (sizeof(*o)). */
@@ -86,8 +102,13 @@ struct kvt_page {
 };
 
 /* *run = how many of the n keys (back to back, 32 bytes each), from the first, are all
- * stored: SGLang's batch_exists. Errors: -EINVAL. */
+ * stored: SGLang's batch_exists. With a remote, keys the disk lacks are asked of the server,
+ * which may take up to remote_timeout_ms (a server that does not answer: not stored).
+ * Errors: -EINVAL. */
 int kvt_pagestore_exists(kvt_pagestore *s, const uint8_t *keys, size_t n, size_t *run);
+
+/* The same run on this machine's disk alone: never waits for the network (since 0.8). */
+int kvt_pagestore_exists_local(kvt_pagestore *s, const uint8_t *keys, size_t n, size_t *run);
 
 /* Read n pages into their segments. results[i]: 0 (the page's bytes are in its segments),
  * -ENOENT (not stored), KVT_ECORRUPT (failed its checks: a miss, dropped from the dir), -EIO.
@@ -98,7 +119,7 @@ int kvt_pagestore_get(kvt_pagestore *s, const struct kvt_page *pages, size_t n, 
 
 /* Store n pages. results[i]: 0 (stored, or stored already), -ENOSPC (no room: a batch
  * larger than the store keeps its first pages), another -errno. Blocks until the pages are
- * durable. Errors: as get, and -EROFS for a read-only store. */
+ * durable (sync RELAXED: written and indexed). Errors: as get, and -EROFS for a read-only store. */
 int kvt_pagestore_set(kvt_pagestore *s, const struct kvt_page *pages, size_t n, int *results);
 
 /* The same, without waiting: *op names the op, which kvt_pagestore_wait collects. The
@@ -114,8 +135,16 @@ int kvt_pagestore_submit_set(kvt_pagestore *s, const struct kvt_page *pages, siz
 int kvt_pagestore_wait(kvt_pagestore *s, uint64_t op, int timeout_ms, size_t *ok);
 
 /* A descriptor that becomes readable when a submitted op completes (read it to rearm; an
- * eventfd counting completions), for a caller's poll loop. Valid until close. */
+ * eventfd counting completions), for a caller's poll loop. Valid until close. With a remote,
+ * an op whose server part ends last may complete without a count: such a loop also waits
+ * with a timeout (kvt_pagestore_wait with 0 tells). */
 int kvt_pagestore_event_fd(kvt_pagestore *s);
+
+/* Count the pages of n keys as used now, as a read of them would (eviction takes the least
+ * recently used first); keys not stored are skipped. *touched (may be NULL) = how many were
+ * stored. No I/O: the access times reach the index with a later commit. Errors: -EINVAL, an
+ * index error. A read-only store counts nothing (0). */
+int kvt_pagestore_touch(kvt_pagestore *s, const uint8_t *keys, size_t n, size_t *touched);
 
 /* Delete the pages of n keys; *deleted = how many were stored. Blocks. Errors: -EINVAL,
  * -EROFS, -ENOMEM, an index error. */
@@ -137,6 +166,11 @@ struct kvt_pagestore_stats {
     uint64_t recovered; /* pages whose index records were rebuilt from the slabs at open */
     uint32_t disk_io;   /* enum kvt_disk_io in use */
     uint32_t read_only;
+    /* (since 0.8) The remote (options.remote; 0 without one); the counters above count the
+     * disk alone. */
+    uint32_t remote;        /* 1: a server below the disk */
+    uint64_t remote_reads;  /* pages a get read from the server (the disk lacked them) */
+    uint64_t remote_errors; /* of errors, the server's: failed checks, pages an op failed */
 };
 
 /* Counters and gauges of now into st (st->size bytes of it). Errors: -EINVAL. */

@@ -17,19 +17,31 @@ revision, dtype, layout, TP rank) and refuses any other.
         assert s.get_into([key], [out]) == [0]          # or into a buffer
 
 PageStore(dir, fingerprint, page_bytes, *, page_tokens=0, capacity=1 << 30,
-          disk_io="auto", read_only=False)
+          disk_io="auto", read_only=False, sync="durable", remote=None,
+          remote_timeout_ms=0, remote_ttl_s=0)
+    remote="redis://host:6379" (or a cluster's seeds, or rediss:// for TLS): a shared server
+    below the disk; a set writes both, a get reads the disk or, where it lacks the page, the
+    server (checked), and exists asks the server for what the disk lacks (at most
+    remote_timeout_ms, default 1000). A server that is down or hung costs only hits.
+    sync="relaxed": set returns once pages are written and indexed; data and index are
+    flushed every second or 256 MiB and at close (a power cut may lose the pages written
+    since: each then a miss, never wrong bytes).
     .page_bytes, .dir, .closed                  read-only properties
     .exists(keys) -> int                        the leading run of keys that are stored
+    .exists_local(keys) -> int                  the same on the disk alone (no network)
     .get(keys, ptrs, sizes=None, segs_per_page=1) -> list[int]
     .set(keys, ptrs, sizes=None, segs_per_page=1, parent=None) -> list[int]
         Zero-copy through int addresses: page i's segments are
         ptrs[i*segs_per_page:(i+1)*segs_per_page], sizes alike (None: one segment of
-        page_bytes a page); a page's sizes add up to page_bytes.
+        page_bytes a page); a page's sizes add up to page_bytes. parent: the key of the
+        page before keys[0] (page i's is keys[i-1]), or a list of one parent a page (a key,
+        or None for a page that starts a sequence).
     .get_into(keys, buffers) -> list[int]       one writable buffer of page_bytes a page
     .set_from(keys, buffers, parent=None) -> list[int]
     .submit_get / .submit_set / .submit_get_into / .submit_set_from(...) -> int op id
     .wait(op, timeout_ms=-1) -> list[int]       TimeoutError if not done (wait again)
     .event_fd() -> int                          readable when a submitted op completes
+    .touch(keys) -> int                         count pages as used now (eviction order)
     .delete(keys) -> int, .clear(), .stats() -> dict, .close(); a context manager
 
 keys: bytes of n*32 bytes, or a sequence of 32-byte bytes-like keys. Per-page results:

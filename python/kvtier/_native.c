@@ -56,6 +56,8 @@ struct batch {
     int *results;
     Py_buffer *views; /* the buffer variants' views, one a page; nviews of them taken */
     size_t nviews;
+    uint8_t *parents;  /* a parent per page (n keys back to back), when given as a list */
+    uint8_t *has_each; /* parents[i] is set; else page i starts a chain */
 };
 
 static void batch_free(struct batch *b)
@@ -69,6 +71,8 @@ static void batch_free(struct batch *b)
     PyMem_Free(b->pages);
     PyMem_Free(b->segs);
     PyMem_Free(b->keys);
+    PyMem_Free(b->parents);
+    PyMem_Free(b->has_each);
     PyMem_Free(b);
 }
 
@@ -97,6 +101,8 @@ static void batch_link(struct batch *b, size_t per_page)
         const uint8_t *parent = i ? b->keys + (i - 1) * KEY_BYTES : NULL;
         if (!i && b->has_parent)
             parent = b->parent;
+        if (b->parents)
+            parent = b->has_each[i] ? b->parents + i * KEY_BYTES : NULL;
         b->pages[i] = (struct kvt_page){.key = b->keys + i * KEY_BYTES,
                                         .parent = parent,
                                         .segs = b->segs + i * per_page,
@@ -173,10 +179,40 @@ static int batch_keys(PyObject *obj, struct batch *b)
     return PyObject_CheckBuffer(obj) ? keys_from_buffer(obj, b) : keys_from_sequence(obj, b);
 }
 
+/* A list or tuple of parents, one a page: a 32-byte key, or None for a page that starts a
+ * chain. The pages of a batch need not be one sequence. */
+static int batch_parents(PyObject *obj, struct batch *b)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+
+    if ((size_t)n != b->n) {
+        PyErr_Format(PyExc_ValueError, "parent: %zu of them wanted (one a page), %zd given", b->n,
+                     n);
+        return -1;
+    }
+    b->parents = PyMem_Calloc(b->n ? b->n : 1, KEY_BYTES);
+    b->has_each = PyMem_Calloc(b->n ? b->n : 1, 1);
+    if (!b->parents || !b->has_each) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(obj, i);
+        if (p == Py_None)
+            continue;
+        if (copy_exact(p, b->parents + (size_t)i * KEY_BYTES, KEY_BYTES, "a parent") < 0)
+            return -1;
+        b->has_each[i] = 1;
+    }
+    return 0;
+}
+
 static int batch_parent(PyObject *obj, struct batch *b)
 {
     if (!obj || obj == Py_None)
         return 0;
+    if (PyList_Check(obj) || PyTuple_Check(obj))
+        return batch_parents(obj, b);
     b->has_parent = 1;
     return copy_exact(obj, b->parent, KEY_BYTES, "parent");
 }
@@ -530,6 +566,16 @@ static int disk_io_from(const char *name, uint32_t *out)
     return -1;
 }
 
+static int sync_from(const char *name, uint32_t *out)
+{
+    if (strcmp(name, "durable") == 0 || strcmp(name, "relaxed") == 0) {
+        *out = name[0] == 'r' ? KVT_DISK_SYNC_RELAXED : KVT_DISK_SYNC_DURABLE;
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "sync must be 'durable' or 'relaxed', not '%s'", name);
+    return -1;
+}
+
 static int open_checks(const struct kvt_pagestore_options *o)
 {
     if (!o->fingerprint_len)
@@ -548,18 +594,23 @@ static int open_checks(const struct kvt_pagestore_options *o)
 static int parse_open_args(PyObject *args, PyObject *kwds, struct kvt_pagestore_options *o,
                            PyObject **dir_bytes, Py_buffer *fp)
 {
-    static char *kwlist[] = {"dir",      "fingerprint", "page_bytes", "page_tokens",
-                             "capacity", "disk_io",     "read_only",  NULL};
+    static char *kwlist[] = {"dir",      "fingerprint",       "page_bytes",   "page_tokens",
+                             "capacity", "disk_io",           "read_only",    "sync",
+                             "remote",   "remote_timeout_ms", "remote_ttl_s", NULL};
     unsigned long long page_bytes, capacity = 1ull << 30;
-    unsigned int page_tokens = 0;
-    const char *disk_io = "auto";
+    unsigned int page_tokens = 0, remote_timeout_ms = 0, remote_ttl_s = 0;
+    const char *disk_io = "auto", *sync = "durable", *remote = NULL;
     int read_only = 0;
 
     kvt_pagestore_options_init(o, sizeof(*o));
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&y*K|$IKsp:PageStore", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&y*K|$IKspszII:PageStore", kwlist,
                                      PyUnicode_FSConverter, dir_bytes, fp, &page_bytes,
-                                     &page_tokens, &capacity, &disk_io, &read_only))
+                                     &page_tokens, &capacity, &disk_io, &read_only, &sync, &remote,
+                                     &remote_timeout_ms, &remote_ttl_s))
         return -1;
+    o->remote = remote; /* the caller's argument: alive until the open returns */
+    o->remote_timeout_ms = remote_timeout_ms;
+    o->remote_ttl_s = remote_ttl_s;
     o->dir = PyBytes_AS_STRING(*dir_bytes);
     o->fingerprint = fp->buf;
     o->fingerprint_len = (size_t)fp->len;
@@ -567,7 +618,7 @@ static int parse_open_args(PyObject *args, PyObject *kwds, struct kvt_pagestore_
     o->page_tokens = page_tokens;
     o->capacity_bytes = capacity;
     o->read_only = (uint32_t)read_only;
-    if (disk_io_from(disk_io, &o->disk_io) == 0)
+    if (disk_io_from(disk_io, &o->disk_io) == 0 && sync_from(sync, &o->sync) == 0)
         return 0;
     PyBuffer_Release(fp);
     Py_CLEAR(*dir_bytes);
@@ -654,6 +705,48 @@ static PyObject *PageStore_exists(PageStore *self, PyObject *keys)
     }
     ts = PyEval_SaveThread();
     rc = kvt_pagestore_exists(self->s, b->keys, b->n, &run);
+    PyEval_RestoreThread(ts);
+    leave(self);
+    batch_free(b);
+    return rc ? raise_code(rc) : PyLong_FromSize_t(run);
+}
+
+static PyObject *PageStore_touch(PageStore *self, PyObject *keys)
+{
+    struct batch *b;
+    PyThreadState *ts;
+    size_t touched = 0;
+    int rc;
+
+    if (check_open(self) < 0 || !(b = batch_new()))
+        return NULL;
+    if (batch_keys(keys, b) < 0 || enter(self) < 0) {
+        batch_free(b);
+        return NULL;
+    }
+    ts = PyEval_SaveThread();
+    rc = kvt_pagestore_touch(self->s, b->keys, b->n, &touched);
+    PyEval_RestoreThread(ts);
+    leave(self);
+    batch_free(b);
+    return rc ? raise_code(rc) : PyLong_FromSize_t(touched);
+}
+
+static PyObject *PageStore_exists_local(PageStore *self, PyObject *keys)
+{
+    struct batch *b;
+    PyThreadState *ts;
+    size_t run = 0;
+    int rc;
+
+    if (check_open(self) < 0 || !(b = batch_new()))
+        return NULL;
+    if (batch_keys(keys, b) < 0 || enter(self) < 0) {
+        batch_free(b);
+        return NULL;
+    }
+    ts = PyEval_SaveThread();
+    rc = kvt_pagestore_exists_local(self->s, b->keys, b->n, &run);
     PyEval_RestoreThread(ts);
     leave(self);
     batch_free(b);
@@ -848,7 +941,10 @@ static PyObject *stats_dict(const struct kvt_pagestore_stats *st)
         put_u64(d, "bytes_written", st->bytes_written) || put_u64(d, "evicted", st->evicted) ||
         put_u64(d, "deleted", st->deleted) || put_u64(d, "errors", st->errors) ||
         put_u64(d, "recovered", st->recovered) || put_str(d, "disk_io", io) ||
-        PyDict_SetItemString(d, "read_only", st->read_only ? Py_True : Py_False))
+        PyDict_SetItemString(d, "read_only", st->read_only ? Py_True : Py_False) ||
+        PyDict_SetItemString(d, "remote", st->remote ? Py_True : Py_False) ||
+        put_u64(d, "remote_reads", st->remote_reads) ||
+        put_u64(d, "remote_errors", st->remote_errors))
         Py_CLEAR(d);
     return d;
 }
@@ -909,8 +1005,9 @@ static PyMethodDef PageStore_methods[] = {
     {"set", KW(PageStore_set),
      "set(keys, ptrs, sizes=None, segs_per_page=1, parent=None) -> list[int]\n\nStore pages "
      "from memory at int addresses; blocks until durable. parent:\nthe key of the page before "
-     "keys[0]; inside the batch page i's parent is keys[i-1].\nPer page: 0 (stored, or stored "
-     "already), -ENOSPC, another -errno."},
+     "keys[0]; inside the batch page i's parent is keys[i-1]. Or a list\nof parents, one a "
+     "page (a key, or None for a first page). Per page: 0 (stored,\nor stored already), "
+     "-ENOSPC, another -errno."},
     {"get_into", KW(PageStore_get_into),
      "get_into(keys, buffers) -> list[int]\n\nget into writable buffer-protocol objects, one "
      "of page_bytes a page."},
@@ -936,6 +1033,12 @@ static PyMethodDef PageStore_methods[] = {
     {"event_fd", FN(PyCFunction, PageStore_event_fd), METH_NOARGS,
      "event_fd() -> int\n\nAn eventfd that becomes readable when a submitted op completes "
      "(read 8 bytes to\nrearm). Valid until close."},
+    {"exists_local", FN(PyCFunction, PageStore_exists_local), METH_O,
+     "exists_local(keys) -> int\n\nexists on this machine's disk alone: never waits for a "
+     "remote server."},
+    {"touch", FN(PyCFunction, PageStore_touch), METH_O,
+     "touch(keys) -> int\n\nCount the pages of keys as used now, as a read would (eviction "
+     "takes the\nleast recently used first), without reading them: how many were stored."},
     {"delete", FN(PyCFunction, PageStore_delete), METH_O,
      "delete(keys) -> int\n\nDelete the pages of keys: how many were stored."},
     {"clear", FN(PyCFunction, PageStore_clear), METH_NOARGS, "clear()\n\nDelete every page."},
@@ -959,12 +1062,16 @@ static PyGetSetDef PageStore_getset[] = {
 
 PyDoc_STRVAR(PageStore_doc,
              "PageStore(dir, fingerprint, page_bytes, *, page_tokens=0, capacity=1 << 30,\n"
-             "          disk_io='auto', read_only=False)\n\n"
+             "          disk_io='auto', read_only=False, sync='durable')\n\n"
              "kvtier's page store: whole KV pages of page_bytes named by 32-byte keys, in a\n"
              "data dir of kvtier's disk-tier format (kvtier-ctl reads it). fingerprint (bytes)\n"
              "names the KV (model, revision, dtype, layout, TP rank); a dir holding another\n"
              "fingerprint's pages raises kvtier.Error with code EFINGERPRINT. capacity: bytes\n"
              "of pages kept, the oldest going past it. disk_io: 'auto', 'uring' or 'psync'.\n"
+             "sync: 'durable' (set returns once its pages are on disk) or 'relaxed' (flushed\n"
+             "every second or 256 MiB and at close). remote: a Redis/Valkey URL, a server\n"
+             "below the disk (writes go to both, reads to the nearest that has the page,\n"
+             "checked); remote_timeout_ms bounds each wait for it (0: 1000).\n"
              "Every page read is checked: a damaged page is a miss, never wrong bytes.\n"
              "Thread-safe; the GIL is released inside every call.");
 

@@ -2,7 +2,7 @@
  * The multimodal embedding cache (docs/design.md, "Multimodal embeddings"): vision-encoder
  * outputs kept by item hash in device memory under a byte budget, least recently used out
  * first, with copies on the host and in a store below (the engine's disk and remote tiers,
- * through a view of its store: store/share.h). The engine's kvt_emb_* calls (engine_emb.c)
+ * through a view of its store: store/share.h). The engine's kvt_emb_* calls (engine/embeddings.c)
  * check their arguments and come here; the owner's thread only.
  *
  *   emb.c     the calls: put, fetch, wait, release, read, lookup, drop, stats

@@ -4,7 +4,7 @@
  * batch_exists (the run of keys present from the first), read is batch_get, write is
  * batch_set, by page key into host pages, with a result per page.
  *
- *   struct kvt_store --ops--> disk  (store/disk/ops.c over the block store, store/disk/store.h)
+ *   struct kvt_store --ops--> disk  (disk/ops.c over the block store, disk/store.h)
  *                             mem   (store/mem.c: pages in memory, the template for a backend
  *                                    and the engine tests' fault seam)
  *                             chain (store/chain.c: stores in order, nearest first)

@@ -35,9 +35,9 @@
 #include <string.h>
 
 #include "radix/hash.h"
-#include "store/disk/index.h"
-#include "store/disk/layout.h"
-#include "store/disk/store.h"
+#include "disk/index.h"
+#include "disk/layout.h"
+#include "disk/store.h"
 
 #define GROW_BATCH 256u
 #define GROW_CHAIN 32u

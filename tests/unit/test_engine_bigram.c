@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "kvtier.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "engine_fixture.h"
 #include "rng.h"
 

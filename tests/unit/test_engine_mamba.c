@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "kvtier.h"
-#include "engine.h"
-#include "store/disk/layout.h"
-#include "store/disk/ops.h"
+#include "engine/engine.h"
+#include "disk/layout.h"
+#include "disk/ops.h"
 #include "radix/hash.h"
 #include "store/mem.h"
 #include "engine_fixture.h"

@@ -19,9 +19,9 @@
 #include <string.h>
 
 #include "kvtier.h"
-#include "engine.h"
-#include "store/disk/layout.h"
-#include "store/disk/ops.h"
+#include "engine/engine.h"
+#include "disk/layout.h"
+#include "disk/ops.h"
 #include "engine_fixture.h"
 #include "harness.h"
 #include "prefix_kv.h"

@@ -36,8 +36,8 @@
 #include "kvtier.h"
 #include "engine_fixture.h"
 #include "rng.h"
-#include "store/disk/layout.h"
-#include "store/disk/store.h"
+#include "disk/layout.h"
+#include "disk/store.h"
 
 #define PAGES 1500
 #define PAGE_BYTES 2048 /* the tiny geometry's page: all tail, a packed slot */

@@ -4,9 +4,12 @@
  * restart keeps the pages and refuses another fingerprint or page size; asynchronous ops
  * with the eventfd; bad arguments refused before anything changes; a read-only store; damaged
  * slabs give misses, never bytes; three threads calling exists, get and set at once, as
- * SGLang's controller does, never see a wrong byte; and stores of one dir in one process
+ * SGLang's controller does, never see a wrong byte; stores of one dir in one process
  * (readers beside a writer, on threads, beside the engine's disk tier) share one LMDB
- * environment, so that none breaks another.
+ * environment, so that none breaks another; a touch keeps a page from being evicted first,
+ * and relaxed sync keeps pages across a reopen; with a remote (a redis-server of the test's
+ * own), a second store on another disk is served what the first wrote, exact, and a server
+ * stopped (SIGSTOP) costs hits within the timeout while the disk serves on.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +33,14 @@
 #include "kvtier_store.h"
 
 #include "engine_fixture.h"
+#ifdef KVT_HAVE_REDIS
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#endif
 
 #define SEG 6000 /* two segments: a page is not a whole number of 4 KiB blocks */
 #define PAGE (2 * SEG)
@@ -448,6 +459,184 @@ static void test_three_threads(void **state)
     fx_close(&f);
 }
 
+static uint64_t stat_of(kvt_pagestore *s, int which)
+{
+    struct kvt_pagestore_stats st = {.size = sizeof(st)};
+
+    assert_int_equal(kvt_pagestore_stats(s, &st), 0);
+    return which == 0 ? st.capacity_pages : which == 1 ? st.pages : st.evicted;
+}
+
+/* A store of a few pages, relaxed: page 0 touched is kept when the next page needs room, and
+ * the oldest untouched one goes; everything is there again after a reopen. */
+static void test_touch_and_relaxed_sync(void **state)
+{
+    struct kvt_pagestore_options o;
+    struct fixture f;
+    uint8_t keys[2][KVT_PAGESTORE_KEY_BYTES];
+    size_t touched = 99;
+    uint64_t cap;
+
+    (void)state;
+    assert_int_equal(fixture_data_dir(f.dir, sizeof(f.dir), "pagestore"), 0);
+    kvt_pagestore_options_init(&o, sizeof(o));
+    o.dir = f.dir;
+    o.fingerprint = FP;
+    o.fingerprint_len = strlen(FP);
+    o.page_bytes = PAGE;
+    o.capacity_bytes = 6 * 16384;
+    o.sync = 2;
+    assert_int_equal(kvt_pagestore_open(&o, &f.s), -EINVAL);
+    o.sync = KVT_DISK_SYNC_RELAXED;
+    assert_int_equal(kvt_pagestore_open(&o, &f.s), 0);
+    cap = stat_of(f.s, 0);
+    assert_true(cap >= 3 && cap < NP);
+    for (uint32_t i = 0; i < cap; i++)
+        put_range(f.s, i, 1); /* one at a time: no parents, plain LRU order */
+    key_of(0, keys[0]);
+    key_of(1000, keys[1]);
+    assert_int_equal(kvt_pagestore_touch(f.s, &keys[0][0], 2, &touched), 0);
+    assert_int_equal(touched, 1);
+    assert_int_equal(kvt_pagestore_touch(NULL, &keys[0][0], 1, NULL), -EINVAL);
+    put_range(f.s, (uint32_t)cap, 1);
+    assert_int_equal(stat_of(f.s, 2), 1);
+    assert_int_equal(run_of(f.s, 0, 1), 1); /* touched: kept */
+    assert_int_equal(run_of(f.s, 1, 1), 0); /* the least recently used went */
+    assert_int_equal(run_of(f.s, 2, (uint32_t)cap - 1), cap - 1);
+    kvt_pagestore_close(f.s);
+    assert_int_equal(kvt_pagestore_open(&o, &f.s), 0);
+    assert_int_equal(stat_of(f.s, 1), cap);
+    assert_int_equal(get_range(f.s, 2, (uint32_t)cap - 1, NULL), cap - 1);
+    assert_int_equal(get_range(f.s, 0, 1, NULL), 1);
+    fx_close(&f);
+}
+
+#ifdef KVT_HAVE_REDIS
+static int open_remote_at(const char *dir, const char *url, kvt_pagestore **s)
+{
+    struct kvt_pagestore_options o;
+
+    kvt_pagestore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    o.fingerprint = FP;
+    o.fingerprint_len = strlen(FP);
+    o.page_bytes = PAGE;
+    o.page_tokens = 16;
+    o.remote = url;
+    o.remote_timeout_ms = 300;
+    return kvt_pagestore_open(&o, s);
+}
+
+static uint64_t ms_now(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* A free loopback port: bound, read back, let go. */
+static uint16_t free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static bool answers(uint16_t port)
+{
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    char buf[16] = {0};
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+              write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof(buf) - 1) > 0 &&
+              strncmp(buf, "+PONG", 5) == 0;
+
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* A redis-server of the test's own, without persistence; 0 when none is installed. */
+static pid_t start_redis(uint16_t port)
+{
+    char p[8];
+    pid_t pid;
+
+    if (system("command -v redis-server > /dev/null 2>&1") != 0)
+        return 0;
+    snprintf(p, sizeof(p), "%u", port);
+    if ((pid = fork()) == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", "/tmp", "--loglevel", "warning", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100 && !answers(port); i++)
+        usleep(50000);
+    assert_true(answers(port));
+    return pid;
+}
+
+static void test_remote(void **state)
+{
+    struct kvt_pagestore_stats st = {.size = sizeof(st)};
+    struct fixture a, b;
+    uint8_t keys[1][KVT_PAGESTORE_KEY_BYTES];
+    char url[64], dir_b[160];
+    uint16_t port = free_port();
+    pid_t srv = start_redis(port);
+    size_t run = 0;
+    uint64_t t0;
+
+    (void)state;
+    if (!srv)
+        skip();
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+    assert_int_equal(fixture_data_dir(a.dir, sizeof(a.dir), "pagestore"), 0);
+    snprintf(dir_b, sizeof(dir_b), "%s/b", a.dir);
+    assert_int_equal(open_remote_at(a.dir, url, &a.s), 0);
+    assert_int_equal(open_remote_at(dir_b, url, &b.s), 0);
+    put_range(a.s, 0, 16);
+    /* b's disk has none of them: the server has every one, checked. */
+    key_of(0, keys[0]);
+    assert_int_equal(kvt_pagestore_exists_local(b.s, &keys[0][0], 1, &run), 0);
+    assert_int_equal(run, 0);
+    assert_int_equal(kvt_pagestore_exists_local(a.s, &keys[0][0], 1, &run), 0);
+    assert_int_equal(run, 1);
+    assert_int_equal(run_of(b.s, 0, 16), 16);
+    assert_int_equal(get_range(b.s, 0, 16, NULL), 16);
+    assert_int_equal(kvt_pagestore_stats(b.s, &st), 0);
+    assert_int_equal(st.remote, 1);
+    assert_int_equal(st.remote_reads, 16);
+    assert_int_equal(st.get_hits, 0);
+    /* A hung server: what the disk holds is served, the rest are misses, all in bounded time. */
+    assert_int_equal(kill(srv, SIGSTOP), 0);
+    t0 = ms_now();
+    assert_int_equal(run_of(b.s, 100, 4), 0);
+    assert_int_equal(get_range(b.s, 100, 4, NULL), 0);
+    put_range(a.s, 200, 4); /* kept by the disk, so stored */
+    assert_int_equal(get_range(a.s, 200, 4, NULL), 4);
+    assert_int_equal(get_range(a.s, 0, 16, NULL), 16);
+    assert_true(ms_now() - t0 < 10 * 300);
+    assert_int_equal(kill(srv, SIGCONT), 0);
+    kvt_pagestore_close(b.s);
+    kvt_pagestore_close(a.s);
+    fixture_remove_tree(a.dir);
+    kill(srv, SIGKILL);
+    waitpid(srv, NULL, 0);
+}
+#endif
+
 /* ---- stores of one dir in one process: one LMDB environment ---- */
 
 /* A read-only store opened and closed beside the writer in the same process leaves the writer
@@ -705,6 +894,10 @@ int main(void)
         cmocka_unit_test(test_engine_beside_page_store),
         cmocka_unit_test(test_reader_before_first_slab),
         cmocka_unit_test(test_small_pages_cached),
+        cmocka_unit_test(test_touch_and_relaxed_sync),
+#ifdef KVT_HAVE_REDIS
+        cmocka_unit_test(test_remote),
+#endif
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

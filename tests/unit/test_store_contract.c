@@ -31,7 +31,7 @@
 
 #include "kvtier.h"
 #include "store/chain.h"
-#include "store/disk/ops.h"
+#include "disk/ops.h"
 #include "store/mem.h"
 #include "store/share.h"
 #include "store/store.h"

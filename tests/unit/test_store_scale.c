@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "store/disk/layout.h"
-#include "store/disk/store.h"
+#include "disk/layout.h"
+#include "disk/store.h"
 
 #define PAGE_BYTES 2048
 #define TOKENS 16

@@ -1,14 +1,17 @@
 /*
  * kvtier-ctl's pieces (tools/ctl/):
- *   ctl.c         main: subcommands, options, help, output helpers
+ *   ctl.c         main: subcommands, options, help
  *   ctl_dir.c     opening a data dir: why it failed, a damaged index rebuilt; recover
  *   ctl_index.c   a data dir's index in memory: pages, namespaces, parent links, checks
- *   ctl_show.c    stat, ls, show, tree (read-only)
+ *   ctl_show.c    stat, ls, show (read-only)
+ *   ctl_tree.c    tree (read-only)
  *   ctl_check.c   verify, gc, evict
  *   ctl_copy.c    export, import
  *   ctl_live.c    stat --live, top, metrics (a running engine's stats socket)
  *   ctl_remote.c  remote stat, remote verify (the Redis tier's server, plain or TLS)
  *   ctl_emb.c     emb: the multimodal embeddings a dir holds, checked whole
+ *   ctl_out.c     output helpers every command uses (errors, hex, times, sizes)
+ * ctl.c calls the commands, the commands call the helpers: nothing calls back up.
  */
 #ifndef KVT_TOOLS_CTL_H
 #define KVT_TOOLS_CTL_H
@@ -18,7 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "store/disk/store.h"
+#include "disk/store.h"
 
 #define PROG "kvtier-ctl"
 #define HASH_BYTES DSTORE_KEY_BYTES
@@ -47,12 +50,10 @@ struct ctl_args {
     const char *tls_ca, *tls_cert, *tls_key; /* remote --tls-ca, --tls-cert, --tls-key */
 };
 
-/* ---- output helpers (ctl.c) ---- */
+/* ---- output helpers (ctl_out.c) ---- */
 
 /* Print "kvtier-ctl: ..." on stderr; returns 1, the error status. */
 int ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Explain why a data dir could not be opened (rc from dstore_open) and return 1. */
-int ctl_open_error(const char *dir, int rc, bool writing);
 void ctl_hex(const uint8_t *b, size_t n, char *out); /* out: 2n + 1 chars */
 /* "YYYY-MM-DDTHH:MM:SSZ" for ns since the epoch ("-" for 0); buf of 32. */
 const char *ctl_time(uint64_t ns, char *buf);
@@ -60,6 +61,10 @@ const char *ctl_time(uint64_t ns, char *buf);
 const char *ctl_bytes(uint64_t n, char *buf);
 void ctl_json_hex(const uint8_t *b, size_t n);
 
+/* ---- opening a data dir (ctl_dir.c) ---- */
+
+/* Explain why a data dir could not be opened (rc from dstore_open) and return 1. */
+int ctl_open_error(const char *dir, int rc, bool writing);
 /* Open a data dir as found, read-only; with heal (the command writes the dir anyway), a
  * damaged index is first rebuilt by a writer's open. 0, or an exit status after saying why. */
 int ctl_open_ro(const char *dir, bool heal, struct dstore **out);

@@ -20,7 +20,7 @@
 #include "cli.h"
 #include "ctl.h"
 #include "datadir.h"
-#include "store/disk/index.h"
+#include "disk/index.h"
 
 #define LMDB_PAGE 4096 /* the page size of the index's LMDB file (the host's, on x86-64) */
 #define RETRIES 20     /* tries of a call whose snapshot could not be taken: about 1 s */

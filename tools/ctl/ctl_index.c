@@ -17,7 +17,7 @@
 
 #include "ctl.h"
 #include "emb/format.h"
-#include "engine.h"
+#include "engine/engine.h"
 #include "radix/hash.h"
 
 /* ---- loading ---- */

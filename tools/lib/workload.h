@@ -96,10 +96,19 @@ uint32_t wl_output_token(const struct wl_req *r, uint32_t i);
 struct wl_seg wl_add_request(struct workload *w, const struct wl_seg *segs, size_t n,
                              uint32_t out_len, uint64_t serial);
 
-/* ---- the multimodal workload (workload_mm.c) ---- */
-
 /* The 32 bytes naming image segment id (its content hash, as a serving engine would take). */
 void wl_image_hash(uint64_t id, uint8_t hash[32]);
+
+/* ---- for the readers and generators (workload_trace.c, _synth.c, _mm.c) ---- */
+
+/* p grown (doubling) to hold need elements of elem bytes, *cap updated; exits on no memory. */
+void *wl_grow(void *p, size_t *cap, size_t need, size_t elem);
+/* Append a segment, and a request whose segments were appended before it. */
+void wl_add_seg(struct workload *w, uint64_t id, uint32_t len);
+void wl_add_req(struct workload *w, const struct wl_req *r);
+
+/* ---- the multimodal workload (workload_mm.c) ---- */
+
 /* The "multimodal" generator behind wl_synth_*: images among the text of requests. */
 struct wl_mm;
 struct wl_mm *wl_mm_open(uint64_t seed);

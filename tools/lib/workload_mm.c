@@ -25,7 +25,7 @@
 #define MM_TASKS 8     /* one-shot instructions */
 #define MM_SESSIONS 16 /* chats under way at once */
 #define MM_MAX_SEGS 64 /* a chat's history is cut to its system prompt and the last turns */
-#define MM_IMAGE_TAG 0x696d616765ull /* "image" */
+#define MM_IMAGE_TAG 0x696d616765ull /* "image": seeds the catalogue as it names images */
 
 const char wl_mm_about[] =
     "vision-language requests: chats about images (16 at a time, 4 system prompts, 2-6 "
@@ -46,14 +46,6 @@ struct wl_mm {
     struct wl_seg prompts[MM_PROMPTS], tasks[MM_TASKS];
     struct mm_session s[MM_SESSIONS];
 };
-
-void wl_image_hash(uint64_t id, uint8_t hash[32])
-{
-    for (int i = 0; i < 4; i++) {
-        uint64_t w = wl_mix(wl_mix(id ^ MM_IMAGE_TAG) + (uint64_t)i);
-        memcpy(hash + 8 * i, &w, 8);
-    }
-}
 
 static uint32_t pick(struct wl_mm *m, uint32_t lo, uint32_t hi)
 {

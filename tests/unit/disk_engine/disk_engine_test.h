@@ -74,10 +74,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/disk/layout.h"
-#include "engine.h"
+#include "disk/layout.h"
+#include "engine/engine.h"
 #include "store/chain.h"
-#include "store/disk/ops.h"
+#include "disk/ops.h"
 #include "store/mem.h"
 #include "radix/hash.h"
 

@@ -4,7 +4,7 @@
  * (ops done at submission) and the disk store (ops done by its threads, in any order). */
 #include "emb_test.h"
 
-#include "store/disk/ops.h"
+#include "disk/ops.h"
 #include "store/mem.h"
 #include "store/share.h"
 

@@ -7,9 +7,9 @@
 #include <pthread.h>
 
 #include "emb/format.h"
-#include "engine.h"
-#include "store/disk/ops.h"
-#include "store/disk/store.h"
+#include "engine/engine.h"
+#include "disk/ops.h"
+#include "disk/store.h"
 
 #ifdef KVT_HAVE_REDIS
 #include "redis_server.h"

@@ -25,7 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "engine_fixture.h"
 
 /* helpers.c */

@@ -4,7 +4,7 @@
  * and a seeded random run with random completion delays.
  *
  * KV content is a function of the token prefix: the row of token i is drawn from a hash
- * chained over the namespace and tokens 0..i (as tools/bench/bench.c does), so any page, served
+ * chained over the namespace and tokens 0..i (as tools/bench/bench_kv.c does), so any page, served
  * from the device or loaded back from the host, can be checked byte for byte against the key
  * it is cached under.
  *
@@ -41,9 +41,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "host/host_tier.h"
-#include "store/disk/ops.h"
+#include "disk/ops.h"
 
 /* tests/gpu builds these files again with TEST_BACKEND=KVT_BACKEND_CUDA. */
 #ifndef TEST_BACKEND

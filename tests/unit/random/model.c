@@ -250,7 +250,7 @@ void remember_ref(struct sim *s, kvt_node_ref ref, uint32_t page)
  * needs it to learn which pages an eviction took and to compare owners page by page. */
 int engine_state(const struct sim *s, uint32_t p)
 {
-    return s->e->alloc.state[p];
+    return engine_slots_full(&s->e->slots)->state[p];
 }
 
 struct kvt_stats stats(const struct sim *s)

@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "engine_fixture.h"
 #include "harness.h"
 #include "rng.h"

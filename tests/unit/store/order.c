@@ -2,7 +2,7 @@
 
 /* ---- the write pipe's crash order (durable mode) ----
  *
- * Write batches fly while earlier ones sync and commit (src/store/disk/batch.c). Whatever the
+ * Write batches fly while earlier ones sync and commit (src/disk/batch.c). Whatever the
  * timing, no record may reach the index before the bytes it names are durable. A child writes
  * with several ops in flight through a fault seam that holds some page writes back (the psync
  * engine's threads then land later batches first) and that, before each slab's fdatasync,

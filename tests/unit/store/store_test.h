@@ -42,10 +42,10 @@
 #include <unistd.h>
 
 #include "rng.h"
-#include "store/disk/index.h"
-#include "store/disk/layout.h"
-#include "store/disk/dio.h"
-#include "store/disk/store.h"
+#include "disk/index.h"
+#include "disk/layout.h"
+#include "disk/dio.h"
+#include "disk/store.h"
 #include "engine_fixture.h"
 
 #define PAGE 8192 /* bytes per page in most tests: O_DIRECT-sized */
