@@ -254,37 +254,45 @@ class Controller(Base):
         self.hybrid_round_trip(True)
 
     def test_backups_race_prefetches(self):
-        """Backups of 24 chains queued at once; prefetches of them while the backup thread
-        writes: every hit is whole (a chain's state is at its end) and loads exact."""
-        s = HybridStack(self.dir, tokens=2048)
+        """Backups of 24 chains of 16 pages, each prefetched as soon as it is queued (and all
+        again until each loaded whole) while the backup thread writes: every hit is whole (a
+        chain's state is at its end) and loads exact."""
+        s = HybridStack(self.dir, tokens=4096)
         self.own(s.close)
-        page, chains, want, pending = s.g.page, 24, {}, []
+        page, chains, n, want, pending = s.g.page, 24, 16, {}, []
+        loaded_whole, misses, beside = set(), 0, 0
+
+        def try_load(c, rid):
+            nonlocal misses
+            hit, loaded, _, got = s.load(pending[c], rid=rid)
+            if hit == 0:
+                misses += 1
+                return
+            self.assertEqual((hit, loaded), (n * page, n * page), c)
+            self.assertSame(got, want[c], c)
+            loaded_whole.add(c)
+
         for c in range(chains):
-            tokens = [c * 100000 + t for t in range(6 * page)]
+            tokens = [c * 100000 + t for t in range(n * page)]
             want[c], kv_idx, pools = s.stage(tokens)
             s.ctl.write_storage(kv_idx, tokens, hash_value=s.drv.keys(tokens), prefix_keys=[],
                                 extra_pools=pools)
             pending.append(tokens)
-        loaded_whole, misses, rounds = set(), 0, 0
-        deadline = time.monotonic() + 120
+            beside += s.ctl.ack_backup_queue.qsize() <= c  # this backup not done yet
+            try_load(c, f"{c}.0")
+        deadline, rounds = time.monotonic() + 120, 0
         while len(loaded_whole) < chains and time.monotonic() < deadline:
             rounds += 1
             for c in range(chains):
-                if c in loaded_whole:
-                    continue
-                hit, loaded, _, got = s.load(pending[c], rid=f"{c}.{rounds}")
-                if hit == 0:
-                    misses += 1
-                    continue
-                self.assertEqual((hit, loaded), (6 * page, 6 * page), c)
-                self.assertSame(got, want[c], c)
-                loaded_whole.add(c)
+                if c not in loaded_whole:
+                    try_load(c, f"{c}.{rounds}")
         self.assertEqual(len(loaded_whole), chains, "chains never restorable")
+        self.assertGreater(beside, 0, "no prefetch ran beside a backup in flight")
         for _ in range(chains):
             op = rig._get(s.ctl.ack_backup_queue, "backup ack")
-            self.assertEqual(op.completed_tokens, 6 * page)
-        print(f"  {chains} chains backed up while prefetched: {misses} misses while in flight, "
-              "every hit whole and exact")
+            self.assertEqual(op.completed_tokens, n * page)
+        print(f"  {chains} chains backed up while prefetched: {beside} prefetches beside their "
+              f"chain's backup, {misses} misses, every hit whole and exact")
 
     def test_damaged_kv_slabs(self):
         s = HybridStack(self.dir)
