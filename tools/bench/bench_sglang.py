@@ -161,6 +161,7 @@ class Mooncake:
         self.proc.terminate()
         self.proc.wait(timeout=30)
         self.log.close()
+        os.unlink(self.log.name)
 
 
 def drop_cache(data_dir):
@@ -283,11 +284,21 @@ def main():
     set_parallel()
     backends = a.backends.split(",")
     mooncake = Mooncake(1 << 30) if "mooncake" in backends else None
+    try:
+        results = run_all(a, backends)
+    finally:
+        if mooncake:
+            mooncake.stop()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def run_all(a, backends):
     results = []
     for fs in a.fs.split(","):
         fs_name, base = fs.split("=")
         for kind in a.kinds.split(","):
-            page_nbytes = None
             stack = None
             reps = {b: [] for b in backends}
             for rep in range(a.reps):
@@ -305,11 +316,7 @@ def main():
                 results.append(row)
                 summary(row)
             del stack
-    if mooncake:
-        mooncake.stop()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
+    return results
 
 
 def summary(row):
