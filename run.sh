@@ -119,7 +119,8 @@ cmd_test() {
 
 # Opt-in, not part of test: the real SGLang (its wheel without its CUDA stack) and the torch it
 # pins, about 6 GB, in build/venv-sglang; SGLang's own storage backend factory loads kvtier's
-# backend and drives it over SGLang's real host pool (tests/sglang).
+# backend and drives it over SGLang's real host pools, and SGLang's own cache controllers
+# (HiCacheController, HybridCacheController) with their threads, on the CPU (tests/sglang).
 SGLANG_PACKAGES=(torch==2.14.1 transformers==5.19.0 torchvision apache-tvm-ffi==0.1.11 numpy
                  orjson psutil pybase64 requests packaging pillow starlette typing_extensions
                  msgspec aiohttp pydantic pyzmq tqdm IPython xxhash zstandard dill
@@ -133,7 +134,8 @@ cmd_test_sglang() {
     $venv/bin/pip install -q "${SGLANG_PACKAGES[@]}"
     $venv/bin/pip install -q --config-settings=build-dir=build/pywheel-sglang .
     # From tests/sglang, so the checkout's python/ never shadows the installed package.
-    (cd tests/sglang && ../../$venv/bin/python -W ignore -m unittest -v test_real_sglang)
+    (cd tests/sglang && ../../$venv/bin/python -W ignore -m unittest -v test_real_sglang \
+        test_real_controller)
 }
 
 # Opt-in, not part of test: the real vLLM 0.33.0 (its wheel without its CUDA kernels' packages),

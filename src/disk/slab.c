@@ -208,16 +208,19 @@ static int slab_fd_for_locked(struct dstore *s, uint32_t slab, bool aligned)
     return d->bfd;
 }
 
+/* mem_align is 0 until a slab is opened direct: never, in a buffered dir, and not yet in a
+ * reader that opened before its writer made the first slab (its later slabs are opened
+ * buffered on first need). Either way no I/O goes direct. */
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf)
 {
-    return slab_fd_for_locked(s, slab, s->direct && (uintptr_t)buf % s->mem_align == 0);
+    return slab_fd_for_locked(s, slab,
+                              s->direct && s->mem_align && (uintptr_t)buf % s->mem_align == 0);
 }
 
-/* Whether O_DIRECT takes these regions: every address and length on mem_align (which is 0,
- * never probed, when the dir is buffered). */
+/* Whether O_DIRECT takes these regions: every address and length on mem_align. */
 static bool iov_aligned(const struct dstore *s, const struct iovec *iov, uint32_t n)
 {
-    if (!s->direct)
+    if (!s->direct || !s->mem_align)
         return false;
     for (uint32_t i = 0; i < n; i++)
         if ((uintptr_t)iov[i].iov_base % s->mem_align || iov[i].iov_len % s->mem_align)
@@ -443,17 +446,19 @@ static uint32_t slab_capacity(const struct dstore *s, uint32_t slab)
 
 /* A slab grows by GROW_MIN_BYTES of slots or a 64th of what it holds, whichever is more,
  * so that its file follows the data (within 1 MiB, or 1.6% of a large slab) rather than
- * taking the whole slab at the first write: a store of 30 MB of pages took a 1 GiB file. */
+ * taking the whole slab at the first write: a store of 30 MB of pages took a 1 GiB file.
+ * Slots above GROW_MIN_BYTES grow one at a time until a 64th is more: a slot past the data
+ * was a third more than 3 pages of 8 MiB. */
 #define GROW_MIN_BYTES (1u << 20)
 
-/* Slots the slab's file is to back for slot to be written: slot's and a step past it. */
+/* Slots the slab's file is to back for slot to be written: slot's and the step past it. */
 static uint32_t grow_to(const struct dstore *s, uint32_t slab, uint32_t slot)
 {
     uint64_t valid = s->slabs[slab].valid, step = GROW_MIN_BYTES / s->slot_bytes;
     uint64_t want = slot + 1 > valid ? slot + 1 : valid, cap = slab_capacity(s, slab);
 
     step = step > valid / 64 ? step : valid / 64;
-    want += step ? step : 1;
+    want += step;
     return (uint32_t)(want < cap ? want : cap);
 }
 

@@ -3,8 +3,9 @@ factory creates KvtierHiCacheStorage from the extra config a user passes on the 
 and it is registered with SGLang's real MHATokenToKVPoolHost (CPU tensors, pin_memory off,
 over a K/V pool description made of CPU tensors, since no GPU is needed for the host side).
 Then SGLang's calls: batch_set_v1 from the pool's pages, batch_exists, batch_get_v1 into other
-pages, compared byte for byte through the pool's own get_page_buffer_meta; a restart; and the
-copy path with the pool's flat pages. Real: sglang 0.5.23, torch, the factory, HiCacheStorage
+pages, compared byte for byte through the pool's own get_page_buffer_meta; a restart; the
+copy path with the pool's flat pages; and batch_exists_v2's hit policies against SGLang's own
+HiCacheFile on the same random data. Real: sglang 0.5.23, torch, the factory, HiCacheStorage
 and HiCacheStorageConfig, the host pool class and its memory. Not real: no model runs, no GPU
 pool exists (the host pool's device side is CPU tensors), no scheduler thread calls it.
 """
@@ -126,6 +127,78 @@ class RealSGLang(unittest.TestCase):
             self.assertTrue(torch.equal(g.view(torch.int16), w.view(torch.int16)))
         print("real sglang copy path: 3 flat pages set and read back exact")
         backend.close()
+
+
+class HitPoliciesAgainstSGLangsFile(unittest.TestCase):
+    """batch_exists_v2 against SGLang's own HiCacheFile, the reference for its hit policies:
+    the same random presence patterns stored in both (KV pages, a Mamba state pool and a
+    sliding-window pool, SGLang's real host pools registered through v2), then the same
+    queries with all_pages and trailing_pages pools (windows of 1 to 3 pages) in random order;
+    every answer (kv_hit_pages, each pool's hit pages, the restorable prefix lengths) must be
+    SGLang's. (block_groups: HiCacheFile has none to compare with.)"""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kvt-real-sglang-policies-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_random_patterns(self):
+        import random
+
+        import rig
+        from sglang.srt.mem_cache.hicache_storage import (HiCacheFile, PoolHitPolicy, PoolName,
+                                                          PoolTransfer)
+
+        rig.set_parallel()
+        g = rig.Geometry()
+        _, kv = rig.mha_pools(g, "page_first")
+        _, mamba = rig.mamba_pools("page_first")
+        _, swa = rig.mha_pools(g, "page_first", layers=2)
+        pools = {PoolName.MAMBA: mamba, PoolName.SWA: swa}
+        cfg = config({"file_storage_path": os.path.join(self.dir, "file")})
+        ref = HiCacheFile(cfg, file_path=os.path.join(self.dir, "file"))
+        ours = StorageBackendFactory.create_backend("dynamic", config(rig.extra_config(
+            os.path.join(self.dir, "kvtier"))), None)
+        for b in (ref, ours):
+            b.register_mem_pool_host(kv)
+            b.register_mem_host_pool_v2(kv, PoolName.KV)
+            for name, pool in pools.items():
+                b.register_mem_host_pool_v2(pool, name)
+        rng = random.Random(32)
+        kv_page = kv.get_data_page(0, flat=True).clone()
+        compared = 0
+        for case in range(120):
+            n = rng.randrange(0, 10)
+            keys = [hashlib.sha256(f"{case}/{i}".encode()).hexdigest() for i in range(n)]
+            for i, key in enumerate(keys):
+                if rng.random() < 0.9:
+                    self.assertTrue(ref.set(key, kv_page))
+                    self.assertEqual(ours.batch_set_v1([key], page_slots([0])), [True])
+            for name, pool in pools.items():
+                stored = [k for k in keys if rng.random() < 0.7]
+                if stored:
+                    t = PoolTransfer(name, host_indices=torch.arange(
+                        len(stored) * pool.page_size, dtype=torch.int64), keys=stored)
+                    for b in (ref, ours):
+                        self.assertEqual(b.batch_set_v2([t]), {name: [True] * len(stored)})
+            for _ in range(4):
+                transfers = []
+                for name in rng.sample(list(pools), rng.randrange(0, 3)):
+                    policy = rng.choice([PoolHitPolicy.ALL_PAGES, PoolHitPolicy.TRAILING_PAGES])
+                    window = rng.randrange(0, 4)
+                    transfers.append(PoolTransfer(name, hit_policy=policy,
+                                                  keys=keys[:window] if window else None))
+                want, got = ref.batch_exists_v2(keys, transfers), ours.batch_exists_v2(keys,
+                                                                                    transfers)
+                self.assertEqual(
+                    (got.kv_hit_pages, {str(k): v for k, v in got.extra_pool_hit_pages.items()},
+                     got.restorable_prefix_pages),
+                    (want.kv_hit_pages, {str(k): v for k, v in want.extra_pool_hit_pages.items()},
+                     want.restorable_prefix_pages), (case, transfers))
+                compared += 1
+        ours.close()
+        print(f"real sglang hit policies: {compared} queries answered as HiCacheFile answers them")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvtier_store.h"
@@ -679,6 +681,104 @@ static void test_reader_beside_writer(void **state)
     fx_close(&f);
 }
 
+/* A reader opened before its writer made the first slab (so the dir's O_DIRECT alignment was
+ * never probed for it) reads the pages written after it opened: SGLang's MLA reader ranks
+ * open the writer's dir as soon as its index is there. */
+static void test_reader_before_first_slab(void **state)
+{
+    struct fixture f;
+    kvt_pagestore *r = NULL;
+
+    (void)state;
+    fx_open(&f);
+    assert_int_equal(open_at(f.dir, FP, PAGE, 0, 1, &r), 0);
+    assert_int_equal(run_of(r, 0, 8), 0);
+    put_range(f.s, 0, 8);
+    assert_int_equal(run_of(r, 0, 8), 8);
+    assert_int_equal(get_range(r, 0, 8, NULL), 8);
+    kvt_pagestore_close(r);
+    fx_close(&f);
+}
+
+/* Bytes of path's file the page cache holds. */
+static size_t cached_bytes(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 0;
+
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &st), 0);
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    size_t pages = ((size_t)st.st_size + pg - 1) / pg;
+    unsigned char *vec = calloc(pages, 1);
+
+    assert_true(m != MAP_FAILED && vec);
+    assert_int_equal(mincore(m, (size_t)st.st_size, vec), 0);
+    for (size_t i = 0; i < pages; i++)
+        n += vec[i] & 1;
+    munmap(m, (size_t)st.st_size);
+    free(vec);
+    close(fd);
+    return n * pg;
+}
+
+/* n pages of pb bytes written to a store in dir; returns how many of their bytes the page
+ * cache holds after. */
+static size_t write_and_count_cached(const char *dir, uint32_t pb, uint32_t n)
+{
+    kvt_pagestore *s = NULL;
+    uint8_t *buf = NULL, keys[8][KVT_PAGESTORE_KEY_BYTES];
+    struct kvt_segment segs[8];
+    struct kvt_page pages[8];
+    int res[8];
+    char slab[256];
+
+    assert_true(n <= 8);
+    assert_int_equal(posix_memalign((void **)&buf, 4096, (size_t)pb * n), 0);
+    memset(buf, 0x3c, (size_t)pb * n);
+    assert_int_equal(open_at(dir, FP, pb, 64ull << 20, 0, &s), 0);
+    for (uint32_t i = 0; i < n; i++) {
+        key_of(i, keys[i]);
+        segs[i] = (struct kvt_segment){.addr = buf + (size_t)i * pb, .len = pb};
+        pages[i] = (struct kvt_page){.key = keys[i], .segs = &segs[i], .nsegs = 1};
+    }
+    assert_int_equal(kvt_pagestore_set(s, pages, n, res), 0);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(res[i], 0);
+    kvt_pagestore_close(s);
+    snprintf(slab, sizeof(slab), "%s/slabs/0000.slab", dir);
+    size_t cached = cached_bytes(slab);
+    free(buf);
+    return cached;
+}
+
+/* Pages of 128 KiB or less go through the page cache, so reads of what was just written are
+ * copies from memory (as SGLang's file backend's are); larger ones go direct, where the
+ * filesystem takes O_DIRECT (tmpfs does not: there every byte is in memory anyway). */
+static void test_small_pages_cached(void **state)
+{
+    char base[128], small[160], large[160], probe[160];
+    int fd;
+
+    (void)state;
+    assert_int_equal(fixture_data_dir(base, sizeof(base), "pagestore-cached"), 0);
+    snprintf(small, sizeof(small), "%s/small", base);
+    snprintf(large, sizeof(large), "%s/large", base);
+    size_t cached = write_and_count_cached(small, 64u << 10, 8);
+    print_message("test_small_pages_cached: 8 pages of 64 KiB, %zu bytes cached\n", cached);
+    assert_true(cached >= 8 * (64u << 10));
+    snprintf(probe, sizeof(probe), "%s/probe", base);
+    fd = open(probe, O_CREAT | O_WRONLY | O_DIRECT, 0600);
+    if (fd >= 0) {
+        close(fd);
+        cached = write_and_count_cached(large, 256u << 10, 8);
+        print_message("test_small_pages_cached: 8 pages of 256 KiB, %zu bytes cached\n", cached);
+        assert_true(cached < 2 * (256u << 10));
+    }
+    fixture_remove_tree(base);
+}
+
 struct opener {
     const char *dir;
     int rc;
@@ -792,6 +892,8 @@ int main(void)
         cmocka_unit_test(test_reader_beside_writer),
         cmocka_unit_test(test_readers_on_threads),
         cmocka_unit_test(test_engine_beside_page_store),
+        cmocka_unit_test(test_reader_before_first_slab),
+        cmocka_unit_test(test_small_pages_cached),
         cmocka_unit_test(test_touch_and_relaxed_sync),
 #ifdef KVT_HAVE_REDIS
         cmocka_unit_test(test_remote),

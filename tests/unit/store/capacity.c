@@ -269,33 +269,45 @@ static uint64_t du(const char *path)
     return sum;
 }
 
-/* The slab files follow the data: after 30 MB of 64 KiB pages in a store of 1 GiB, the dir
- * takes within 10% of the pages' bytes and the index's, not the 1 GiB a whole slab would. */
-void test_disk_use(void **state)
+/* After n pages of pb bytes in a store of 1 GiB: the dir takes within 10% of the pages'
+ * bytes and the index's. */
+static void disk_use_after(struct fx *f, uint32_t pb, uint32_t n)
 {
-    enum { PB = 65536, N = 480 };
-    struct fx *f = *state;
     uint8_t *buf = NULL, key[KEY];
     uint32_t toks[TOKENS] = {0};
     char index[96];
     int res;
 
-    f->o.page_bytes = PB;
+    f->o.page_bytes = pb;
     f->o.disk_bytes = f->o.slab_bytes = 1ull << 30;
     fx_open(f);
-    assert_int_equal(posix_memalign((void **)&buf, 4096, PB), 0);
-    for (uint64_t i = 0; i < N; i++) {
+    assert_int_equal(posix_memalign((void **)&buf, 4096, pb), 0);
+    for (uint64_t i = 0; i < n; i++) {
         make_key(5000 + i, key);
-        fill_page(key, buf, PB);
+        fill_page(key, buf, pb);
         struct dstore_wpage w = {.key = key, .tokens = toks, .buf = buf};
         assert_int_equal(dstore_put(f->s, &w, 1, &res), 0);
         assert_int_equal(res, 0);
     }
     fx_close(f);
     snprintf(index, sizeof(index), "%s/index", f->dir);
-    uint64_t used = du(f->dir), stored = (uint64_t)N * PB, ix = du(index);
-    print_message("test_disk_use: %" PRIu64 " bytes stored, index %" PRIu64 ", dir %" PRIu64 "\n",
-                  stored, ix, used);
+    uint64_t used = du(f->dir), stored = (uint64_t)n * pb, ix = du(index);
+    print_message("test_disk_use: %u pages of %u bytes: %" PRIu64 " bytes stored, index %" PRIu64
+                  ", dir %" PRIu64 "\n",
+                  n, pb, stored, ix, used);
     assert_true(used <= (stored + ix) * 11 / 10);
     free(buf);
+}
+
+/* The slab files follow the data: after 30 MB of 64 KiB pages, not the 1 GiB a whole slab
+ * would take. */
+void test_disk_use(void **state)
+{
+    disk_use_after(*state, 65536, 480);
+}
+
+/* Nor a slot past the data for pages above the growth step: 3 pages of 8 MiB took 4 slots. */
+void test_disk_use_big_pages(void **state)
+{
+    disk_use_after(*state, 8u << 20, 3);
 }
