@@ -42,7 +42,11 @@ struct dio_req {
     uint32_t done; /* bytes moved so far */
     int fd;
     bool write;
-    bool fixed;          /* set by the engine when a registered buffer carried it */
+    bool fixed; /* set by the engine when a registered buffer carried it */
+    /* Run it on the kernel's workers, not inline in the engine's thread: a write through the
+     * page cache is a copy the kernel makes inline, one file at a time, so a batch's copies
+     * run beside each other only from workers, one per slab file. */
+    bool async;
     uint32_t slab, slot; /* named to the fault seam */
     int res;             /* 0, or -errno */
 };

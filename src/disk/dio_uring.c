@@ -96,6 +96,8 @@ static void prep(struct uring *u, struct io_uring_sqe *sqe, struct dio_req *r)
         io_uring_prep_write(sqe, r->fd, p, len, off);
     else
         io_uring_prep_read(sqe, r->fd, p, len, off);
+    if (r->async)
+        io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     io_uring_sqe_set_data(sqe, r);
 }
 

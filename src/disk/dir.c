@@ -114,8 +114,14 @@ static char *dir_path(const struct dstore *s, const char *name)
 /* The dir's geometry for a new store, from the options. */
 static void geometry_new(struct dstore *s, struct dmeta *m)
 {
-    uint64_t slab_slots = s->o.slab_bytes / s->slot_bytes;
+    uint64_t slab_slots = s->o.slab_bytes / s->slot_bytes, share;
 
+    if (s->o.stripes > 1) { /* so that a capacity of one slab still spans a stripe */
+        share = (s->nslots + s->o.stripes - 1) / s->o.stripes;
+        if (share < DSTORE_STRIPE_SLAB_MIN / s->slot_bytes)
+            share = DSTORE_STRIPE_SLAB_MIN / s->slot_bytes;
+        slab_slots = share < slab_slots ? share : slab_slots;
+    }
     memset(m, 0, sizeof(*m));
     m->version = s->o.format ? s->o.format : DSTORE_FORMAT_VERSION;
     m->page_bytes = s->page_bytes;

@@ -165,6 +165,7 @@ static int open_block_store(struct kvt_pagestore *s, const struct kvt_pagestore_
     d.flags = (o->read_only ? DSTORE_READONLY : 0) |
               (o->page_bytes <= CACHED_PAGE_MAX ? DSTORE_BUFFERED : 0);
     d.sync = o->sync == KVT_DISK_SYNC_RELAXED ? DSTORE_SYNC_RELAXED : DSTORE_SYNC_DURABLE;
+    d.stripes = DSTORE_STRIPES;
     d.notify = &s->notify;
     return dstore_open(&d, &s->ds);
 }

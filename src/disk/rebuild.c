@@ -204,14 +204,23 @@ static size_t drop_all(struct dstore *s, struct drops *d)
     return dropped;
 }
 
-/* Highest slot first, so the lowest free slot ends on top. */
+/* The stack's order, last taken first: slab groups of o.stripes from the highest, within a
+ * group the slots from the highest position, each position across the group's slabs from
+ * the last. The top is the lowest slot, and the slots taken after it go to each slab of its
+ * group in turn (stripes of 0 or 1: lowest slot first). */
 static uint64_t build_free(struct dstore *s)
 {
-    uint64_t n = 0;
+    uint64_t n = 0, w = s->o.stripes > 1 ? s->o.stripes : 1;
+    uint64_t groups = (s->nslabs + w - 1) / w;
 
-    for (uint64_t g = s->nslots; g-- > 0;)
-        if (s->state[g] == SLOT_FREE)
-            s->freestk[n++] = (uint32_t)g;
+    for (uint64_t gr = groups; gr-- > 0;)
+        for (uint64_t i = s->slab_slots; i-- > 0;)
+            for (uint64_t k = w; k-- > 0;) {
+                uint64_t g = (gr * w + k) * s->slab_slots + i;
+
+                if (g < s->nslots && s->state[g] == SLOT_FREE)
+                    s->freestk[n++] = (uint32_t)g;
+            }
     return n;
 }
 

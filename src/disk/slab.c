@@ -19,10 +19,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #define DEFAULT_ALIGN 4096u
@@ -63,13 +65,22 @@ static bool dio_align(int fd, uint32_t *mem, uint32_t *off)
     return true;
 }
 
+/* Whether fd's file lives in memory: tmpfs takes O_DIRECT and copies through its page cache
+ * all the same, so a slab there is written as a buffered one (beside the others, async). */
+static bool in_memory(int fd)
+{
+    struct statfs sf;
+
+    return fstatfs(fd, &sf) == 0 && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
+}
+
 /* Decide once, on the first slab, whether O_DIRECT serves this dir: every slab I/O is whole
  * layout blocks at block offsets, so it does where the device's alignment divides a block. */
 static void probe_direct(struct dstore *s, int fd)
 {
     uint32_t mem, off;
 
-    if (!dio_align(fd, &mem, &off) || LAYOUT_BLOCK % off || mem > LAYOUT_BLOCK)
+    if (!dio_align(fd, &mem, &off) || LAYOUT_BLOCK % off || mem > LAYOUT_BLOCK || in_memory(fd))
         s->direct = false;
     s->mem_align = mem;
 }
@@ -351,6 +362,7 @@ int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write
         r->fd = r->niov ? slab_fd_for_locked(s, slab, iov_aligned(s, r->iov, r->niov))
                         : slab_fd_locked(s, slab, r->buf);
         r->write = write;
+        r->async = write && r->fd == s->slabs[slab].bfd;
         r->slab = slab;
         r->slot = slot;
         r->complete = complete;
@@ -444,17 +456,18 @@ static uint32_t slab_capacity(const struct dstore *s, uint32_t slab)
     return s->nslots - first < s->slab_slots ? (uint32_t)(s->nslots - first) : s->slab_slots;
 }
 
-/* A slab grows by GROW_MIN_BYTES of slots or a 64th of what it holds, whichever is more,
- * so that its file follows the data (within 1 MiB, or 1.6% of a large slab) rather than
- * taking the whole slab at the first write: a store of 30 MB of pages took a 1 GiB file.
- * Slots above GROW_MIN_BYTES grow one at a time until a 64th is more: a slot past the data
- * was a third more than 3 pages of 8 MiB. */
+/* A slab grows by GROW_MIN_BYTES of slots (a stripes'th of it, where slabs grow side by side)
+ * or a 64th of what it holds, whichever is more, so that its file follows the data (within
+ * 1 MiB, or 1.6% of a large slab) rather than taking the whole slab at the first write: a
+ * store of 30 MB of pages took a 1 GiB file. Slots above that step grow one at a time until
+ * a 64th is more: a slot past the data was a third more than 3 pages of 8 MiB. */
 #define GROW_MIN_BYTES (1u << 20)
 
 /* Slots the slab's file is to back for slot to be written: slot's and the step past it. */
 static uint32_t grow_to(const struct dstore *s, uint32_t slab, uint32_t slot)
 {
-    uint64_t valid = s->slabs[slab].valid, step = GROW_MIN_BYTES / s->slot_bytes;
+    uint64_t stripes = s->o.stripes > 1 ? s->o.stripes : 1;
+    uint64_t valid = s->slabs[slab].valid, step = GROW_MIN_BYTES / stripes / s->slot_bytes;
     uint64_t want = slot + 1 > valid ? slot + 1 : valid, cap = slab_capacity(s, slab);
 
     step = step > valid / 64 ? step : valid / 64;

@@ -154,7 +154,17 @@ struct dstore_options {
     uint64_t sync_bytes;
     uint32_t format; /* test seam: the format version a new dir is made in (0: the current;
                         DSTORE_FORMAT_OLDEST up to it); an existing dir keeps its own */
+    /* Slabs written beside each other (0 or 1: one at a time, lowest slot first). Writes
+     * through the page cache (tmpfs, small pages) copy one file at a time: with stripes, free
+     * slots are taken from each of a group of that many slabs in turn, and a new dir's slabs
+     * hold at most a stripes'th of the capacity (not under DSTORE_STRIPE_SLAB_MIN). */
+    uint32_t stripes;
 };
+
+/* What the page store and the engine's disk tier stripe over, and the smallest slab that
+ * striping makes (a capacity of 200 GiB stays at 200 files of 1 GiB, not thousands). */
+#define DSTORE_STRIPES 4
+#define DSTORE_STRIPE_SLAB_MIN (256ull << 20)
 
 /* The most parts a page may come in (dstore_wpage.parts). */
 #define DSTORE_MAX_PARTS 64

@@ -315,6 +315,7 @@ static int open_disk(kvt_engine *e, const struct host_pool *hp, struct kvt_store
     memcpy(so->fingerprint, e->fingerprint, DSTORE_FINGERPRINT_BYTES);
     so->page_bytes = (uint32_t)(hp->page_bytes * store_pages(&e->opts));
     so->page_tokens = (uint32_t)(e->opts.page_size * store_pages(&e->opts));
+    so->stripes = DSTORE_STRIPES;
     if (e->opts.disk_bytes)
         so->disk_bytes = e->opts.disk_bytes;
     if (so->slab_bytes > so->disk_bytes)

@@ -280,6 +280,7 @@ static void disk_use_after(struct fx *f, uint32_t pb, uint32_t n)
 
     f->o.page_bytes = pb;
     f->o.disk_bytes = f->o.slab_bytes = 1ull << 30;
+    f->o.stripes = DSTORE_STRIPES; /* as the page store and the engine open it */
     fx_open(f);
     assert_int_equal(posix_memalign((void **)&buf, 4096, pb), 0);
     for (uint64_t i = 0; i < n; i++) {
@@ -310,4 +311,52 @@ void test_disk_use(void **state)
 void test_disk_use_big_pages(void **state)
 {
     disk_use_after(*state, 8u << 20, 3);
+}
+
+/* Slab files in f's dir. */
+static unsigned slab_files(struct fx *f)
+{
+    char path[512];
+    unsigned n = 0;
+    DIR *d;
+
+    snprintf(path, sizeof(path), "%s/slabs", f->dir);
+    assert_non_null(d = opendir(path));
+    for (struct dirent *e; (e = readdir(d));)
+        n += strstr(e->d_name, ".slab") != NULL;
+    closedir(d);
+    return n;
+}
+
+/* With stripes, a batch's pages go to each slab of a group in turn (a write through the page
+ * cache copies one file at a time), the next group only once those are full; and a new dir's
+ * slabs hold a stripes'th of the capacity, so that one of a single slab's size still has a
+ * stripe's worth of files. */
+void test_stripes(void **state)
+{
+    struct fx *f = *state;
+    struct dstore_info info;
+
+    f->o.stripes = 4;
+    f->o.disk_bytes = 64ull * SLOT;
+    f->o.slab_bytes = 8ull * SLOT; /* under DSTORE_STRIPE_SLAB_MIN: taken as is */
+    fx_open(f);
+    put_range(f, 1, 4);
+    assert_int_equal(slab_files(f), 4);
+    put_range(f, 5, 28); /* the first group's 32 slots */
+    assert_int_equal(slab_files(f), 4);
+    put_range(f, 33, 1);
+    assert_int_equal(slab_files(f), 5);
+    fx_reopen(f);
+    for (uint64_t id = 1; id <= 33; id++)
+        assert_int_equal(get_id(f, id), 0);
+    fx_close(f);
+    rm_rf(f->dir);
+
+    f->o.disk_bytes = 2ull << 30;
+    f->o.slab_bytes = 1ull << 30;
+    fx_open(f);
+    dstore_info(f->s, &info);
+    assert_int_equal(info.slab_slots, ((2ull << 30) / SLOT + 3) / 4);
+    assert_int_equal(info.slabs, 4);
 }

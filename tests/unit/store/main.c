@@ -86,6 +86,7 @@ int main(void)
         T(test_capacity_lowered),
         T(test_disk_use),
         T(test_disk_use_big_pages),
+        T(test_stripes),
         T(test_reader_beside_growth),
         T(test_not_regular_files),
         T(test_pinned_slot),

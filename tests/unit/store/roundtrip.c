@@ -352,7 +352,9 @@ void test_small_pages_buffered(void **state)
     assert_true(page_ok(key, buf, 2048));
 }
 
-/* On tmpfs, when there is one: O_DIRECT may be refused there, and must not matter. */
+/* On tmpfs, when there is one: O_DIRECT may be refused there, and must not matter; where it
+ * is taken it is a copy through the page cache all the same, so the store writes buffered
+ * (its writes then go beside each other, one slab file each). */
 void test_tmpfs(void **state)
 {
     struct fx *f = *state;
@@ -365,7 +367,7 @@ void test_tmpfs(void **state)
     assert_int_equal(dstore_open(&f->o, &f->s), 0);
     put_range(f, 1, 4);
     assert_int_equal(get_id(f, 3), 0);
-    assert_int_equal(stats_of(f).direct, direct_works(dir));
+    assert_int_equal(stats_of(f).direct, 0);
     dstore_close(f->s);
     f->s = NULL;
     rm_rf(dir);

@@ -165,6 +165,7 @@ void test_parts(void **state);
 void test_parts_adjacent(void **state);
 void test_disk_use(void **state);
 void test_disk_use_big_pages(void **state);
+void test_stripes(void **state);
 
 /* sync.c */
 void test_durable_flushes(void **state);
