@@ -41,6 +41,7 @@ struct batch {
     struct batch *next; /* the pipe: the next younger batch in flight */
     struct djob *jobs;  /* the write jobs it runs; freed when it retires */
     uint64_t now;       /* its pages' creation and access time */
+    uint64_t landed;    /* locked: mono_ns() when pending reached 0 */
     uint32_t pending;   /* locked: pages whose I/O has not landed yet */
     struct dop_page **pg;
     size_t n;
@@ -221,8 +222,10 @@ static void write_landed(struct dio_req *req)
 
     pthread_mutex_lock(&s->lock);
     s->st.fixed_ios += req->fixed && !req->res;
-    if (page_io_landed_locked(req) && --p->op->batch->pending == 0)
+    if (page_io_landed_locked(req) && --p->op->batch->pending == 0) {
+        p->op->batch->landed = mono_ns();
         pthread_cond_signal(&s->job_cv); /* the committer waits there for the oldest */
+    }
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -327,6 +330,7 @@ static void submit_pages(struct dstore *s, struct batch *b)
     collect_writes(s, b);
     pthread_mutex_lock(&s->lock);
     b->pending = (uint32_t)b->nio;
+    b->landed = mono_ns(); /* for a batch with nothing to write; a write's landing resets it */
     pthread_mutex_unlock(&s->lock);
     dio_submit(s->io, requests(s, b, 0));
     /* Only the requests are shared with the engine: it reads buf and never writes it. */
@@ -594,6 +598,31 @@ bool batch_landed_locked(const struct dstore *s)
     return s->pipe && s->pipe->pending == 0;
 }
 
+static uint64_t group_wait_ns(const struct dstore *s)
+{
+    return (s->o.group_wait_us ? s->o.group_wait_us : DSTORE_GROUP_WAIT_US) * 1000ull;
+}
+
+/* Under the lock, with the head of the pipe landed: whether its group retires now. In durable
+ * mode it waits while a batch behind it is still in flight, up to group_wait_us after the head
+ * landed, so that batch joins the group: one fdatasync of the slabs and one commit for both.
+ * A commit flushes every index page its records touch, and random keys touch most leaves of
+ * the index whatever their number, so records per commit are what saves. It never waits for
+ * writes not yet submitted (a lone batch retires at once, so a caller that waits for each
+ * write never pays), nor while anything is queued behind the pipe (a write the full pipe
+ * keeps out, a delete, a flush), nor at stop. *until: when it retires at the latest. */
+bool batch_retire_now_locked(const struct dstore *s, uint64_t *until)
+{
+    const struct batch *b = s->pipe;
+
+    while (b && !b->pending)
+        b = b->next;
+    if (!b || s->o.sync != DSTORE_SYNC_DURABLE || s->jhead || s->stop || s->drops_unheld)
+        return true;
+    *until = s->pipe->landed + group_wait_ns(s);
+    return mono_ns() >= *until;
+}
+
 void batch_start(struct dstore *s, struct djob *jobs)
 {
     struct batch *b = NULL;
@@ -648,6 +677,7 @@ void batch_retire(struct dstore *s)
 
     pthread_mutex_lock(&s->lock);
     group = take_landed_locked(s);
+    s->st.groups += group != NULL;
     pthread_mutex_unlock(&s->lock);
     if (!group)
         return;

@@ -87,6 +87,7 @@ enum dstore_sync {
     DSTORE_SYNC_RELAXED = 1,
 };
 #define DSTORE_SYNC_MS 1000              /* sync_ms's default */
+#define DSTORE_GROUP_WAIT_US 2000        /* group_wait_us's default */
 #define DSTORE_SYNC_BYTES (256ull << 20) /* sync_bytes's default */
 
 /* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
@@ -154,6 +155,10 @@ struct dstore_options {
     uint64_t sync_bytes;
     uint32_t format; /* test seam: the format version a new dir is made in (0: the current;
                         DSTORE_FORMAT_OLDEST up to it); an existing dir keeps its own */
+    /* Durable mode: a batch whose I/O has landed waits up to this long for the batches in
+     * flight behind it to land, so they share its fdatasync and commit (0: DSTORE_GROUP_WAIT_US).
+     * It never waits for writes not yet submitted. */
+    uint32_t group_wait_us;
 };
 
 /* The most parts a page may come in (dstore_wpage.parts). */
@@ -231,6 +236,11 @@ struct dstore_stats {
                                  agreed with no slab head) */
     uint64_t recovered;       /* pages whose records came back from the slabs' page heads */
     uint64_t recover_scanned; /* slots whose heads recovery read */
+    /* what the index and the slabs cost the writer */
+    uint64_t commits;       /* index transactions committed */
+    uint64_t slab_syncs;    /* fdatasyncs of a slab file */
+    uint64_t index_flushes; /* flushes of the index on its own (after a commit that deletes) */
+    uint64_t groups;        /* groups of write batches retired (one commit at most each) */
 };
 
 /* What iteration shows of one record. Pointers are valid during the callback only. */
