@@ -94,6 +94,7 @@ int main(void)
         T(test_crash_relaxed),
         T(test_pipe_order),
         T(test_pipe_same_key),
+        T(test_group_commit),
         T(test_reads_before_writes),
         T(test_durable_flushes),
         T(test_relaxed_flushes),

@@ -160,6 +160,7 @@ void test_crash_relaxed(void **state);
 /* order.c */
 void test_pipe_order(void **state);
 void test_pipe_same_key(void **state);
+void test_group_commit(void **state);
 void test_reads_before_writes(void **state);
 void test_parts(void **state);
 void test_parts_adjacent(void **state);
