@@ -81,6 +81,7 @@ int main(void)
         T(test_rebuild_failed),
         T(test_evict_keeps_batch_dup),
         T(test_lru_eviction),
+        T(test_evict_ahead),
         T(test_chain_ends_first),
         T(test_batch_larger_than_store),
         T(test_capacity_lowered),

@@ -148,6 +148,7 @@ void test_rebuild_failed(void **state);
 /* capacity.c */
 void test_evict_keeps_batch_dup(void **state);
 void test_lru_eviction(void **state);
+void test_evict_ahead(void **state);
 void test_chain_ends_first(void **state);
 void test_batch_larger_than_store(void **state);
 void test_pinned_slot(void **state);
