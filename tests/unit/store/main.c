@@ -108,6 +108,7 @@ int main(void)
         T(test_reads_cost_no_flush),
         T(test_access_order_after_close),
         T(test_access_period),
+        T(test_access_slot_only),
         T(test_access_crash),
         T(test_access_crash_relaxed),
     };

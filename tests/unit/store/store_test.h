@@ -184,6 +184,7 @@ void test_power_cut_packed(void **state);
 void test_reads_cost_no_flush(void **state);
 void test_access_order_after_close(void **state);
 void test_access_period(void **state);
+void test_access_slot_only(void **state);
 void test_access_crash(void **state);
 void test_access_crash_relaxed(void **state);
 
