@@ -4,25 +4,27 @@
  * share one fdatasync per slab touched and one index transaction (one flush of the index
  * file).
  *
- * A batch starts: drop pages already stored, evict if the free slots fall short (the records
- * reads found bad go first, drop.c, then the oldest pages; either durable before any slot is
- * reused), reserve slots, submit the writes. It joins the pipe, the
- * batches in flight, oldest first, and the committer goes on: the next batch's I/O flies while
- * an earlier one's sync and commit run. A batch retires once its I/O has landed, with every
- * landed batch before it as one group: fdatasync, then commit the group's records together
- * with pending access times, then publish: slots become USED and the ops complete, in the
- * order they were queued. A page that fails anywhere gets its slot back and no record. A group
- * with no record to write (its pages all stored already) commits nothing. In relaxed mode
- * there is no fdatasync: the slabs written wait for the next flush (flush.c), and the commit
- * flushes nothing.
+ * A batch starts: drop pages already stored, evict if the free slots fall short (the records reads
+ * found bad go first, drop.c, then the oldest pages, with room for the next batch too; either
+ * durable before any slot is reused), reserve slots, submit the writes. It joins the pipe, the
+ * batches in flight, oldest first, and the committer goes on: the next batch's I/O flies while an
+ * earlier one's sync and commit run. A batch retires once its I/O has landed, with every landed
+ * batch before it as one group: fdatasync, then commit the group's records together with pending
+ * access times, then publish: slots become USED and the ops complete, in the order they were
+ * queued. In durable mode a landed group may wait a little for a batch in flight behind it
+ * (batch_retire_now_locked), so that one joins it. A page that fails anywhere gets its slot back
+ * and no record. A group with no record to write (its pages all stored already) commits nothing.
+ * In relaxed mode there is no fdatasync: the slabs written wait for the next flush (flush.c), and
+ * the commit flushes nothing.
  *
- * Why the crash order holds with batches in flight (docs/design.md, "When bytes reach the
- * disk"): a group is the landed batches at the head of the pipe, chosen before its fdatasync
- * is called, so every byte its records name landed before the sync that covers it; a batch
- * still in flight never commits with it, and nothing retires ahead of an older batch. The
- * deletions that make room for a batch commit (and flush, in durable mode) in reserve, before
- * its writes are submitted, as before. A batch never shares a key with one in flight (the pipe
- * drains first), so the dedup against the index and the slot table sees every earlier write.
+ * Why the crash order holds with batches in flight (docs/design.md, "When bytes reach the disk"):
+ * a group is the landed batches at the head of the pipe, chosen before its fdatasync is called, so
+ * every byte its records name landed before the sync that covers it; a batch still in flight never
+ * commits with it (waiting for one to land changes nothing: the group is still taken, landed
+ * batches only, when the committer retires it), and nothing retires ahead of an older batch. The
+ * deletions that make room for a batch commit (and flush, in durable mode) in reserve, before its
+ * writes are submitted, as before. A batch never shares a key with one in flight (the pipe drains
+ * first), so the dedup against the index and the slot table sees every earlier write.
  *
  * The bytes go to the engine before their checksums are taken: the committer hashes the
  * batch while the I/O is in flight instead of before it (XXH3 over a 512 MiB batch is tens of

@@ -4,7 +4,8 @@
  * committer's thread only.
  *
  * Access times are written lazily: a read changes the order in memory at once (slots.c) and
- * lists its slot; the list rides on the next write batch's commit (DIRTY_MAX of it), and what
+ * lists its slot; the list rides on the next write batch's commit (DIRTY_MAX of it, each the
+ * slot table's entry for the slot, persist_one), and what
  * has waited access_period_ms for one gets a transaction of its own, as does the rest at
  * close. So reads cost no commit and no sync, and a crash loses only access times not yet
  * committed: the order after a restart is older, no page or record is lost.
