@@ -4,25 +4,27 @@
  * share one fdatasync per slab touched and one index transaction (one flush of the index
  * file).
  *
- * A batch starts: drop pages already stored, evict if the free slots fall short (the records
- * reads found bad go first, drop.c, then the oldest pages; either durable before any slot is
- * reused), reserve slots, submit the writes. It joins the pipe, the
- * batches in flight, oldest first, and the committer goes on: the next batch's I/O flies while
- * an earlier one's sync and commit run. A batch retires once its I/O has landed, with every
- * landed batch before it as one group: fdatasync, then commit the group's records together
- * with pending access times, then publish: slots become USED and the ops complete, in the
- * order they were queued. A page that fails anywhere gets its slot back and no record. A group
- * with no record to write (its pages all stored already) commits nothing. In relaxed mode
- * there is no fdatasync: the slabs written wait for the next flush (flush.c), and the commit
- * flushes nothing.
+ * A batch starts: drop pages already stored, evict if the free slots fall short (the records reads
+ * found bad go first, drop.c, then the oldest pages, with room for the next batch too; either
+ * durable before any slot is reused), reserve slots, submit the writes. It joins the pipe, the
+ * batches in flight, oldest first, and the committer goes on: the next batch's I/O flies while an
+ * earlier one's sync and commit run. A batch retires once its I/O has landed, with every landed
+ * batch before it as one group: fdatasync, then commit the group's records together with pending
+ * access times, then publish: slots become USED and the ops complete, in the order they were
+ * queued. In durable mode a landed group may wait a little for a batch in flight behind it
+ * (batch_retire_now_locked), so that one joins it. A page that fails anywhere gets its slot back
+ * and no record. A group with no record to write (its pages all stored already) commits nothing.
+ * In relaxed mode there is no fdatasync: the slabs written wait for the next flush (flush.c), and
+ * the commit flushes nothing.
  *
- * Why the crash order holds with batches in flight (docs/design.md, "When bytes reach the
- * disk"): a group is the landed batches at the head of the pipe, chosen before its fdatasync
- * is called, so every byte its records name landed before the sync that covers it; a batch
- * still in flight never commits with it, and nothing retires ahead of an older batch. The
- * deletions that make room for a batch commit (and flush, in durable mode) in reserve, before
- * its writes are submitted, as before. A batch never shares a key with one in flight (the pipe
- * drains first), so the dedup against the index and the slot table sees every earlier write.
+ * Why the crash order holds with batches in flight (docs/design.md, "When bytes reach the disk"):
+ * a group is the landed batches at the head of the pipe, chosen before its fdatasync is called, so
+ * every byte its records name landed before the sync that covers it; a batch still in flight never
+ * commits with it (waiting for one to land changes nothing: the group is still taken, landed
+ * batches only, when the committer retires it), and nothing retires ahead of an older batch. The
+ * deletions that make room for a batch commit (and flush, in durable mode) in reserve, before its
+ * writes are submitted, as before. A batch never shares a key with one in flight (the pipe drains
+ * first), so the dedup against the index and the slot table sees every earlier write.
  *
  * The bytes go to the engine before their checksums are taken: the committer hashes the
  * batch while the I/O is in flight instead of before it (XXH3 over a 512 MiB batch is tens of
@@ -41,6 +43,7 @@ struct batch {
     struct batch *next; /* the pipe: the next younger batch in flight */
     struct djob *jobs;  /* the write jobs it runs; freed when it retires */
     uint64_t now;       /* its pages' creation and access time */
+    uint64_t landed;    /* locked: mono_ns() when pending reached 0 */
     uint32_t pending;   /* locked: pages whose I/O has not landed yet */
     struct dop_page **pg;
     size_t n;
@@ -166,6 +169,17 @@ static size_t fit_batch_locked(struct dstore *s, struct batch *b, size_t need)
     return fit;
 }
 
+/* Slots a batch that must evict frees beyond its own need: room for the next batch too, so
+ * that evictions (a commit and two flushes of the index each, in durable mode) come once per
+ * full batch written rather than once per batch, and delete their records together (fewer
+ * index pages rewritten per record). At most a 64th of the store waits free for it. */
+static size_t evict_ahead(const struct dstore *s)
+{
+    size_t most = s->nslots / 64;
+
+    return s->o.max_batch < most ? s->o.max_batch : most;
+}
+
 static void reserve(struct dstore *s, struct batch *b)
 {
     size_t need = 0, have, evicted, drops;
@@ -184,7 +198,7 @@ static void reserve(struct dstore *s, struct batch *b)
         pthread_mutex_unlock(&s->lock);
     }
     if (have < need)
-        evict_oldest(s, need - have, &evicted);
+        evict_oldest(s, need - have + evict_ahead(s), &evicted);
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < b->n; i++) {
         struct dop_page *p = b->pg[i];
@@ -210,8 +224,10 @@ static void write_landed(struct dio_req *req)
 
     pthread_mutex_lock(&s->lock);
     s->st.fixed_ios += req->fixed && !req->res;
-    if (page_io_landed_locked(req) && --p->op->batch->pending == 0)
+    if (page_io_landed_locked(req) && --p->op->batch->pending == 0) {
+        p->op->batch->landed = mono_ns();
         pthread_cond_signal(&s->job_cv); /* the committer waits there for the oldest */
+    }
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -316,6 +332,7 @@ static void submit_pages(struct dstore *s, struct batch *b)
     collect_writes(s, b);
     pthread_mutex_lock(&s->lock);
     b->pending = (uint32_t)b->nio;
+    b->landed = mono_ns(); /* for a batch with nothing to write; a write's landing resets it */
     pthread_mutex_unlock(&s->lock);
     dio_submit(s->io, requests(s, b, 0));
     /* Only the requests are shared with the engine: it reads buf and never writes it. */
@@ -583,6 +600,31 @@ bool batch_landed_locked(const struct dstore *s)
     return s->pipe && s->pipe->pending == 0;
 }
 
+static uint64_t group_wait_ns(const struct dstore *s)
+{
+    return (s->o.group_wait_us ? s->o.group_wait_us : DSTORE_GROUP_WAIT_US) * 1000ull;
+}
+
+/* Under the lock, with the head of the pipe landed: whether its group retires now. In durable
+ * mode it waits while a batch behind it is still in flight, up to group_wait_us after the head
+ * landed, so that batch joins the group: one fdatasync of the slabs and one commit for both.
+ * A commit flushes every index page its records touch, and random keys touch most leaves of
+ * the index whatever their number, so records per commit are what saves. It never waits for
+ * writes not yet submitted (a lone batch retires at once, so a caller that waits for each
+ * write never pays), nor while anything is queued behind the pipe (a write the full pipe
+ * keeps out, a delete, a flush), nor at stop. *until: when it retires at the latest. */
+bool batch_retire_now_locked(const struct dstore *s, uint64_t *until)
+{
+    const struct batch *b = s->pipe;
+
+    while (b && !b->pending)
+        b = b->next;
+    if (!b || s->o.sync != DSTORE_SYNC_DURABLE || s->jhead || s->stop || s->drops_unheld)
+        return true;
+    *until = s->pipe->landed + group_wait_ns(s);
+    return mono_ns() >= *until;
+}
+
 void batch_start(struct dstore *s, struct djob *jobs)
 {
     struct batch *b = NULL;
@@ -637,6 +679,7 @@ void batch_retire(struct dstore *s)
 
     pthread_mutex_lock(&s->lock);
     group = take_landed_locked(s);
+    s->st.groups += group != NULL;
     pthread_mutex_unlock(&s->lock);
     if (!group)
         return;

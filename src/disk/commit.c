@@ -196,7 +196,7 @@ static enum step next_step_locked(struct dstore *s, struct djob **jobs)
 {
     for (;;) {
         struct djob *head = s->jhead, *last;
-        uint64_t due = due_locked(s);
+        uint64_t due = due_locked(s), hold = UINT64_MAX;
 
         if (s->drops_unheld)
             return STEP_DROPS;
@@ -204,7 +204,7 @@ static enum step next_step_locked(struct dstore *s, struct djob **jobs)
             *jobs = take_locked(s, last);
             return STEP_START;
         }
-        if (batch_landed_locked(s))
+        if (batch_landed_locked(s) && batch_retire_now_locked(s, &hold))
             return STEP_RETIRE;
         if (flush_due_locked(s) <= mono_ns())
             return STEP_FLUSH;
@@ -218,7 +218,9 @@ static enum step next_step_locked(struct dstore *s, struct djob **jobs)
             return STEP_STOP;
         if (!s->pipe && due <= mono_ns())
             return STEP_TIMERS;
-        if (s->pipe || due == UINT64_MAX) {
+        if (s->pipe)
+            due = hold; /* a landing, a job or the end of a group's wait */
+        if (due == UINT64_MAX) {
             pthread_cond_wait(&s->job_cv, &s->lock);
         } else {
             struct timespec until = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};

@@ -119,13 +119,6 @@ int rec_decode(const uint8_t *key, const void *val, size_t len, struct drec *r)
     return 0;
 }
 
-void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, uint8_t *out)
-{
-    memcpy(out, val, len);
-    put64(out + 104, atime);
-    put64(out + 120, rec_check(key, out, len));
-}
-
 /* ---- the slot table ---- */
 
 uint64_t key_tag(const uint8_t *key)
@@ -142,8 +135,8 @@ uint64_t parent_tag(const uint8_t *parent)
     return memcmp(parent, none, DSTORE_KEY_BYTES) ? key_tag(parent) : 0;
 }
 
-int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
-             const uint8_t *parent)
+int slot_put_tag(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
+                 uint64_t ptag)
 {
     uint8_t buf[SLOT_ENTRY_BYTES];
     unsigned int slot = g;
@@ -151,8 +144,14 @@ int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, ui
 
     memcpy(buf, key, DSTORE_KEY_BYTES);
     put64(buf + DSTORE_KEY_BYTES, atime);
-    put64(buf + DSTORE_KEY_BYTES + 8, parent ? parent_tag(parent) : 0);
+    put64(buf + DSTORE_KEY_BYTES + 8, ptag);
     return index_err(mdb_put(txn, ix->slots, &k, &v, 0));
+}
+
+int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
+             const uint8_t *parent)
+{
+    return slot_put_tag(ix, txn, g, key, atime, parent ? parent_tag(parent) : 0);
 }
 
 int slot_del(struct dindex *ix, MDB_txn *txn, uint32_t g)

@@ -143,9 +143,6 @@ void rec_encode(const uint8_t *key, const struct drec *r, const uint32_t *tokens
 /* Decode and check a value read for key: 0, or KVT_ECORRUPT. */
 int rec_decode(const uint8_t *key, const void *val, size_t len, struct drec *r);
 
-/* Copy a checked value of key into out with its last access set to atime (check redone). */
-void rec_touch(const uint8_t *key, const void *val, size_t len, uint64_t atime, uint8_t *out);
-
 /* The XXH3-128 of a page in canonical byte order. */
 void page_checksum(const void *buf, size_t len, uint8_t out[16]);
 /* The same sum over a page in n parts of len bytes each, in order. */
@@ -155,6 +152,9 @@ void page_checksum_parts(const void *const *parts, size_t n, size_t len, uint8_t
  * accessed at atime. */
 int slot_put(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
              const uint8_t *parent);
+/* The same with the parent's key_tag (0 for none), as slot_decode gives it. */
+int slot_put_tag(struct dindex *ix, MDB_txn *txn, uint32_t g, const uint8_t *key, uint64_t atime,
+                 uint64_t ptag);
 
 /* Forget slot g in txn; a slot not in the table is no error. */
 int slot_del(struct dindex *ix, MDB_txn *txn, uint32_t g);

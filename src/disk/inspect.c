@@ -44,30 +44,33 @@ struct walk {
     void *arg;
 };
 
-/* The key the slot table gives r's slot, in the walk's snapshot; NULL when none. */
-static const uint8_t *slot_owner(const struct walk *w, const struct drec *r)
+/* The slot table's entry for r's slot, in the walk's snapshot: whether there is one. */
+static bool slot_owner(const struct walk *w, const struct drec *r, struct slot_entry *e)
 {
     uint64_t g = (uint64_t)r->slab * w->s->slab_slots + r->slot;
     unsigned int slot = (unsigned int)g;
     MDB_val k = {sizeof(slot), &slot}, v;
 
     if (r->slot >= w->s->slab_slots || g >= NO_SLOT)
-        return NULL;
-    if (mdb_get(w->txn, w->s->ix.slots, &k, &v) || v.mv_size != SLOT_ENTRY_BYTES)
-        return NULL;
-    return v.mv_data;
+        return false;
+    return !mdb_get(w->txn, w->s->ix.slots, &k, &v) && !slot_decode(&k, &v, e);
 }
 
 static int visit(const struct walk *w, MDB_val *k, MDB_val *v)
 {
     struct dstore_entry e = {
         .key = k->mv_data, .status = KVT_ECORRUPT, .key_bytes = (uint32_t)k->mv_size};
+    struct slot_entry se;
     struct drec r;
 
     if (k->mv_size == DSTORE_KEY_BYTES && !rec_decode(k->mv_data, v->mv_data, v->mv_size, &r)) {
         e.status = 0;
         entry_fill(&e, &r, w->tokens);
-        e.slot_owner = slot_owner(w, &r);
+        e.slot_owner = slot_owner(w, &r, &se) ? se.key : NULL;
+        /* Accesses since the write are kept in the slot table's entry only (lru.c). */
+        if (e.slot_owner && !memcmp(se.key, k->mv_data, DSTORE_KEY_BYTES) &&
+            se.atime > e.last_access_ns)
+            e.last_access_ns = se.atime;
     }
     return w->fn(w->arg, &e);
 }

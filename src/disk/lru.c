@@ -4,7 +4,8 @@
  * committer's thread only.
  *
  * Access times are written lazily: a read changes the order in memory at once (slots.c) and
- * lists its slot; the list rides on the next write batch's commit (DIRTY_MAX of it), and what
+ * lists its slot; the list rides on the next write batch's commit (DIRTY_MAX of it, each the
+ * slot table's entry for the slot, persist_one), and what
  * has waited access_period_ms for one gets a transaction of its own, as does the rest at
  * close. So reads cost no commit and no sync, and a crash loses only access times not yet
  * committed: the order after a restart is older, no page or record is lost.
@@ -40,24 +41,24 @@ static size_t take_dirty(struct dstore *s, struct touched *t, size_t max, size_t
     return taken;
 }
 
-/* Rewrite one record's last access, if it still names the slot that was read. */
-static int persist_one(struct dstore *s, MDB_txn *txn, const struct touched *t, uint8_t *buf)
+/* One slot's last access into its slot-table entry, if the table still gives the slot to the
+ * key that was read. The page's record keeps the time it was written: the rebuild orders the
+ * pages by the slot table's times alone, and iteration shows the later of the two. A record
+ * carries the page's tokens and so fills an index page of its own: rewriting it for each access
+ * cost a 4 KiB page write and its flush, where the slot table's entry is 48 bytes among
+ * others. */
+static int persist_one(struct dstore *s, MDB_txn *txn, const struct touched *t)
 {
-    MDB_val k = {DSTORE_KEY_BYTES, (void *)t->key}, v;
-    struct drec r;
-    int rc = mdb_get(txn, s->ix.pages, &k, &v);
+    unsigned int slot = t->g;
+    MDB_val k = {sizeof(slot), &slot}, v;
+    struct slot_entry e;
+    int rc = mdb_get(txn, s->ix.slots, &k, &v);
 
     if (rc)
         return rc == MDB_NOTFOUND ? 0 : index_err(rc);
-    /* recbuf holds a record of the dir's page_tokens: anything else is not rewritten. */
-    if (rec_decode(t->key, v.mv_data, v.mv_size, &r) || r.ntokens != s->page_tokens ||
-        (uint64_t)r.slab * s->slab_slots + r.slot != t->g || r.last_access >= t->atime)
+    if (slot_decode(&k, &v, &e) || memcmp(e.key, t->key, DSTORE_KEY_BYTES) || e.atime >= t->atime)
         return 0;
-    rec_touch(t->key, v.mv_data, v.mv_size, t->atime, buf);
-    v.mv_data = buf;
-    if ((rc = index_err(mdb_put(txn, s->ix.pages, &k, &v, 0))))
-        return rc;
-    return slot_put(&s->ix, txn, t->g, t->key, t->atime, r.parent);
+    return slot_put_tag(&s->ix, txn, t->g, t->key, t->atime, e.parent);
 }
 
 /* DIRTY_MAX at a time: the committer's touched buffer. */
@@ -70,7 +71,7 @@ int persist_access(struct dstore *s, MDB_txn *txn, size_t max)
         if (!taken)
             return 0;
         for (size_t i = 0; i < n; i++) {
-            int rc = persist_one(s, txn, &s->touched[i], s->recbuf);
+            int rc = persist_one(s, txn, &s->touched[i]);
 
             if (rc)
                 return rc;

@@ -78,9 +78,14 @@ int txn_commit(struct dstore *s, MDB_txn *txn)
     else
         rc = index_err(mdb_txn_commit(txn));
 
-    if (rc)
+    if (rc) {
         count_index_error(s, rc);
-    return rc;
+        return rc;
+    }
+    pthread_mutex_lock(&s->lock);
+    s->st.commits++;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
 }
 
 int flush_index(struct dstore *s)
@@ -91,11 +96,9 @@ int flush_index(struct dstore *s)
     if (!rc)
         rc = index_flush(&s->ix);
 
-    if (rc) {
-        pthread_mutex_lock(&s->lock);
-        s->st.err_sync++;
-        pthread_mutex_unlock(&s->lock);
-    }
+    pthread_mutex_lock(&s->lock);
+    rc ? s->st.err_sync++ : s->st.index_flushes++;
+    pthread_mutex_unlock(&s->lock);
     return rc;
 }
 

@@ -552,7 +552,12 @@ int slab_sync(struct dstore *s, uint32_t slab)
     if (fd < 0)
         return -EIO;
     /* Per file, not per descriptor: one call covers writes through either. */
-    return fdatasync(fd) ? -errno : 0;
+    if (fdatasync(fd))
+        return -errno;
+    pthread_mutex_lock(&s->lock);
+    s->st.slab_syncs++;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
 }
 
 int slabs_found(struct dstore *s, uint32_t *count)

@@ -87,6 +87,7 @@ enum dstore_sync {
     DSTORE_SYNC_RELAXED = 1,
 };
 #define DSTORE_SYNC_MS 1000              /* sync_ms's default */
+#define DSTORE_GROUP_WAIT_US 2000        /* group_wait_us's default */
 #define DSTORE_SYNC_BYTES (256ull << 20) /* sync_bytes's default */
 
 /* Points where the fault seam is asked; slab and slot name the page (slot is 0 for SYNC and
@@ -159,6 +160,10 @@ struct dstore_options {
      * slots are taken from each of a group of that many slabs in turn, and a new dir's slabs
      * hold at most a stripes'th of the capacity (not under DSTORE_STRIPE_SLAB_MIN). */
     uint32_t stripes;
+    /* Durable mode: a batch whose I/O has landed waits up to this long for the batches in
+     * flight behind it to land, so they share its fdatasync and commit (0: DSTORE_GROUP_WAIT_US).
+     * It never waits for writes not yet submitted. */
+    uint32_t group_wait_us;
 };
 
 /* What the page store and the engine's disk tier stripe over, and the smallest slab that
@@ -241,6 +246,11 @@ struct dstore_stats {
                                  agreed with no slab head) */
     uint64_t recovered;       /* pages whose records came back from the slabs' page heads */
     uint64_t recover_scanned; /* slots whose heads recovery read */
+    /* what the index and the slabs cost the writer */
+    uint64_t commits;       /* index transactions committed */
+    uint64_t slab_syncs;    /* fdatasyncs of a slab file */
+    uint64_t index_flushes; /* flushes of the index on its own (after a commit that deletes) */
+    uint64_t groups;        /* groups of write batches retired (one commit at most each) */
 };
 
 /* What iteration shows of one record. Pointers are valid during the callback only. */

@@ -445,6 +445,9 @@ int flush_all(struct dstore *s);
 bool batch_room_locked(const struct dstore *s, size_t pages);
 /* Under the lock: whether the oldest batch in flight has landed (all its I/O done). */
 bool batch_landed_locked(const struct dstore *s);
+/* Under the lock, with batch_landed_locked: whether the landed batches retire now, or wait
+ * for those in flight behind them until *until (mono_ns). */
+bool batch_retire_now_locked(const struct dstore *s, uint64_t *until);
 /* Start a list of write jobs as one batch: slots reserved, writes submitted, into the pipe
  * (the pipe drains first where it must). The jobs are the batch's from then on. */
 void batch_start(struct dstore *s, struct djob *jobs);

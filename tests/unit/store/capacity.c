@@ -360,3 +360,38 @@ void test_stripes(void **state)
     assert_int_equal(info.slab_slots, ((2ull << 30) / SLOT + 3) / 4);
     assert_int_equal(info.slabs, 4);
 }
+
+/* A batch that must evict frees room for the next one too (a 64th of the store here, max_batch
+ * at most): evictions, a commit and a flush of the index each, come once per that many pages
+ * rather than once per batch. The oldest go, as ever. */
+void test_evict_ahead(void **state)
+{
+    struct fx *f = *state;
+    struct dstore_stats a, b;
+
+    f->o.disk_bytes = 128ull * SLOT;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    for (uint64_t id = 1; id <= 128; id += 32)
+        put_range(f, id, 32);
+    a = stats_of(f);
+    assert_int_equal(a.capacity_slots, 128);
+    assert_int_equal(a.free_slots, 0);
+    put_range(f, 1000, 1); /* evicts 1, and 2 and 3 ahead */
+    b = stats_of(f);
+    assert_int_equal(b.evicted - a.evicted, 3);
+    assert_int_equal(b.free_slots, 2);
+    assert_int_equal(b.index_flushes - a.index_flushes, 1);
+    for (uint64_t id = 1; id <= 4; id++)
+        assert_int_equal(has_id(f, id), id == 4);
+    put_range(f, 1001, 2); /* into the room made ahead: no eviction */
+    a = stats_of(f);
+    assert_int_equal(a.evicted, b.evicted);
+    assert_int_equal(a.index_flushes, b.index_flushes);
+    assert_int_equal(a.free_slots, 0);
+    put_range(f, 1003, 1);
+    assert_int_equal(stats_of(f).evicted - a.evicted, 3);
+    assert_true(has_id(f, 7));
+    assert_false(has_id(f, 6));
+    check_all(f, 1, 1010);
+}

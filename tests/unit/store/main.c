@@ -81,6 +81,7 @@ int main(void)
         T(test_rebuild_failed),
         T(test_evict_keeps_batch_dup),
         T(test_lru_eviction),
+        T(test_evict_ahead),
         T(test_chain_ends_first),
         T(test_batch_larger_than_store),
         T(test_capacity_lowered),
@@ -95,6 +96,7 @@ int main(void)
         T(test_crash_relaxed),
         T(test_pipe_order),
         T(test_pipe_same_key),
+        T(test_group_commit),
         T(test_reads_before_writes),
         T(test_durable_flushes),
         T(test_relaxed_flushes),
@@ -107,6 +109,7 @@ int main(void)
         T(test_reads_cost_no_flush),
         T(test_access_order_after_close),
         T(test_access_period),
+        T(test_access_slot_only),
         T(test_access_crash),
         T(test_access_crash_relaxed),
     };

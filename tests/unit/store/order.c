@@ -391,3 +391,94 @@ void test_reads_before_writes(void **state)
     close(fd);
     g_held = NULL;
 }
+
+/* ---- a group waits for the batches in flight behind it ---- */
+
+struct late_seam {
+    _Atomic int64_t first; /* the first page's slot (-1: none yet) */
+    _Atomic int held;      /* 1 once a write of another page was held */
+};
+
+/* The first write of a page other than the first one written waits 100 ms: the psync engine's
+ * other threads land the rest meanwhile, so the first batch lands while the second flies. */
+static int late_inject(void *arg, enum dstore_fault_point pt, uint32_t slab, uint32_t slot)
+{
+    struct late_seam *l = arg;
+    int64_t me = (int64_t)slab << 32 | slot, none = -1;
+    int no = 0;
+
+    if (pt != DSTORE_FAULT_WRITE)
+        return 0;
+    if (atomic_compare_exchange_strong(&l->first, &none, me) || me == atomic_load(&l->first))
+        return 0;
+    if (atomic_compare_exchange_strong(&l->held, &no, 1))
+        usleep(100000);
+    return 0;
+}
+
+static double secs_since(const struct timespec *t0)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Four one-page batches queued at once, the second one's write held: the first lands alone,
+ * and must wait for the other three (group_wait_us is far longer than the hold here) so that
+ * all four share one fdatasync of their slab and one commit. A lone batch never waits for the
+ * window: a write waited for alone completes at once. */
+void test_group_commit(void **state)
+{
+    struct fx *f = *state;
+    struct late_seam late = {-1, 0};
+    struct dstore_faults faults = {late_inject, &late};
+    uint8_t keys[5][KEY], parent[KEY] = {9};
+    uint32_t toks[5][TOKENS];
+    struct dstore_wpage w[5];
+    struct dstore_stats a, b;
+    struct timespec t0;
+    uint64_t op[5];
+    int res[5];
+
+    f->o.io = DSTORE_IO_PSYNC; /* one thread held, the others go on */
+    f->o.max_batch = 1;        /* each op a batch */
+    f->o.group_wait_us = 5000000;
+    f->o.faults = &faults;
+    fx_open(f);
+    assert_int_equal(dstore_wait_ready(f->s), 0);
+    for (int i = 0; i < 5; i++) {
+        make_key(700 + (uint64_t)i, keys[i]);
+        tokens_of(700 + (uint64_t)i, toks[i]);
+        fill_page(keys[i], buf_at(f, (size_t)i), PAGE);
+        w[i] = (struct dstore_wpage){
+            .key = keys[i], .parent = parent, .tokens = toks[i], .buf = buf_at(f, (size_t)i)};
+        res[i] = 1;
+    }
+    a = stats_of(f);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(dstore_write(f->s, &w[i], 1, &res[i], &op[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(dstore_wait(f->s, op[i], NULL), 0);
+        assert_int_equal(res[i], 0);
+    }
+    b = stats_of(f);
+    assert_int_equal(atomic_load(&late.held), 1);
+    assert_int_equal(b.writes - a.writes, 4);
+    assert_int_equal(b.groups - a.groups, 1);
+    assert_int_equal(b.commits - a.commits, 1);
+    assert_int_equal(b.slab_syncs - a.slab_syncs, 1); /* four slots of one slab */
+    assert_int_equal(b.index_flushes - a.index_flushes, 0);
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(dstore_write(f->s, &w[4], 1, &res[4], &op[4]), 0);
+    assert_int_equal(dstore_wait(f->s, op[4], NULL), 0);
+    assert_int_equal(res[4], 0);
+    assert_true(secs_since(&t0) < 2.5); /* not the 5 s window */
+    a = stats_of(f);
+    assert_int_equal(a.groups - b.groups, 1);
+    assert_int_equal(a.commits - b.commits, 1);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(get_id(f, 700 + (uint64_t)i), 0);
+    fx_close(f);
+}

@@ -148,6 +148,7 @@ void test_rebuild_failed(void **state);
 /* capacity.c */
 void test_evict_keeps_batch_dup(void **state);
 void test_lru_eviction(void **state);
+void test_evict_ahead(void **state);
 void test_chain_ends_first(void **state);
 void test_batch_larger_than_store(void **state);
 void test_pinned_slot(void **state);
@@ -160,6 +161,7 @@ void test_crash_relaxed(void **state);
 /* order.c */
 void test_pipe_order(void **state);
 void test_pipe_same_key(void **state);
+void test_group_commit(void **state);
 void test_reads_before_writes(void **state);
 void test_parts(void **state);
 void test_parts_adjacent(void **state);
@@ -183,6 +185,7 @@ void test_power_cut_packed(void **state);
 void test_reads_cost_no_flush(void **state);
 void test_access_order_after_close(void **state);
 void test_access_period(void **state);
+void test_access_slot_only(void **state);
 void test_access_crash(void **state);
 void test_access_crash_relaxed(void **state);
 
