@@ -172,10 +172,10 @@ static size_t fit_batch_locked(struct dstore *s, struct batch *b, size_t need)
 /* Slots a batch that must evict frees beyond its own need: room for the next batch too, so
  * that evictions (a commit and two flushes of the index each, in durable mode) come once per
  * full batch written rather than once per batch, and delete their records together (fewer
- * index pages rewritten per record). At most a 64th of the store waits free for it. */
+ * index pages rewritten per record). At most a 256th of the store waits free for it. */
 static size_t evict_ahead(const struct dstore *s)
 {
-    size_t most = s->nslots / 64;
+    size_t most = s->nslots / 256;
 
     return s->o.max_batch < most ? s->o.max_batch : most;
 }

@@ -361,21 +361,21 @@ void test_stripes(void **state)
     assert_int_equal(info.slabs, 4);
 }
 
-/* A batch that must evict frees room for the next one too (a 64th of the store here, max_batch
- * at most): evictions, a commit and a flush of the index each, come once per that many pages
- * rather than once per batch. The oldest go, as ever. */
+/* A batch that must evict frees room for the next one too (a 256th of the store here,
+ * max_batch at most): evictions, a commit and a flush of the index each, come once per that many
+ * pages rather than once per batch. The oldest go, as ever. */
 void test_evict_ahead(void **state)
 {
     struct fx *f = *state;
     struct dstore_stats a, b;
 
-    f->o.disk_bytes = 128ull * SLOT;
+    f->o.disk_bytes = 512ull * SLOT;
     fx_open(f);
     assert_int_equal(dstore_wait_ready(f->s), 0);
-    for (uint64_t id = 1; id <= 128; id += 32)
+    for (uint64_t id = 1; id <= 512; id += 32)
         put_range(f, id, 32);
     a = stats_of(f);
-    assert_int_equal(a.capacity_slots, 128);
+    assert_int_equal(a.capacity_slots, 512);
     assert_int_equal(a.free_slots, 0);
     put_range(f, 1000, 1); /* evicts 1, and 2 and 3 ahead */
     b = stats_of(f);
