@@ -832,6 +832,7 @@ static void test_disk_restart(void **state)
     mamba_options(&o, 0);
     o.host_ratio = 2.0;
     o.disk_dir = dir;
+    o.prefetch_timeout_ms = 60000; /* a loaded machine's disk reads are no miss here */
     o.disk_bytes = 8 << 20;
     assert_int_equal(kvt_open(&o, &e), 0);
     tokens_of(a, 320, 1);
@@ -897,6 +898,7 @@ static void test_disk_state_pages(void **state)
         mamba_options(&o, 0);
         o.host_ratio = 2.0;
         o.disk_dir = dir;
+        o.prefetch_timeout_ms = 60000; /* a loaded machine's disk reads are no miss here */
         o.disk_bytes = 8 << 20;
         assert_int_equal(kvt_open(&o, &e), 0);
         assert_true(bytes > 3 * 512); /* the page: 16 tokens of 32 bytes */
@@ -939,6 +941,7 @@ static void test_disk_states_for_tree_nodes(void **state)
     o.host_ratio = 2.0;
     o.mamba_host_states = 1;
     o.disk_dir = dir;
+    o.prefetch_timeout_ms = 60000; /* a loaded machine's disk reads are no miss here */
     o.disk_bytes = 8 << 20;
     assert_int_equal(kvt_open(&o, &e), 0);
     for (int i = 0; i < 2; i++) {
