@@ -43,9 +43,9 @@ struct dio_req {
     int fd;
     bool write;
     bool fixed; /* set by the engine when a registered buffer carried it */
-    /* Run it on the kernel's workers, not inline in the engine's thread: a write through the
-     * page cache is a copy the kernel makes inline, one file at a time, so a batch's copies
-     * run beside each other only from workers, one per slab file. */
+    /* Run it on the kernel's workers, not inline in the engine's thread: an I/O through the
+     * page cache is a copy the kernel makes inline, one at a time, so a batch's copies run
+     * beside each other only from workers (writes: one per slab file). */
     bool async;
     uint32_t slab, slot; /* named to the fault seam */
     int res;             /* 0, or -errno */

@@ -339,6 +339,11 @@ void page_sum(const struct dstore *s, const struct dop_page *p, uint8_t out[16])
         page_checksum(p->buf, s->page_bytes, out);
 }
 
+/* Reads through the page cache of at least this much go to io_uring's workers too, beside
+ * each other (a copy inline in the engine's thread is one at a time); a smaller one costs
+ * less than the hand-over. */
+#define ASYNC_READ_MIN (256u << 10)
+
 int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write,
                     void (*complete)(struct dio_req *r))
 {
@@ -362,7 +367,7 @@ int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write
         r->fd = r->niov ? slab_fd_for_locked(s, slab, iov_aligned(s, r->iov, r->niov))
                         : slab_fd_locked(s, slab, r->buf);
         r->write = write;
-        r->async = write && r->fd == s->slabs[slab].bfd;
+        r->async = r->fd == s->slabs[slab].bfd && (write || r->len >= ASYNC_READ_MIN);
         r->slab = slab;
         r->slot = slot;
         r->complete = complete;
