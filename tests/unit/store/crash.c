@@ -44,6 +44,7 @@ static void crash_rounds(struct fx *f, const char *mode)
     print_message("crash test (%s): %d rounds, seed %llu\n", mode, rounds,
                   (unsigned long long)seed);
     f->o.disk_bytes = CRASH_SLOTS * SLOT;
+    f->o.stripes = DSTORE_STRIPES; /* as users open it: several slabs growing at once */
     for (int round = 0; round < rounds; round++) {
         struct readback c = {f, true, 0};
         int status;

@@ -259,6 +259,7 @@ static void power_cut(struct fx *f, const char *mode)
     f->o.disk_bytes = PC_SLOTS * (uint64_t)l.slot_bytes;
     f->o.sync_ms = 3600000; /* no flush but the child's own: the old image is the disk's */
     f->o.sync_bytes = UINT64_MAX;
+    f->o.stripes = DSTORE_STRIPES; /* as users open it: several slabs growing at once */
     for (int round = 0; round < rounds; round++)
         pc_round(f, (enum pc_image)(round % 3), &rng, last, &t);
     print_message("power cut (%s): %d rounds, seed %llu: %llu pages served, %llu missed (lost "
