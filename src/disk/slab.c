@@ -80,7 +80,7 @@ static void probe_direct(struct dstore *s, int fd)
 {
     uint32_t mem, off;
 
-    if (!dio_align(fd, &mem, &off) || LAYOUT_BLOCK % off || mem > LAYOUT_BLOCK || in_memory(fd))
+    if (!dio_align(fd, &mem, &off) || LAYOUT_BLOCK % off || mem > LAYOUT_BLOCK || s->in_memory)
         s->direct = false;
     s->mem_align = mem;
 }
@@ -180,6 +180,7 @@ int slabs_open(struct dstore *s)
     s->slabfd = openat(s->dirfd, "slabs", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (s->slabfd < 0)
         return errno == ENOENT ? KVT_EFORMAT : -errno;
+    s->in_memory = in_memory(s->slabfd);
     s->slabs = calloc(s->nslabs, sizeof(*s->slabs));
     if (!s->slabs)
         return -ENOMEM;
@@ -400,9 +401,13 @@ static int fault(struct dstore *s, enum dstore_fault_point pt, uint32_t slab)
 
 /* Allocate the file's bytes [from, to), what a growth adds (from 0 each time, the file system
  * walked every extent already there: a 1 GiB slab grown in 500 steps wrote 15% slower); a
- * file system without fallocate gets a sparse file. */
-static int preallocate(int fd, uint64_t from, uint64_t to)
+ * file system without fallocate gets a sparse file, and so does tmpfs, whose fallocate
+ * allocates the memory under the file's lock, which the writes into the slab then wait for
+ * (a write into a hole allocates the same memory; a failed one fails its page). */
+static int preallocate(const struct dstore *s, int fd, uint64_t from, uint64_t to)
 {
+    if (s->in_memory)
+        return ftruncate(fd, (off_t)to) ? -errno : 0;
     if (fallocate(fd, 0, (off_t)from, (off_t)(to - from)) == 0)
         return 0;
     if (errno != EOPNOTSUPP)
@@ -502,7 +507,7 @@ int slab_ready(struct dstore *s, uint32_t slab, uint32_t slot)
     if (!rc && (created || d->valid == 0))
         rc = write_head(s, slab, d->bfd >= 0 ? d->bfd : fd);
     if (!rc)
-        rc = preallocate(fd, d->valid ? layout_slot_off(&s->lay, d->valid) : 0,
+        rc = preallocate(s, fd, d->valid ? layout_slot_off(&s->lay, d->valid) : 0,
                          layout_slot_off(&s->lay, cap));
     /* The new name must outlive a power cut as the records that will point into it (its new
      * size goes with the batch's fdatasync, before them). */

@@ -167,6 +167,7 @@ struct dstore {
     uint64_t nslots;        /* capacity in slots */
     uint32_t nslabs;        /* slabs covering nslots */
     bool direct;            /* O_DIRECT works and slot offsets meet its alignment */
+    bool in_memory;         /* the slabs are on tmpfs: grown sparse, allocated as written */
     uint32_t mem_align;
 
     struct dio *io;

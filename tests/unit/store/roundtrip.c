@@ -354,7 +354,7 @@ void test_small_pages_buffered(void **state)
 
 /* On tmpfs, when there is one: O_DIRECT may be refused there, and must not matter; where it
  * is taken it is a copy through the page cache all the same, so the store writes buffered
- * (its writes then go beside each other, one slab file each). */
+ * (its writes then go beside each other, one slab file each), into slabs grown sparse. */
 void test_tmpfs(void **state)
 {
     struct fx *f = *state;
@@ -368,6 +368,14 @@ void test_tmpfs(void **state)
     put_range(f, 1, 4);
     assert_int_equal(get_id(f, 3), 0);
     assert_int_equal(stats_of(f).direct, 0);
+    /* Grown sparse: the memory is taken as pages are written, not a growth step (1 MiB)
+     * ahead under the file's lock. */
+    char slab[128];
+    struct stat st;
+    snprintf(slab, sizeof(slab), "%s/slabs/0000.slab", dir);
+    assert_int_equal(stat(slab, &st), 0);
+    assert_true(st.st_size >= (off_t)(SLAB_HEAD_BYTES + 4 * SLOT));
+    assert_true((uint64_t)st.st_blocks * 512 <= SLAB_HEAD_BYTES + 4 * SLOT);
     dstore_close(f->s);
     f->s = NULL;
     rm_rf(dir);
