@@ -350,35 +350,8 @@ class KvtierTier(SecondaryTierManager):
         return out
 
     def _submit(self, job: _Job, ptrs, parents=None) -> None:
-        """One op of the job's keys whose chunk ids are valid; the rest fail at once."""
-        idx = [i for i, p in enumerate(ptrs) if p is not None]
-        for i, p in enumerate(ptrs):
-            if p is None:
-                job.results[i] = -errno.EINVAL
-        if idx:
-            keys = b"".join(job.pkeys[i] for i in idx)
-            try:
-                if job.promotion:
-                    op = self._store.submit_get(keys, [ptrs[i] for i in idx])
-                else:
-                    par = [parents[i] for i in idx] if parents else None
-                    op = self._store.submit_set(keys, [ptrs[i] for i in idx], parent=par)
-            except Exception as e:  # noqa: BLE001 - a failed submit fails its keys, no more
-                self._log_once("submitting to the page store", e)
-                for i in idx:
-                    job.results[i] = getattr(e, "code", -errno.EIO)
-            else:
-                self._ops[op] = (job, idx)
-                job.pending += 1
+        _start_op(self, self._ops, job, ptrs, parents)
         self._jobs[job.job_id] = job
-        if job.pending == 0:
-            self._finish(job)
-
-    def _land(self, op: int, results) -> None:
-        job, idx = self._ops.pop(op)
-        for i, r in zip(idx, results):
-            job.results[i] = r
-        job.pending -= 1
         if job.pending == 0:
             self._finish(job)
 
@@ -393,15 +366,7 @@ class KvtierTier(SecondaryTierManager):
                 return
             except OSError:
                 pass
-        for op in list(self._ops):
-            try:
-                results = self._store.wait(op, -1 if block else 0)
-            except TimeoutError:
-                continue
-            except Exception as e:  # noqa: BLE001 - cannot tell: its pages failed
-                self._log_once("collecting a page store op", e)
-                results = [-errno.EIO] * len(self._ops[op][1])
-            self._land(op, results)
+        _land_ops(self, self._ops, block, self._finish)
 
     def _finish(self, job: _Job) -> None:
         del self._jobs[job.job_id]
@@ -643,6 +608,50 @@ class KvtierTier(SecondaryTierManager):
             self._arr = None  # the export of the primary view, which vLLM releases next
 
 
+def _start_op(tier, ops: dict, job, ptrs, parents=None) -> None:
+    """One op of the job's keys whose chunk ids are valid, kept in ops (op -> (job, the keys'
+    places in it)); the rest fail at once, and all of them if the page store refuses the op."""
+    idx = [i for i, p in enumerate(ptrs) if p is not None]
+    for i, p in enumerate(ptrs):
+        if p is None:
+            job.results[i] = -errno.EINVAL
+    if not idx:
+        return
+    keys = b"".join(job.pkeys[i] for i in idx)
+    try:
+        if job.promotion:
+            op = tier._store.submit_get(keys, [ptrs[i] for i in idx])
+        else:
+            par = [parents[i] for i in idx] if parents else None
+            op = tier._store.submit_set(keys, [ptrs[i] for i in idx], parent=par)
+    except Exception as e:  # noqa: BLE001 - a failed submit fails its keys, no more
+        tier._log_once("submitting to the page store", e)
+        for i in idx:
+            job.results[i] = getattr(e, "code", -errno.EIO)
+    else:
+        ops[op] = (job, idx)
+        job.pending += 1
+
+
+def _land_ops(tier, ops: dict, block: bool, finish) -> None:
+    """The results of the ops in ops that are done (of each, waiting, when block) into their
+    jobs; finish(job) for a job with no op left."""
+    for op in list(ops):
+        try:
+            results = tier._store.wait(op, -1 if block else 0)
+        except TimeoutError:
+            continue
+        except Exception as e:  # noqa: BLE001 - cannot tell: its pages failed
+            tier._log_once("collecting a page store op", e)
+            results = [-errno.EIO] * len(ops[op][1])
+        job, idx = ops.pop(op)
+        for i, r in zip(idx, results):
+            job.results[i] = r
+        job.pending -= 1
+        if job.pending == 0:
+            finish(job)
+
+
 def _redact(url: Optional[str]) -> str:
     """A URL without its password, for labels and logs."""
     if not url:
@@ -748,44 +757,13 @@ class _RemoteWorker:
                 self.asked.pop(pk, None)
 
     def submit(self, job: "_Job", ptrs, parents) -> None:
-        tier = self.tier
-        idx = [i for i, p in enumerate(ptrs) if p is not None]
-        for i, p in enumerate(ptrs):
-            if p is None:
-                job.results[i] = -errno.EINVAL
-        if idx:
-            keys = b"".join(job.pkeys[i] for i in idx)
-            try:
-                if job.promotion:
-                    op = tier._store.submit_get(keys, [ptrs[i] for i in idx])
-                else:
-                    par = [parents[i] for i in idx] if parents else None
-                    op = tier._store.submit_set(keys, [ptrs[i] for i in idx], parent=par)
-            except Exception as e:  # noqa: BLE001
-                tier._log_once("submitting to the page store", e)
-                for i in idx:
-                    job.results[i] = getattr(e, "code", -errno.EIO)
-            else:
-                self.ops[op] = (job, idx)
-                job.pending += 1
+        _start_op(self.tier, self.ops, job, ptrs, parents)
         if job.pending == 0:
-            with tier._lock:
-                tier._finish(job)
+            self._finish(job)
 
     def land(self, block: bool) -> None:
-        tier = self.tier
-        for op in list(self.ops):
-            try:
-                results = tier._store.wait(op, -1 if block else 0)
-            except TimeoutError:
-                continue
-            except Exception as e:  # noqa: BLE001
-                tier._log_once("collecting a page store op", e)
-                results = [-errno.EIO] * len(self.ops[op][1])
-            job, idx = self.ops.pop(op)
-            for i, r in zip(idx, results):
-                job.results[i] = r
-            job.pending -= 1
-            if job.pending == 0:
-                with tier._lock:
-                    tier._finish(job)
+        _land_ops(self.tier, self.ops, block, self._finish)
+
+    def _finish(self, job: "_Job") -> None:
+        with self.tier._lock:
+            self.tier._finish(job)
