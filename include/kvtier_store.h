@@ -171,6 +171,10 @@ struct kvt_pagestore_stats {
     uint32_t remote;        /* 1: a server below the disk */
     uint64_t remote_reads;  /* pages a get read from the server (the disk lacked them) */
     uint64_t remote_errors; /* of errors, the server's: failed checks, pages an op failed */
+    /* (since 0.9) Of get_hits from the disk, pages the page cache held whole: a copy, no
+     * device read (pages above 128 KiB are read direct when the cache lacks them; smaller
+     * pages always go through the cache, and are not counted here). */
+    uint64_t cache_reads;
 };
 
 /* Counters and gauges of now into st (st->size bytes of it). Errors: -EINVAL. */

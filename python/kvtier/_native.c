@@ -903,7 +903,8 @@ static PyObject *stats_dict(const struct kvt_pagestore_stats *st)
         PyDict_SetItemString(d, "read_only", st->read_only ? Py_True : Py_False) ||
         PyDict_SetItemString(d, "remote", st->remote ? Py_True : Py_False) ||
         put_u64(d, "remote_reads", st->remote_reads) ||
-        put_u64(d, "remote_errors", st->remote_errors))
+        put_u64(d, "remote_errors", st->remote_errors) ||
+        put_u64(d, "cache_reads", st->cache_reads))
         Py_CLEAR(d);
     return d;
 }

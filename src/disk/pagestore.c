@@ -6,9 +6,8 @@
  * waited for by the thread that submitted it (or the caller of kvt_pagestore_wait), and
  * nobody polls, so no thread collects another's op. An eventfd counts completions.
  *
- * Pages of one segment go to the block store as they are. Pages of several are gathered into
- * (or read into and scattered from) a bounce page aligned for O_DIRECT; a synchronous call
- * bounds that memory by working through its pages in chunks.
+ * An op's pages become the block store's in pagestore_op.c, some through bounce pages; a
+ * synchronous call bounds that memory by working through its pages in chunks.
  *
  * With a remote (options.remote), pagestore_open.c opens the server's store and a chain of the
  * disk and the server (store/chain.h) and attaches it here: every op goes through the chain,
@@ -20,6 +19,7 @@
 #include "kvtier_store.h"
 #include "disk/ops.h"
 #include "disk/pagestore.h"
+#include "disk/pagestore_op.h"
 #include "store_int.h"
 
 #include <errno.h>
@@ -27,39 +27,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_CAPACITY (1ull << 30)
 #define BOUNCE_MAX (64u << 20) /* bytes of bounce pages one synchronous call holds at most */
-#define BOUNCE_HUGE (2u << 20) /* a huge page: bounce regions this large ask for them */
 #define FP_DOMAIN "kvtier pagestore 1"
-/* Pages up to this size go through the page cache (the dir is opened buffered): a read of a
- * page the cache holds is a copy, as SGLang's file backend's reads are, where a direct read of
- * 64 KiB waits for the device (2x the hot reads of 64 KiB pages through SGLang's controller,
- * for 25% of the writes' speed). Larger pages go direct: the cache's copy costs more than it
- * saves, and keeps a second copy of the engine's host tier. Writes stay durable, every read
- * is checked. */
+/* Every page is written through the page cache and read from it when it holds the page: a
+ * copy, as the engines' own file backends read. Pages up to this size go through it both ways
+ * (the dir is opened buffered): a direct read of 64 KiB waits for the device (2x the hot reads
+ * of 64 KiB pages through SGLang's controller). Larger pages the cache lacks are read direct
+ * (DSTORE_CACHED): the device's speed, with no readahead and no second copy left behind.
+ * Writes stay durable, every read is checked. */
 #define CACHED_PAGE_MAX (128u << 10)
 
 _Static_assert((int)KVT_DISK_IO_AUTO == (int)DSTORE_IO_AUTO &&
                    (int)KVT_DISK_IO_URING == (int)DSTORE_IO_URING &&
                    (int)KVT_DISK_IO_PSYNC == (int)DSTORE_IO_PSYNC,
                "the public and the block store's I/O kinds are the same numbers");
-
-struct ps_op {
-    struct ps_op *next;
-    uint64_t id;
-    uint32_t kind; /* enum dstore_op_kind */
-    size_t n;
-    const struct kvt_page *pages; /* the caller's, valid until the op is waited for */
-    int *results;
-    uint8_t *bounce; /* a page for each page of several segments, in order; or NULL */
-    void **bufs;     /* each page's buffer: its one segment, or its bounce page */
-    struct dstore_wpage *w;
-    struct dstore_rpage *r;
-};
 
 struct kvt_pagestore {
     struct dstore *ds;
@@ -163,7 +148,7 @@ static int open_block_store(struct kvt_pagestore *s, const struct kvt_pagestore_
     d.disk_bytes = o->capacity_bytes;
     d.io = o->disk_io;
     d.flags = (o->read_only ? DSTORE_READONLY : 0) |
-              (o->page_bytes <= CACHED_PAGE_MAX ? DSTORE_BUFFERED : 0);
+              (o->page_bytes <= CACHED_PAGE_MAX ? DSTORE_BUFFERED : DSTORE_CACHED);
     d.sync = o->sync == KVT_DISK_SYNC_RELAXED ? DSTORE_SYNC_RELAXED : DSTORE_SYNC_DURABLE;
     d.stripes = DSTORE_STRIPES;
     d.notify = &s->notify;
@@ -215,17 +200,6 @@ fail_efd:
     return rc;
 }
 
-static void op_free(struct ps_op *op)
-{
-    if (!op)
-        return;
-    free(op->bounce);
-    free(op->bufs);
-    free(op->w);
-    free(op->r);
-    free(op);
-}
-
 void pagestore_close(kvt_pagestore *s)
 {
     if (!s)
@@ -237,7 +211,7 @@ void pagestore_close(kvt_pagestore *s)
     while (s->ops) {
         struct ps_op *op = s->ops;
         s->ops = op->next;
-        op_free(op);
+        ps_op_free(op);
     }
     pthread_mutex_destroy(&s->cmu);
     pthread_mutex_destroy(&s->mu);
@@ -251,106 +225,6 @@ void kvt_pagestore_close(kvt_pagestore *s)
 }
 
 /* ---- pages ---- */
-
-static int check_pages(const kvt_pagestore *s, const struct kvt_page *pages, size_t n,
-                       const int *results)
-{
-    if (!s || (n && (!pages || !results)) || n > UINT32_MAX)
-        return -EINVAL;
-    for (size_t i = 0; i < n; i++) {
-        const struct kvt_page *p = &pages[i];
-        uint64_t sum = 0;
-        if (!p->key || !p->nsegs || !p->segs)
-            return -EINVAL;
-        for (uint32_t k = 0; k < p->nsegs; k++) {
-            if (!p->segs[k].addr && p->segs[k].len)
-                return -EINVAL;
-            sum += p->segs[k].len;
-        }
-        if (sum != s->page_bytes)
-            return -EINVAL;
-    }
-    return 0;
-}
-
-/* An op's buffers: one segment as it is, several through a bounce page. */
-static int op_buffers(struct kvt_pagestore *s, struct ps_op *op)
-{
-    size_t multi = 0, b = 0;
-
-    for (size_t i = 0; i < op->n; i++)
-        multi += op->pages[i].nsegs > 1;
-    if (!(op->bufs = calloc(op->n ? op->n : 1, sizeof(void *))))
-        return -ENOMEM;
-    if (multi && posix_memalign((void **)&op->bounce, 4096, multi * s->page_bytes))
-        return -ENOMEM;
-    /* Bounce pages on huge pages where the kernel gives them, as the engine's host pool: a
-     * page's I/O is then a few DMA segments, not one per 4 KiB (kvtier-pagestore-bench, 64 KiB
-     * pages of 2 segments on ext4: set 0.71 - 0.76 -> 1.00 - 1.03 GB/s, get 1.30 - 1.36 ->
-     * 1.57 - 1.67). A region under one huge page cannot have one. */
-    if (multi * s->page_bytes >= BOUNCE_HUGE)
-        madvise(op->bounce, multi * s->page_bytes, MADV_HUGEPAGE);
-    for (size_t i = 0; i < op->n; i++)
-        op->bufs[i] =
-            op->pages[i].nsegs > 1 ? op->bounce + b++ * s->page_bytes : op->pages[i].segs[0].addr;
-    return 0;
-}
-
-/* Segments of no bytes may have no address: nothing is copied for them. */
-static void gather(const struct kvt_page *p, uint8_t *to)
-{
-    for (uint32_t k = 0; k < p->nsegs; k++)
-        if (p->segs[k].len) {
-            memcpy(to, p->segs[k].addr, p->segs[k].len);
-            to += p->segs[k].len;
-        }
-}
-
-static void scatter(const struct kvt_page *p, const uint8_t *from)
-{
-    for (uint32_t k = 0; k < p->nsegs; k++)
-        if (p->segs[k].len) {
-            memcpy(p->segs[k].addr, from, p->segs[k].len);
-            from += p->segs[k].len;
-        }
-}
-
-static struct ps_op *op_new(struct kvt_pagestore *s, uint32_t kind, const struct kvt_page *pages,
-                            size_t n, int *results)
-{
-    struct ps_op *op = calloc(1, sizeof(*op));
-
-    if (!op)
-        return NULL;
-    *op = (struct ps_op){.kind = kind, .n = n, .pages = pages, .results = results};
-    if (op_buffers(s, op)) {
-        op_free(op);
-        return NULL;
-    }
-    return op;
-}
-
-/* The block store's page descriptors, gathering what needs it: before the lock, so that
- * other threads' calls do not wait for these copies. */
-static int describe(struct ps_op *op)
-{
-    if (op->kind == DSTORE_OP_WRITE) {
-        if (!(op->w = calloc(op->n ? op->n : 1, sizeof(*op->w))))
-            return -ENOMEM;
-        for (size_t i = 0; i < op->n; i++) {
-            if (op->pages[i].nsegs > 1)
-                gather(&op->pages[i], op->bufs[i]);
-            op->w[i] = (struct dstore_wpage){
-                .key = op->pages[i].key, .parent = op->pages[i].parent, .buf = op->bufs[i]};
-        }
-        return 0;
-    }
-    if (!(op->r = calloc(op->n ? op->n : 1, sizeof(*op->r))))
-        return -ENOMEM;
-    for (size_t i = 0; i < op->n; i++)
-        op->r[i] = (struct dstore_rpage){.key = op->pages[i].key, .buf = op->bufs[i]};
-    return 0;
-}
 
 /* Through the chain: the op is linked (under mu) before cmu goes, so no wait misses it. The
  * block store's page structs are the contract's (ops.c checks it). */
@@ -372,7 +246,7 @@ static int submit_chain(struct kvt_pagestore *s, struct ps_op *op, uint64_t *id)
     }
     pthread_mutex_unlock(&s->cmu);
     if (rc)
-        op_free(op);
+        ps_op_free(op);
     return rc;
 }
 
@@ -380,18 +254,15 @@ static int submit(struct kvt_pagestore *s, uint32_t kind, const struct kvt_page 
                   int *results, uint64_t *id)
 {
     struct ps_op *op;
-    int rc = check_pages(s, pages, n, results);
+    int rc = s ? ps_check_pages(s->page_bytes, pages, n, results) : -EINVAL;
 
     if (rc || !id)
         return rc ? rc : -EINVAL;
     if (kind == DSTORE_OP_WRITE && s->ro)
         return -EROFS;
-    if (!(op = op_new(s, kind, pages, n, results)))
-        return -ENOMEM;
-    if ((rc = describe(op))) {
-        op_free(op);
+    if ((rc = ps_op_new(s->page_bytes, !s->chain || s->chain->ops->parts, kind, pages, n, results,
+                        &op)))
         return rc;
-    }
     if (s->chain)
         return submit_chain(s, op, id);
     pthread_mutex_lock(&s->mu);
@@ -404,7 +275,7 @@ static int submit(struct kvt_pagestore *s, uint32_t kind, const struct kvt_page 
     }
     pthread_mutex_unlock(&s->mu);
     if (rc)
-        op_free(op);
+        ps_op_free(op);
     return rc;
 }
 
@@ -485,11 +356,9 @@ static int wait_op(kvt_pagestore *s, uint64_t id, int timeout_ms, size_t *ok)
 
     if (rc)
         return rc;
-    if ((op = take_op(s, id)) && op->kind == DSTORE_OP_READ)
-        for (size_t i = 0; i < op->n; i++)
-            if (op->results[i] == 0 && op->pages[i].nsegs > 1)
-                scatter(&op->pages[i], op->bufs[i]);
-    op_free(op);
+    if ((op = take_op(s, id)))
+        ps_op_land(op);
+    ps_op_free(op);
     if (ok)
         *ok = d.ok;
     return 0;
@@ -505,7 +374,7 @@ static int run_sync(kvt_pagestore *s, uint32_t kind, const struct kvt_page *page
                     int *results)
 {
     size_t chunk = s && s->page_bytes < BOUNCE_MAX ? BOUNCE_MAX / s->page_bytes : 1;
-    int rc = check_pages(s, pages, n, results);
+    int rc = s ? ps_check_pages(s->page_bytes, pages, n, results) : -EINVAL;
     uint64_t id;
 
     for (size_t at = 0; rc == 0 && at < n; at += chunk) {
@@ -770,6 +639,7 @@ int kvt_pagestore_stats(kvt_pagestore *s, struct kvt_pagestore_stats *out)
     st.errors = d.err_checksum + d.err_record + d.err_bounds + d.err_read_io + d.err_write_io +
                 d.err_nospc + d.err_sync + d.err_index;
     st.recovered = d.recovered;
+    st.cache_reads = d.cache_reads;
     st.disk_io = d.io;
     st.read_only = s->ro;
     if (s->chain) {

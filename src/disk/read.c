@@ -72,6 +72,7 @@ static void count_read_locked(struct dstore *s, const struct dop_page *p, int re
         return;
     s->st.read_hits++;
     s->st.bytes_read += s->page_bytes;
+    s->st.cache_reads += p->cached;
     for (uint32_t i = 0; i < p->nio; i++)
         s->st.fixed_ios += p->io[i].fixed;
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define DEFAULT_ALIGN 4096u
@@ -223,10 +224,14 @@ static int slab_fd_for_locked(struct dstore *s, uint32_t slab, bool aligned)
 /* mem_align is 0 until a slab is opened direct: never, in a buffered dir, and not yet in a
  * reader that opened before its writer made the first slab (its later slabs are opened
  * buffered on first need). Either way no I/O goes direct. */
+static bool buf_aligned(const struct dstore *s, const void *buf)
+{
+    return s->direct && s->mem_align && (uintptr_t)buf % s->mem_align == 0;
+}
+
 int slab_fd_locked(struct dstore *s, uint32_t slab, const void *buf)
 {
-    return slab_fd_for_locked(s, slab,
-                              s->direct && s->mem_align && (uintptr_t)buf % s->mem_align == 0);
+    return slab_fd_for_locked(s, slab, buf_aligned(s, buf));
 }
 
 /* Whether O_DIRECT takes these regions: every address and length on mem_align. */
@@ -340,6 +345,37 @@ void page_sum(const struct dstore *s, const struct dop_page *p, uint8_t out[16])
         page_checksum(p->buf, s->page_bytes, out);
 }
 
+/* cachestat(2) (Linux 6.5), which Debian 12's headers lack. */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct kvt_cachestat_range {
+    uint64_t off, len;
+};
+struct kvt_cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* DSTORE_CACHED: whether the page cache holds the whole slot at off of slab (then its read
+ * is a copy from it; else a device read, direct, that leaves nothing cached). A read of the
+ * cache alone (RWF_NOWAIT) cannot tell instead: it starts readahead when it misses. A kernel
+ * without cachestat (ENOSYS) reads direct, as if nothing were cached; pages evicted between
+ * the look and the read are read through the cache, blocking. */
+static bool slot_cached_locked(struct dstore *s, uint32_t slab, uint64_t off)
+{
+    struct kvt_cachestat_range r = {off, s->slot_bytes};
+    struct kvt_cachestat cs;
+    int fd = s->slabs[slab].dfd >= 0 ? s->slabs[slab].dfd : s->slabs[slab].bfd;
+
+    if (fd < 0 || s->no_cachestat)
+        return false;
+    if (syscall(__NR_cachestat, fd, &r, &cs, 0)) {
+        s->no_cachestat = errno == ENOSYS || errno == EPERM;
+        return false;
+    }
+    return cs.nr_cache * (uint64_t)sysconf(_SC_PAGESIZE) >= s->slot_bytes;
+}
+
 /* Reads through the page cache of at least this much go to io_uring's workers too, beside
  * each other (a copy inline in the engine's thread is one at a time); a smaller one costs
  * less than the hand-over. */
@@ -351,8 +387,10 @@ int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write
     const struct slot_layout *l = &s->lay;
     uint32_t slab = g / s->slab_slots, slot = g % s->slab_slots;
     uint64_t off = layout_slot_off(l, slot);
+    bool cached = s->o.flags & DSTORE_CACHED;
 
     p->nio = 0;
+    p->cached = false;
     if (l->body)
         io_fill(&p->io[p->nio++], p, off, p->buf, l->body);
     if (l->body && p->nparts) { /* the body straight from (into) the parts */
@@ -362,11 +400,13 @@ int page_io_prepare(struct dstore *s, struct dop_page *p, uint32_t g, bool write
     if (write || l->tail)
         io_fill(&p->io[p->nio++], p, off + l->body, p->block, l->tail_bytes);
     pthread_mutex_lock(&s->lock);
+    if (cached && !write)
+        p->cached = slot_cached_locked(s, slab, off);
     for (uint32_t i = 0; i < p->nio; i++) {
         struct dio_req *r = &p->io[i];
+        bool aligned = r->niov ? iov_aligned(s, r->iov, r->niov) : buf_aligned(s, r->buf);
 
-        r->fd = r->niov ? slab_fd_for_locked(s, slab, iov_aligned(s, r->iov, r->niov))
-                        : slab_fd_locked(s, slab, r->buf);
+        r->fd = slab_fd_for_locked(s, slab, aligned && !(cached && (write || p->cached)));
         r->write = write;
         r->async = r->fd == s->slabs[slab].bfd && (write || r->len >= ASYNC_READ_MIN);
         r->slab = slab;

@@ -471,8 +471,8 @@ static int check_options(const struct dstore_options *o)
     if (o->page_tokens > DSTORE_MAX_TOKENS || o->io > DSTORE_IO_PSYNC || !o->max_batch ||
         o->sync > DSTORE_SYNC_RELAXED)
         return -EINVAL;
-    if (o->flags &
-        ~(uint32_t)(DSTORE_READONLY | DSTORE_BUFFERED | DSTORE_AS_FOUND | DSTORE_RECOVER))
+    if (o->flags & ~(uint32_t)(DSTORE_READONLY | DSTORE_BUFFERED | DSTORE_AS_FOUND |
+                               DSTORE_RECOVER | DSTORE_CACHED))
         return -EINVAL;
     if ((o->flags & DSTORE_RECOVER) && (o->flags & DSTORE_READONLY))
         return -EINVAL;

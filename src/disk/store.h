@@ -75,6 +75,10 @@ enum dstore_flags {
     /* Set the index aside and rebuild it from the slabs' page heads, as an open does by
      * itself when the index is damaged or lost (kvtier-ctl recover). Writers only. */
     DSTORE_RECOVER = 1u << 3,
+    /* Keep pages in the page cache: write through it, and read from it alone first (a hot
+     * page is a copy); what it lacks is read with O_DIRECT, where the dir takes it, so a cold
+     * page costs a device read and leaves nothing cached (no readahead, no second copy). */
+    DSTORE_CACHED = 1u << 4,
 };
 
 /* When the written bytes and records reach the disk. */
@@ -231,6 +235,7 @@ struct dstore_stats {
     uint64_t reads, read_hits, writes, write_dups; /* pages; dups were already stored */
     uint64_t bytes_read, bytes_written;
     uint64_t fixed_ios;                 /* page I/Os carried by registered buffers */
+    uint64_t cache_reads;               /* DSTORE_CACHED: read hits the page cache held whole */
     uint64_t evicted, deleted, dropped; /* pages: LRU, by request, found bad */
     uint64_t too_many; /* pages refused: a write batch held more new pages than the store has
                           slots (not an error: the first ones went in) */

@@ -86,6 +86,7 @@ struct dop_page {
     struct dio_req io[2];
     uint32_t nio;
     uint32_t io_left; /* locked: requests not landed yet */
+    bool cached;      /* reads: through the page cache, which held the page (DSTORE_CACHED) */
 };
 
 struct batch; /* batch.c's: a write batch in flight */
@@ -168,6 +169,7 @@ struct dstore {
     uint32_t nslabs;        /* slabs covering nslots */
     bool direct;            /* O_DIRECT works and slot offsets meet its alignment */
     bool in_memory;         /* the slabs are on tmpfs: grown sparse, allocated as written */
+    bool no_cachestat;      /* locked: the kernel refused cachestat (DSTORE_CACHED) */
     uint32_t mem_align;
 
     struct dio *io;

@@ -17,6 +17,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -723,21 +724,78 @@ static size_t cached_bytes(const char *path)
     return n * pg;
 }
 
-/* n pages of pb bytes written to a store in dir; returns how many of their bytes the page
- * cache holds after. */
-static size_t write_and_count_cached(const char *dir, uint32_t pb, uint32_t n)
+/* Bytes of dir's slab files the page cache holds; with drop, drop them from it first. */
+static size_t slabs_cached(const char *dir, bool drop)
 {
+    char path[512];
+    struct dirent *e;
+    size_t n = 0;
+    DIR *d;
+
+    snprintf(path, sizeof(path), "%s/slabs", dir);
+    assert_non_null(d = opendir(path));
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".slab")) {
+            snprintf(path, sizeof(path), "%s/slabs/%s", dir, e->d_name);
+            if (drop) {
+                int fd = open(path, O_RDONLY);
+                assert_true(fd >= 0);
+                assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+                close(fd);
+            }
+            n += cached_bytes(path);
+        }
+    closedir(d);
+    return n;
+}
+
+/* n pages of pb bytes written to a store in dir, then read back exact, then read back again
+ * after the slabs are dropped from the page cache; what the cache held after each step and
+ * how many reads it served (stats.cache_reads). */
+struct cached_run {
+    size_t after_write, after_drop, after_cold_read;
+    uint64_t hot_cache_reads, cold_cache_reads;
+};
+
+static void get_exact(kvt_pagestore *s, struct kvt_page *pages, uint8_t *buf, uint32_t pb,
+                      uint32_t n)
+{
+    int res[8];
+
+    memset(buf, 0, (size_t)pb * n);
+    assert_int_equal(kvt_pagestore_get(s, pages, n, res), 0);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(res[i], 0);
+        for (size_t b = 0; b < pb; b++)
+            assert_int_equal(buf[(size_t)i * pb + b], (uint8_t)(i * 31 + b / 4096));
+    }
+}
+
+static struct cached_run write_read_cached(const char *dir, uint32_t pb, uint32_t n,
+                                           uint32_t disk_io)
+{
+    struct kvt_pagestore_options o;
+    struct kvt_pagestore_stats st = {.size = sizeof(st)};
+    struct cached_run run;
     kvt_pagestore *s = NULL;
     uint8_t *buf = NULL, keys[8][KVT_PAGESTORE_KEY_BYTES];
     struct kvt_segment segs[8];
     struct kvt_page pages[8];
     int res[8];
-    char slab[256];
 
     assert_true(n <= 8);
     assert_int_equal(posix_memalign((void **)&buf, 4096, (size_t)pb * n), 0);
-    memset(buf, 0x3c, (size_t)pb * n);
-    assert_int_equal(open_at(dir, FP, pb, 64ull << 20, 0, &s), 0);
+    for (size_t b = 0; b < (size_t)pb * n; b++)
+        buf[b] = (uint8_t)(b / pb * 31 + b % pb / 4096);
+    kvt_pagestore_options_init(&o, sizeof(o));
+    o.dir = dir;
+    o.fingerprint = FP;
+    o.fingerprint_len = strlen(FP);
+    o.page_bytes = pb;
+    o.page_tokens = 16;
+    o.capacity_bytes = 64ull << 20;
+    o.disk_io = disk_io;
+    assert_int_equal(kvt_pagestore_open(&o, &s), 0);
     for (uint32_t i = 0; i < n; i++) {
         key_of(i, keys[i]);
         segs[i] = (struct kvt_segment){.addr = buf + (size_t)i * pb, .len = pb};
@@ -746,35 +804,168 @@ static size_t write_and_count_cached(const char *dir, uint32_t pb, uint32_t n)
     assert_int_equal(kvt_pagestore_set(s, pages, n, res), 0);
     for (uint32_t i = 0; i < n; i++)
         assert_int_equal(res[i], 0);
+    run.after_write = slabs_cached(dir, false);
+    get_exact(s, pages, buf, pb, n);
+    assert_int_equal(kvt_pagestore_stats(s, &st), 0);
+    run.hot_cache_reads = st.cache_reads;
+    run.after_drop = slabs_cached(dir, true);
+    get_exact(s, pages, buf, pb, n);
+    assert_int_equal(kvt_pagestore_stats(s, &st), 0);
+    run.cold_cache_reads = st.cache_reads - run.hot_cache_reads;
+    run.after_cold_read = slabs_cached(dir, false);
     kvt_pagestore_close(s);
-    snprintf(slab, sizeof(slab), "%s/slabs/0000.slab", dir);
-    size_t cached = cached_bytes(slab);
+    fixture_remove_tree(dir);
     free(buf);
-    return cached;
+    return run;
 }
 
-/* Pages of 128 KiB or less go through the page cache, so reads of what was just written are
- * copies from memory (as SGLang's file backend's are); larger ones go direct, where the
- * filesystem takes O_DIRECT (tmpfs does not: there every byte is in memory anyway). */
-static void test_small_pages_cached(void **state)
+/* 64 bytes of junk every 64 KiB of every slab file of dir past its first 32 KiB (the slab's
+ * head): every page of 64 KiB or more is damaged, its slab head is not. */
+static void damage_every_slab_page(const char *dir)
 {
-    char base[128], small[160], large[160], probe[160];
+    char path[512];
+    uint8_t junk[64];
+    struct dirent *e;
+    struct stat st;
+    DIR *d;
+
+    memset(junk, 0xa5, sizeof(junk));
+    snprintf(path, sizeof(path), "%s/slabs", dir);
+    assert_non_null(d = opendir(path));
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".slab")) {
+            snprintf(path, sizeof(path), "%s/slabs/%s", dir, e->d_name);
+            int fd = open(path, O_RDWR);
+            assert_true(fd >= 0 && fstat(fd, &st) == 0);
+            for (off_t at = 32 << 10; at + 64 <= st.st_size; at += 64 << 10)
+                assert_int_equal(pwrite(fd, junk, sizeof(junk), at), 64);
+            close(fd);
+        }
+    closedir(d);
+}
+
+/* One page of BIG bytes in n segments of one length (aligned, or 64 bytes off alignment) or
+ * in three unequal ones, over buf. */
+#define BIG (512u << 10)
+static struct kvt_page shaped(uint8_t *key, struct kvt_segment *segs, uint8_t *buf, uint32_t n,
+                              bool off)
+{
+    size_t at = off ? 64 : 0;
+
+    for (uint32_t k = 0; k < n; k++) {                                  /* 4 KiB apart */
+        segs[k].len = n == 3 ? (k ? (BIG - 4096) / 2 : 4096) : BIG / n; /* 3: unequal */
+        segs[k].addr = buf + at;
+        at += segs[k].len + 4096;
+    }
+    return (struct kvt_page){.key = key, .segs = segs, .nsegs = n};
+}
+
+static void fill_shaped(const struct kvt_page *p, uint32_t seed)
+{
+    for (uint32_t k = 0, at = 0; k < p->nsegs; k++)
+        for (uint32_t b = 0; b < p->segs[k].len; b++, at++)
+            ((uint8_t *)p->segs[k].addr)[b] = (uint8_t)((at * 2654435761u + seed) >> 13);
+}
+
+static bool same_shaped(const struct kvt_page *p, uint32_t seed)
+{
+    for (uint32_t k = 0, at = 0; k < p->nsegs; k++)
+        for (uint32_t b = 0; b < p->segs[k].len; b++, at++)
+            if (((uint8_t *)p->segs[k].addr)[b] != (uint8_t)((at * 2654435761u + seed) >> 13))
+                return false;
+    return true;
+}
+
+/* A page is the same bytes whatever segments carry it: pages of segments of one length go to
+ * the block store as its parts (vectored, direct where aligned), others through a bounce page,
+ * and each shape reads back what every other shape wrote; a damaged page is a miss in every
+ * shape. */
+static void test_segment_shapes(void **state)
+{
+    static const struct {
+        uint32_t n;
+        bool off;
+    } shapes[] = {{1, false}, {2, false}, {2, true}, {4, false}, {64, false}, {3, false}};
+    const size_t ns = sizeof(shapes) / sizeof(shapes[0]);
+    uint8_t keys[6][KVT_PAGESTORE_KEY_BYTES], *buf[2];
+    struct kvt_segment segs[2][64];
+    char dir[128];
+    kvt_pagestore *s = NULL;
+    int res;
+
+    (void)state;
+    assert_int_equal(fixture_data_dir(dir, sizeof(dir), "pagestore-shapes"), 0);
+    assert_int_equal(open_at(dir, FP, BIG, 64ull << 20, 0, &s), 0);
+    for (int b = 0; b < 2; b++)
+        assert_int_equal(posix_memalign((void **)&buf[b], 4096, 2 * BIG + 65 * 4096 + 64), 0);
+    for (size_t w = 0; w < ns; w++) {
+        struct kvt_page p = shaped(keys[w], segs[0], buf[0], shapes[w].n, shapes[w].off);
+        key_of(9000 + (uint32_t)w, keys[w]);
+        fill_shaped(&p, (uint32_t)w);
+        assert_int_equal(kvt_pagestore_set(s, &p, 1, &res), 0);
+        assert_int_equal(res, 0);
+    }
+    for (size_t w = 0; w < ns; w++)
+        for (size_t r = 0; r < ns; r++) {
+            struct kvt_page p = shaped(keys[w], segs[1], buf[1], shapes[r].n, shapes[r].off);
+            memset(buf[1], 0, 2 * BIG + 65 * 4096 + 64);
+            assert_int_equal(kvt_pagestore_get(s, &p, 1, &res), 0);
+            assert_int_equal(res, 0);
+            assert_true(same_shaped(&p, (uint32_t)w));
+        }
+    kvt_pagestore_close(s);
+    damage_every_slab_page(dir);
+    assert_int_equal(open_at(dir, FP, BIG, 64ull << 20, 0, &s), 0);
+    for (size_t r = 0; r < ns; r++) {
+        struct kvt_page p = shaped(keys[r], segs[1], buf[1], shapes[r].n, shapes[r].off);
+        assert_int_equal(kvt_pagestore_get(s, &p, 1, &res), 0);
+        assert_int_not_equal(res, 0);
+    }
+    kvt_pagestore_close(s);
+    free(buf[0]);
+    free(buf[1]);
+    fixture_remove_tree(dir);
+}
+
+/* Every page is written through the page cache, so what was just written is read as a copy
+ * from memory (as SGLang's file backend and vLLM's fs tier read). Pages of 128 KiB or less go
+ * through it both ways; a larger page the cache lacks is read direct, where the file system
+ * takes O_DIRECT (tmpfs does not: there every byte is in memory anyway), and leaves nothing
+ * cached. Each with both I/O engines; every read exact. */
+static void test_pages_cached(void **state)
+{
+    static const uint32_t ios[] = {KVT_DISK_IO_URING, KVT_DISK_IO_PSYNC};
+    char base[128], dir[160], probe[160];
+    bool direct;
     int fd;
 
     (void)state;
     assert_int_equal(fixture_data_dir(base, sizeof(base), "pagestore-cached"), 0);
-    snprintf(small, sizeof(small), "%s/small", base);
-    snprintf(large, sizeof(large), "%s/large", base);
-    size_t cached = write_and_count_cached(small, 64u << 10, 8);
-    print_message("test_small_pages_cached: 8 pages of 64 KiB, %zu bytes cached\n", cached);
-    assert_true(cached >= 8 * (64u << 10));
     snprintf(probe, sizeof(probe), "%s/probe", base);
     fd = open(probe, O_CREAT | O_WRONLY | O_DIRECT, 0600);
-    if (fd >= 0) {
+    direct = fd >= 0;
+    if (fd >= 0)
         close(fd);
-        cached = write_and_count_cached(large, 256u << 10, 8);
-        print_message("test_small_pages_cached: 8 pages of 256 KiB, %zu bytes cached\n", cached);
-        assert_true(cached < 2 * (256u << 10));
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir, sizeof(dir), "%s/small%d", base, k);
+        struct cached_run r = write_read_cached(dir, 64u << 10, 8, ios[k]);
+        print_message("test_pages_cached io %u: 8 pages of 64 KiB: %zu bytes cached\n", ios[k],
+                      r.after_write);
+        assert_true(r.after_write >= 8 * (64u << 10));
+        snprintf(dir, sizeof(dir), "%s/large%d", base, k);
+        r = write_read_cached(dir, 256u << 10, 8, ios[k]);
+        print_message("test_pages_cached io %u: 8 pages of 256 KiB: %zu bytes cached after the "
+                      "write, %zu dropped, %zu after a cold read; reads from the cache %llu hot, "
+                      "%llu cold\n",
+                      ios[k], r.after_write, r.after_drop, r.after_cold_read,
+                      (unsigned long long)r.hot_cache_reads,
+                      (unsigned long long)r.cold_cache_reads);
+        assert_true(r.after_write >= 8 * (256u << 10));
+        if (!direct)
+            continue;
+        assert_int_equal(r.hot_cache_reads, 8);
+        assert_int_equal(r.cold_cache_reads, 0);
+        assert_true(r.after_cold_read < 2 * (256u << 10));
     }
     fixture_remove_tree(base);
 }
@@ -893,7 +1084,8 @@ int main(void)
         cmocka_unit_test(test_readers_on_threads),
         cmocka_unit_test(test_engine_beside_page_store),
         cmocka_unit_test(test_reader_before_first_slab),
-        cmocka_unit_test(test_small_pages_cached),
+        cmocka_unit_test(test_pages_cached),
+        cmocka_unit_test(test_segment_shapes),
         cmocka_unit_test(test_touch_and_relaxed_sync),
 #ifdef KVT_HAVE_REDIS
         cmocka_unit_test(test_remote),
