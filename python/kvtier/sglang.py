@@ -13,8 +13,11 @@ directory below it), ``capacity`` (bytes, or a string such as ``"200G"``; defaul
 rank, for the KV pool), ``pool_capacity`` (a hybrid model's other pools, by SGLang's pool
 name: ``{"mamba": "20G"}``; a pool not named gets ``capacity`` scaled by its host pool's bytes
 over the KV host pool's), ``weights_revision`` (any string naming the weights: part of the
-fingerprint, so pages computed by other weights are never served), ``disk_io`` (``auto``,
-``uring`` or ``psync``), ``interface_v1`` (SGLang's own switch to the zero-copy path for KV
+fingerprint, so pages computed by other weights are never served), ``sync`` (``"relaxed"``,
+the default: pages and index flushed every second and at shutdown, as a cache may be: a power
+cut costs the pages written since, each then a miss, never wrong bytes; ``"durable"``: a set
+returns once its pages are fdatasync'd and indexed), ``disk_io`` (``auto``, ``uring`` or
+``psync``), ``interface_v1`` (SGLang's own switch to the zero-copy path for KV
 pages; pages stored through one path are never served to the other, as their bytes are laid
 out differently). ``hicache_storage_pass_prefix_keys`` is SGLang's: with it, each write names
 the page before its first one, which the store keeps as the page's parent.
@@ -228,15 +231,14 @@ class _Pool:
 
     # ---- the store ----
 
-    def open(self, disk_io: str) -> bool:
+    def open(self, opts: dict) -> bool:
         """Open the store; a reader of a dir its writer has not made yet tries again later."""
         if self.store is not None or self.logical:
             return True
         try:
             self.store = PageStore(self.dir, self.fingerprint, self.page_bytes,
                                    page_tokens=min(self.page_size, 4096),
-                                   capacity=self.capacity, disk_io=disk_io,
-                                   read_only=self.read_only)
+                                   capacity=self.capacity, read_only=self.read_only, **opts)
             logger.info("kvtier: store %s open (%d-byte pages, %d segments, %s)", self.dir,
                         self.page_bytes, self.segs, "read-only" if self.read_only else "writer")
             return True
@@ -249,7 +251,7 @@ class _Pool:
             logger.warning("kvtier: cannot open %s yet: %s", self.dir, e)
             return False
 
-    def ready(self, disk_io: str) -> bool:
+    def ready(self, opts: dict) -> bool:
         """Open. A reader whose writer (another TP rank) has not made the dir's index yet
         looks for it at each call, one stat, and opens it once it is there; an open that
         fails is tried again at most once a second. The calls in between are misses."""
@@ -262,7 +264,7 @@ class _Pool:
         with self.opening:  # one open, whichever of SGLang's threads asks first
             if self.store is None and not self.closed:
                 self.next_open = time.monotonic() + 1.0
-                self.open(disk_io)
+                self.open(opts)
         return self.store is not None
 
     def close(self) -> None:
@@ -356,7 +358,10 @@ class KvtierHiCacheStorage(_Base):
             raise ValueError('kvtier: "pool_capacity" must map pool names to sizes')
         self.pool_capacity = {str(k): parse_bytes(v) for k, v in pool_capacity.items()}
         self.weights_revision = str(extra.get("weights_revision", ""))
-        self.disk_io = str(extra.get("disk_io", "auto"))
+        sync = str(extra.get("sync", "relaxed"))
+        if sync not in ("relaxed", "durable"):
+            raise ValueError(f'kvtier: "sync" must be "relaxed" or "durable", not {sync!r}')
+        self.store_opts = {"disk_io": str(extra.get("disk_io", "auto")), "sync": sync}
         self.interface_v1 = bool(extra.get("interface_v1", False))
         self.kv: Optional[_Pool] = None
         self.pools: Dict[str, _Pool] = {}  # by pool name's value; "kv" is self.kv
@@ -473,7 +478,7 @@ class KvtierHiCacheStorage(_Base):
             if not kv.read_only:
                 os.makedirs(kv.dir, exist_ok=True)
         self.kv = kv
-        kv.ready(self.disk_io) if kv.read_only else kv.open(self.disk_io)
+        kv.ready(self.store_opts) if kv.read_only else kv.open(self.store_opts)
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name) -> None:
         """SGLang registers each host pool of a hybrid model (its KV pool too): each gets a
@@ -498,7 +503,7 @@ class KvtierHiCacheStorage(_Base):
         pool.capacity = self._pool_capacity_of(pool)
         if not pool.read_only:
             os.makedirs(pool.dir, exist_ok=True)
-        pool.ready(self.disk_io) if pool.read_only else pool.open(self.disk_io)
+        pool.ready(self.store_opts) if pool.read_only else pool.open(self.store_opts)
         with self._lock:
             old = self.pools.get(name)
             self.pools = {**self.pools, name: pool}
@@ -529,7 +534,7 @@ class KvtierHiCacheStorage(_Base):
 
     def _ready(self, pool: Optional[_Pool] = None) -> bool:
         pool = pool or self.kv
-        return pool is not None and not self._closed and pool.ready(self.disk_io)
+        return pool is not None and not self._closed and pool.ready(self.store_opts)
 
     def _record(self, kind: str, pages: int, page_bytes: int, seconds: float) -> None:
         if pages <= 0:

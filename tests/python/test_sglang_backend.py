@@ -274,6 +274,32 @@ class ZeroCopy(Base):
         self.assertTrue(b.clear())
         self.assertEqual(b.batch_exists(keys), 0)
 
+    def test_sync_option(self):
+        # relaxed unless the config says durable (as the vLLM tier); anything else refused
+        import kvtier.sglang as mod
+
+        seen, real = [], mod.PageStore
+
+        def spy(*a, **kw):
+            seen.append(kw.get("sync"))
+            return real(*a, **kw)
+
+        mod.PageStore = spy
+        try:
+            for sync in (None, "durable", "relaxed"):
+                extra = {"dir": os.path.join(self.dir, str(sync))}
+                if sync:
+                    extra["sync"] = sync
+                pool = MHAPool("page_first")
+                b = self.backend(pool, **extra)
+                keys = sglang_keys(list(range(pool.page_size)), pool.page_size)
+                self.assertEqual(b.batch_set_v1(keys, slots([0], pool.page_size)), [True])
+        finally:
+            mod.PageStore = real
+        self.assertEqual(seen, ["relaxed", "durable", "relaxed"])
+        with self.assertRaisesRegex(ValueError, "sync"):
+            KvtierHiCacheStorage(make_config(), {"dir": self.dir, "sync": "fast"})
+
     def test_restart_keeps_pages(self):
         pool = MHAPool("page_first")
         b = self.backend(pool)

@@ -29,7 +29,8 @@ mooncake_master this script starts from the mooncake-transfer-engine-non-cuda wh
 memory, so no cold, damaged rows; its restart is a new client of the same running master).
 
 Usage: bench_sglang.py [--fs ext4=/tmp,tmpfs=/dev/shm] [--kinds 8m,4.3m,64k]
-                       [--backends kvtier,file] [--reps 3] [--mb 192] [--json FILE]
+                       [--backends kvtier,file] [--reps 3] [--mb 192]
+                       [--kvtier-sync durable|relaxed] [--json FILE]
 """
 
 import argparse
@@ -46,6 +47,7 @@ import time
 import torch
 
 STORAGE_BATCH = 128
+KVTIER_EXTRA = {}  # extra config keys for kvtier from the command line (--kvtier-sync)
 
 KINDS = {  # name: (mla, page tokens, layers, heads, head_dim)
     "8m": (False, 64, 32, 8, 128),
@@ -120,7 +122,7 @@ class Stack:
             name, extra = "dynamic", {
                 "backend_name": "kvtier", "module_path": "kvtier.sglang",
                 "class_name": "KvtierHiCacheStorage", "interface_v1": 1, "dir": data_dir,
-                "capacity": str(4 * self.pages * self.page_nbytes)}
+                "capacity": str(4 * self.pages * self.page_nbytes), **KVTIER_EXTRA}
         elif backend == "file":
             name, extra = "file", {"file_storage_path": data_dir}
         elif backend == "mooncake":  # configured by the environment Mooncake.start sets
@@ -276,8 +278,12 @@ def main():
     ap.add_argument("--backends", default="kvtier,file")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--mb", type=float, default=192, help="megabytes of pages a rep")
+    ap.add_argument("--kvtier-sync", choices=["durable", "relaxed"],
+                    help="kvtier's sync mode (default: the backend's own default)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.kvtier_sync:
+        KVTIER_EXTRA["sync"] = a.kvtier_sync
     import logging
 
     logging.disable(logging.WARNING)  # the file backend warns at every damaged or missed page
