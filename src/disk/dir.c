@@ -414,18 +414,11 @@ static int index_foreign(struct dstore *s, const struct dmeta *m)
     return KVT_ECORRUPT;
 }
 
-/* A relaxed writer's commits are not flushed, so a power cut may tear the tree on disk while
- * a clean stamp of an earlier close still matches what reached the disk of it (its meta pages
- * and times): the stamp goes, durably, before the first such commit, and the open after a
- * power cut walks the index. */
+/* A durable writer's commits skip the meta page's own sync (the next commit's covers it). A
+ * relaxed writer's commit synced nothing until its first write (txn_begin). */
 static int writer_sync_mode(struct dstore *s)
 {
-    bool relaxed = s->o.sync == DSTORE_SYNC_RELAXED;
-    int rc;
-
-    if (relaxed && (rc = index_stamp_revoke(s->dirfd)))
-        return rc;
-    return index_set_sync(&s->ix, relaxed);
+    return s->o.sync == DSTORE_SYNC_RELAXED ? 0 : index_set_sync(&s->ix, false);
 }
 
 /* Open the index at path with its map for the open (a reader takes the writer's; a writer

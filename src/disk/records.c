@@ -4,6 +4,7 @@
  * them (counted when the index fails). Below the front, the reads and the committer.
  */
 #include "store_int.h"
+#include "disk/trust.h"
 
 #include <errno.h>
 #include <string.h>
@@ -45,9 +46,29 @@ int lookup_record(struct dstore *s, MDB_txn *txn, const uint8_t *key, struct dre
 
 /* ---- write transactions ---- */
 
+/* A relaxed writer's commits are not flushed, so a power cut may tear the tree on disk while
+ * a clean stamp of an earlier close still matches what reached the disk of it (its meta pages
+ * and times): the stamp goes, durably, before the first such commit (commits before it sync
+ * whole), and the open after a power cut walks the index. Not at open: a writer that only
+ * reads (a restart that looks its pages up) pays no sync of the index's dir for it. */
+static int relax(struct dstore *s)
+{
+    int rc;
+
+    if (s->o.sync != DSTORE_SYNC_RELAXED || s->relaxed)
+        return 0;
+    if ((rc = index_stamp_revoke(s->dirfd)) || (rc = index_set_sync(&s->ix, true)))
+        return rc;
+    s->relaxed = true;
+    return 0;
+}
+
 int txn_begin(struct dstore *s, MDB_txn **txn)
 {
-    int rc = index_err(mdb_txn_begin(s->ix.env, NULL, 0, txn));
+    int rc = relax(s);
+
+    if (!rc)
+        rc = index_err(mdb_txn_begin(s->ix.env, NULL, 0, txn));
 
     if (rc) {
         pthread_mutex_lock(&s->lock);

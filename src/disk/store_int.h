@@ -170,6 +170,7 @@ struct dstore {
     bool direct;            /* O_DIRECT works and slot offsets meet its alignment */
     bool in_memory;         /* the slabs are on tmpfs: grown sparse, allocated as written */
     bool no_cachestat;      /* locked: the kernel refused cachestat (DSTORE_CACHED) */
+    bool relaxed;           /* the committer's: relaxed commits since the stamp's revoke */
     uint32_t mem_align;
 
     struct dio *io;

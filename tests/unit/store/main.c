@@ -60,6 +60,7 @@ int main(void)
         T(test_registered_buffers),
         T(test_uring_refused),
         T(test_restart),
+        T(test_relaxed_stamp),
         T(test_lost_index),
         T(test_hollow_index),
         T(test_fingerprint),

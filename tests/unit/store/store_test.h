@@ -117,6 +117,7 @@ void test_uring_refused(void **state);
 
 /* persistence.c */
 void test_restart(void **state);
+void test_relaxed_stamp(void **state);
 void test_lost_index(void **state);
 void test_hollow_index(void **state);
 void test_fingerprint(void **state);
