@@ -33,7 +33,6 @@
  */
 #include "store_int.h"
 
-#include <fcntl.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,19 +377,6 @@ static void sync_slabs(struct dstore *s, struct batch *group)
 
 /* Durable mode: the bytes on the disk before the records that name them commit. Relaxed
  * mode: they wait for a flush; the read's checksum covers a power cut before it. */
-/* Relaxed mode: what a page wrote through the page cache starts for the disk now, not at the
- * flush, so the flush's fdatasync (on the committer, which commits nothing meanwhile) finds
- * the device done with most of it. Only starts: nothing here waits for the device. */
-static void start_writeback(struct dstore *s, const struct dop_page *p)
-{
-    for (uint32_t k = 0; k < p->nio; k++) {
-        const struct dio_req *r = &p->io[k];
-
-        if (r->fd == s->slabs[r->slab].bfd)
-            sync_file_range(r->fd, (off_t)r->off, r->len, SYNC_FILE_RANGE_WRITE);
-    }
-}
-
 static void sync_or_note(struct dstore *s, struct batch *group)
 {
     for (struct batch *b = group; b; b = b->next)
@@ -403,10 +389,8 @@ static void sync_or_note(struct dstore *s, struct batch *group)
     }
     for (struct batch *b = group; b; b = b->next)
         for (size_t i = 0; i < b->nio; i++)
-            if (!b->io[i]->res) {
+            if (!b->io[i]->res)
                 flush_note(s, slab_of(s, b->io[i]->slot), s->slot_bytes);
-                start_writeback(s, b->io[i]);
-            }
 }
 
 static int put_record(struct dstore *s, MDB_txn *txn, const struct dop_page *p, uint64_t now,
