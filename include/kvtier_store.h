@@ -62,6 +62,12 @@ struct kvt_pagestore_options {
     uint32_t remote_timeout_ms; /* connect, read and write timeouts, and the longest an exists
                                    waits for the server; 0: 1000 */
     uint32_t remote_ttl_s;      /* seconds a page lives on the server; 0: until it evicts it */
+    /* (since 0.9) Pages above 128 KiB: 0 (the default) writes them through the page cache and
+     * reads them from it while it holds them (a copy, as SGLang's file backend reads), else
+     * with O_DIRECT; 1 (bypass) writes and reads them with O_DIRECT only, as vLLM's fs tier
+     * does (no second copy beside an engine's own CPU tier; faster writes where the page cache's
+     * flushes would bound them). Pages of 128 KiB or less always go through the page cache. */
+    uint32_t page_cache_bypass;
 };
 
 /* Defaults into o, size bytes of it (sizeof(*o)). */

@@ -18,7 +18,7 @@ revision, dtype, layout, TP rank) and refuses any other.
 
 PageStore(dir, fingerprint, page_bytes, *, page_tokens=0, capacity=1 << 30,
           disk_io="auto", read_only=False, sync="durable", remote=None,
-          remote_timeout_ms=0, remote_ttl_s=0)
+          remote_timeout_ms=0, remote_ttl_s=0, page_cache=True)
     remote="redis://host:6379" (or a cluster's seeds, or rediss:// for TLS): a shared server
     below the disk; a set writes both, a get reads the disk or, where it lacks the page, the
     server (checked), and exists asks the server for what the disk lacks (at most
@@ -26,6 +26,8 @@ PageStore(dir, fingerprint, page_bytes, *, page_tokens=0, capacity=1 << 30,
     sync="relaxed": set returns once pages are written and indexed; data and index are
     flushed every second or 256 MiB and at close (a power cut may lose the pages written
     since: each then a miss, never wrong bytes).
+    page_cache=True: pages above 128 KiB are written through the page cache and read from it
+    while it holds them (else with O_DIRECT); False: O_DIRECT only, no second copy in memory.
     .page_bytes, .dir, .closed                  read-only properties
     .exists(keys) -> int                        the leading run of keys that are stored
     .exists_local(keys) -> int                  the same on the disk alone (no network)

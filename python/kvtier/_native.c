@@ -596,18 +596,20 @@ static int parse_open_args(PyObject *args, PyObject *kwds, struct kvt_pagestore_
 {
     static char *kwlist[] = {"dir",      "fingerprint",       "page_bytes",   "page_tokens",
                              "capacity", "disk_io",           "read_only",    "sync",
-                             "remote",   "remote_timeout_ms", "remote_ttl_s", NULL};
+                             "remote",   "remote_timeout_ms", "remote_ttl_s", "page_cache",
+                             NULL};
     unsigned long long page_bytes, capacity = 1ull << 30;
     unsigned int page_tokens = 0, remote_timeout_ms = 0, remote_ttl_s = 0;
     const char *disk_io = "auto", *sync = "durable", *remote = NULL;
-    int read_only = 0;
+    int read_only = 0, page_cache = 1;
 
     kvt_pagestore_options_init(o, sizeof(*o));
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&y*K|$IKspszII:PageStore", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&y*K|$IKspszIIp:PageStore", kwlist,
                                      PyUnicode_FSConverter, dir_bytes, fp, &page_bytes,
                                      &page_tokens, &capacity, &disk_io, &read_only, &sync, &remote,
-                                     &remote_timeout_ms, &remote_ttl_s))
+                                     &remote_timeout_ms, &remote_ttl_s, &page_cache))
         return -1;
+    o->page_cache_bypass = !page_cache;
     o->remote = remote; /* the caller's argument: alive until the open returns */
     o->remote_timeout_ms = remote_timeout_ms;
     o->remote_ttl_s = remote_ttl_s;
@@ -1022,7 +1024,8 @@ static PyGetSetDef PageStore_getset[] = {
 
 PyDoc_STRVAR(PageStore_doc,
              "PageStore(dir, fingerprint, page_bytes, *, page_tokens=0, capacity=1 << 30,\n"
-             "          disk_io='auto', read_only=False, sync='durable')\n\n"
+             "          disk_io='auto', read_only=False, sync='durable', remote=None,\n"
+             "          remote_timeout_ms=0, remote_ttl_s=0, page_cache=True)\n\n"
              "kvtier's page store: whole KV pages of page_bytes named by 32-byte keys, in a\n"
              "data dir of kvtier's disk-tier format (kvtier-ctl reads it). fingerprint (bytes)\n"
              "names the KV (model, revision, dtype, layout, TP rank); a dir holding another\n"
@@ -1031,7 +1034,9 @@ PyDoc_STRVAR(PageStore_doc,
              "sync: 'durable' (set returns once its pages are on disk) or 'relaxed' (flushed\n"
              "every second or 256 MiB and at close). remote: a Redis/Valkey URL, a server\n"
              "below the disk (writes go to both, reads to the nearest that has the page,\n"
-             "checked); remote_timeout_ms bounds each wait for it (0: 1000).\n"
+             "checked); remote_timeout_ms bounds each wait for it (0: 1000). page_cache:\n"
+             "True keeps pages above 128 KiB in the page cache and reads them from it while it\n"
+             "holds them (else direct); False writes and reads them with O_DIRECT only.\n"
              "Every page read is checked: a damaged page is a miss, never wrong bytes.\n"
              "Thread-safe; the GIL is released inside every call.");
 

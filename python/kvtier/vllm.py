@@ -21,7 +21,10 @@ batch fdatasync'd before it counts as stored), ``disk_io`` (``auto``, ``uring``,
 (``LOCAL`` or ``REMOTE``, as vLLM's own tiers), ``enable_kv_events`` (BlockStored events for
 chunks stored here, when vLLM publishes KV events), ``remote`` (a Redis/Valkey URL: a server
 below the disk that engines of the same fingerprint share), ``remote_timeout_ms`` (default
-1000) and ``remote_ttl_s``. ``backpressure`` is vLLM's own.
+1000), ``remote_ttl_s`` and ``page_cache`` (default ``false``: chunks above 128 KiB are written and
+read with O_DIRECT, as vLLM's own ``fs`` tier does, with no second copy of what the CPU tier
+holds; ``true`` keeps them in the page cache and reads them from it while it holds them).
+``backpressure`` is vLLM's own.
 
 The dir holds the page store in ``kv/`` (``kv-dp<i>of<n>/`` for data-parallel engines, one
 each) and beside it ``kv.json``, the fields of the fingerprint in plain text: the model name,
@@ -217,7 +220,7 @@ class KvtierTier(SecondaryTierManager):
                  disk_io: str = "auto", weights_revision: str = "",
                  locality: Optional[str] = None, enable_kv_events: bool = False,
                  remote: Optional[str] = None, remote_timeout_ms: int = 1000,
-                 remote_ttl_s: int = 0):
+                 remote_ttl_s: int = 0, page_cache: bool = False):
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         import numpy as np  # vLLM's own dependency, as its views and chunk ids are numpy's
 
@@ -229,6 +232,7 @@ class KvtierTier(SecondaryTierManager):
             raise ValueError("kvtier: the primary KV view must be writable and contiguous")
         self.capacity = parse_bytes(capacity)
         self.sync = sync
+        self.page_cache = bool(page_cache)
         self.remote = str(remote) if remote else None
         self._remote_opts = {"remote": self.remote, "remote_timeout_ms": int(remote_timeout_ms),
                              "remote_ttl_s": int(remote_ttl_s)} if self.remote else {}
@@ -298,7 +302,7 @@ class KvtierTier(SecondaryTierManager):
         try:
             store = PageStore(self.dir, fp, self._chunk, page_tokens=page_tokens,
                               capacity=self.capacity, disk_io=disk_io, sync=self.sync,
-                              **self._remote_opts)
+                              page_cache=self.page_cache, **self._remote_opts)
         except Error as e:
             if e.code == EFINGERPRINT:
                 raise ValueError(f"kvtier: {self.dir} holds KV of another fingerprint and its "

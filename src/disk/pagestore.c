@@ -99,7 +99,7 @@ static int check_options(const struct kvt_pagestore_options *o)
     if (!o->dir || !*o->dir || !o->fingerprint || !o->fingerprint_len || !o->page_bytes ||
         (o->remote && !*o->remote) || o->page_bytes > (1ull << 31) ||
         o->page_tokens > DSTORE_MAX_TOKENS || o->disk_io > KVT_DISK_IO_PSYNC || o->read_only > 1 ||
-        !o->capacity_bytes || o->sync > KVT_DISK_SYNC_RELAXED)
+        !o->capacity_bytes || o->sync > KVT_DISK_SYNC_RELAXED || o->page_cache_bypass > 1)
         return -EINVAL;
     return 0;
 }
@@ -147,8 +147,10 @@ static int open_block_store(struct kvt_pagestore *s, const struct kvt_pagestore_
     d.page_tokens = o->page_tokens;
     d.disk_bytes = o->capacity_bytes;
     d.io = o->disk_io;
-    d.flags = (o->read_only ? DSTORE_READONLY : 0) |
-              (o->page_bytes <= CACHED_PAGE_MAX ? DSTORE_BUFFERED : DSTORE_CACHED);
+    d.flags =
+        (o->read_only ? DSTORE_READONLY : 0) | (o->page_bytes <= CACHED_PAGE_MAX ? DSTORE_BUFFERED
+                                                : o->page_cache_bypass           ? 0
+                                                                                 : DSTORE_CACHED);
     d.sync = o->sync == KVT_DISK_SYNC_RELAXED ? DSTORE_SYNC_RELAXED : DSTORE_SYNC_DURABLE;
     d.stripes = DSTORE_STRIPES;
     d.notify = &s->notify;

@@ -107,6 +107,19 @@ def drain(tier):
     return {r.job_id: r for r in tier.get_finished_jobs()}
 
 
+def has_cachestat(path):
+    """Whether this kernel answers cachestat(2) (Linux 6.5) for the file at path."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    rng, cs = (ctypes.c_uint64 * 2)(0, 4096), (ctypes.c_uint64 * 5)()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return libc.syscall(451, fd, rng, cs, 0) == 0
+    finally:
+        os.close(fd)
+
+
 def open_tier(pool, d, spec=None, **kw):
     kw.setdefault("capacity", 256 * MiB)
     return KvtierTier(spec or Spec(), pool.view, "KvtierTier", dir=d, **kw)
@@ -138,9 +151,9 @@ class TierTest(unittest.TestCase):
 
     # ---- round trips ----
 
-    def round_trip(self, chunk):
+    def round_trip(self, chunk, **kw):
         pool = self.pool(16, chunk)
-        tier = open_tier(pool, self.dir)
+        tier = open_tier(pool, self.dir, **kw)
         try:
             self.assertEqual(pool.view.strides[0], chunk)
             j = self.store(tier, pool, range(8))
@@ -163,11 +176,19 @@ class TierTest(unittest.TestCase):
             self.assertFalse(pool.arr[:8].any())  # nothing landed elsewhere
             st = tier.kvtier_stats()
             self.assertEqual((st["pages"], st["stored"], st["loaded"]), (8, 8, 8))
+            # O_DIRECT both ways unless page_cache is on (then the loads are copies from it)
+            probe = os.path.join(self.tmp, "probe")
+            open(probe, "w").close()
+            cached = kw.get("page_cache") and has_cachestat(probe)
+            self.assertEqual(st["cache_reads"], 8 if cached else 0)
         finally:
             tier.shutdown()
 
     def test_round_trip_2mib_chunks(self):
         self.round_trip(2 * MiB)
+
+    def test_round_trip_through_the_page_cache(self):
+        self.round_trip(2 * MiB, page_cache=True)
 
     def test_round_trip_256kib_chunks(self):
         self.round_trip(256 << 10)
