@@ -74,19 +74,26 @@ struct fixture {
     kvt_pagestore *s;
 };
 
+/* A store's options at dir (capacity 0: the default). */
+static void options_at(struct kvt_pagestore_options *o, const char *dir, const char *fp,
+                       uint64_t page_bytes, uint64_t capacity)
+{
+    kvt_pagestore_options_init(o, sizeof(*o));
+    o->dir = dir;
+    o->fingerprint = fp;
+    o->fingerprint_len = strlen(fp);
+    o->page_bytes = page_bytes;
+    o->page_tokens = 16;
+    if (capacity)
+        o->capacity_bytes = capacity;
+}
+
 static int open_at(const char *dir, const char *fp, uint64_t page_bytes, uint64_t capacity,
                    uint32_t ro, kvt_pagestore **s)
 {
     struct kvt_pagestore_options o;
 
-    kvt_pagestore_options_init(&o, sizeof(o));
-    o.dir = dir;
-    o.fingerprint = fp;
-    o.fingerprint_len = strlen(fp);
-    o.page_bytes = page_bytes;
-    o.page_tokens = 16;
-    if (capacity)
-        o.capacity_bytes = capacity;
+    options_at(&o, dir, fp, page_bytes, capacity);
     o.read_only = ro;
     return kvt_pagestore_open(&o, s);
 }
@@ -788,13 +795,7 @@ static struct cached_run write_read_cached(const char *dir, uint32_t pb, uint32_
     assert_int_equal(posix_memalign((void **)&buf, 4096, (size_t)pb * n), 0);
     for (size_t b = 0; b < (size_t)pb * n; b++)
         buf[b] = (uint8_t)(b / pb * 31 + b % pb / 4096);
-    kvt_pagestore_options_init(&o, sizeof(o));
-    o.dir = dir;
-    o.fingerprint = FP;
-    o.fingerprint_len = strlen(FP);
-    o.page_bytes = pb;
-    o.page_tokens = 16;
-    o.capacity_bytes = 64ull << 20;
+    options_at(&o, dir, FP, pb, 64ull << 20);
     o.disk_io = disk_io;
     o.page_cache_bypass = bypass;
     assert_int_equal(kvt_pagestore_open(&o, &s), 0);
