@@ -415,7 +415,8 @@ static int index_foreign(struct dstore *s, const struct dmeta *m)
 }
 
 /* A durable writer's commits skip the meta page's own sync (the next commit's covers it). A
- * relaxed writer's commit synced nothing until its first write (txn_begin). */
+ * relaxed writer's commits are synced whole until its first write transaction revokes the
+ * clean stamp, and synced by its flushes only after that (records.c: relax). */
 static int writer_sync_mode(struct dstore *s)
 {
     return s->o.sync == DSTORE_SYNC_RELAXED ? 0 : index_set_sync(&s->ix, false);

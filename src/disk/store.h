@@ -75,9 +75,10 @@ enum dstore_flags {
     /* Set the index aside and rebuild it from the slabs' page heads, as an open does by
      * itself when the index is damaged or lost (kvtier-ctl recover). Writers only. */
     DSTORE_RECOVER = 1u << 3,
-    /* Keep pages in the page cache: write through it, and read from it alone first (a hot
-     * page is a copy); what it lacks is read with O_DIRECT, where the dir takes it, so a cold
-     * page costs a device read and leaves nothing cached (no readahead, no second copy). */
+    /* Keep pages in the page cache: write through it, and read a page from it when it holds
+     * the whole slot (cachestat: a copy); a page it lacks is read with O_DIRECT, where the dir
+     * takes it, so a cold page costs a device read and leaves nothing cached (no readahead,
+     * no second copy). */
     DSTORE_CACHED = 1u << 4,
 };
 
