@@ -732,8 +732,8 @@ static size_t cached_bytes(const char *path)
     return n * pg;
 }
 
-/* Bytes of dir's slab files the page cache holds; with drop, drop them from it first. */
-static size_t slabs_cached(const char *dir, bool drop)
+/* fn(path, arg) for each slab file of dir; the sum of what it returned. */
+static size_t each_slab(const char *dir, size_t (*fn)(const char *path, void *arg), void *arg)
 {
     char path[512];
     struct dirent *e;
@@ -745,16 +745,28 @@ static size_t slabs_cached(const char *dir, bool drop)
     while ((e = readdir(d)))
         if (strstr(e->d_name, ".slab")) {
             snprintf(path, sizeof(path), "%s/slabs/%s", dir, e->d_name);
-            if (drop) {
-                int fd = open(path, O_RDONLY);
-                assert_true(fd >= 0);
-                assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-                close(fd);
-            }
-            n += cached_bytes(path);
+            n += fn(path, arg);
         }
     closedir(d);
     return n;
+}
+
+/* A slab's bytes the page cache holds; with *drop, dropped from it first. */
+static size_t slab_cached(const char *path, void *drop)
+{
+    if (*(bool *)drop) {
+        int fd = open(path, O_RDONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        close(fd);
+    }
+    return cached_bytes(path);
+}
+
+/* Bytes of dir's slab files the page cache holds; with drop, drop them from it first. */
+static size_t slabs_cached(const char *dir, bool drop)
+{
+    return each_slab(dir, slab_cached, &drop);
 }
 
 /* n pages of pb bytes written to a store in dir, then read back exact, then read back again
@@ -822,29 +834,21 @@ static struct cached_run write_read_cached(const char *dir, uint32_t pb, uint32_
     return run;
 }
 
-/* 64 bytes of junk every 64 KiB of every slab file of dir past its first 32 KiB (the slab's
- * head): every page of 64 KiB or more is damaged, its slab head is not. */
-static void damage_every_slab_page(const char *dir)
+/* 64 bytes of junk every 64 KiB of a slab file past its first 32 KiB (the slab's head):
+ * every page of 64 KiB or more is damaged, its slab head is not. */
+static size_t damage_slab(const char *path, void *arg)
 {
-    char path[512];
     uint8_t junk[64];
-    struct dirent *e;
     struct stat st;
-    DIR *d;
+    int fd = open(path, O_RDWR);
 
+    (void)arg;
     memset(junk, 0xa5, sizeof(junk));
-    snprintf(path, sizeof(path), "%s/slabs", dir);
-    assert_non_null(d = opendir(path));
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".slab")) {
-            snprintf(path, sizeof(path), "%s/slabs/%s", dir, e->d_name);
-            int fd = open(path, O_RDWR);
-            assert_true(fd >= 0 && fstat(fd, &st) == 0);
-            for (off_t at = 32 << 10; at + 64 <= st.st_size; at += 64 << 10)
-                assert_int_equal(pwrite(fd, junk, sizeof(junk), at), 64);
-            close(fd);
-        }
-    closedir(d);
+    assert_true(fd >= 0 && fstat(fd, &st) == 0);
+    for (off_t at = 32 << 10; at + 64 <= st.st_size; at += 64 << 10)
+        assert_int_equal(pwrite(fd, junk, sizeof(junk), at), 64);
+    close(fd);
+    return 0;
 }
 
 /* One page of BIG bytes in n segments of one length (aligned, or 64 bytes off alignment) or
@@ -917,7 +921,7 @@ static void test_segment_shapes(void **state)
             assert_true(same_shaped(&p, (uint32_t)w));
         }
     kvt_pagestore_close(s);
-    damage_every_slab_page(dir);
+    each_slab(dir, damage_slab, NULL);
     assert_int_equal(open_at(dir, FP, BIG, 64ull << 20, 0, &s), 0);
     for (size_t r = 0; r < ns; r++) {
         struct kvt_page p = shaped(keys[r], segs[1], buf[1], shapes[r].n, shapes[r].off);
