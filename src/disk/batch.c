@@ -324,9 +324,36 @@ static void fill_block(struct dstore *s, struct dop_page *p, uint64_t now)
     layout_fill_tail(&s->lay, &h, p->tokens, p->block);
 }
 
+/* A fused store: the body has landed (on an engine thread), its checksum with it. The rest of
+ * the page joins the sum and the tail block, which carries it, follows; after a failed body
+ * it is never written. The page is not touched once its last request is in the engine's
+ * hands: its landing may finish the batch. */
+static void body_landed(struct dio_req *r)
+{
+    struct dop_page *p = r->ctx;
+    struct dstore *s = p->op->s;
+    struct dio_req *tail = &p->io[p->nio - 1];
+
+    if (!r->res) {
+        page_gather(s, p, s->lay.body, s->lay.tail, p->block);
+        page_hash_add(p->hash, p->block, s->lay.tail);
+        page_hash_end(p->hash, p->sum);
+        fill_block(s, p, p->op->batch->now);
+    }
+    write_landed(r);
+    if (r->res) {
+        tail->res = r->res;
+        write_landed(tail);
+        return;
+    }
+    tail->next = NULL;
+    dio_submit(s->io, tail);
+}
+
 /* Write every reserved page; the batch's pending counts them down as they land. The bodies
  * go first, straight from the caller's buffers; the checksums are taken while they fly, and
- * the tail blocks, which carry them in the page heads, follow. */
+ * the tail blocks, which carry them in the page heads, follow. A fused store takes each
+ * body's checksum in the engine's copy and sends its tail from there (body_landed). */
 static void submit_pages(struct dstore *s, struct batch *b)
 {
     collect_writes(s, b);
@@ -334,7 +361,14 @@ static void submit_pages(struct dstore *s, struct batch *b)
     b->pending = (uint32_t)b->nio;
     b->landed = mono_ns(); /* for a batch with nothing to write; a write's landing resets it */
     pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; s->fused && i < b->nio; i++) {
+        page_hash_start(b->io[i]->hash);
+        b->io[i]->io[0].each = page_body_step;
+        b->io[i]->io[0].complete = body_landed;
+    }
     dio_submit(s->io, requests(s, b, 0));
+    if (s->fused)
+        return;
     /* Only the requests are shared with the engine: it reads buf and never writes it. */
     for (size_t i = 0; i < b->nio; i++) {
         page_sum(s, b->io[i], b->io[i]->sum);

@@ -49,7 +49,17 @@ struct dio_req {
     bool async;
     uint32_t slab, slot; /* named to the fault seam */
     int res;             /* 0, or -errno */
+    /* Or NULL. The psync engine hands it the request's bytes as they pass, in order and each
+     * once, at most DIO_STEP at a time: a write's just before writing them, a read's just
+     * after reading them, so that a checksum reads them from the CPU's cache rather than
+     * memory. The io_uring engine never calls it: set it on a psync engine's requests only. */
+    void (*each)(struct dio_req *r, const void *bytes, size_t n);
+    uint32_t fed; /* bytes handed to each so far (a short write hands none twice) */
 };
+
+/* The most bytes one system call moves of a request with each (256 KiB: a step and its
+ * checksum stay in a core's cache). */
+#define DIO_STEP (256u << 10)
 
 struct dio_config {
     uint32_t kind;    /* enum dstore_io: AUTO tries io_uring, then psync */

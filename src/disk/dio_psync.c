@@ -1,7 +1,8 @@
 /*
  * The psync engine: every worker takes the next queued request (reads first) and runs it to the end
  * with pread/pwrite, so requests overlap across workers as they would in the kernel's queue. For
- * kernels and sandboxes that refuse io_uring.
+ * kernels and sandboxes that refuse io_uring, and for dirs in memory (tmpfs), where every I/O
+ * is a copy the CPU makes: there a request may take its checksum as its bytes pass (each).
  */
 #include "dio.h"
 
@@ -17,6 +18,25 @@ struct psync {
     pthread_t threads[PSYNC_MAX_THREADS];
 };
 
+/* One system call of at most DIO_STEP bytes of r, in one run of memory, with r->each handed
+ * them (a write's before, a read's after). */
+static ssize_t step(struct dio_req *r, off_t off)
+{
+    uint8_t *p = r->niov ? r->iov->iov_base : (uint8_t *)r->buf + r->done;
+    size_t len = r->niov ? r->iov->iov_len : r->len - r->done;
+    ssize_t n;
+
+    len = len < DIO_STEP ? len : DIO_STEP;
+    if (r->write && r->done + len > r->fed) {
+        r->each(r, p + (r->fed - r->done), r->done + len - r->fed);
+        r->fed = r->done + (uint32_t)len;
+    }
+    n = r->write ? pwrite(r->fd, p, len, off) : pread(r->fd, p, len, off);
+    if (n > 0 && !r->write)
+        r->each(r, p, (size_t)n);
+    return n;
+}
+
 /* The whole transfer, continuing after short counts; -ENODATA when a read meets the end. */
 static int psync_run(struct dio *io, struct dio_req *r)
 {
@@ -27,9 +47,11 @@ static int psync_run(struct dio *io, struct dio_req *r)
         size_t left = r->len - r->done;
         off_t off = (off_t)(r->off + r->done);
         int cnt = r->niov > IOV_MAX ? IOV_MAX : (int)r->niov;
-        ssize_t n = r->niov ? (r->write ? pwritev(r->fd, r->iov, cnt, off)
-                                        : preadv(r->fd, r->iov, cnt, off))
-                            : (r->write ? pwrite(r->fd, p, left, off) : pread(r->fd, p, left, off));
+        ssize_t n =
+            r->each ? step(r, off)
+            : r->niov
+                ? (r->write ? pwritev(r->fd, r->iov, cnt, off) : preadv(r->fd, r->iov, cnt, off))
+                : (r->write ? pwrite(r->fd, p, left, off) : pread(r->fd, p, left, off));
 
         if (n < 0 && errno == EINTR)
             continue;

@@ -17,8 +17,6 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack; the functions stay in the library */
-#include <xxhash.h>
 #ifdef KVT_HAVE_XXH_DISPATCH
 #include <xxh_x86dispatch.h> /* XXH3_128bits: the widest vector unit this CPU has */
 #endif
@@ -46,6 +44,24 @@ void page_checksum_parts(const void *const *parts, size_t n, size_t len, uint8_t
     for (size_t i = 0; i < n; i++)
         XXH3_128bits_update(&st, parts[i], len);
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
+    memcpy(out, c.digest, 16);
+}
+
+void page_hash_start(page_hash *h)
+{
+    XXH3_128bits_reset(h);
+}
+
+void page_hash_add(page_hash *h, const void *bytes, size_t n)
+{
+    XXH3_128bits_update(h, bytes, n);
+}
+
+void page_hash_end(page_hash *h, uint8_t out[16])
+{
+    XXH128_canonical_t c;
+
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(h));
     memcpy(out, c.digest, 16);
 }
 

@@ -31,6 +31,11 @@
 
 #include "disk/store.h"
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t: a page's running checksum (page_hash) */
+#include <xxhash.h>
+
+typedef XXH3_state_t page_hash; /* 64-byte aligned */
+
 #define DSTORE_RECORD_VERSION 1
 #define META_BYTES 80
 #define REC_HEAD_BYTES 128
@@ -147,6 +152,10 @@ int rec_decode(const uint8_t *key, const void *val, size_t len, struct drec *r);
 void page_checksum(const void *buf, size_t len, uint8_t out[16]);
 /* The same sum over a page in n parts of len bytes each, in order. */
 void page_checksum_parts(const void *const *parts, size_t n, size_t len, uint8_t out[16]);
+/* The same sum taken as the page's bytes pass, in order: start, add each run, end. */
+void page_hash_start(page_hash *h);
+void page_hash_add(page_hash *h, const void *bytes, size_t n);
+void page_hash_end(page_hash *h, uint8_t out[16]);
 
 /* Record in txn that global slot g holds key (whose parent is parent, NULL for none), last
  * accessed at atime. */

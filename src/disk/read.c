@@ -56,7 +56,13 @@ static int landed_result(const struct dstore *s, struct dop_page *p)
         return p->res;
     if (s->lay.tail) /* a page of whole blocks has no bytes beside its head */
         page_scatter(s, p, s->lay.body, s->lay.tail, p->block);
-    page_sum(s, p, sum);
+    if (s->fused) { /* the body's sum was taken as it came in (page_body_step) */
+        if (s->lay.tail)
+            page_hash_add(p->hash, p->block, s->lay.tail);
+        page_hash_end(p->hash, sum);
+    } else {
+        page_sum(s, p, sum);
+    }
     return memcmp(sum, p->sum, 16) ? KVT_ECORRUPT : 0;
 }
 
@@ -175,6 +181,10 @@ static int prepare(struct dstore *s, struct dop_page *p)
     memcpy(p->sum, r.sum, 16);
     if ((rc = page_io_prepare(s, p, g, false, read_landed)))
         return unusable_fd(s, p);
+    if (s->fused) {
+        page_hash_start(p->hash);
+        p->io[0].each = page_body_step;
+    }
     return 0;
 }
 

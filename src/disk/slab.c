@@ -345,6 +345,13 @@ void page_sum(const struct dstore *s, const struct dop_page *p, uint8_t out[16])
         page_checksum(p->buf, s->page_bytes, out);
 }
 
+void page_body_step(struct dio_req *r, const void *bytes, size_t n)
+{
+    struct dop_page *p = r->ctx;
+
+    page_hash_add(p->hash, bytes, n);
+}
+
 /* cachestat(2) (Linux 6.5), which Debian 12's headers lack. */
 #ifndef __NR_cachestat
 #define __NR_cachestat 451

@@ -23,8 +23,10 @@
 
 static void op_free(struct dop *op)
 {
-    if (op)
+    if (op) {
         free(op->blocks);
+        free(op->hashes);
+    }
     free(op);
 }
 
@@ -42,6 +44,21 @@ static int op_blocks(struct dstore *s, struct dop *op)
     op->blocks = p;
     for (uint32_t i = 0; i < op->n; i++)
         op->pages[i].block = op->blocks + (size_t)i * s->lay.tail_bytes;
+    return 0;
+}
+
+/* A fused store's running checksums, one a page. */
+static int op_hashes(struct dstore *s, struct dop *op)
+{
+    void *p;
+
+    if (!op->n || !s->fused)
+        return 0;
+    if (posix_memalign(&p, 64, (size_t)op->n * sizeof(page_hash)))
+        return -ENOMEM;
+    op->hashes = p;
+    for (uint32_t i = 0; i < op->n; i++)
+        op->pages[i].hash = op->hashes + i;
     return 0;
 }
 
@@ -66,7 +83,7 @@ static struct dop *op_alloc(struct dstore *s, uint32_t kind, size_t n, int *resu
         op->pages[i].slot = NO_SLOT;
         op->pages[i].tokens = tok ? tokens + i * s->page_tokens : NULL;
     }
-    if (op_blocks(s, op)) {
+    if (op_blocks(s, op) || op_hashes(s, op)) {
         op_free(op);
         return NULL;
     }
@@ -525,10 +542,14 @@ static struct dstore *store_new(const struct dstore_options *o)
     return s;
 }
 
+/* The I/O engine. A dir in memory (tmpfs) gets psync under AUTO: there every I/O is a copy
+ * the CPU makes (io_uring hands them to its workers, those of one slab file one at a time),
+ * and psync's workers can take each body's checksum as they copy it (s->fused). */
 static int io_start(struct dstore *s)
 {
+    int rc;
     struct dio_config c = {
-        .kind = s->o.io,
+        .kind = s->o.io == DSTORE_IO_AUTO && s->in_memory ? DSTORE_IO_PSYNC : s->o.io,
         .depth = s->o.queue_depth,
         .threads = s->o.io_threads,
         .reg_base = s->o.register_base,
@@ -536,7 +557,10 @@ static int io_start(struct dstore *s)
         .faults = s->o.faults,
     };
 
-    return dio_create(&c, &s->io);
+    if ((rc = dio_create(&c, &s->io)))
+        return rc;
+    s->fused = s->in_memory && s->lay.body && dio_kind(s->io) == DSTORE_IO_PSYNC;
+    return 0;
 }
 
 /* Everything open() may have made, in reverse; safe on a partly opened store. */

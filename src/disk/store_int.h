@@ -87,6 +87,7 @@ struct dop_page {
     uint32_t nio;
     uint32_t io_left; /* locked: requests not landed yet */
     bool cached;      /* reads: through the page cache, which held the page (DSTORE_CACHED) */
+    page_hash *hash;  /* a fused store's (s->fused): the checksum taken as the body passes */
 };
 
 struct batch; /* batch.c's: a write batch in flight */
@@ -102,6 +103,7 @@ struct dop {
     int *results;
     uint8_t *blocks;   /* the pages' tail blocks, block-aligned; NULL when none are needed */
     struct iovec *iov; /* the bodies' regions of its pages in parts, in this allocation */
+    page_hash *hashes; /* the pages' running checksums (s->fused); NULL when not */
     struct dop_page pages[];
 };
 
@@ -169,8 +171,12 @@ struct dstore {
     uint32_t nslabs;        /* slabs covering nslots */
     bool direct;            /* O_DIRECT works and slot offsets meet its alignment */
     bool in_memory;         /* the slabs are on tmpfs: grown sparse, allocated as written */
-    bool no_cachestat;      /* locked: the kernel refused cachestat (DSTORE_CACHED) */
-    bool relaxed;           /* the committer's: relaxed commits since the stamp's revoke */
+    /* In memory, on the psync engine, pages of a body: each body's checksum is taken as the
+     * engine copies it (dio_req.each), step by step, while the bytes are in the cache, not in
+     * a pass of its own (batch.c, read.c). */
+    bool fused;
+    bool no_cachestat; /* locked: the kernel refused cachestat (DSTORE_CACHED) */
+    bool relaxed;      /* the committer's: relaxed commits since the stamp's revoke */
     uint32_t mem_align;
 
     struct dio *io;
@@ -386,6 +392,8 @@ void page_scatter(const struct dstore *s, struct dop_page *p, size_t from, size_
                   const uint8_t *in);
 /* The checksum of p's whole page (page_checksum), one buffer or parts. */
 void page_sum(const struct dstore *s, const struct dop_page *p, uint8_t out[16]);
+/* A fused store's dio_req.each for a page's body: its bytes into the page's running sum. */
+void page_body_step(struct dio_req *r, const void *bytes, size_t n);
 /* Under the lock: one request of a page landed; the page once all of them have, else NULL.
  * Its result (the first failed request's) is in p->res. */
 struct dop_page *page_io_landed_locked(struct dio_req *r);

@@ -57,6 +57,7 @@ int main(void)
         T(test_parts_adjacent),
         T(test_small_pages_buffered),
         T(test_tmpfs),
+        T(test_in_memory),
         T(test_registered_buffers),
         T(test_uring_refused),
         T(test_restart),

@@ -115,6 +115,9 @@ void test_tmpfs(void **state);
 void test_registered_buffers(void **state);
 void test_uring_refused(void **state);
 
+/* memory.c */
+void test_in_memory(void **state);
+
 /* persistence.c */
 void test_restart(void **state);
 void test_relaxed_stamp(void **state);
