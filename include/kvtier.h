@@ -107,7 +107,8 @@ enum kvt_prefetch {
 };
 
 enum kvt_disk_io {
-    KVT_DISK_IO_AUTO = 0,  /* io_uring, or pread/pwrite threads when the kernel refuses it */
+    KVT_DISK_IO_AUTO = 0,  /* io_uring, or pread/pwrite threads when the kernel refuses it or
+                              the dir is in memory (tmpfs: they take checksums as they copy) */
     KVT_DISK_IO_URING = 1, /* io_uring only: opening fails where it is refused */
     KVT_DISK_IO_PSYNC = 2, /* pread/pwrite threads */
 };

@@ -70,6 +70,8 @@ void dio_destroy(struct dio *io)
 
 void dio_submit(struct dio *io, struct dio_req *list)
 {
+    bool one = list && !list->next;
+
     if (!list)
         return;
     pthread_mutex_lock(&io->lock);
@@ -79,7 +81,10 @@ void dio_submit(struct dio *io, struct dio_req *list)
         list = r->next;
         dio_q_push(&io->q, r);
     }
-    pthread_cond_broadcast(&io->work);
+    if (one) /* one request wakes one psync worker, not all of them to find it taken */
+        pthread_cond_signal(&io->work);
+    else
+        pthread_cond_broadcast(&io->work);
     pthread_mutex_unlock(&io->lock);
     if (io->kick)
         io->kick(io);

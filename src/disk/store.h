@@ -55,7 +55,8 @@
 #define DSTORE_MAX_TOKENS 4096 /* page_tokens at most */
 
 enum dstore_io {
-    DSTORE_IO_AUTO = 0,  /* io_uring, or psync when the kernel refuses it */
+    DSTORE_IO_AUTO = 0,  /* io_uring, or psync when the kernel refuses it or the dir is in
+                            memory (tmpfs: its workers take checksums as they copy) */
     DSTORE_IO_URING = 1, /* io_uring or fail (-ENOSYS, -EPERM, ...) */
     DSTORE_IO_PSYNC = 2, /* threads with pread/pwrite */
 };
