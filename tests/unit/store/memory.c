@@ -6,6 +6,8 @@
 #define MB_PAGE (3 * DIO_STEP + 2 * LAYOUT_BLOCK + 1000)
 #define MB_PARTS 4
 #define MB_N 6
+/* The buffers: aligned_alloc takes whole multiples of the alignment. */
+#define MB_ALLOC ((MB_PAGE + LAYOUT_BLOCK - 1) / LAYOUT_BLOCK * LAYOUT_BLOCK)
 
 struct mem_fx {
     char dir[64];
@@ -121,11 +123,11 @@ void test_in_memory(void **state)
     m.o.page_bytes = MB_PAGE;
     m.o.disk_bytes = 64ull * MB_PAGE;
     m.o.slab_bytes = 64ull * MB_PAGE; /* one slab file: mem_flip looks in it */
-    m.back = aligned_alloc(LAYOUT_BLOCK, MB_PAGE + LAYOUT_BLOCK);
+    m.back = aligned_alloc(LAYOUT_BLOCK, MB_ALLOC);
     assert_non_null(m.back);
     for (int i = 0; i < MB_N; i++) {
         make_key(900 + (uint64_t)i, m.keys[i]);
-        m.pages[i] = aligned_alloc(LAYOUT_BLOCK, MB_PAGE + LAYOUT_BLOCK);
+        m.pages[i] = aligned_alloc(LAYOUT_BLOCK, MB_ALLOC);
         assert_non_null(m.pages[i]);
         fill_page(m.keys[i], m.pages[i], MB_PAGE);
     }
