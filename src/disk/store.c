@@ -467,7 +467,6 @@ void dstore_options_init(struct dstore_options *o, size_t size)
     o->slab_bytes = GIB;
     o->io = DSTORE_IO_AUTO;
     o->queue_depth = 64;
-    o->io_threads = 4;
     o->max_batch = 256;
 }
 
@@ -542,6 +541,19 @@ static struct dstore *store_new(const struct dstore_options *o)
     return s;
 }
 
+/* The psync engine's workers: as asked, else 4, or for a dir in memory one a CPU (4 to 16):
+ * there each of them is a CPU copying, as many as the kernel's would be under io_uring. */
+static uint32_t psync_workers(const struct dstore *s)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (s->o.io_threads)
+        return s->o.io_threads;
+    if (!s->in_memory || cpus < 4)
+        return 4;
+    return cpus > 16 ? 16 : (uint32_t)cpus;
+}
+
 /* The I/O engine. A dir in memory (tmpfs) gets psync under AUTO: there every I/O is a copy
  * the CPU makes (io_uring hands them to its workers, those of one slab file one at a time),
  * and psync's workers can take each body's checksum as they copy it (s->fused). */
@@ -551,7 +563,7 @@ static int io_start(struct dstore *s)
     struct dio_config c = {
         .kind = s->o.io == DSTORE_IO_AUTO && s->in_memory ? DSTORE_IO_PSYNC : s->o.io,
         .depth = s->o.queue_depth,
-        .threads = s->o.io_threads,
+        .threads = psync_workers(s),
         .reg_base = s->o.register_base,
         .reg_bytes = s->o.register_base ? s->o.register_bytes : 0,
         .faults = s->o.faults,

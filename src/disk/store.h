@@ -140,7 +140,8 @@ struct dstore_options {
     uint32_t flags;       /* enum dstore_flags */
     uint32_t io;          /* enum dstore_io; default AUTO */
     uint32_t queue_depth; /* page I/Os in flight at most (io_uring); default 64 */
-    uint32_t io_threads;  /* psync workers; default 4 */
+    uint32_t io_threads;  /* psync workers; 0 (the default): 4, or one a CPU (4 to 16) for a
+                             dir in memory, where every I/O is a copy by the CPU */
     uint32_t max_batch;   /* pages per write batch (one fdatasync + one commit); default 256 */
     /* Memory to register with io_uring as fixed buffers (the host pool); may be NULL. Must
      * stay mapped until dstore_close. */
