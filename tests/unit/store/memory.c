@@ -109,7 +109,7 @@ static int fail_first_write(void *arg, enum dstore_fault_point pt, uint32_t slab
 /* Pages of several steps, with a tail, whole and in parts: exact through the fused path, and
  * the same sums as the other engine takes in a pass of its own (a dir written by one is read by
  * the other); a flipped byte in the body or the tail is a miss; a failed body write fails its
- * page alone, its tail never written. */
+ * page, which is then a miss and can be written again. */
 void test_in_memory(void **state)
 {
     struct fx *f = *state;
