@@ -304,7 +304,8 @@ static struct dio_req *requests(const struct dstore *s, struct batch *b, int whi
     return list;
 }
 
-/* The page's tail block: its last bytes and its head, checksum and all. */
+/* The rest of the page's tail block, whose first bytes hold its last bytes already
+ * (page_gather): its head, checksum and all. */
 static void fill_block(struct dstore *s, struct dop_page *p, uint64_t now)
 {
     struct page_head h = {
@@ -320,7 +321,6 @@ static void fill_block(struct dstore *s, struct dop_page *p, uint64_t now)
     memcpy(h.parent, p->parent, DSTORE_KEY_BYTES);
     memcpy(h.ns, p->ns, DSTORE_NS_BYTES);
     memcpy(h.sum, p->sum, 16);
-    page_gather(s, p, s->lay.body, s->lay.tail, p->block);
     layout_fill_tail(&s->lay, &h, p->tokens, p->block);
 }
 
@@ -372,6 +372,7 @@ static void submit_pages(struct dstore *s, struct batch *b)
     /* Only the requests are shared with the engine: it reads buf and never writes it. */
     for (size_t i = 0; i < b->nio; i++) {
         page_sum(s, b->io[i], b->io[i]->sum);
+        page_gather(s, b->io[i], s->lay.body, s->lay.tail, b->io[i]->block);
         fill_block(s, b->io[i], b->now);
     }
     dio_submit(s->io, requests(s, b, 1));
